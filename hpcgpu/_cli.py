@@ -1,0 +1,52 @@
+"""The guard every hpcgpu command line runs under.
+
+An error every rank agreed on (see :func:`hpcgpu.comm.agree`) is bad input:
+rank 0 prints one line and all ranks exit with status 2. Anything else is
+unexpected on one rank while the others may wait in a collective: that rank
+prints ``[rank r] error: ...`` with its traceback and aborts the whole job,
+so nobody burns an allocation on a hang (mpi4py's ``run.py`` does the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from typing import Callable, Sequence
+
+from mpi4py import MPI
+
+
+def world_rank() -> int:
+    return MPI.COMM_WORLD.Get_rank()
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, printing help and usage errors from rank 0 only.
+
+    Every rank parses the same arguments, so every rank exits 2 together.
+    """
+
+    def _print_message(self, message, file=None):
+        if world_rank() == 0:
+            super()._print_message(message, file)
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str = "hpcgpu") -> None:
+    """Call ``main(argv)`` under the guard and exit with its status."""
+    try:
+        rc = main(argv)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the whole point
+        if getattr(exc, "collective", False):
+            if world_rank() == 0:
+                print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        rank = world_rank()
+        tb = "".join(traceback.format_exception(exc))
+        print(f"[rank {rank}] error: {type(exc).__name__}: {exc}\n{tb}", file=sys.stderr, flush=True)
+        if MPI.COMM_WORLD.Get_size() > 1:
+            MPI.COMM_WORLD.Abort(1)
+        sys.exit(1)
+    sys.exit(rc or 0)

@@ -1,0 +1,67 @@
+"""HDF5 helpers: atomic writes and checks done before any communication."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+
+__all__ = ["atomic_path", "writable_error"]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+    """Yield a temporary file name beside ``path``; rename it to ``path`` on success.
+
+    Not collective: the one rank that writes calls it. The temporary file
+    lies in the same directory (so the rename is atomic on POSIX file
+    systems) and is removed if the block raises, so a crash never leaves a
+    half-written file where a good one was, and never removes the good one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The final name.
+
+    Yields
+    ------
+    str
+        The temporary name to write to.
+    """
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=d)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
+    """Check that ``path`` can be created, before any work is done.
+
+    Creates missing parent directories and a probe file, then removes the
+    probe. Not collective.
+
+    Returns
+    -------
+    OSError or None
+        An error naming ``what`` and the path, or ``None`` when writable.
+    """
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return IsADirectoryError(f"{what} {path}: is a directory")
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".hpcgpu-probe.", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return PermissionError(f"{what} {path}: cannot write in {d} ({e.strerror or e})")
+    return None

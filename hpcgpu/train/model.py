@@ -1,0 +1,173 @@
+"""A multilayer perceptron whose parameters live in one flat buffer.
+
+Every weight and bias is a view into ``params``; every gradient a view into
+``grad``. A data-parallel step therefore reduces all gradients with one
+Allreduce of one buffer, and the optimizer updates all parameters with a few
+vector operations. Written in ``xp``: the same code runs on NumPy and CuPy.
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import numpy as np
+
+__all__ = ["MLP"]
+
+
+class MLP:
+    """ReLU multilayer perceptron with a softmax cross-entropy loss.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``[D, h_1, ..., h_k, C]``: input features, hidden widths, classes.
+    xp : module
+        ``numpy`` or ``cupy``; arrays are allocated with it.
+    dtype : str or numpy.dtype
+        ``float32`` or ``float64``.
+    seed : int
+        Initial weights: He-uniform (bound ``sqrt(6 / fan_in)``), biases 0,
+        drawn on the host with NumPy's PCG64 so every rank and every device
+        gets the same values.
+
+    Attributes
+    ----------
+    params : xp.ndarray, shape (n_params,)
+        All parameters, layer by layer: ``fc{i}.weight`` of shape
+        ``(sizes[i], sizes[i+1])`` (input-major, so a layer is ``x @ W + b``),
+        then ``fc{i}.bias`` of shape ``(sizes[i+1],)``.
+    grad : xp.ndarray, shape (n_params + 2,)
+        Gradient of the SUM of per-sample losses, laid out like ``params``,
+        followed by two slots: the loss sum and the number of correct
+        predictions of the last :meth:`loss_and_grad`. Reducing ``grad``
+        reduces the metrics in the same message.
+
+    References
+    ----------
+    K. He et al., "Delving Deep into Rectifiers", ICCV 2015 (initialization).
+    """
+
+    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
+        self.sizes, self.xp, self.dtype = sizes, xp, np.dtype(dtype)
+        self.shapes: list[tuple[str, tuple[int, ...]]] = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            self.shapes += [(f"fc{i}.weight", (a, b)), (f"fc{i}.bias", (b,))]
+        self.n_params = sum(math.prod(s) for _, s in self.shapes)
+        self.params = xp.zeros(self.n_params, dtype=self.dtype)
+        self.grad = xp.zeros(self.n_params + 2, dtype=self.dtype)
+        self._p = self._views(self.params)
+        self._g = self._views(self.grad)
+        self.reset(seed)
+
+    def _views(self, flat):
+        out, off = {}, 0
+        for name, shape in self.shapes:
+            n = math.prod(shape)
+            out[name] = flat[off : off + n].reshape(shape)
+            off += n
+        return out
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.sizes) - 1
+
+    def reset(self, seed: int) -> None:
+        """Draw new initial parameters from ``seed`` (not collective)."""
+        rng = np.random.default_rng(seed)
+        host = np.zeros(self.n_params, dtype=self.dtype)
+        off = 0
+        for name, shape in self.shapes:
+            n = math.prod(shape)
+            if name.endswith("weight"):
+                bound = math.sqrt(6.0 / shape[0])
+                host[off : off + n] = rng.uniform(-bound, bound, n)
+            off += n
+        self.params[...] = self.xp.asarray(host)
+
+    def named_parameters(self):
+        """``[(name, view)]`` in a stable order; views into :attr:`params`."""
+        return [(name, self._p[name]) for name, _ in self.shapes]
+
+    def forward(self, X):
+        """Logits of a batch. ``X``: (n, D) -> (n, C). Not collective."""
+        a = X
+        for i in range(self.n_layers):
+            z = a @ self._p[f"fc{i}.weight"]
+            z += self._p[f"fc{i}.bias"]
+            if i < self.n_layers - 1:
+                self.xp.maximum(z, 0, out=z)
+            a = z
+        return a
+
+    def _loss_terms(self, logits, y):
+        """Per-sample softmax probabilities (in place of logits), loss sum, correct count."""
+        xp = self.xp
+        n = logits.shape[0]
+        rows = xp.arange(n)
+        correct = (xp.argmax(logits, axis=1) == y).sum()
+        logits -= logits.max(axis=1, keepdims=True)
+        xp.exp(logits, out=logits)
+        s = logits.sum(axis=1, keepdims=True)
+        logits /= s
+        # loss_i = log(sum_j exp(z_j)) - z_y, with z shifted; p_y = exp(z_y) / s
+        loss = -xp.log(xp.maximum(logits[rows, y], xp.finfo(self.dtype).tiny)).sum()
+        return logits, loss, correct
+
+    def loss_and_grad(self, X, y) -> None:
+        """Forward and backward pass over a local batch. Not collective.
+
+        Parameters
+        ----------
+        X : xp.ndarray, shape (n, D), dtype of the model
+        y : xp.ndarray, shape (n,), int64 labels in ``0..C-1``
+
+        Notes
+        -----
+        Fills :attr:`grad` with the gradient of the SUM over the ``n``
+        samples of the cross-entropy loss (so that summing over ranks and
+        dividing by the global batch gives the mean), and its last two
+        slots with the loss sum and the number of correct predictions.
+        """
+        xp = self.xp
+        acts = [X]
+        a = X
+        L = self.n_layers
+        for i in range(L):
+            z = a @ self._p[f"fc{i}.weight"]
+            z += self._p[f"fc{i}.bias"]
+            if i < L - 1:
+                xp.maximum(z, 0, out=z)
+                acts.append(z)
+            a = z
+        probs, loss, correct = self._loss_terms(a, y)
+        self.grad[-2] = loss
+        self.grad[-1] = correct
+        dz = probs
+        dz[xp.arange(dz.shape[0]), y] -= 1
+        for i in reversed(range(L)):
+            a_in = acts[i]
+            xp.matmul(a_in.T, dz, out=self._g[f"fc{i}.weight"])
+            dz.sum(axis=0, out=self._g[f"fc{i}.bias"])
+            if i > 0:
+                da = dz @ self._p[f"fc{i}.weight"].T
+                da *= a_in > 0  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
+                dz = da
+
+    def evaluate(self, X, y, chunk: int = 8192):
+        """Loss sum and correct count over ``X`` (n, D), ``y`` (n,), in chunks.
+
+        Not collective. Returns an ``xp`` array ``[loss_sum, correct]``
+        (float64), ready for an Allreduce.
+        """
+        xp = self.xp
+        tot = xp.zeros(2, dtype=np.float64)
+        for s in range(0, X.shape[0], chunk):
+            _, loss, correct = self._loss_terms(self.forward(X[s : s + chunk]), y[s : s + chunk])
+            tot[0] += loss
+            tot[1] += correct
+        return tot
