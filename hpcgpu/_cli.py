@@ -31,6 +31,10 @@ class ArgumentParser(argparse.ArgumentParser):
         if world_rank() == 0:
             super()._print_message(message, file)
 
+    def error(self, message):
+        """One line, not the whole usage: a job log of P ranks stays readable."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str = "hpcgpu") -> None:
     """Call ``main(argv)`` under the guard and exit with its status."""

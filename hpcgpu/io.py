@@ -35,6 +35,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        # mkstemp makes the file private (0600); give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -238,7 +238,8 @@ class GlobalBatchSampler:
         -------
         (X, y) : numpy arrays of shapes (steps * local_batch, D) and
             (steps * local_batch,). Step ``s`` uses rows
-            ``s*local_batch .. (s+1)*local_batch``.
+            ``s*local_batch .. (s+1)*local_batch``. The arrays are reused by
+            the next call (no page faults on large fresh allocations).
         """
         comm, t = self.comm, self.train
         perm = self.order(epoch)
@@ -255,19 +256,29 @@ class GlobalBatchSampler:
         want = self.wanted(perm, comm.rank)
         owners = owner_of(want)
         recv_counts = np.bincount(owners, minlength=self.P).astype(np.int64)
-        sX, sy = t.X[send_idx], t.y[send_idx]
-        rX = np.empty((want.size, t.dim), dtype=t.X.dtype)
-        ry = np.empty(want.size, dtype=np.int64)
+        sX, sy, rX, ry, X, y = self._buffers(send_idx.size, want.size)
+        np.take(t.X, send_idx, axis=0, out=sX)
+        np.take(t.y, send_idx, out=sy)
         sd, rd = _displs(send_counts), _displs(recv_counts)
         comm.Alltoallv([sX, (send_counts, sd), self._rowtype], [rX, (recv_counts, rd), self._rowtype])
         comm.Alltoallv([sy, (send_counts, sd), MPI.INT64_T], [ry, (recv_counts, rd), MPI.INT64_T])
-        # rX[k] is want[order[k]]: scatter back into step order.
+        # rX[k] is want[order[k]]: put it back into step order.
         order = np.argsort(owners, kind="stable")
-        X = np.empty_like(rX)
-        y = np.empty_like(ry)
         X[order] = rX
         y[order] = ry
         return X, y
+
+    def _buffers(self, n_send: int, n_recv: int):
+        """Send, receive and result buffers, kept between epochs, grown on demand."""
+        D, dt = self.train.dim, self.train.X.dtype
+        b = getattr(self, "_buf", None)
+        if b is None or b[0].shape[0] < n_send or b[2].shape[0] != n_recv:
+            cap = max(n_send, 0 if b is None else b[0].shape[0])
+            cap = cap + cap // 8  # the rows a rank sends vary a little from epoch to epoch
+            b = (np.empty((cap, D), dt), np.empty(cap, np.int64), np.empty((n_recv, D), dt),
+                 np.empty(n_recv, np.int64), np.empty((n_recv, D), dt), np.empty(n_recv, np.int64))
+            self._buf = b
+        return (b[0][:n_send], b[1][:n_send], *b[2:])
 
 
 def _displs(counts: np.ndarray) -> np.ndarray:

@@ -25,7 +25,6 @@ from mpi4py import MPI
 from .. import _device
 from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
-from ..datasets import default_data_path, write_digits
 from ..io import atomic_path, writable_error
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
@@ -196,6 +195,8 @@ class Trainer:
     def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
         if data is not None:
             return data
+        from ..datasets import default_data_path, write_digits
+
         path = default_data_path("digits")
         err = None
         if comm.rank == 0 and not os.path.exists(path):

@@ -1,0 +1,39 @@
+"""GlobalBatchSampler: every rank gets exactly its positions of each global batch.
+
+Row g of the synthetic data holds g in every column, so a received row tells
+which global row it is. Usage: sampler_checks.py N B
+"""
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import hpcgpu
+from hpcgpu._partition import block_range
+from hpcgpu.train.data import GlobalBatchSampler, Split
+
+N, B = int(sys.argv[1]), int(sys.argv[2])
+rt = hpcgpu.init("cpu")
+r, P = rt.rank, rt.size
+start, stop = block_range(N, P, r)
+rows = np.arange(start, stop)
+shard = Split(np.repeat(rows[:, None], 3, axis=1).astype(np.float64), rows * 7, start, stop, N, 3)
+s = GlobalBatchSampler(shard, B, seed=11, comm=rt.comm)
+ok = True
+for epoch in (0, 1, 5):
+    X, y = s.epoch(epoch)
+    perm = np.random.default_rng([11, epoch]).permutation(N)  # the documented order, independent of P
+    lo, hi = block_range(B, P, r)
+    expect = perm[: (N // B) * B].reshape(N // B, B)[:, lo:hi].ravel()
+    ok &= X.shape == (len(expect), 3) and s.local_batch == hi - lo and s.steps == N // B
+    ok &= bool((X == expect[:, None]).all() and (y == 7 * expect).all())
+    # The ranks together cover each global batch exactly once.
+    got = rt.comm.allgather(X[:, 0].reshape(s.steps, s.local_batch))
+    cover = np.concatenate(got, axis=1)
+    ok &= bool((np.sort(cover, axis=1) == np.sort(perm[: s.steps * B].reshape(s.steps, B), axis=1)).all())
+s.free()
+ok = rt.comm.allreduce(ok, op=MPI.LAND)
+if r == 0:
+    print("sampler checks:", "ok" if ok else "FAILED")
+sys.exit(0 if ok else 1)

@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import _mpi
+import hpcgpu
+from hpcgpu import runtime
+
+
+def test_init_cpu_gives_numpy_and_a_private_comm():
+    rt = hpcgpu.init("cpu")
+    assert rt.xp is np
+    assert rt.device == "cpu" and rt.device_id is None
+    assert rt.cuda_aware is False
+    assert MPI.Comm.Compare(rt.comm, MPI.COMM_WORLD) == MPI.CONGRUENT  # a Dup, not WORLD itself
+    assert (rt.rank, rt.size) == (0, 1)
+    assert rt.local_rank == 0 and rt.local_size == 1
+    assert hpcgpu.get_runtime() is rt
+    assert "[0/1]" in rt.describe() and "cuda_aware=no" in rt.describe()
+
+
+def test_init_rejects_unknown_device():
+    with pytest.raises(ValueError, match="device must be"):
+        hpcgpu.init("tpu")
+
+
+@pytest.mark.skipif(runtime._device.device_count() > 0, reason="this machine has a GPU")
+def test_init_gpu_without_gpu_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="see no CUDA device"):
+        hpcgpu.init("gpu", comm=MPI.COMM_SELF)
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("yes", True), ("0", False), ("off", False)])
+def test_cuda_aware_override_wins(monkeypatch, value, expected):
+    monkeypatch.setenv("HPCGPU_CUDA_AWARE_MPI", value)
+    aware, why = hpcgpu.detect_cuda_aware(MPI.COMM_SELF)
+    assert aware is expected and "HPCGPU_CUDA_AWARE_MPI" in why
+
+
+def test_cuda_aware_bad_override(monkeypatch):
+    monkeypatch.setenv("HPCGPU_CUDA_AWARE_MPI", "maybe")
+    with pytest.raises(ValueError, match="HPCGPU_CUDA_AWARE_MPI"):
+        hpcgpu.detect_cuda_aware(MPI.COMM_SELF)
+
+
+def test_cuda_aware_from_info_key(monkeypatch):
+    monkeypatch.delenv("HPCGPU_CUDA_AWARE_MPI", raising=False)
+    monkeypatch.setattr(runtime, "_info_alloc_kinds", lambda comm: "mpi,system,cuda:device")
+    assert hpcgpu.detect_cuda_aware(MPI.COMM_SELF) == (True, "mpi_memory_alloc_kinds=mpi,system,cuda:device")
+
+
+def test_cuda_aware_from_library_query_then_variables(monkeypatch):
+    monkeypatch.delenv("HPCGPU_CUDA_AWARE_MPI", raising=False)
+    monkeypatch.setattr(runtime, "_info_alloc_kinds", lambda comm: None)
+    monkeypatch.setattr(runtime, "_query_cuda_support", lambda: 1)
+    assert hpcgpu.detect_cuda_aware(MPI.COMM_SELF)[0] is True
+    monkeypatch.setattr(runtime, "_query_cuda_support", lambda: None)
+    monkeypatch.setenv("MPICH_GPU_SUPPORT_ENABLED", "1")
+    assert hpcgpu.detect_cuda_aware(MPI.COMM_SELF) == (True, "MPICH_GPU_SUPPORT_ENABLED=1")
+    monkeypatch.delenv("MPICH_GPU_SUPPORT_ENABLED")
+    for var in ("OMPI_MCA_opal_cuda_support", "MV2_USE_CUDA"):
+        monkeypatch.delenv(var, raising=False)
+    assert hpcgpu.detect_cuda_aware(MPI.COMM_SELF)[0] is False
+
+
+def test_library_query_reads_the_loaded_mpi():
+    # The pip MPICH exports MPIX_Query_cuda_support; other MPIs may not (None).
+    q = runtime._query_cuda_support()
+    assert q is None or q in (0, 1)
+
+
+def test_blas_threads_respect_user_choice(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert runtime._limit_blas_threads(8) == "3 (from OMP_NUM_THREADS)"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
+def test_info_prints_one_line_per_rank(nprocs):
+    p = _mpi.run(nprocs, ["-m", "hpcgpu", "info"], timeout=60, check=True)
+    lines = p.stdout.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == [f"[{r}/{nprocs}]" for r in range(nprocs)]
+    for ln in lines:
+        assert "device=cpu" in ln and "xp=numpy" in ln and "mpi=" in ln and "cuda_aware=no" in ln
+    assert f"local_rank=0/{nprocs}" in lines[0]
+
+
+@pytest.mark.mpi
+def test_info_usage_error_is_one_line():
+    p = _mpi.run(2, ["-m", "hpcgpu", "inf"], timeout=60)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -1,0 +1,103 @@
+import math
+
+import numpy as np
+import pytest
+
+from hpcgpu.train import MLP, SGD, LRSchedule
+
+
+def _loss(model, X, y):
+    logits = model.forward(X)
+    z = logits - logits.max(axis=1, keepdims=True)
+    return float((np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]).sum())
+
+
+@pytest.mark.parametrize("sizes", [[5, 7, 4, 3], [5, 3], [2, 16, 16, 16, 4]])
+def test_gradient_matches_central_differences(sizes):
+    rng = np.random.default_rng(1)
+    m = MLP(sizes, dtype="float64", seed=3)
+    m.params += rng.normal(0, 0.1, m.n_params)  # non-zero biases, so every term is exercised
+    X = rng.normal(size=(9, sizes[0]))
+    y = rng.integers(0, sizes[-1], 9)
+    m.loss_and_grad(X, y)
+    analytic = m.grad[:-2].copy()
+    assert m.grad[-2] == pytest.approx(_loss(m, X, y), rel=1e-12)
+    h = 1e-6
+    numeric = np.empty(m.n_params)
+    for i in range(m.n_params):
+        old = m.params[i]
+        m.params[i] = old + h
+        up = _loss(m, X, y)
+        m.params[i] = old - h
+        down = _loss(m, X, y)
+        m.params[i] = old
+        numeric[i] = (up - down) / (2 * h)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7)
+
+
+def test_parameters_are_views_of_one_flat_buffer():
+    m = MLP([4, 3, 2], seed=0)
+    names = [n for n, _ in m.named_parameters()]
+    assert names == ["fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias"]
+    assert m.n_params == 4 * 3 + 3 + 3 * 2 + 2
+    for _, v in m.named_parameters():
+        assert np.shares_memory(v, m.params)
+    m.params[:] = 7
+    assert all((v == 7).all() for _, v in m.named_parameters())
+    assert m.grad.shape == (m.n_params + 2,)
+
+
+def test_same_seed_same_init_and_he_bound():
+    a, b = MLP([100, 50, 10], seed=4), MLP([100, 50, 10], seed=4)
+    np.testing.assert_array_equal(a.params, b.params)
+    w = dict(a.named_parameters())["fc0.weight"]
+    assert np.abs(w).max() <= math.sqrt(6 / 100)
+    assert (dict(a.named_parameters())["fc0.bias"] == 0).all()
+    assert not np.array_equal(a.params, MLP([100, 50, 10], seed=5).params)
+
+
+def test_loss_sum_and_correct_count_slots():
+    m = MLP([2, 3], dtype="float64", seed=0)
+    m.params[:] = 0
+    w = dict(m.named_parameters())["fc0.weight"]
+    w[0, 1] = 50.0  # class 1 wins whenever x0 > 0
+    X = np.array([[1.0, 0], [1.0, 0], [-1.0, 0]])
+    y = np.array([1, 0, 0])
+    m.loss_and_grad(X, y)
+    # logits: [0, 50, 0], [0, 50, 0], [0, -50, 0] -> predictions 1, 1, 0: two right
+    assert m.grad[-1] == 2
+    expected = 2 * math.log(1 + 2 * math.exp(-50)) + (50 + math.log(2 + math.exp(-50)))
+    assert m.grad[-2] == pytest.approx(expected, rel=1e-12)
+
+
+def test_evaluate_matches_loss_and_grad_in_chunks():
+    rng = np.random.default_rng(0)
+    m = MLP([6, 8, 4], dtype="float64", seed=1)
+    X, y = rng.normal(size=(50, 6)), rng.integers(0, 4, 50)
+    m.loss_and_grad(X, y)
+    tot = m.evaluate(X, y, chunk=7)
+    assert tot[0] == pytest.approx(m.grad[-2], rel=1e-12) and tot[1] == m.grad[-1]
+
+
+def test_sgd_matches_the_closed_form():
+    p = np.array([1.0, -2.0])
+    opt = SGD(p, momentum=0.5, weight_decay=0.1)
+    g1 = np.array([0.3, 0.4])
+    opt.step(g1.copy(), lr=0.2)
+    d1 = g1 + 0.1 * np.array([1.0, -2.0])
+    np.testing.assert_allclose(p, np.array([1.0, -2.0]) - 0.2 * d1)
+    p_before = p.copy()
+    opt.step(g1.copy(), lr=0.2)
+    v2 = 0.5 * d1 + g1 + 0.1 * p_before
+    np.testing.assert_allclose(p, p_before - 0.2 * v2)
+
+
+def test_schedules():
+    s = LRSchedule(1.0, total_steps=110, warmup_steps=10, kind="cosine")
+    assert s(0) == pytest.approx(0.1) and s(9) == pytest.approx(1.0)
+    assert s(10) == pytest.approx(1.0) and s(60) == pytest.approx(0.5) and s(110) == pytest.approx(0.0)
+    st = LRSchedule(1.0, 100, 0, "step", step_size=30, gamma=0.1)
+    assert [st(0), st(29), st(30), st(65)] == pytest.approx([1, 1, 0.1, 0.01])
+    assert LRSchedule(0.3, 10, 0, "constant")(9) == 0.3
+    with pytest.raises(ValueError, match="schedule"):
+        LRSchedule(1, 10, kind="linear")

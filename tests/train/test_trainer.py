@@ -1,0 +1,147 @@
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+from conftest import blobs, write_h5
+from mpi4py import MPI
+
+import _mpi
+import hpcgpu
+from hpcgpu.train import TrainConfig, Trainer
+
+METRICS = {"epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr", "seconds",
+           "samples_per_second"}
+
+
+def test_trainer_in_process_learns_and_saves(small_h5, tmp_path):
+    out = str(tmp_path / "o" / "run.h5")
+    rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
+    t = Trainer(TrainConfig(data=small_h5, out=out, epochs=4, batch_size=16, hidden=(16,), progress="none"), rt)
+    h = t.fit()
+    assert h["epoch"] == [1, 2, 3, 4]
+    assert h["train_loss"][-1] < h["train_loss"][0]
+    assert h["test_accuracy"][-1] > 0.9
+    assert t.step == 4 * (240 // 16)
+    t.save()
+    with h5py.File(out) as f:
+        assert set(f["metrics"]) == METRICS
+        assert f["metrics/seconds"].attrs["units"] == "s"
+        np.testing.assert_allclose(f["metrics/train_loss"][()], h["train_loss"])
+        assert set(f["model"]) == {"fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias"}
+        assert f["model/fc0.weight"].shape == (6, 16) and f["model/fc1.weight"].shape == (16, 3)
+        np.testing.assert_array_equal(f["model/fc1.bias"][()], dict(t.model.named_parameters())["fc1.bias"])
+        assert json.loads(f.attrs["config"])["batch_size"] == 16
+        assert f.attrs["world_size"] == 1 and f.attrs["device"] == "cpu"
+    assert [p for p in os.listdir(tmp_path / "o")] == ["run.h5"]  # no temporary left behind
+    rt.free()
+
+
+def test_no_test_split_gives_nan_test_metrics(tmp_path):
+    X, y = blobs(64)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
+    t = Trainer(TrainConfig(data=data, out=str(tmp_path / "o.h5"), epochs=1, batch_size=8, progress="none"), rt)
+    h = t.fit()
+    assert np.isnan(h["test_loss"][0]) and np.isnan(h["test_accuracy"][0])
+    rt.free()
+
+
+def _train_cli(nprocs, data, out, *extra, timeout=180):
+    return _mpi.run(nprocs, ["-m", "hpcgpu.train", "--data", data, "--out", out, "--progress", "lines", *extra],
+                    timeout=timeout)
+
+
+@pytest.mark.mpi
+def test_same_model_whatever_the_number_of_ranks(small_h5, tmp_path):
+    """Same seed and global batch: the same parameters at 1, 3 and 4 ranks (B = 20: uneven at 3)."""
+    params = {}
+    for n in (1, 3, 4):
+        out = str(tmp_path / f"p{n}.h5")
+        p = _train_cli(n, small_h5, out, "--epochs", "3", "--batch-size", "20", "--hidden", "16,8",
+                       "--dtype", "float64", "--lr", "0.1")
+        assert p.returncode == 0, p.stderr
+        with h5py.File(out) as f:
+            params[n] = {k: f["model"][k][()] for k in f["model"]}
+            assert f.attrs["world_size"] == n
+    for n in (3, 4):
+        for k, ref in params[1].items():
+            np.testing.assert_allclose(params[n][k], ref, rtol=1e-11, atol=1e-12, err_msg=f"{k} at {n} ranks")
+
+
+@pytest.mark.mpi
+def test_main_job_at_8_ranks_on_digits(tmp_path):
+    """The README's main job: default options, bundled digits, 8 ranks on 2 cores."""
+    out = tmp_path / "results" / "train.h5"
+    p = _mpi.run(8, ["-m", "hpcgpu.train", "--out", str(out)], timeout=300, cwd=tmp_path,
+                 env={"HPCGPU_DATA_DIR": str(tmp_path / "cache")})
+    assert p.returncode == 0, p.stderr
+    epochs = [ln for ln in p.stdout.splitlines() if ln.startswith("epoch")]
+    assert len(epochs) == TrainConfig().epochs  # one line per epoch, from rank 0 only
+    with h5py.File(out) as f:
+        assert set(f["metrics"]) == METRICS
+        assert len(f["metrics/epoch"]) == TrainConfig().epochs
+        assert f["metrics/test_accuracy"][-1] >= 0.95
+        assert f.attrs["world_size"] == 8
+        assert "MPICH" in f.attrs["mpi_library"] or f.attrs["mpi_library"]
+        assert f.attrs["hpcgpu_version"] == hpcgpu.__version__
+        cfg = json.loads(f.attrs["config"])
+        assert cfg["hidden"] == [256, 256] and cfg["data"] is None
+        assert f.attrs["data"] == str(tmp_path / "cache" / "digits.h5")
+    with h5py.File(tmp_path / "cache" / "digits.h5") as d:
+        assert d["train/X"].shape[1] == 64 and d.attrs["num_classes"] == 10
+
+
+# -- bad input: exit 2, one line naming the culprit, no output, no hang -----------
+
+def _bad(tmp_path, **ds):
+    return write_h5(tmp_path / "bad.h5", **ds)
+
+
+X, Y = blobs(40)
+BAD_INPUTS = {
+    "missing file": (lambda t: str(t / "nope.h5"), [], "nope.h5: no such file"),
+    "not hdf5": (lambda t: (t / "x.h5").write_text("hello") and str(t / "x.h5"), [], "not a readable HDF5"),
+    "no /train/X": (lambda t: _bad(t, train__y=Y), [], "no dataset /train/X"),
+    "no /train/y": (lambda t: _bad(t, train__X=X), [], "no dataset /train/y"),
+    "X not 2-D": (lambda t: _bad(t, train__X=X[:, 0], train__y=Y), [], "/train/X must be 2-D"),
+    "X strings": (lambda t: _bad(t, train__X=np.array([[b"a"]] * 40), train__y=Y), [], "must be real numbers"),
+    "lengths differ": (lambda t: _bad(t, train__X=X, train__y=Y[:-1]), [], "40 rows but /train/y has 39"),
+    "float labels": (lambda t: _bad(t, train__X=X, train__y=Y.astype(float)), [], "integer label array"),
+    "label too big": (lambda t: _bad(t, train__X=X, train__y=np.where(np.arange(40) == 33, 3, Y), attr_num_classes=3),
+                      [], "label 3 is outside 0..2"),
+    "negative label": (lambda t: _bad(t, train__X=X, train__y=np.where(np.arange(40) == 5, -1, Y)), [],
+                       "negative label"),
+    "test label too big": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=X[:4], test__y=np.array([0, 1, 2, 9]),
+                                          attr_num_classes=3), [], "label 9 is outside 0..2"),
+    "NaN in X": (lambda t: _bad(t, train__X=np.where(np.arange(40)[:, None] == 29, np.nan, X), train__y=Y), [],
+                 "/train/X row 29 holds NaN or infinity"),
+    "inf in test X": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=np.full((3, 6), np.inf), test__y=Y[:3]), [],
+                      "/test/X row 0 holds NaN or infinity"),
+    "test D differs": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=X[:3, :2], test__y=Y[:3]), [],
+                       "/test/X has 2 features"),
+    "test X without y": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=X), [], "no dataset /test/y"),
+    "batch > N": (lambda t: _bad(t, train__X=X, train__y=Y), ["--batch-size", "41"], "--batch-size 41 is larger"),
+    "batch < ranks": (lambda t: _bad(t, train__X=X, train__y=Y), ["--batch-size", "2"], "smaller than the number of ranks"),
+    "ranks > samples": (lambda t: _bad(t, train__X=X[:2], train__y=Y[:2]), ["--batch-size", "2"], "fewer than the 3 ranks"),
+    "out unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--out", "{tmp}/afile/out.h5"], "cannot write in"),
+    "bad lr": (lambda t: _bad(t, train__X=X, train__y=Y), ["--lr", "-1"], "--lr must be a positive number"),
+    "bad hidden": (lambda t: _bad(t, train__X=X, train__y=Y), ["--hidden", "8,0"], "argument --hidden"),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_exits_2_with_one_line(case, tmp_path):
+    make, extra, message = BAD_INPUTS[case]
+    (tmp_path / "afile").write_text("a file, not a directory")
+    data = make(tmp_path)
+    out = tmp_path / "out" / "train.h5"
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
+    p = _train_cli(3, data, str(out), "--epochs", "1", "--batch-size", "8", *extra, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert message in lines[0] and lines[0].startswith(("hpcgpu.train: error:", "python -m hpcgpu.train: error:"))
+    assert not out.exists()
