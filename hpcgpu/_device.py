@@ -97,3 +97,10 @@ def asnumpy(a) -> numpy.ndarray:
     if is_device_array(a):
         return a.get()
     return numpy.asarray(a)
+
+
+def gemm(a, b, c, beta: float) -> None:
+    """``c = a @ b + beta * c`` on the device with cuBLAS (no temporary)."""
+    import cupy
+
+    cupy.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=beta)

@@ -1,0 +1,425 @@
+"""DistMatrix: a dense matrix in 2-D blocks on a :class:`ProcessGrid`.
+
+Nothing global is held by one rank unless the user asks for it
+(:meth:`DistMatrix.gather`, or :meth:`DistMatrix.from_global` on the root).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _device
+from ._version import __version__
+from .comm import agree
+from .grid import ProcessGrid
+from .io import writable_error
+
+__all__ = ["DistMatrix", "default_grid", "DTYPES"]
+
+DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+
+_GRIDS: dict = {}
+
+# Tile edge of DistMatrix.random: the global matrix is made of tiles, each drawn
+# from its own seed, so any rank can make any part without the rest.
+_TILE = 256
+
+
+def default_grid() -> ProcessGrid:
+    """The ``Compute_dims`` grid over the runtime's communicator (made once). Collective."""
+    from .runtime import get_runtime
+
+    rt = get_runtime()
+    g = _GRIDS.get(id(rt.comm))
+    if g is None or g.cart == MPI.COMM_NULL:
+        g = _GRIDS[id(rt.comm)] = ProcessGrid(comm=rt.comm)
+    return g
+
+
+def _xp():
+    from .runtime import get_runtime
+
+    return get_runtime().xp
+
+
+def _dtype_error(dtype, what: str) -> ValueError | None:
+    if np.dtype(dtype) not in DTYPES:
+        return ValueError(f"{what}: dtype {np.dtype(dtype)} is not one of float32, float64, complex64, complex128")
+    return None
+
+
+class DistMatrix:
+    """A global ``m x n`` matrix; rank ``(i, j)`` holds block ``(i, j)``.
+
+    Parameters
+    ----------
+    local : xp.ndarray, shape ``lshape``
+        This rank's block, C-contiguous, in host (NumPy) or device (CuPy) memory.
+    gshape : (int, int)
+        Global shape ``(m, n)``.
+    grid : ProcessGrid
+
+    Attributes
+    ----------
+    gshape, lshape : (int, int)
+        Global shape, and local shape ``(len(rows), len(cols))``.
+    rows, cols : slice
+        The global rows and columns of the local block:
+        ``rows = block_range(m, pr, i)``, ``cols = block_range(n, pc, j)``.
+    dtype : numpy.dtype
+        float32, float64, complex64 or complex128.
+    xp : module
+        ``numpy`` or ``cupy``, after where ``local`` lives.
+
+    Raises
+    ------
+    ValueError
+        ``local`` does not have the block's shape, or an unsupported dtype.
+
+    Examples
+    --------
+    >>> a = DistMatrix.random((1000, 500), seed=1)     # doctest: +SKIP
+    >>> a.lshape                                       # doctest: +SKIP
+    [0/4] (500, 250)
+    """
+
+    def __init__(self, local, gshape: tuple[int, int], grid: ProcessGrid):
+        self.gshape = (int(gshape[0]), int(gshape[1]))
+        self.grid = grid
+        self.rows, self.cols = grid.block(self.gshape)
+        want = (self.rows.stop - self.rows.start, self.cols.stop - self.cols.start)
+        if tuple(local.shape) != want:
+            raise ValueError(f"local block has shape {tuple(local.shape)}, expected {want} for {self.gshape} "
+                             f"on grid {grid.shape}")
+        err = _dtype_error(local.dtype, "DistMatrix")
+        if err:
+            raise err
+        if not local.flags.c_contiguous:
+            local = local.copy()
+        self.local = local
+        self.dtype = np.dtype(local.dtype)
+        self.xp = _device.cupy_or_none() if _device.is_device_array(local) else np
+
+    @property
+    def lshape(self) -> tuple[int, int]:
+        return tuple(self.local.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the local block."""
+        return int(self.local.nbytes)
+
+    def __repr__(self) -> str:
+        return (f"DistMatrix(gshape={self.gshape}, dtype={self.dtype}, grid={self.grid.shape}, "
+                f"lshape={self.lshape}, xp={self.xp.__name__})")
+
+    def __matmul__(self, other: DistMatrix) -> DistMatrix:
+        from .summa import matmul
+
+        return matmul(self, other)
+
+    # -- constructors ---------------------------------------------------------
+    @classmethod
+    def zeros(cls, gshape, grid: ProcessGrid | None = None, dtype="float64", xp=None) -> DistMatrix:
+        """A matrix of zeros. Not collective (but every rank must make its block)."""
+        grid = default_grid() if grid is None else grid
+        xp = _xp() if xp is None else xp
+        r, c = grid.block(tuple(gshape))
+        return cls(xp.zeros((r.stop - r.start, c.stop - c.start), dtype=dtype), gshape, grid)
+
+    @classmethod
+    def from_global(cls, a, grid: ProcessGrid | None = None, root: int = 0, xp=None) -> DistMatrix:
+        """Distribute the global array ``a`` held by ``root``.
+
+        Collective over ``grid.cart``. Only ``root`` needs ``a`` (others may
+        pass ``None``); it sends every rank its block, one at a time, so the
+        root holds ``a`` plus one block.
+
+        Parameters
+        ----------
+        a : array-like of shape (m, n) on ``root``
+        grid : ProcessGrid, optional
+        root : int
+            Rank in ``grid.cart``.
+        xp : module, optional
+            Where the blocks go (the runtime's ``xp`` by default).
+
+        Raises
+        ------
+        ValueError
+            ``a`` on the root is not 2-D or has an unsupported dtype (every rank).
+        """
+        grid = default_grid() if grid is None else grid
+        xp = _xp() if xp is None else xp
+        comm = grid.cart
+        meta, err = None, None
+        if comm.rank == root:
+            a = _device.asnumpy(a)
+            if a.ndim != 2:
+                err = ValueError(f"from_global: expected a 2-D array, got shape {a.shape}")
+            else:
+                err = _dtype_error(a.dtype, "from_global")
+                meta = (a.shape, a.dtype.str)
+        agree(err, comm=comm)
+        gshape, dtype = comm.bcast(meta, root=root)
+        dtype = np.dtype(dtype)
+        if comm.rank == root:
+            for r in range(comm.size):
+                if r != root:
+                    rows, cols = grid.block(gshape, r)
+                    comm.Send(np.ascontiguousarray(a[rows, cols]), dest=r, tag=11)
+            rows, cols = grid.block(gshape)
+            local = np.ascontiguousarray(a[rows, cols])
+        else:
+            rows, cols = grid.block(gshape)
+            local = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=dtype)
+            comm.Recv(local, source=root, tag=11)
+        return cls(xp.asarray(local), gshape, grid)
+
+    @classmethod
+    def random(cls, gshape, grid: ProcessGrid | None = None, dtype="float64", seed: int = 0,
+               xp=None) -> DistMatrix:
+        """Uniform values in [-1, 1) (real and imaginary parts), the same global
+        matrix for a given ``seed`` whatever the grid.
+
+        Not collective. The matrix is tiled in ``256 x 256`` tiles, tile
+        ``(ti, tj)`` drawn from ``numpy.random.default_rng([seed, ti, tj])``;
+        a rank draws only the tiles its block touches.
+
+        Raises
+        ------
+        ValueError
+            Unsupported dtype or negative shape (every rank).
+        """
+        grid = default_grid() if grid is None else grid
+        xp = _xp() if xp is None else xp
+        dtype = np.dtype(dtype)
+        err = _dtype_error(dtype, "random") or (
+            ValueError(f"random: shape must be two sizes >= 0, got {gshape}")
+            if len(gshape) != 2 or min(gshape) < 0 else None)
+        if err:
+            err.collective = True
+            raise err
+        gshape = (int(gshape[0]), int(gshape[1]))
+        rows, cols = grid.block(gshape)
+        local = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=dtype)
+        T = _TILE
+        for ti in range(rows.start // T, -(-rows.stop // T)):
+            for tj in range(cols.start // T, -(-cols.stop // T)):
+                rng = np.random.default_rng([seed, ti, tj])
+                th, tw = min(T, gshape[0] - ti * T), min(T, gshape[1] - tj * T)
+                tile = rng.random((th, tw, 2 if dtype.kind == "c" else 1), dtype=np.float64) * 2 - 1
+                tile = (tile[..., 0] + 1j * tile[..., 1]) if dtype.kind == "c" else tile[..., 0]
+                r0, r1 = max(rows.start, ti * T), min(rows.stop, ti * T + th)
+                c0, c1 = max(cols.start, tj * T), min(cols.stop, tj * T + tw)
+                local[r0 - rows.start : r1 - rows.start, c0 - cols.start : c1 - cols.start] = (
+                    tile[r0 - ti * T : r1 - ti * T, c0 - tj * T : c1 - tj * T].astype(dtype))
+        return cls(xp.asarray(local), gshape, grid)
+
+    @classmethod
+    def from_hdf5(cls, path: str, name: str | None = None, grid: ProcessGrid | None = None,
+                  dtype=None, transpose: bool = False, xp=None) -> DistMatrix:
+        """Read a 2-D HDF5 dataset; each rank reads only its block's hyperslab.
+
+        Collective over ``grid.cart``: every check is agreed, so bad input
+        raises the same one-line error on every rank.
+
+        Parameters
+        ----------
+        path : str
+        name : str, optional
+            Dataset path in the file; when omitted the file must hold exactly
+            one dataset.
+        grid : ProcessGrid, optional
+        dtype : optional
+            Type of the blocks: the dataset's if it is float32/64 or
+            complex64/128, float64 for integers, unless given.
+        transpose : bool
+            Make the matrix the transpose of the dataset (reads the
+            transposed hyperslab; no communication).
+        xp : module, optional
+
+        Raises
+        ------
+        FileNotFoundError
+            No file at ``path``.
+        ValueError
+            Not HDF5; no such dataset (or not exactly one when ``name`` is
+            omitted); not 2-D; not numeric.
+        """
+        import h5py
+
+        grid = default_grid() if grid is None else grid
+        xp = _xp() if xp is None else xp
+        comm = grid.cart
+        meta, err = _hdf5_meta(path, name)
+        if err is None and dtype is not None:
+            err = _dtype_error(dtype, f"{path}:{meta[0]}")
+        agree(err, comm=comm)
+        name, dshape, ddtype = meta
+        if dtype is None:
+            dtype = ddtype if ddtype in DTYPES else np.dtype("float64")
+        gshape = (dshape[1], dshape[0]) if transpose else dshape
+        rows, cols = grid.block(gshape)
+        local = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=dtype)
+        err = None
+        try:
+            if local.size:
+                with h5py.File(path, "r") as f:
+                    ds = f[name]
+                    if transpose:
+                        local[...] = ds[cols, rows].T
+                    else:
+                        ds.read_direct(local, np.s_[rows, cols])
+        except (OSError, TypeError, ValueError) as e:
+            err = OSError(f"{path}:{name}: cannot read block {rows.start}:{rows.stop} x "
+                          f"{cols.start}:{cols.stop} ({e})")
+        agree(err, comm=comm)
+        return cls(xp.asarray(local), gshape, grid)
+
+    # -- output ---------------------------------------------------------------
+    def gather(self, root: int = 0):
+        """The global matrix as a NumPy array on ``root`` (``None`` elsewhere).
+
+        Collective over ``grid.cart``. The root needs memory for the whole
+        matrix; use :meth:`to_hdf5` for matrices that do not fit.
+        """
+        comm, grid = self.grid.cart, self.grid
+        local = _device.asnumpy(self.local)
+        if comm.rank != root:
+            comm.Send(np.ascontiguousarray(local), dest=root, tag=12)
+            return None
+        out = np.empty(self.gshape, dtype=self.dtype)
+        for r in range(comm.size):
+            rows, cols = grid.block(self.gshape, r)
+            if r == root:
+                out[rows, cols] = local
+            else:
+                buf = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=self.dtype)
+                comm.Recv(buf, source=r, tag=12)
+                out[rows, cols] = buf
+        return out
+
+    def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None) -> str:
+        """Write the matrix to dataset ``name`` of a new file ``path``, atomically.
+
+        Collective over ``grid.cart``. With a parallel h5py
+        (``h5py.get_config().mpi``) every rank writes its block through the
+        ``mpio`` driver; otherwise rank 0 creates the file and the ranks
+        write their blocks one after another (``mpi4py.util.sync.Sequential``).
+        Either way the file is written under a temporary name in the same
+        directory and renamed when complete: a failed or killed write never
+        replaces a good file. Attributes: ``world_size``, ``grid``,
+        ``hpcgpu_version``, plus ``attrs``.
+
+        Raises
+        ------
+        OSError
+            The path cannot be written (every rank).
+        """
+        import h5py
+
+        comm = self.grid.cart
+        tmp, err = None, None
+        if comm.rank == 0:
+            err = writable_error(path, "output")
+            if err is None:
+                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                           dir=os.path.dirname(os.path.abspath(path)))
+                os.close(fd)
+        agree(err, comm=comm)
+        tmp = comm.bcast(tmp, root=0)
+        meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
+        meta.update(attrs or {})
+        local = _device.asnumpy(self.local)
+        try:
+            if h5py.get_config().mpi:
+                err = self._write_mpio(tmp, name, local, meta)
+            else:
+                err = self._write_sequential(tmp, name, local, meta)
+            agree(err, comm=comm)
+            err = None
+            if comm.rank == 0:
+                try:
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.chmod(tmp, 0o666 & ~umask)
+                    os.replace(tmp, path)
+                except OSError as e:
+                    err = OSError(f"output {path}: cannot rename ({e})")
+            agree(err, comm=comm)
+        except BaseException:
+            if comm.rank == 0 and os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def _write_mpio(self, tmp, name, local, meta):
+        import h5py
+
+        try:
+            with h5py.File(tmp, "w", driver="mpio", comm=self.grid.cart) as f:
+                ds = f.create_dataset(name, shape=self.gshape, dtype=self.dtype)
+                if local.size:
+                    ds[self.rows, self.cols] = local
+                for k, v in meta.items():
+                    f.attrs[k] = v
+        except OSError as e:
+            return OSError(f"output {tmp}: parallel write failed ({e})")
+        return None
+
+    def _write_sequential(self, tmp, name, local, meta):
+        import h5py
+        from mpi4py.util.sync import Sequential
+
+        comm, err = self.grid.cart, None
+        if comm.rank == 0:
+            try:
+                with h5py.File(tmp, "w") as f:
+                    f.create_dataset(name, shape=self.gshape, dtype=self.dtype)
+                    for k, v in meta.items():
+                        f.attrs[k] = v
+            except OSError as e:
+                err = OSError(f"output {tmp}: cannot create ({e})")
+        agree(err, comm=comm)
+        with Sequential(comm):
+            try:
+                if local.size:
+                    with h5py.File(tmp, "r+") as f:
+                        f[name][self.rows, self.cols] = local
+            except OSError as e:
+                err = OSError(f"output {tmp}: rank {comm.rank} cannot write its block ({e})")
+        return err
+
+
+def _hdf5_meta(path: str, name: str | None):
+    """``((name, shape, dtype), None)`` or ``(None, error)``; no communication."""
+    import h5py
+
+    if not os.path.exists(path):
+        return None, FileNotFoundError(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        return None, ValueError(f"{path}: not a readable HDF5 file ({e})")
+    with f:
+        if name is None:
+            names = []
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            if len(names) != 1:
+                return None, ValueError(
+                    f"{path}: holds {len(names)} datasets ({', '.join(names[:5]) or 'none'}); "
+                    "name one as FILE:DATASET")
+            name = names[0]
+        if name not in f or not isinstance(f[name], h5py.Dataset):
+            return None, ValueError(f"{path}: no dataset {name}")
+        ds = f[name]
+        if ds.ndim != 2:
+            return None, ValueError(f"{path}:{name}: must be a 2-D matrix, has shape {ds.shape}")
+        if ds.dtype.kind not in "fiuc" or ds.dtype.itemsize > 16:
+            return None, ValueError(f"{path}:{name}: must be numeric, has dtype {ds.dtype}")
+        return (name, tuple(ds.shape), np.dtype(ds.dtype)), None

@@ -1,0 +1,129 @@
+"""The 2-D process grid: a Cartesian communicator with row and column communicators."""
+
+from __future__ import annotations
+
+import re
+
+from mpi4py import MPI
+
+from ._partition import block_range, block_starts
+
+__all__ = ["ProcessGrid", "parse_grid"]
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """``"2x3"`` -> ``(2, 3)``.
+
+    Raises
+    ------
+    ValueError
+        Not of the form ``PRxPC`` with positive integers.
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*[xX*,]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ValueError(f"--grid must look like 2x3 (rows x columns), got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+class ProcessGrid:
+    """A ``pr x pc`` grid of the ranks of ``comm``, row-major.
+
+    Collective: all ranks of ``comm`` construct it together (``Create_cart``
+    and two ``Sub`` calls).
+
+    Parameters
+    ----------
+    dims : (int, int), optional
+        ``(pr, pc)``; ``MPI.Compute_dims(size, 2)`` (as square as possible,
+        ``pr >= pc``) when omitted.
+    comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+
+    Attributes
+    ----------
+    shape : (int, int)
+        ``(pr, pc)``.
+    row, col : int
+        This rank's grid coordinates.
+    cart : mpi4py.MPI.Cartcomm
+    row_comm : mpi4py.MPI.Cartcomm
+        The ``pc`` ranks of this grid row; rank in it = ``col``.
+    col_comm : mpi4py.MPI.Cartcomm
+        The ``pr`` ranks of this grid column; rank in it = ``row``.
+
+    Raises
+    ------
+    ValueError
+        ``pr * pc`` differs from the number of ranks (raised on every rank,
+        before any communication; attribute ``collective``).
+
+    Notes
+    -----
+    A matrix of global shape ``(m, n)`` is distributed in 2-D blocks: rank
+    ``(i, j)`` holds rows ``block_range(m, pr, i)`` and columns
+    ``block_range(n, pc, j)``. Blocks differ in size by at most one row or
+    column and may be empty when a dimension is smaller than the grid.
+    """
+
+    def __init__(self, dims: tuple[int, int] | None = None, *, comm: MPI.Intracomm | None = None):
+        if comm is None:
+            from .comm import default_comm
+
+            comm = default_comm()
+        size = comm.Get_size()
+        if dims is None:
+            dims = tuple(MPI.Compute_dims(size, 2))
+        pr, pc = (int(d) for d in dims)
+        if pr < 1 or pc < 1 or pr * pc != size:
+            err = ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks")
+            err.collective = True  # every rank computes the same
+            raise err
+        self.shape = (pr, pc)
+        self.cart = comm.Create_cart([pr, pc], periods=[False, False], reorder=False)
+        self.row, self.col = self.cart.Get_coords(self.cart.Get_rank())
+        self.row_comm = self.cart.Sub([False, True])
+        self.col_comm = self.cart.Sub([True, False])
+
+    @property
+    def rank(self) -> int:
+        return self.cart.Get_rank()
+
+    @property
+    def size(self) -> int:
+        return self.cart.Get_size()
+
+    def rank_of(self, row: int, col: int) -> int:
+        """Rank in :attr:`cart` of grid position ``(row, col)``."""
+        return self.cart.Get_cart_rank([row, col])
+
+    def rows(self, m: int, row: int | None = None) -> slice:
+        """Global rows of an ``m``-row matrix held by grid row ``row`` (default: mine)."""
+        return slice(*block_range(m, self.shape[0], self.row if row is None else row))
+
+    def cols(self, n: int, col: int | None = None) -> slice:
+        """Global columns of an ``n``-column matrix held by grid column ``col`` (default: mine)."""
+        return slice(*block_range(n, self.shape[1], self.col if col is None else col))
+
+    def row_starts(self, m: int) -> list[int]:
+        """First global row of every grid row, then ``m``."""
+        return block_starts(m, self.shape[0])
+
+    def col_starts(self, n: int) -> list[int]:
+        """First global column of every grid column, then ``n``."""
+        return block_starts(n, self.shape[1])
+
+    def block(self, gshape: tuple[int, int], rank: int | None = None) -> tuple[slice, slice]:
+        """``(rows, cols)`` of ``gshape``'s block on ``rank`` (default: mine)."""
+        if rank is None:
+            return self.rows(gshape[0]), self.cols(gshape[1])
+        i, j = self.cart.Get_coords(rank)
+        return self.rows(gshape[0], i), self.cols(gshape[1], j)
+
+    def free(self) -> None:
+        """Free the three communicators. Collective."""
+        for c in (self.row_comm, self.col_comm, self.cart):
+            if c != MPI.COMM_NULL:
+                c.Free()
+
+    def __repr__(self) -> str:
+        return f"ProcessGrid({self.shape[0]}x{self.shape[1]}, me=({self.row}, {self.col}))"

@@ -1,0 +1,217 @@
+"""``mpiexec -n P python -m hpcgpu.matmul A B -o C``: distributed C = A @ B (SUMMA).
+
+A, B and C are ``FILE[:DATASET]``: an input's dataset defaults to the file's
+only dataset, the output's to ``C``. Each rank reads only its blocks, and C
+is written block by block (in parallel with a parallel h5py), atomically.
+
+``--bench N`` multiplies random N x N matrices instead and prints seconds,
+GFLOP/s, and the ratio to the local GEMM of one process with the same total
+number of BLAS threads, measured in the same run.
+
+(This module is the command line. The function is ``hpcgpu.matmul``, defined
+in :mod:`hpcgpu.summa`; this file is not imported by ``import hpcgpu``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ._cli import ArgumentParser, run
+
+
+def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
+    """``"a.h5:/X"`` -> ``("a.h5", "/X")``; ``"a.h5"`` -> ``("a.h5", default)``."""
+    if ":" in spec and not os.path.exists(spec):
+        path, name = spec.rsplit(":", 1)
+        return path, (name or default)
+    return spec, default
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m hpcgpu.matmul", description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("A", nargs="?", help="left matrix, FILE[:DATASET] (m x k)")
+    p.add_argument("B", nargs="?", help="right matrix, FILE[:DATASET] (k x n)")
+    p.add_argument("-o", "--out", help="output FILE[:DATASET] (m x n; dataset C by default)")
+    p.add_argument("--grid", help="process grid ROWSxCOLS, e.g. 2x3 (default: MPI.Compute_dims)")
+    p.add_argument("--dtype", choices=("float32", "float64", "complex64", "complex128"),
+                   help="compute type (default: the inputs'; float64 for integer data)")
+    p.add_argument("--panel", type=int, help="SUMMA panel width (default: widest within --panel-memory)")
+    p.add_argument("--panel-memory", type=float, default=256, help="MiB per rank for the panels in flight")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--bench", type=int, metavar="N", help="multiply random N x N matrices and time it")
+    p.add_argument("--repeat", type=int, default=3, help="--bench: timed repetitions (best is reported)")
+    p.add_argument("--json", action="store_true", help="--bench: print one JSON line instead of text")
+    return p
+
+
+def _grid(text, comm):
+    from .comm import agree
+    from .grid import ProcessGrid, parse_grid
+
+    err, dims = None, None
+    if text is not None:
+        try:
+            dims = parse_grid(text)
+        except ValueError as e:
+            err = e
+    agree(err, comm=comm)
+    return ProcessGrid(dims, comm=comm)
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    from .comm import agree
+    from .distmatrix import DistMatrix
+    from .io import writable_error
+    from .runtime import init
+    from .summa import DEFAULT_PANEL_MEMORY, matmul
+
+    err = None
+    if a.bench is None and not (a.A and a.B and a.out):
+        err = ValueError("give A, B and -o C, or --bench N")
+    elif a.bench is not None and a.bench < 1:
+        err = ValueError(f"--bench must be >= 1, got {a.bench}")
+    elif a.panel is not None and a.panel < 1:
+        err = ValueError(f"--panel must be >= 1, got {a.panel}")
+    elif not a.panel_memory > 0:
+        err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
+    if err:
+        err.collective = True  # the same arguments on every rank
+        raise err
+    rt = init(a.device)
+    grid = _grid(a.grid, rt.comm)
+    mem = int(a.panel_memory * 2**20) if a.panel_memory else DEFAULT_PANEL_MEMORY
+    if a.bench is not None:
+        return _bench(a, rt, grid, mem)
+
+    out_path, out_name = split_spec(a.out, "C")
+    agree(writable_error(out_path, "-o") if rt.rank == 0 else None, comm=rt.comm)
+    (pa, na), (pb, nb) = split_spec(a.A, None), split_spec(a.B, None)
+    A = DistMatrix.from_hdf5(pa, na, grid, dtype=a.dtype)
+    B = DistMatrix.from_hdf5(pb, nb, grid, dtype=a.dtype)
+    if A.dtype != B.dtype:  # e.g. float32 A and float64 B: compute in the wider type
+        wide = np.promote_types(A.dtype, B.dtype)
+        A = DistMatrix.from_hdf5(pa, na, grid, dtype=wide) if A.dtype != wide else A
+        B = DistMatrix.from_hdf5(pb, nb, grid, dtype=wide) if B.dtype != wide else B
+    if A.gshape[1] != B.gshape[0]:
+        e = ValueError(f"inner dimensions differ: {a.A} is {A.gshape[0]} x {A.gshape[1]}, "
+                       f"{a.B} is {B.gshape[0]} x {B.gshape[1]}")
+        e.collective = True
+        raise e
+    t0 = MPI.Wtime()
+    C = matmul(A, B, panel=a.panel, panel_memory=mem)
+    _sync(rt)
+    seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device))
+    if rt.rank == 0:
+        m, k = A.gshape
+        n = B.gshape[1]
+        print(f"C = A @ B: {m} x {k} @ {k} x {n} {A.dtype} on grid {grid.shape[0]}x{grid.shape[1]}, "
+              f"{seconds:.3f} s, {_flops(m, n, k, A.dtype) / seconds / 1e9:.1f} GFLOP/s; wrote {out_path}:{out_name}")
+    return 0
+
+
+def _flops(m, n, k, dtype) -> float:
+    return (8.0 if np.dtype(dtype).kind == "c" else 2.0) * m * n * k
+
+
+def _sync(rt) -> None:
+    if rt.device == "gpu":
+        from . import _device
+
+        _device.synchronize()
+
+
+def _idle_wait(comm) -> None:
+    """Wait for the others without spinning (MPICH's Barrier busy-polls a core)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
+
+
+def _bench(a, rt, grid, mem) -> int:
+    from .distmatrix import DistMatrix
+    from .summa import _panels, matmul, panel_width
+
+    N, dtype = a.bench, np.dtype(a.dtype or "float64")
+    A = DistMatrix.random((N, N), grid, dtype, seed=1)
+    B = DistMatrix.random((N, N), grid, dtype, seed=2)
+    matmul(A, B, panel=a.panel, panel_memory=mem)  # warm-up: first touches, BLAS buffers
+    best = float("inf")
+    for _ in range(max(1, a.repeat)):
+        rt.comm.Barrier()
+        t0 = MPI.Wtime()
+        matmul(A, B, panel=a.panel, panel_memory=mem)
+        _sync(rt)
+        best = min(best, rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+    # The reference: one process (rank 0) multiplies the same global matrices
+    # with all the threads the ranks had together; the others sleep.
+    ref, threads = None, None
+    rt.comm.Barrier()
+    if rt.rank == 0:
+        ref, threads = _local_gemm(rt, A, B, N, dtype, a.repeat)
+    else:
+        _idle_wait(rt.comm)
+    if rt.rank == 0:
+        _idle_wait(rt.comm)
+    gflops = _flops(N, N, N, dtype) / best / 1e9
+    if rt.rank == 0:
+        w = a.panel or panel_width(N, N, N, grid.shape, dtype.itemsize, mem)
+        widest = N if grid.size == 1 else max(k1 - k0 for k0, k1, _, _ in _panels(N, grid, min(w, N)))
+        res = dict(N=N, dtype=str(dtype), ranks=rt.size, grid=list(grid.shape), device=rt.device, panel=widest,
+                   seconds=best, gflops=gflops, local_gemm_seconds=ref,
+                   local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
+                   ratio=ref / best)
+        if a.json:
+            print(json.dumps(res), flush=True)
+        else:
+            print(f"SUMMA N={N} {dtype} on {rt.size} rank(s), grid {grid.shape[0]}x{grid.shape[1]}, panel {res['panel']}: "
+                  f"{best:.3f} s, {gflops:.1f} GFLOP/s\n"
+                  f"local GEMM, 1 process, {threads} thread(s): {ref:.3f} s, {res['local_gemm_gflops']:.1f} GFLOP/s\n"
+                  f"ratio (local GEMM time / SUMMA time): {res['ratio']:.3f}", flush=True)
+    return 0
+
+
+def _local_gemm(rt, A, B, N, dtype, repeat):
+    """Time ``A @ B`` of the global matrices on rank 0 alone (GPU: its device)."""
+    from .distmatrix import DistMatrix
+    from .grid import ProcessGrid
+
+    g1 = ProcessGrid((1, 1), comm=MPI.COMM_SELF)
+    xp = rt.xp
+    a = DistMatrix.random((N, N), g1, dtype, seed=1, xp=xp).local
+    b = DistMatrix.random((N, N), g1, dtype, seed=2, xp=xp).local
+    c = xp.empty_like(a)
+    threads = "gpu"
+    ctx = None
+    if rt.device == "cpu":
+        from threadpoolctl import threadpool_info, threadpool_limits
+
+        per_rank = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
+        threads = min(per_rank * rt.size, os.cpu_count() or 1)
+        ctx = threadpool_limits(limits=threads, user_api="blas")
+    try:
+        xp.matmul(a, b, out=c)
+        _sync(rt)
+        best = float("inf")
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            xp.matmul(a, b, out=c)
+            _sync(rt)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        if ctx is not None:
+            ctx.restore_original_limits()
+        g1.free()
+    return best, threads
+
+
+if __name__ == "__main__":
+    run(main, prog="hpcgpu.matmul")
