@@ -160,6 +160,30 @@ def default_data_path(name: str = "digits") -> str:
     return os.path.join(base, f"{name}.h5")
 
 
+def ensure_bundled(name: str, comm) -> str:
+    """Path of the cached bundled data set ``name``; rank 0 writes it on first use.
+
+    Collective over ``comm`` (the outcome is agreed).
+
+    Raises
+    ------
+    OSError, ImportError
+        The cache cannot be written, or scikit-learn is missing (every rank).
+    """
+    from .comm import agree
+
+    path = default_data_path(name)
+    err = None
+    if comm.rank == 0 and not os.path.exists(path):
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write(name, path)
+        except (OSError, ImportError) as e:
+            err = type(e)(f"bundled data set: cannot write {path} ({e})")
+    agree(err, comm=comm)
+    return path
+
+
 def write(name: str, path, source: str | None = None) -> str:
     """Write data set ``name`` (one of :data:`DATASETS`) to ``path``."""
     if name == "digits":

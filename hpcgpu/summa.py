@@ -124,9 +124,11 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
     if panel is not None and panel < 1:
         raise _error(f"matmul: panel must be >= 1, got {panel}")
     grid, xp = a.grid, a.xp
-    c = DistMatrix.zeros((m, n), grid, a.dtype, xp)
     if k == 0:
-        return c
+        return DistMatrix.zeros((m, n), grid, a.dtype, xp)
+    # The first panel's GEMM has beta = 0 and overwrites every element: no memset.
+    rows, cols = grid.block((m, n))
+    c = DistMatrix(xp.empty((rows.stop - rows.start, cols.stop - cols.start), a.dtype), (m, n), grid)
     if grid.size == 1:
         gemm(a.local, b.local, c.local, beta=0.0)
         return c

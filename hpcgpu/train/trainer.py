@@ -195,18 +195,9 @@ class Trainer:
     def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
         if data is not None:
             return data
-        from ..datasets import default_data_path, write_digits
+        from ..datasets import ensure_bundled
 
-        path = default_data_path("digits")
-        err = None
-        if comm.rank == 0 and not os.path.exists(path):
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_digits(path)
-            except (OSError, ImportError) as e:
-                err = type(e)(f"bundled data set: cannot write {path} ({e})")
-        agree(err, comm=comm)
-        return path
+        return ensure_bundled("digits", comm)
 
     # -- the step ---------------------------------------------------------
     def train_epoch(self, bar=None) -> tuple[float, float, float]:

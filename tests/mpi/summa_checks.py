@@ -1,0 +1,138 @@
+"""SUMMA against NumPy on every grid shape of this many ranks; exits 1 everywhere on failure.
+
+Usage: summa_checks.py [--quick]
+"""
+
+import sys
+import traceback
+import tracemalloc
+
+import numpy as np
+from mpi4py import MPI
+
+import hpcgpu
+from hpcgpu import DistMatrix, ProcessGrid, matmul
+from hpcgpu.summa import _panels
+
+rt = hpcgpu.init("cpu")
+P, r = rt.size, rt.rank
+failures = []
+
+grids = {tuple(MPI.Compute_dims(P, 2)), (1, P), (P, 1)}
+if P == 6:
+    grids |= {(2, 3), (3, 2)}
+SHAPES = [(24, 24, 24), (30, 17, 11), (97, 101, 89), (1, 13, 9), (9, 13, 1), (1, 1, 1), (12, 1, 10),
+          (2, 5, 3), (P - 1 if P > 1 else 1, 4, 2), (0, 5, 3), (4, 0, 3), (4, 5, 0)]
+TOL = {"float32": 2e-5, "complex64": 2e-5, "float64": 1e-13, "complex128": 1e-13}
+
+
+def check(what, fn):
+    try:
+        fn()
+    except Exception:
+        failures.append(f"[{r}] {what}: {traceback.format_exc()}")
+
+
+def one(grid, m, k, n, dtype, panel):
+    a = DistMatrix.random((m, k), grid, dtype, seed=1)
+    b = DistMatrix.random((k, n), grid, dtype, seed=2)
+    c = matmul(a, b, panel=panel) if panel != "@" else a @ b
+    assert c.gshape == (m, n) and c.dtype == np.dtype(dtype) and c.grid is grid
+    assert c.lshape == (c.rows.stop - c.rows.start, c.cols.stop - c.cols.start)
+    A, B, C = a.gather(), b.gather(), c.gather()
+    if grid.cart.rank == 0:
+        ref = A.astype(np.complex128 if "complex" in dtype else np.float64) @ B
+        scale = max(1.0, np.abs(ref).max(initial=0.0))
+        err = np.abs(C - ref).max() / scale if C.size else 0.0
+        assert err <= TOL[dtype] * max(1, k), f"{grid.shape} {m}x{k}x{n} {dtype} panel={panel}: error {err:.2e}"
+
+
+for dims in sorted(grids):
+    g = ProcessGrid(dims, comm=rt.comm)
+    for (m, k, n) in SHAPES:
+        for dtype in ("float32", "float64", "complex64", "complex128"):
+            for panel in (None, 1, 7, "@"):
+                if dtype != "float64" and panel in (1, 7):
+                    continue
+                check(f"matmul {dims} {(m, k, n)} {dtype} {panel}", lambda: one(g, m, k, n, dtype, panel))
+
+
+def random_is_grid_independent():
+    g1 = ProcessGrid((1, 1), comm=MPI.COMM_SELF)
+    for dims in grids:
+        g = ProcessGrid(dims, comm=rt.comm)
+        for dtype in ("float64", "complex64"):
+            full = DistMatrix.random((300, 270), g, dtype, seed=5).gather()
+            if r == 0:
+                np.testing.assert_array_equal(full, DistMatrix.random((300, 270), g1, dtype, seed=5).local)
+                assert np.abs(full.real).max() <= 1 and np.abs(full).min() >= 0
+        g.free()
+    g1.free()
+
+
+def scatter_gather_round_trip():
+    g = ProcessGrid(comm=rt.comm)
+    glob = np.arange(35 * 8, dtype=np.float32).reshape(35, 8) if r == 0 else None
+    d = DistMatrix.from_global(glob, g)
+    np.testing.assert_array_equal(d.local, np.arange(35 * 8, dtype=np.float32).reshape(35, 8)[d.rows, d.cols])
+    back = d.gather(root=P - 1)
+    if r == P - 1:
+        np.testing.assert_array_equal(back, np.arange(35 * 8).reshape(35, 8))
+    else:
+        assert back is None
+
+
+def memory_stays_within_blocks_and_panels():
+    """Peak traced memory of a matmul <= C block + two panel pairs (+ 64 KiB of small objects)."""
+    g = ProcessGrid(comm=rt.comm)
+    m = k = n = 480
+    a = DistMatrix.random((m, k), g, "float64", seed=1)
+    b = DistMatrix.random((k, n), g, "float64", seed=2)
+    w = 16
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    c = matmul(a, b, panel=w)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    m_l, n_l = c.lshape
+    bound = c.nbytes + 2 * (m_l * w + w * n_l) * 8 + 64 * 1024
+    assert peak <= bound, f"peak {peak} B > bound {bound} B (C block {c.nbytes} B)"
+    if P > 1:
+        assert bound < m * n * 8, "the bound itself must be below one global matrix"
+    assert len(_panels(k, g, w)) >= k // w
+
+
+def hdf5_round_trip():
+    import os
+    import tempfile
+
+    d = rt.comm.bcast(tempfile.mkdtemp() if r == 0 else None)
+    g = ProcessGrid(comm=rt.comm)
+    x = DistMatrix.random((37, 23), g, "complex128", seed=3)
+    path = os.path.join(d, "x.h5")
+    x.to_hdf5(path, "X", attrs={"note": "test"})
+    assert not [f for f in os.listdir(d) if f.endswith(".tmp")]
+    y = DistMatrix.from_hdf5(path, None, g)  # the only dataset
+    np.testing.assert_array_equal(y.local, x.local)
+    t = DistMatrix.from_hdf5(path, "X", g, transpose=True)
+    assert t.gshape == (23, 37)
+    full_t, full_x = t.gather(), x.gather()
+    if r == 0:
+        np.testing.assert_array_equal(full_t, full_x.T)
+        import h5py
+
+        with h5py.File(path) as f:
+            assert f.attrs["world_size"] == P and list(f.attrs["grid"]) == list(g.shape)
+            np.testing.assert_array_equal(f["X"][()], full_x)
+
+
+for fn in (random_is_grid_independent, scatter_gather_round_trip, memory_stays_within_blocks_and_panels,
+           hdf5_round_trip):
+    check(fn.__name__, fn)
+
+ok = rt.comm.allreduce(not failures, op=MPI.LAND)
+for f in failures[:5]:
+    print(f, file=sys.stderr)
+if r == 0:
+    print("summa checks:", "ok" if ok else "FAILED", f"grids {sorted(grids)}")
+sys.exit(0 if ok else 1)

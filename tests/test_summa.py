@@ -1,0 +1,161 @@
+import types
+
+import h5py
+import numpy as np
+import pytest
+from conftest import write_h5
+from mpi4py import MPI
+
+import _mpi
+import hpcgpu
+from hpcgpu import DistMatrix, ProcessGrid, _gemm
+from hpcgpu._partition import block_starts
+from hpcgpu.grid import parse_grid
+from hpcgpu.summa import _panels, panel_width
+
+
+def _fake_grid(pr, pc):
+    return types.SimpleNamespace(col_starts=lambda k: block_starts(k, pc), row_starts=lambda k: block_starts(k, pr))
+
+
+@pytest.mark.parametrize("k, pr, pc, w", [(10, 2, 3, 4), (97, 3, 2, 5), (5, 4, 4, 100), (1, 2, 2, 1), (7, 1, 1, 3)])
+def test_panels_cover_k_and_never_straddle_an_owner(k, pr, pc, w):
+    panels = _panels(k, _fake_grid(pr, pc), w)
+    assert panels[0][0] == 0 and panels[-1][1] == k
+    assert all(p[1] == q[0] for p, q in zip(panels, panels[1:]))
+    a, b = block_starts(k, pc), block_starts(k, pr)
+    for k0, k1, ja, ib in panels:
+        assert 1 <= k1 - k0 <= w
+        assert a[ja] <= k0 and k1 <= a[ja + 1]  # inside A's grid column ja
+        assert b[ib] <= k0 and k1 <= b[ib + 1]  # inside B's grid row ib
+
+
+def test_panel_width_fits_memory():
+    w = panel_width(4096, 4096, 4096, (2, 1), 8, 256 * 2**20)
+    assert 2 * (2048 + 4096) * 8 * w <= 256 * 2**20 < 2 * (2048 + 4096) * 8 * (w + 1)
+    assert panel_width(10, 10, 3, (1, 1), 8) == 3  # never wider than k
+    assert panel_width(10**6, 10**6, 10**6, (1, 1), 16, 1) == 1  # at least 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("scipy", [True, False])
+def test_local_gemm_accumulates_in_place(dtype, scipy, monkeypatch):
+    if not scipy:
+        monkeypatch.setattr(_gemm, "_scipy_gemm", lambda dt: None)
+    rng = np.random.default_rng(0)
+    a = rng.random((7, 5)).astype(dtype)
+    b = rng.random((5, 6)).astype(dtype)
+    c = rng.random((7, 6)).astype(dtype)
+    c0 = c.copy()
+    _gemm.gemm(a, b, c, beta=1.0)
+    np.testing.assert_allclose(c, c0 + a @ b, rtol=1e-5)
+    _gemm.gemm(a[:, ::2], b[::2], c, beta=0.0)  # strided views
+    np.testing.assert_allclose(c, a[:, ::2] @ b[::2], rtol=1e-5)
+
+
+def test_parse_grid():
+    assert parse_grid("2x3") == (2, 3) and parse_grid(" 4 X 1 ") == (4, 1)
+    for bad in ("2", "0x4", "axb", "2x3x4"):
+        with pytest.raises(ValueError, match="--grid"):
+            parse_grid(bad)
+
+
+def test_one_rank_grid_and_errors():
+    hpcgpu.init("cpu")
+    g = ProcessGrid((1, 1), comm=MPI.COMM_SELF)
+    with pytest.raises(ValueError, match="2x2 has 4 places for 1 ranks") as e:
+        ProcessGrid((2, 2), comm=MPI.COMM_SELF)
+    assert e.value.collective
+    a = DistMatrix.random((3, 4), g, seed=0)
+    with pytest.raises(ValueError, match="inner dimensions differ: A is 3 x 4, B is 3 x 4"):
+        hpcgpu.matmul(a, a)
+    with pytest.raises(ValueError, match="dtypes differ"):
+        hpcgpu.matmul(a, DistMatrix.random((4, 2), g, "float32"))
+    g2 = ProcessGrid((1, 1), comm=MPI.COMM_SELF)
+    with pytest.raises(ValueError, match="different process grids"):
+        hpcgpu.matmul(a, DistMatrix.random((4, 2), g2))
+    with pytest.raises(ValueError, match="not one of float32"):
+        DistMatrix.random((2, 2), g, "int64")
+    with pytest.raises(ValueError, match="local block has shape"):
+        DistMatrix(np.zeros((2, 2)), (3, 3), g)
+    c = a @ DistMatrix.random((4, 2), g, seed=1)
+    np.testing.assert_allclose(c.local, a.local @ DistMatrix.random((4, 2), g, seed=1).local)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 6])
+def test_summa_against_numpy(nprocs):
+    p = _mpi.script(nprocs, "summa_checks.py", timeout=240)
+    assert "summa checks: ok" in p.stdout
+
+
+# -- the command line --------------------------------------------------------------
+
+def _cli(n, *args, timeout=120):
+    return _mpi.run(n, ["-m", "hpcgpu.matmul", *map(str, args)], timeout=timeout)
+
+
+@pytest.mark.mpi
+def test_cli_multiplies_hdf5_files(tmp_path):
+    rng = np.random.default_rng(0)
+    A, B = rng.random((23, 19)), rng.random((19, 11)).astype(np.float32)
+    write_h5(tmp_path / "a.h5", A=A)
+    write_h5(tmp_path / "b.h5", grp__B=B, other=np.zeros(3))
+    p = _cli(3, tmp_path / "a.h5", f"{tmp_path / 'b.h5'}:/grp/B", "-o", tmp_path / "out" / "c.h5", "--grid", "3x1",
+             "--panel", "4")
+    assert p.returncode == 0, p.stderr
+    assert "GFLOP/s" in p.stdout and len(p.stdout.strip().splitlines()) == 1
+    with h5py.File(tmp_path / "out" / "c.h5") as f:
+        np.testing.assert_allclose(f["C"][()], A @ B.astype(np.float64), rtol=1e-12)
+        assert f["C"].dtype == np.float64  # float64 @ float32 computes in float64
+        assert f.attrs["world_size"] == 3 and list(f.attrs["grid"]) == [3, 1]
+
+
+@pytest.mark.mpi
+def test_cli_bench_reports_ratio():
+    p = _cli(2, "--bench", 64, "--repeat", 1, "--json")
+    assert p.returncode == 0, p.stderr
+    import json
+
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["N"] == 64 and res["ranks"] == 2 and res["gflops"] > 0 and res["ratio"] > 0
+    assert res["local_gemm_threads"] == 2
+
+
+def _mk(tmp_path):
+    write_h5(tmp_path / "a.h5", A=np.ones((4, 5)))
+    write_h5(tmp_path / "b.h5", B=np.ones((6, 3)))
+    write_h5(tmp_path / "b5.h5", B=np.ones((5, 3)))
+    write_h5(tmp_path / "v.h5", V=np.ones(5))
+    write_h5(tmp_path / "s.h5", S=np.array([[b"x"]]))
+    write_h5(tmp_path / "two.h5", X=np.ones((2, 2)), Y=np.ones((2, 2)))
+    (tmp_path / "afile").write_text("not a directory")
+
+
+BAD = {
+    "inner dimensions": (["a.h5", "b.h5"], "inner dimensions differ"),
+    "missing file": (["nope.h5", "b5.h5"], "nope.h5: no such file"),
+    "missing dataset": (["a.h5:/Z", "b5.h5"], "no dataset /Z"),
+    "ambiguous file": (["two.h5", "b5.h5"], "holds 2 datasets"),
+    "not 2-D": (["v.h5", "b5.h5"], "must be a 2-D matrix"),
+    "not numeric": (["s.h5", "b5.h5"], "must be numeric"),
+    "grid product": (["a.h5", "b5.h5", "--grid", "2x2"], "2x2 has 4 places for 3 ranks"),
+    "grid syntax": (["a.h5", "b5.h5", "--grid", "3"], "--grid must look like"),
+    "unwritable": (["a.h5", "b5.h5", "-o", "{tmp}/afile/c.h5"], "cannot write in"),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", list(BAD))
+def test_cli_bad_input_exits_2_with_one_line(case, tmp_path):
+    _mk(tmp_path)
+    args, message = BAD[case]
+    args = [a.replace("{tmp}", str(tmp_path)) if "{tmp}" in a else (str(tmp_path / a) if ".h5" in a else a)
+            for a in args]
+    if "-o" not in args:
+        args += ["-o", str(tmp_path / "c.h5")]
+    p = _cli(3, *args, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], p.stderr
+    assert not (tmp_path / "c.h5").exists()
