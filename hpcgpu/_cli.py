@@ -44,7 +44,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
         raise
     except BaseException as exc:  # noqa: BLE001 - the whole point
         if getattr(exc, "collective", False):
-            if world_rank() == 0:
+            if world_rank() == 0 and not getattr(exc, "silent", False):
                 print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
         rank = world_rank()

@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from . import _device
 
-__all__ = ["Runtime", "init", "get_runtime", "detect_cuda_aware"]
+__all__ = ["Runtime", "init", "get_runtime", "detect_cuda_aware", "check_launch"]
 
 _RUNTIME: Runtime | None = None
 
@@ -127,7 +127,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
         ``device`` is not one of the choices (on every rank, before any
         communication).
     RuntimeError
-        ``device="gpu"`` and some rank has no usable GPU (on every rank).
+        ``device="gpu"`` and some rank has no usable GPU (on every rank);
+        or the launcher did not connect the ranks (see :func:`check_launch`).
 
     Notes
     -----
@@ -136,6 +137,7 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     global _RUNTIME
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+    check_launch()
     base = MPI.COMM_WORLD if comm is None else comm
     if _RUNTIME is not None and comm is None and device in ("auto", _RUNTIME.device):
         return _RUNTIME
@@ -235,6 +237,35 @@ def _limit_blas_threads(local_size: int) -> str:
     _BLAS_LIMIT = threadpool_limits(limits=n)
     why = f"bound to {mine} cores" if mine < total else f"{total} cores / {local_size} ranks on node"
     return f"{n} ({why})"
+
+
+def check_launch() -> None:
+    """Stop N copies of a 1-rank job that should have been one N-rank job.
+
+    Not collective. Under ``srun --mpi=none`` (or a launcher that does not
+    speak the MPI library's process-management interface) every task of an
+    N-task Slurm step starts its own ``MPI_COMM_WORLD`` of size 1, and the
+    job silently runs N times. Detected from ``SLURM_STEP_NUM_TASKS`` > 1
+    while ``COMM_WORLD`` has one rank. ``HPCGPU_IGNORE_SLURM_NTASKS=1``
+    turns the check off.
+
+    Raises
+    ------
+    RuntimeError
+        With attribute ``collective`` (each task is its own world, so all of
+        them raise), and ``silent`` on all tasks but Slurm's task 0, so the
+        job log shows the message once.
+    """
+    step_tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if (MPI.COMM_WORLD.Get_size() == 1 and step_tasks.isdigit() and int(step_tasks) > 1
+            and os.environ.get("HPCGPU_IGNORE_SLURM_NTASKS", "").lower() not in _TRUE):
+        err = RuntimeError(
+            f"Slurm started {step_tasks} tasks (SLURM_STEP_NUM_TASKS={step_tasks}) but MPI sees a world of 1 "
+            "in each: the launcher did not connect the ranks (srun --mpi=none?); launch with "
+            "srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec")
+        err.collective = True
+        err.silent = os.environ.get("SLURM_PROCID", "0") != "0"
+        raise err
 
 
 def get_runtime() -> Runtime:

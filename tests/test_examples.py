@@ -3,7 +3,7 @@ import os
 import h5py
 import numpy as np
 import pytest
-from conftest import blobs, write_h5
+from _data import blobs, write_h5
 
 import _mpi
 

@@ -3,7 +3,7 @@ import types
 import h5py
 import numpy as np
 import pytest
-from conftest import write_h5
+from _data import write_h5
 from mpi4py import MPI
 
 import _mpi

@@ -1,5 +1,9 @@
 """``mpiexec -n P python -m hpcgpu.train [options]``: data-parallel SGD of an MLP.
 
+Exit status: 0 done, 2 bad input (one line on stderr), 3 stopped by SIGUSR1,
+SIGTERM or --stop-file after writing a checkpoint (rerun with --resume), 1 anything else
+(the job is aborted).
+
 Reads an HDF5 data set (``/train/X`` N x D, ``/train/y`` N labels, optional
 ``/test``), trains with a global batch split among the ranks, and writes
 metrics and model to HDF5. Without ``--data`` it trains on scikit-learn's
@@ -11,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from .._cli import ArgumentParser, run
-from .trainer import TrainConfig, Trainer
+from .trainer import StopRequest, TrainConfig, Trainer
 
 
 def _hidden(text: str) -> tuple:
@@ -57,15 +61,43 @@ def parser() -> ArgumentParser:
     p.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="floating-point type")
     p.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default=d.progress,
                    help="rank 0's output: bar on a terminal, one line per epoch otherwise")
+    g = p.add_argument_group("checkpoints (SIGUSR1 or SIGTERM: checkpoint after the current step, exit 3)")
+    g.add_argument("--checkpoint", default=d.checkpoint,
+                   help="checkpoint file; default OUT with .ckpt.h5 when --checkpoint-every or --resume is given")
+    g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="STEPS",
+                   help="write a checkpoint every STEPS global steps (0: only on a stop signal and at the end)")
+    g.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints, metavar="K",
+                   help="keep the K newest checkpoint files (PATH, PATH.1, ...)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the newest readable checkpoint; start from scratch if there is none")
+    g.add_argument("--stop-file", default=None, metavar="PATH",
+                   help="when PATH appears, checkpoint after the current step and exit 3 "
+                        "(rank 0 looks once a second; job scripts touch it on Slurm's warning signal)")
     return p
 
 
+EXIT_STOPPED = 3
+"""Exit status after a stop signal: a checkpoint was written, rerun with --resume."""
+
+
 def main(argv=None) -> int:
+    # First of all: a warning signal that comes while the data loads must not
+    # kill the job, and one that comes after the last step is simply late.
+    stop = StopRequest().install()
     args = parser().parse_args(argv)
     trainer = Trainer(TrainConfig(**vars(args)))
+    stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
+    trainer.stop_request = stop
     trainer.fit()
+    talk = trainer.rt.rank == 0 and trainer.config.progress != "none"
+    if trainer.stopped_by:
+        if trainer.rt.rank == 0:
+            print(f"hpcgpu.train: stopped ({trainer.stopped_by}) after step {trainer.step} "
+                  f"(epoch {trainer.epoch + 1}); checkpoint {trainer.config.checkpoint_path}; "
+                  "rerun with --resume to continue", flush=True)
+        return EXIT_STOPPED
     path = trainer.save()
-    if trainer.rt.rank == 0 and trainer.config.progress != "none":
+    if talk:
         h = trainer.history
         print(f"final test_accuracy {h['test_accuracy'][-1]:.4f}; wrote {path}", flush=True)
     return 0

@@ -38,11 +38,14 @@ class MLP:
         All parameters, layer by layer: ``fc{i}.weight`` of shape
         ``(sizes[i], sizes[i+1])`` (input-major, so a layer is ``x @ W + b``),
         then ``fc{i}.bias`` of shape ``(sizes[i+1],)``.
-    grad : xp.ndarray, shape (n_params + 2,)
+    grad : xp.ndarray, shape (n_params + 3,)
         Gradient of the SUM of per-sample losses, laid out like ``params``,
-        followed by two slots: the loss sum and the number of correct
-        predictions of the last :meth:`loss_and_grad`. Reducing ``grad``
-        reduces the metrics in the same message.
+        followed by three slots: the loss sum and the number of correct
+        predictions of the last :meth:`loss_and_grad`, and one the caller
+        may use (the trainer's stop flag). Reducing ``grad`` reduces them
+        all in the same message.
+    weight_grad : xp.ndarray, shape (n_params,)
+        The gradient part of ``grad`` (a view).
 
     References
     ----------
@@ -59,7 +62,8 @@ class MLP:
             self.shapes += [(f"fc{i}.weight", (a, b)), (f"fc{i}.bias", (b,))]
         self.n_params = sum(math.prod(s) for _, s in self.shapes)
         self.params = xp.zeros(self.n_params, dtype=self.dtype)
-        self.grad = xp.zeros(self.n_params + 2, dtype=self.dtype)
+        self.grad = xp.zeros(self.n_params + 3, dtype=self.dtype)
+        self.weight_grad = self.grad[: self.n_params]
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
         self.reset(seed)
@@ -130,8 +134,8 @@ class MLP:
         -----
         Fills :attr:`grad` with the gradient of the SUM over the ``n``
         samples of the cross-entropy loss (so that summing over ranks and
-        dividing by the global batch gives the mean), and its last two
-        slots with the loss sum and the number of correct predictions.
+        dividing by the global batch gives the mean), and the two slots
+        after it with the loss sum and the number of correct predictions.
         """
         xp = self.xp
         acts = [X]
@@ -145,8 +149,8 @@ class MLP:
                 acts.append(z)
             a = z
         probs, loss, correct = self._loss_terms(a, y)
-        self.grad[-2] = loss
-        self.grad[-1] = correct
+        self.grad[self.n_params] = loss
+        self.grad[self.n_params + 1] = correct
         dz = probs
         dz[xp.arange(dz.shape[0]), y] -= 1
         for i in reversed(range(L)):

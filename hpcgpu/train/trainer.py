@@ -31,7 +31,81 @@ from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP
 from .optim import SGD, LRSchedule
 
-__all__ = ["TrainConfig", "Trainer"]
+__all__ = ["TrainConfig", "Trainer", "StopRequest"]
+
+
+class StopRequest:
+    """A request to stop at the next step: SIGUSR1, SIGTERM, or a stop file.
+
+    Not collective: each rank records its own requests; the trainer agrees
+    on them in the step's Allreduce, so all ranks stop after the same step.
+    A second signal of the same kind takes its default action (the process
+    ends), for a user who really means it.
+
+    Parameters
+    ----------
+    stop_file : str, optional
+        A file whose appearance asks for a stop. Job scripts prefer it to
+        forwarding a signal: it cannot kill a process that has not yet
+        installed its handlers, and it needs no launcher to pass it on.
+    check_file : bool
+        Whether this rank looks for the file (rank 0 only, so a parallel
+        file system sees one metadata request per second, not one per rank
+        and step).
+    interval : float
+        Seconds between looks at the file.
+
+    Attributes
+    ----------
+    reason : str or None
+        ``"SIGUSR1"``, ``"SIGTERM"`` or ``"stop file PATH"`` once requested.
+    """
+
+    SIGNALS = ("SIGUSR1", "SIGTERM")
+
+    def __init__(self, stop_file: str | None = None, check_file: bool = True, interval: float = 1.0):
+        self.reason: str | None = None
+        self.stop_file, self.check_file, self.interval = stop_file, check_file, interval
+        self._next_look = 0.0
+        self._old: dict = {}
+
+    def _handler(self, signum, frame):
+        import signal
+
+        name = signal.Signals(signum).name
+        if self.reason == name:
+            signal.signal(signum, self._old.get(name, signal.SIG_DFL))
+            signal.raise_signal(signum)
+            return
+        self.reason = self.reason or name
+
+    def requested(self) -> bool:
+        """Whether a stop was asked for on this rank (looks at the file now and then)."""
+        if self.reason is None and self.stop_file and self.check_file:
+            now = time.monotonic()
+            if now >= self._next_look:
+                self._next_look = now + self.interval
+                if os.path.exists(self.stop_file):
+                    self.reason = f"stop file {self.stop_file}"
+        return self.reason is not None
+
+    def install(self) -> "StopRequest":
+        """Install the signal handlers (main thread only; elsewhere a no-op)."""
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                self._old[name] = signal.signal(getattr(signal, name), self._handler)
+        return self
+
+    def uninstall(self) -> None:
+        """Put the previous handlers back."""
+        import signal
+
+        for name, h in self._old.items():
+            signal.signal(getattr(signal, name), h)
+        self._old.clear()
 
 
 @dataclass
@@ -69,6 +143,20 @@ class TrainConfig:
     dtype : {"float32", "float64"}
     progress : {"auto", "bar", "lines", "none"}
         Rank 0's output: a bar on a terminal, one line per epoch otherwise.
+    checkpoint : str or None
+        Checkpoint file (HDF5). ``None``: ``<out without .h5>.ckpt.h5`` when
+        ``checkpoint_every`` or ``resume`` asks for checkpoints, else none.
+    checkpoint_every : int
+        Write a checkpoint every this many global steps (0: only when
+        stopped by a signal and at the end).
+    keep_checkpoints : int
+        How many checkpoint files to keep (``PATH``, ``PATH.1``, ...).
+    resume : bool
+        Continue from the newest readable checkpoint (falling back to older
+        ones); start from scratch when there is none.
+    stop_file : str or None
+        When this file appears, checkpoint after the current step and stop
+        (see :class:`StopRequest`).
     """
 
     data: str | None = None
@@ -87,6 +175,20 @@ class TrainConfig:
     lr_gamma: float = 0.1
     dtype: str = "float32"
     progress: str = "auto"
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    resume: bool = False
+    stop_file: str | None = None
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        if self.checkpoint:
+            return self.checkpoint
+        if self.checkpoint_every or self.resume:
+            base = self.out[:-3] if self.out.endswith(".h5") else self.out
+            return base + ".ckpt.h5"
+        return None
 
     def validate(self) -> ValueError | None:
         """The first bad option, as an error naming it; ``None`` when all are fine."""
@@ -103,6 +205,8 @@ class TrainConfig:
             (self.lr_step_epochs >= 1, f"--lr-step-epochs must be >= 1, got {self.lr_step_epochs}"),
             (self.dtype in ("float32", "float64"), f"--dtype must be float32 or float64, got {self.dtype!r}"),
             (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
+            (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
+            (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -134,7 +238,9 @@ class Trainer:
         ``collective``): see :func:`hpcgpu.train.data.load_split` and
         :meth:`TrainConfig.validate`; the global batch larger than the
         training set or smaller than the number of ranks; ``out`` not
-        writable.
+        writable; ``resume`` with checkpoints that are all unreadable or
+        were written with other values of the options in
+        :data:`hpcgpu.train.checkpoint.MUST_MATCH`.
 
     Attributes
     ----------
@@ -143,11 +249,19 @@ class Trainer:
         Per epoch: ``epoch``, ``train_loss``, ``train_accuracy``,
         ``test_loss``, ``test_accuracy``, ``lr``, ``seconds`` (training time
         of the epoch, wall clock, s), ``samples_per_second``.
+    epoch, step, step_in_epoch : int
+        Finished epochs, global steps done, steps done in the current epoch.
+    stopped_by : str or None
+        What stopped :meth:`fit` early, after a checkpoint (``"SIGUSR1"``,
+        ``"SIGTERM"``, ``"stop file PATH"``); ``None`` when it ran to the end.
+    resumed_from : str or None
+        The checkpoint file this run continued from.
     """
 
     METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
                "lr", "seconds", "samples_per_second")
     UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1"}
+    STOP_SIGNALS = ("SIGUSR1", "SIGTERM")
 
     def __init__(self, config: TrainConfig, runtime: Runtime | None = None):
         self.config = c = config
@@ -158,7 +272,12 @@ class Trainer:
         self.rt = rt = runtime if runtime is not None else init(c.device)
         comm, self.xp = rt.comm, rt.xp
 
-        agree(writable_error(c.out, "--out") if rt.rank == 0 else None, comm=comm)
+        err = None
+        if rt.rank == 0:
+            err = writable_error(c.out, "--out")
+            if err is None and c.checkpoint_path:
+                err = writable_error(c.checkpoint_path, "--checkpoint")
+        agree(err, comm=comm)
         self.data_path = self._data_path(c.data, comm)
 
         train, nc = load_split(self.data_path, "train", comm, dtype=c.dtype, min_rows=rt.size)
@@ -187,9 +306,15 @@ class Trainer:
         )
         if test is not None:
             self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
-        self.epoch = 0
-        self.step = 0
+        self.epoch = self.step = self.step_in_epoch = 0
+        self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
+        self._epoch_seconds = 0.0
         self.history: dict[str, list] = {k: [] for k in self.METRICS}
+        self.stopped_by: str | None = None
+        self.resumed_from: str | None = None
+        self.stop_request: StopRequest | None = None
+        if c.resume:
+            self._resume()
 
     @staticmethod
     def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
@@ -200,35 +325,56 @@ class Trainer:
         return ensure_bundled("digits", comm)
 
     # -- the step ---------------------------------------------------------
-    def train_epoch(self, bar=None) -> tuple[float, float, float]:
-        """One pass over the training set. Collective.
+    def train_epoch(self, bar=None) -> bool:
+        """Run the rest of the current epoch. Collective.
+
+        Starts at :attr:`step_in_epoch` (non-zero after a resume) and ends
+        the epoch, or stops early after the step in which any rank received
+        a stop signal (the flag rides in the gradient's Allreduce, so all
+        ranks stop after the same step).
 
         Returns
         -------
-        (train_loss, train_accuracy, seconds)
-            Mean loss and accuracy over the epoch's samples (global), and the
-            epoch's wall-clock training time in seconds.
+        bool
+            True when the epoch was finished, False when stopped.
+
+        Raises
+        ------
+        FloatingPointError
+            The reduced loss of a step is NaN or infinite (every rank; no
+            checkpoint is written, so the last one stays good).
         """
         xp, model, comm = self.xp, self.model, self.rt.comm
-        B, lb = self.sampler.B, self.sampler.local_batch
+        B, lb, n = self.sampler.B, self.sampler.local_batch, model.n_params
         t0 = MPI.Wtime()
         X_host, y_host = self.sampler.epoch(self.epoch)
         X, y = xp.asarray(X_host), xp.asarray(y_host)
-        grad = model.grad[:-2]
-        totals = xp.zeros(2, dtype=np.float64)
-        for s in range(self.sampler.steps):
+        every = self.config.checkpoint_every
+        for s in range(self.step_in_epoch, self.sampler.steps):
             model.loss_and_grad(X[s * lb : (s + 1) * lb], y[s * lb : (s + 1) * lb])
+            model.grad[n + 2] = 1.0 if self.stop_request is not None and self.stop_request.requested() else 0.0
             Allreduce(model.grad, comm=comm)
-            totals += model.grad[-2:]
-            grad /= B
-            self.optimizer.step(grad, self.schedule(self.step))
+            loss_sum, correct, stop = (float(v) for v in _device.asnumpy(model.grad[n:]))
+            if not math.isfinite(loss_sum):
+                err = FloatingPointError(
+                    f"training diverged: the loss of step {self.step + 1} (epoch {self.epoch + 1}) is "
+                    f"{loss_sum / B}; the last checkpoint is kept; try a smaller --lr")
+                err.collective = True  # the reduced loss is the same on every rank
+                raise err
+            self._epoch_totals += (loss_sum, correct)
+            model.weight_grad /= B
+            self.optimizer.step(model.weight_grad, self.schedule(self.step))
             self.step += 1
+            self.step_in_epoch = s + 1
             if bar is not None:
                 bar.update(1)
-        loss_sum, correct = (float(v) for v in _device.asnumpy(totals))
-        seconds = MPI.Wtime() - t0
-        n = self.sampler.steps * B
-        return loss_sum / n, correct / n, seconds
+            if stop:
+                self._epoch_seconds += MPI.Wtime() - t0
+                return False
+            if every and self.step % every == 0:
+                self.save_checkpoint()
+        self._epoch_seconds += MPI.Wtime() - t0
+        return True
 
     def evaluate(self) -> tuple[float, float]:
         """Mean loss and accuracy on the test split (NaN without one). Collective."""
@@ -240,42 +386,142 @@ class Trainer:
         n = self.test_split.n_global
         return loss_sum / n, correct / n
 
-    def fit(self) -> dict[str, list]:
-        """Train for the configured epochs, evaluating after each. Collective.
+    def _finish_epoch(self, lr: float) -> dict:
+        n = self.sampler.steps * self.sampler.B
+        test_loss, test_acc = self.evaluate()
+        self.epoch += 1
+        row = dict(epoch=self.epoch, train_loss=self._epoch_totals[0] / n, train_accuracy=self._epoch_totals[1] / n,
+                   test_loss=test_loss, test_accuracy=test_acc, lr=lr, seconds=self._epoch_seconds,
+                   samples_per_second=n / self._epoch_seconds if self._epoch_seconds > 0 else math.nan)
+        for k in self.METRICS:
+            self.history[k].append(row[k])
+        self.step_in_epoch, self._epoch_totals[:], self._epoch_seconds = 0, 0.0, 0.0
+        return row
 
-        Raises
-        ------
-        FloatingPointError
-            The training loss became NaN or infinite (on every rank: the
-            loss is the reduced one).
+    def fit(self) -> dict[str, list]:
+        """Train until the configured number of epochs, evaluating after each. Collective.
+
+        SIGUSR1 or SIGTERM (Slurm's warning signal, preemption), or the
+        config's stop file, make every rank stop after the same step and
+        write a checkpoint; then :attr:`stopped_by` says why. The handlers are those of
+        :attr:`stop_request` when set (the command line installs one before
+        anything else, so that a signal during start-up is not lost),
+        otherwise installed for the duration of ``fit``. With a checkpoint
+        path, a checkpoint is also written at the end.
+
+        Returns
+        -------
+        dict of list
+            :attr:`history`.
         """
         c, rt = self.config, self.rt
         bar = self._progress_bar()
         self._log_header()
+        own = self.stop_request is None
+        if own:
+            self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
         try:
             while self.epoch < c.epochs:
-                lr = self.schedule(self.step)
-                loss, acc, secs = self.train_epoch(bar)
-                if not math.isfinite(loss):
-                    err = FloatingPointError(
-                        f"training diverged: train loss is {loss} in epoch {self.epoch + 1} "
-                        f"(steps {self.step - self.sampler.steps + 1}..{self.step}); try a smaller --lr"
-                    )
-                    err.collective = True  # the loss is the reduced one, the same on every rank
-                    raise err
-                test_loss, test_acc = self.evaluate()
-                self.epoch += 1
-                row = dict(epoch=self.epoch, train_loss=loss, train_accuracy=acc, test_loss=test_loss,
-                           test_accuracy=test_acc, lr=lr, seconds=secs,
-                           samples_per_second=self.sampler.steps * self.sampler.B / secs)
-                for k in self.METRICS:
-                    self.history[k].append(row[k])
+                lr = self.schedule(self.epoch * self.sampler.steps)
+                if not self.train_epoch(bar):
+                    self.stopped_by = self.stop_request.reason or "a stop request on another rank"
+                    break
+                row = self._finish_epoch(lr)
                 if rt.rank == 0:
                     self._log_epoch(row, bar)
         finally:
+            if own:
+                self.stop_request.uninstall()
             if bar is not None:
                 bar.close()
+        just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
+        if c.checkpoint_path and not just_written:
+            self.save_checkpoint()
         return self.history
+
+    # -- checkpoints ----------------------------------------------------------
+    def _state(self):
+        from .checkpoint import CheckpointState
+
+        return CheckpointState(
+            params=_device.asnumpy(self.model.params), velocity=_device.asnumpy(self.optimizer.velocity),
+            epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
+            epoch_totals=self._epoch_totals.copy(), epoch_seconds=self._epoch_seconds,
+            history={k: list(v) for k, v in self.history.items()},
+            config=json.loads(self.config.to_json()), world_size=self.rt.size)
+
+    def save_checkpoint(self, path: str | None = None) -> str:
+        """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
+
+        Collective: the outcome is agreed, so a failed write raises
+        ``OSError`` on every rank.
+        """
+        from .checkpoint import write_checkpoint
+
+        path = path or self.config.checkpoint_path
+        err = None
+        if self.rt.rank == 0:
+            try:
+                write_checkpoint(path, self._state(), self.config.keep_checkpoints,
+                                 attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path)))
+            except OSError as e:
+                err = OSError(f"--checkpoint {path}: cannot write ({e})")
+        agree(err, comm=self.rt.comm)
+        return path
+
+    def _resume(self) -> None:
+        """Load the newest readable checkpoint on rank 0 and broadcast it. Collective."""
+        from .checkpoint import MUST_MATCH, candidates, read_checkpoint
+
+        path, comm = self.config.checkpoint_path, self.rt.comm
+        state, err, notes = None, None, []
+        if self.rt.rank == 0:
+            found = candidates(path)
+            for p in found:
+                try:
+                    state = read_checkpoint(p, self.model.n_params)
+                    self.resumed_from = p
+                    break
+                except ValueError as e:
+                    notes.append(str(e))
+            if found and state is None:
+                err = ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
+            elif state is not None:
+                mine = json.loads(self.config.to_json())
+                for k in MUST_MATCH:
+                    if state.config.get(k) != mine[k]:
+                        err = ValueError(
+                            f"--resume: {self.resumed_from} was written with --{k.replace('_', '-')} "
+                            f"{state.config.get(k)}, this run has {mine[k]}")
+                        break
+        agree(err, comm=comm)
+        meta = None
+        if self.rt.rank == 0:
+            for note in notes:
+                print(f"hpcgpu.train: warning: {note}; falling back to an older checkpoint", file=sys.stderr,
+                      flush=True)
+            if state is None:
+                print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
+            else:
+                meta = dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
+                            epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
+                            history=state.history, path=self.resumed_from, world_size=state.world_size)
+        meta = comm.bcast(meta, root=0)
+        if meta is None:
+            return
+        if self.rt.rank == 0:
+            self.model.params[...] = self.xp.asarray(state.params)
+            self.optimizer.velocity[...] = self.xp.asarray(state.velocity)
+        Bcast(self.model.params, root=0, comm=comm)
+        Bcast(self.optimizer.velocity, root=0, comm=comm)
+        self.epoch, self.step, self.step_in_epoch = meta["epoch"], meta["step"], meta["step_in_epoch"]
+        self._epoch_totals[:] = meta["epoch_totals"]
+        self._epoch_seconds = meta["epoch_seconds"]
+        self.history = {k: list(meta["history"].get(k, [])) for k in self.METRICS}
+        self.resumed_from = meta["path"]
+        if self.rt.rank == 0 and self.config.progress != "none":
+            print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): "
+                  f"epoch {self.epoch + 1}, step {self.step}", flush=True)
 
     # -- output -----------------------------------------------------------
     def save(self, path: str | None = None) -> str:
@@ -286,7 +532,7 @@ class Trainer:
         ``units``), ``/model/<fc{i}.weight|fc{i}.bias>`` (weights are
         ``(in, out)``), root attributes ``config`` (JSON), ``world_size``,
         ``device``, ``mpi_library``, ``hpcgpu_version``, ``data``,
-        ``num_classes``.
+        ``num_classes``, ``epochs_done``, ``steps_done``, ``resumed_from``.
 
         Returns
         -------
@@ -316,6 +562,7 @@ class Trainer:
                     f.attrs["num_classes"] = self.num_classes
                     f.attrs["epochs_done"] = self.epoch
                     f.attrs["steps_done"] = self.step
+                    f.attrs["resumed_from"] = self.resumed_from or ""
             except OSError as e:
                 err = OSError(f"--out {path}: cannot write ({e})")
         agree(err, comm=rt.comm)

@@ -20,8 +20,8 @@ def test_gradient_matches_central_differences(sizes):
     X = rng.normal(size=(9, sizes[0]))
     y = rng.integers(0, sizes[-1], 9)
     m.loss_and_grad(X, y)
-    analytic = m.grad[:-2].copy()
-    assert m.grad[-2] == pytest.approx(_loss(m, X, y), rel=1e-12)
+    analytic = m.weight_grad.copy()
+    assert m.grad[m.n_params] == pytest.approx(_loss(m, X, y), rel=1e-12)
     h = 1e-6
     numeric = np.empty(m.n_params)
     for i in range(m.n_params):
@@ -44,7 +44,8 @@ def test_parameters_are_views_of_one_flat_buffer():
         assert np.shares_memory(v, m.params)
     m.params[:] = 7
     assert all((v == 7).all() for _, v in m.named_parameters())
-    assert m.grad.shape == (m.n_params + 2,)
+    assert m.grad.shape == (m.n_params + 3,)
+    assert np.shares_memory(m.weight_grad, m.grad) and m.weight_grad.shape == (m.n_params,)
 
 
 def test_same_seed_same_init_and_he_bound():
@@ -65,9 +66,9 @@ def test_loss_sum_and_correct_count_slots():
     y = np.array([1, 0, 0])
     m.loss_and_grad(X, y)
     # logits: [0, 50, 0], [0, 50, 0], [0, -50, 0] -> predictions 1, 1, 0: two right
-    assert m.grad[-1] == 2
+    assert m.grad[m.n_params + 1] == 2
     expected = 2 * math.log(1 + 2 * math.exp(-50)) + (50 + math.log(2 + math.exp(-50)))
-    assert m.grad[-2] == pytest.approx(expected, rel=1e-12)
+    assert m.grad[m.n_params] == pytest.approx(expected, rel=1e-12)
 
 
 def test_evaluate_matches_loss_and_grad_in_chunks():
@@ -76,7 +77,7 @@ def test_evaluate_matches_loss_and_grad_in_chunks():
     X, y = rng.normal(size=(50, 6)), rng.integers(0, 4, 50)
     m.loss_and_grad(X, y)
     tot = m.evaluate(X, y, chunk=7)
-    assert tot[0] == pytest.approx(m.grad[-2], rel=1e-12) and tot[1] == m.grad[-1]
+    assert tot[0] == pytest.approx(m.grad[m.n_params], rel=1e-12) and tot[1] == m.grad[m.n_params + 1]
 
 
 def test_sgd_matches_the_closed_form():

@@ -1,0 +1,36 @@
+import os
+import shutil
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from cluster import SlurmCluster, install_packages  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A running one-node Slurm. Skipped without root (or without apt and Slurm); CI must have it."""
+    why = None
+    if os.geteuid() != 0:
+        why = "needs root to start slurmctld, slurmd and munged"
+    elif not shutil.which("apt-get") and not shutil.which("slurmctld"):
+        why = "needs apt-get (or Slurm installed)"
+    if why is None:
+        try:
+            install_packages()
+        except Exception as e:  # noqa: BLE001
+            why = f"cannot install Slurm: {e}"
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"Slurm tests must run in CI: {why}")
+        pytest.skip(why)
+    cluster = SlurmCluster(str(tmp_path_factory.mktemp("slurm")))
+    try:
+        cluster.start()
+    except Exception:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()

@@ -1,0 +1,148 @@
+"""The job scripts in jobs/slurm/, submitted as they are (only their variables set) to a real Slurm."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from _data import blobs, write_h5
+
+import _mpi
+
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
+
+JOBS = os.path.join(_mpi.ROOT, "jobs", "slurm")
+
+
+def _vars(tmp_path, **extra):
+    env = {"VENV": sys.prefix, "RESULTS": str(tmp_path / "results"), "PYTHONPATH": _mpi.ROOT}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _run_dir(tmp_path):
+    (d,) = glob.glob(str(tmp_path / "results" / "*"))
+    return d
+
+
+def _log(tmp_path):
+    return "".join(open(f).read() for f in sorted(glob.glob(str(tmp_path / "*.out"))))
+
+
+def test_train_cpu_script(slurm, tmp_path):
+    p = slurm.sbatch(os.path.join(JOBS, "train-cpu.sbatch"), "-o", str(tmp_path / "%j.out"),
+                     env=_vars(tmp_path, TRAIN_ARGS="--epochs 3"), timeout=180)
+    assert p.returncode == 0, (p.stdout, p.stderr, _log(tmp_path))
+    d = _run_dir(tmp_path)
+    with h5py.File(os.path.join(d, "train.h5")) as f:
+        assert list(f["metrics/epoch"][()]) == [1, 2, 3]
+        assert f.attrs["world_size"] == 2  # --ntasks-per-node=2, launched by srun --mpi=pmi2
+    assert os.path.exists(os.path.join(d, "checkpoint.h5"))
+    assert os.path.basename(d) in _log(tmp_path)  # outputs under a folder named after the job id
+
+
+def test_matmul_cpu_script(slurm, tmp_path):
+    rng = np.random.default_rng(0)
+    A, B = rng.random((40, 30)), rng.random((30, 20))
+    write_h5(tmp_path / "a.h5", A=A)
+    write_h5(tmp_path / "b.h5", B=B)
+    p = slurm.sbatch(os.path.join(JOBS, "matmul-cpu.sbatch"), "-o", str(tmp_path / "%j.out"),
+                     env=_vars(tmp_path, A=tmp_path / "a.h5", B=tmp_path / "b.h5", GRID="1x2"), timeout=180)
+    assert p.returncode == 0, (p.stdout, p.stderr, _log(tmp_path))
+    with h5py.File(os.path.join(_run_dir(tmp_path), "C.h5")) as f:
+        np.testing.assert_allclose(f["C"][()], A @ B, rtol=1e-12)
+        assert list(f.attrs["grid"]) == [1, 2]
+
+
+def test_matmul_cpu_script_benchmark(slurm, tmp_path):
+    p = slurm.sbatch(os.path.join(JOBS, "matmul-cpu.sbatch"), "-o", str(tmp_path / "%j.out"),
+                     env=_vars(tmp_path, BENCH_N=256), timeout=180)
+    assert p.returncode == 0, (p.stdout, p.stderr, _log(tmp_path))
+    with open(os.path.join(_run_dir(tmp_path), "bench.json")) as f:
+        res = json.loads(f.read().strip().splitlines()[-1])
+    assert res["N"] == 256 and res["ranks"] == 2 and res["gflops"] > 0
+
+
+def test_preemption_signal_requeue_resume(slurm, tmp_path):
+    """A 2-minute limit with the warning signal: checkpoint, requeue, resume, until done.
+
+    Slurm checks time limits every 30 s and sends the warning when less than
+    lead + 30 s remain, so its timing is coarse (here: 30 to 60 s into each
+    run with ``@60``). The test therefore sends the first warning to the batch
+    shell itself, as ``--signal=B:`` does, once training runs; Slurm's own
+    timer may interrupt the rerun(s) too. The final parameters must be
+    bitwise those of an uninterrupted run at the same number of ranks.
+    """
+    X, y = blobs(4096, d=128, c=10)
+    Xt, yt = blobs(500, d=128, c=10, seed=1)
+    data = write_h5(tmp_path / "blobs.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+    opts = "--epochs 150 --batch-size 32 --hidden 256,256 --dtype float64"
+    env = dict(slurm.env, **_vars(tmp_path, DATA=data, CHECKPOINT_EVERY=300, TRAIN_ARGS=opts))
+    job = subprocess.Popen(["sbatch", "--wait", "--time=2", "--signal=B:USR1@60", "-o", str(tmp_path / "%j.out"),
+                            os.path.join(JOBS, "train-cpu.sbatch")], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = job.stdout.readline().split()[-1]
+        deadline = time.time() + 120
+        while "epoch   5/" not in _log(tmp_path) and "warning signal" not in _log(tmp_path):
+            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
+            time.sleep(0.5)
+        os.kill(_batch_shell(slurm, job_id), signal.SIGUSR1)
+        rc = job.wait(timeout=600)
+    finally:
+        if job.poll() is None:
+            subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
+            job.kill()
+    log = _log(tmp_path)
+    assert rc == 0, (job.stderr.read(), log)
+    assert "warning signal: checkpoint, then requeue" in log and "restart 1" in log, log
+    assert "resumed from" in log
+    ref = tmp_path / "ref.h5"
+    r = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", str(ref), "--progress", "none",
+                     *opts.split()], env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(ref) as a, h5py.File(os.path.join(_run_dir(tmp_path), "train.h5")) as b:
+        assert b.attrs["resumed_from"].endswith("checkpoint.h5")
+        for k in a["model"]:
+            np.testing.assert_array_equal(b["model"][k][()], a["model"][k][()], err_msg=k)
+        np.testing.assert_array_equal(b["metrics/train_loss"][()], a["metrics/train_loss"][()])
+
+
+def _batch_shell(slurm, job_id):
+    """PID of the job's batch script (what --signal=B: signals)."""
+    out = subprocess.run(["scontrol", "listpids", job_id], env=slurm.env, capture_output=True, text=True,
+                         timeout=30).stdout
+    for line in out.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) >= 3 and cols[2] == "batch":
+            try:
+                with open(f"/proc/{cols[0]}/cmdline", "rb") as f:
+                    if b"slurm_script" in f.read():
+                        return int(cols[0])
+            except OSError:
+                continue
+    raise AssertionError(f"no batch shell in scontrol listpids {job_id}:\n{out}")
+
+
+def test_srun_mpi_none_is_a_clear_error(slurm, tmp_path):
+    env = dict(slurm.env, PYTHONPATH=_mpi.ROOT)
+    p = subprocess.run(["srun", "-n", "3", "--mpi=none", sys.executable, "-m", "hpcgpu.train",
+                        "--out", str(tmp_path / "o.h5")], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    ours = [ln for ln in p.stderr.splitlines() if "hpcgpu" in ln]
+    assert len(ours) == 1 and "MPI sees a world of 1" in ours[0] and "SLURM_STEP_NUM_TASKS=3" in ours[0], p.stderr
+    assert not (tmp_path / "o.h5").exists()
+
+
+@pytest.mark.parametrize("script", ["train.sbatch", "matmul.sbatch"])
+def test_gpu_scripts_are_accepted(slurm, script):
+    p = subprocess.run(["sbatch", "--test-only", os.path.join(JOBS, script)], env=slurm.env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "to start at" in p.stderr
