@@ -45,6 +45,9 @@ def parser() -> ArgumentParser:
     p.add_argument("--panel", type=int, help="SUMMA panel width (default: widest within --panel-memory)")
     p.add_argument("--panel-memory", type=float, default=256, help="MiB per rank for the panels in flight")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+                   help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
+                        "(default: $HPCGPU_STALL_TIMEOUT, else off)")
     p.add_argument("--bench", type=int, metavar="N", help="multiply random N x N matrices and time it")
     p.add_argument("--repeat", type=int, default=3, help="--bench: timed repetitions (best is reported)")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON line instead of text")
@@ -82,6 +85,15 @@ def main(argv=None) -> int:
         err = ValueError(f"--panel must be >= 1, got {a.panel}")
     elif not a.panel_memory > 0:
         err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
+    elif a.stall_timeout is not None and a.stall_timeout < 0:
+        err = ValueError(f"--stall-timeout must be >= 0, got {a.stall_timeout}")
+    if err is None and a.stall_timeout is None:
+        from .watchdog import stall_timeout_from_env
+
+        try:
+            a.stall_timeout = stall_timeout_from_env()
+        except ValueError as e:
+            err = e
     if err:
         err.collective = True  # the same arguments on every rank
         raise err
@@ -105,10 +117,14 @@ def main(argv=None) -> int:
                        f"{a.B} is {B.gshape[0]} x {B.gshape[1]}")
         e.collective = True
         raise e
+    from .watchdog import Watchdog
+
+    wd = Watchdog(rt.comm, a.stall_timeout)
     t0 = MPI.Wtime()
-    C = matmul(A, B, panel=a.panel, panel_memory=mem)
+    C = matmul(A, B, panel=a.panel, panel_memory=mem, watchdog=wd)
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    wd.close()
     C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device))
     if rt.rank == 0:
         m, k = A.gshape

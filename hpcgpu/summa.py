@@ -16,6 +16,7 @@ panel pairs; no rank ever holds a global-size buffer.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def _panels(k: int, grid, width: int):
 
 
 def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
-           panel_memory: int = DEFAULT_PANEL_MEMORY) -> DistMatrix:
+           panel_memory: int = DEFAULT_PANEL_MEMORY, watchdog=None) -> DistMatrix:
     """``C = A @ B`` for distributed matrices, by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -86,6 +87,8 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         efficient.
     panel_memory : int
         Bytes per rank for the two panel pairs when ``panel`` is not given.
+    watchdog : hpcgpu.watchdog.Watchdog, optional
+        Watches every panel broadcast; a stalled one aborts the job.
 
     Returns
     -------
@@ -133,11 +136,11 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         gemm(a.local, b.local, c.local, beta=0.0)
         return c
     w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
-    _summa(a, b, c, _panels(k, grid, min(w, k)))
+    _summa(a, b, c, _panels(k, grid, min(w, k)), watchdog)
     return c
 
 
-def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels) -> None:
+def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels, watchdog=None) -> None:
     grid, xp = a.grid, a.xp
     pr, pc = grid.shape
     m_l, n_l = c.lshape
@@ -167,7 +170,9 @@ def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels) -> None:
         ap, bp, req_a, req_b = nxt
         if p + 1 < len(panels):
             nxt = post(p + 1)  # lookahead
-        for req in (req_a, req_b):
-            if req is not None:
-                req.Wait()
+        with watchdog.collective("SUMMA panel broadcast", f"panel {p + 1} of {len(panels)}") if watchdog \
+                else nullcontext():
+            for req in (req_a, req_b):
+                if req is not None:
+                    req.Wait()
         gemm(ap, bp, c.local, beta=0.0 if p == 0 else 1.0)

@@ -61,6 +61,9 @@ def parser() -> ArgumentParser:
     p.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="floating-point type")
     p.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default=d.progress,
                    help="rank 0's output: bar on a terminal, one line per epoch otherwise")
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+                   help="abort the job, naming the ranks that have not arrived, when a collective waits this "
+                        "long (default: $HPCGPU_STALL_TIMEOUT, else off)")
     g = p.add_argument_group("checkpoints (SIGUSR1 or SIGTERM: checkpoint after the current step, exit 3)")
     g.add_argument("--checkpoint", default=d.checkpoint,
                    help="checkpoint file; default OUT with .ckpt.h5 when --checkpoint-every or --resume is given")
@@ -85,10 +88,19 @@ def main(argv=None) -> int:
     # kill the job, and one that comes after the last step is simply late.
     stop = StopRequest().install()
     args = parser().parse_args(argv)
+    if args.stall_timeout is None:
+        from ..watchdog import stall_timeout_from_env
+
+        try:
+            args.stall_timeout = stall_timeout_from_env()
+        except ValueError as e:
+            e.collective = True  # the same environment on every rank
+            raise
     trainer = Trainer(TrainConfig(**vars(args)))
     stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
     trainer.stop_request = stop
     trainer.fit()
+    trainer.close()
     talk = trainer.rt.rank == 0 and trainer.config.progress != "none"
     if trainer.stopped_by:
         if trainer.rt.rank == 0:

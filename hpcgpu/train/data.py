@@ -147,7 +147,7 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
             y = f[f"/{split}/y"][start:stop].astype(np.int64)
     except (OSError, TypeError, ValueError) as e:
         X = y = None
-        err = OSError(f"--data {path}: cannot read /{split} rows {start}:{stop} ({e})")
+        err = OSError(f"--data {path}: rank {comm.rank} cannot read /{split} rows {start}:{stop} ({e})")
     if err is None:
         bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
         if bad.size:

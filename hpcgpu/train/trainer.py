@@ -157,6 +157,10 @@ class TrainConfig:
     stop_file : str or None
         When this file appears, checkpoint after the current step and stop
         (see :class:`StopRequest`).
+    stall_timeout : float
+        Seconds a collective may wait before the job is aborted with a
+        report of the ranks that have not arrived (0: off; see
+        :class:`hpcgpu.watchdog.Watchdog`).
     """
 
     data: str | None = None
@@ -180,6 +184,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     resume: bool = False
     stop_file: str | None = None
+    stall_timeout: float = 0.0
 
     @property
     def checkpoint_path(self) -> str | None:
@@ -207,6 +212,7 @@ class TrainConfig:
             (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
+            (self.stall_timeout >= 0, f"--stall-timeout must be >= 0, got {self.stall_timeout}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -315,6 +321,13 @@ class Trainer:
         self.stop_request: StopRequest | None = None
         if c.resume:
             self._resume()
+        from ..watchdog import Watchdog
+
+        self.watchdog = Watchdog(comm, c.stall_timeout)
+
+    def close(self) -> None:
+        """Stop the stall watchdog. Collective."""
+        self.watchdog.close()
 
     @staticmethod
     def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
@@ -347,13 +360,15 @@ class Trainer:
         xp, model, comm = self.xp, self.model, self.rt.comm
         B, lb, n = self.sampler.B, self.sampler.local_batch, model.n_params
         t0 = MPI.Wtime()
-        X_host, y_host = self.sampler.epoch(self.epoch)
+        with self.watchdog.collective("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
+            X_host, y_host = self.sampler.epoch(self.epoch)
         X, y = xp.asarray(X_host), xp.asarray(y_host)
         every = self.config.checkpoint_every
         for s in range(self.step_in_epoch, self.sampler.steps):
             model.loss_and_grad(X[s * lb : (s + 1) * lb], y[s * lb : (s + 1) * lb])
             model.grad[n + 2] = 1.0 if self.stop_request is not None and self.stop_request.requested() else 0.0
-            Allreduce(model.grad, comm=comm)
+            with self.watchdog.collective("gradient Allreduce", f"step {self.step + 1}"):
+                Allreduce(model.grad, comm=comm)
             loss_sum, correct, stop = (float(v) for v in _device.asnumpy(model.grad[n:]))
             if not math.isfinite(loss_sum):
                 err = FloatingPointError(
@@ -381,7 +396,8 @@ class Trainer:
         if self.test_split is None:
             return math.nan, math.nan
         tot = self.model.evaluate(self._Xt, self._yt)
-        Allreduce(tot, comm=self.rt.comm)
+        with self.watchdog.collective("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
+            Allreduce(tot, comm=self.rt.comm)
         loss_sum, correct = (float(v) for v in _device.asnumpy(tot))
         n = self.test_split.n_global
         return loss_sum / n, correct / n
@@ -459,6 +475,12 @@ class Trainer:
         from .checkpoint import write_checkpoint
 
         path = path or self.config.checkpoint_path
+        if not bool(self.xp.isfinite(self.model.params).all()):
+            # The same parameters on every rank: all raise, and the last good checkpoint stays.
+            err = FloatingPointError(f"training diverged: parameters are not finite after step {self.step} "
+                                     f"(epoch {self.epoch + 1}); not writing a checkpoint; try a smaller --lr")
+            err.collective = True
+            raise err
         err = None
         if self.rt.rank == 0:
             try:
