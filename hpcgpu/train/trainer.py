@@ -436,6 +436,10 @@ class Trainer:
         own = self.stop_request is None
         if own:
             self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
+        # Overflow becomes inf/NaN, which the step detects and reports once with
+        # its epoch and step; NumPy's per-operation warnings would only add noise.
+        quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore")
+        quiet.__enter__()
         try:
             while self.epoch < c.epochs:
                 lr = self.schedule(self.epoch * self.sampler.steps)
@@ -446,6 +450,7 @@ class Trainer:
                 if rt.rank == 0:
                     self._log_epoch(row, bar)
         finally:
+            quiet.__exit__(None, None, None)
             if own:
                 self.stop_request.uninstall()
             if bar is not None:

@@ -1,0 +1,288 @@
+"""Faults: a failing, killed or stuck rank ends the job fast; resumes are exact; files are never half-written."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from _data import blobs, write_h5
+
+import _mpi
+from hpcgpu.train.checkpoint import CheckpointState, candidates, read_checkpoint, write_checkpoint
+
+pytestmark = pytest.mark.mpi
+
+N_PARAMS = 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3  # the MLP [6, 16, 8, 3] of these tests
+
+
+def _data(tmp_path, n=240, d=6, name="d.h5"):
+    X, y = blobs(n, d=d)
+    Xt, yt = blobs(61, d=d, seed=1)
+    return write_h5(tmp_path / name, train__X=X, train__y=y, test__X=Xt, test__y=yt)
+
+
+def _train(n, data, out, *extra, timeout=180, env=None):
+    return _mpi.run(n, ["-m", "hpcgpu.train", "--data", data, "--out", str(out), "--progress", "none",
+                        "--dtype", "float64", "--hidden", "16,8", *map(str, extra)], timeout=timeout, env=env)
+
+
+def _popen_train(n, data, out, *extra):
+    cmd = [_mpi.mpiexec(), "-n", str(n), sys.executable, "-m", "hpcgpu.train", "--data", data, "--out", str(out),
+           "--progress", "lines", *map(str, extra)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=_mpi.ROOT)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _rank_pid(data, rank):
+    """PID of the trainer process of ``rank`` (its PMI_RANK) among those reading ``data``."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"hpcgpu.train" in cmd and data.encode() in cmd and f"PMI_RANK={rank}".encode() in env:
+            return int(pid)
+    raise AssertionError(f"no trainer process of rank {rank}")
+
+
+def _wait_for_epoch(p):
+    for line in p.stdout:
+        if line.startswith("epoch"):
+            return
+    raise AssertionError(f"training never started: {p.stderr.read()}")
+
+
+def _finish(p, timeout):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"the job was still running after {timeout} s\n{err}")
+    return p.returncode, err
+
+
+# -- one rank fails, is killed, or hangs ---------------------------------------------
+
+def test_exception_on_one_rank_ends_the_job():
+    t0 = time.time()
+    p = _mpi.run(3, [os.path.join(_mpi.SCRIPTS, "raise_on_one_rank.py")], timeout=60)
+    assert p.returncode != 0
+    assert p.stderr.count("[rank 1] error: RuntimeError: injected failure on rank 1") == 1, p.stderr
+    assert time.time() - t0 < 30
+
+
+def test_read_error_on_one_rank_is_agreed(tmp_path):
+    """A corrupt chunk that only rank 2 reads: every rank stops with one line naming rank 2."""
+    X, y = blobs(60)
+    path = tmp_path / "c.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("train/X", data=X, chunks=(10, 6), compression="gzip")
+        f.create_dataset("train/y", data=y)
+        info = f["train/X"].id.get_chunk_info(5)  # rows 50..59: rank 2's shard at 3 ranks
+    with open(path, "r+b") as f:
+        f.seek(info.byte_offset)
+        f.write(b"\xff" * info.size)
+    p = _train(3, str(path), tmp_path / "o.h5", "--batch-size", "6", timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank 2 cannot read /train rows 40:60" in lines[0], p.stderr
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_sigkill_of_one_rank_ends_the_job_within_30_s(tmp_path):
+    data = _data(tmp_path, n=4096, d=64)
+    p = _popen_train(3, data, tmp_path / "o.h5", "--epochs", "1000", "--batch-size", "32")
+    try:
+        _wait_for_epoch(p)
+        os.kill(_rank_pid(data, 1), signal.SIGKILL)
+        t0 = time.time()
+        rc, err = _finish(p, 60)
+    finally:
+        p.kill()
+    assert rc != 0 and time.time() - t0 < 30, err
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_stall_watchdog_names_the_stuck_rank(tmp_path):
+    """Rank 2 is stopped (SIGSTOP: a rank hung in I/O); rank 0 reports it and the job aborts."""
+    data = _data(tmp_path, n=4096, d=64)
+    p = _popen_train(3, data, tmp_path / "o.h5", "--epochs", "1000", "--batch-size", "32", "--stall-timeout", "3")
+    pid = None
+    try:
+        _wait_for_epoch(p)
+        pid = _rank_pid(data, 2)
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.time()
+        rc, err = _finish(p, 60)
+        elapsed = time.time() - t0
+    finally:
+        p.kill()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert rc != 0, err
+    assert "stall: gradient Allreduce" in err and "ranks [2] have not arrived" in err, err
+    assert elapsed < 20, elapsed
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_stall_watchdog_library(nprocs):
+    t0 = time.time()
+    p = _mpi.run(nprocs, [os.path.join(_mpi.SCRIPTS, "stall.py"), "1.5"], timeout=60)
+    assert p.returncode != 0
+    assert f"ranks [{nprocs - 1}] have not arrived" in p.stderr, p.stderr
+    assert time.time() - t0 < 30
+
+
+def test_stall_timeout_option_is_checked(tmp_path):
+    p = _train(2, _data(tmp_path), tmp_path / "o.h5", "--stall-timeout", "-1", timeout=60)
+    assert p.returncode == 2 and "--stall-timeout must be >= 0" in p.stderr
+    p = _train(2, _data(tmp_path), tmp_path / "o.h5", env={"HPCGPU_STALL_TIMEOUT": "soon"}, timeout=60)
+    assert p.returncode == 2 and "HPCGPU_STALL_TIMEOUT" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+# -- exact resume ------------------------------------------------------------------------
+
+def _params(path):
+    with h5py.File(path) as f:
+        return {k: f["model"][k][()] for k in f["model"]}, f["metrics/train_loss"][()]
+
+
+def test_resume_is_exact_at_the_same_ranks_and_close_at_others(tmp_path):
+    """Checkpoints from a 4-rank run; resumed mid-epoch at 4 ranks: bitwise; at 2 ranks: up to summation order."""
+    data = _data(tmp_path)
+    opts = ("--epochs", "3", "--batch-size", "20", "--lr", "0.1")  # 12 steps per epoch
+    ck = tmp_path / "run" / "ck.h5"
+    p = _train(4, data, tmp_path / "full.h5", *opts, "--checkpoint", ck, "--checkpoint-every", "5",
+               "--keep-checkpoints", "50")
+    assert p.returncode == 0, p.stderr
+    files = candidates(str(ck))
+    assert len(files) == 8  # steps 5, 10, ..., 35 and the final 36
+    mid = {read_checkpoint(f, N_PARAMS).step: f for f in files}[15]
+    ref, ref_loss = _params(tmp_path / "full.h5")
+    for n, exact in ((4, True), (2, False)):
+        d = tmp_path / f"resume{n}"
+        d.mkdir()
+        shutil.copy(mid, d / "ck.h5")
+        p = _train(n, data, d / "out.h5", *opts, "--checkpoint", d / "ck.h5", "--resume")
+        assert p.returncode == 0, p.stderr
+        got, loss = _params(d / "out.h5")
+        with h5py.File(d / "out.h5") as f:
+            assert f.attrs["resumed_from"] == str(d / "ck.h5")
+        for k in ref:
+            if exact:
+                np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+            else:
+                np.testing.assert_allclose(got[k], ref[k], rtol=1e-10, atol=1e-12, err_msg=k)
+        if exact:
+            np.testing.assert_array_equal(loss, ref_loss)
+        else:
+            np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
+
+
+def test_resume_refuses_changed_options(tmp_path):
+    data = _data(tmp_path)
+    ck = tmp_path / "ck.h5"
+    assert _train(2, data, tmp_path / "a.h5", "--epochs", "1", "--batch-size", "20", "--checkpoint", ck).returncode == 0
+    p = _train(2, data, tmp_path / "b.h5", "--epochs", "1", "--batch-size", "40", "--checkpoint", ck, "--resume")
+    assert p.returncode == 2
+    assert "was written with --batch-size 20, this run has 40" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_resume_without_checkpoint_starts_from_scratch(tmp_path):
+    data = _data(tmp_path)
+    p = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", str(tmp_path / "o.h5"), "--epochs", "1",
+                     "--resume"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "no checkpoint at" in p.stdout and (tmp_path / "o.ckpt.h5").exists()
+
+
+# -- checkpoint files ----------------------------------------------------------------------
+
+def _state(v, n=10):
+    return CheckpointState(params=np.full(n, v), velocity=np.zeros(n), epoch=v, step=v, step_in_epoch=0,
+                           epoch_totals=np.zeros(2), epoch_seconds=0.0, history={"epoch": [1.0]}, config={})
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3])
+def test_the_newest_k_checkpoints_are_kept(tmp_path, keep):
+    path = str(tmp_path / "c.h5")
+    for v in range(5):
+        write_checkpoint(path, _state(v), keep=keep)
+    files = candidates(path)
+    assert files == [path] + [f"{path}.{i}" for i in range(1, keep)]
+    assert [read_checkpoint(f, 10).step for f in files] == [4, 3, 2][:keep]
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_a_killed_writer_leaves_the_previous_checkpoint(tmp_path):
+    path = str(tmp_path / "c.h5")
+    write_checkpoint(path, _state(1), keep=1)
+    code = ("import numpy as np, sys; from hpcgpu.train.checkpoint import write_checkpoint, CheckpointState\n"
+            "n = 50_000_000\n"
+            "s = CheckpointState(np.ones(n), np.ones(n), 9, 9, 0, np.zeros(2), 0.0, {}, {})\n"
+            "print('writing', flush=True)\n"
+            f"write_checkpoint({path!r}, s, keep=1)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=_mpi.ROOT))
+    assert p.stdout.readline().strip() == "writing"
+    deadline = time.time() + 30
+    while not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]:
+        assert time.time() < deadline and p.poll() is None, "the writer never started its temporary file"
+        time.sleep(0.005)
+    time.sleep(0.05)
+    p.kill()
+    p.wait()
+    assert read_checkpoint(path, 10).step == 1  # the previous one, whole
+
+
+def test_corrupt_checkpoint_falls_back_then_fails_clearly(tmp_path):
+    data = _data(tmp_path)
+    ck = tmp_path / "ck.h5"
+    opts = ("--epochs", "2", "--batch-size", "20")
+    assert _train(2, data, tmp_path / "a.h5", *opts, "--checkpoint", ck, "--checkpoint-every", "4").returncode == 0
+    older = read_checkpoint(f"{ck}.1", N_PARAMS).step
+    with open(ck, "r+b") as f:  # truncate the newest
+        f.truncate(1000)
+    p = _train(2, data, tmp_path / "b.h5", *opts, "--checkpoint", ck, "--resume", "--epochs", "2")
+    assert p.returncode == 0, p.stderr
+    assert f"checkpoint {ck}: unreadable" in p.stderr and "falling back" in p.stderr
+    with h5py.File(tmp_path / "b.h5") as f:
+        assert f.attrs["resumed_from"] == f"{ck}.1"
+    assert older < 24
+    for f in candidates(str(ck)):
+        with open(f, "wb") as fh:
+            fh.write(b"garbage")
+    p = _train(2, data, tmp_path / "c.h5", *opts, "--checkpoint", ck, "--resume")
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no readable checkpoint" in lines[0] and str(ck) in lines[0]
+    assert not (tmp_path / "c.h5").exists()
+
+
+def test_divergence_stops_with_epoch_and_step_and_keeps_the_good_checkpoint(tmp_path):
+    """lr = 1e200: step 1 leaves huge but finite parameters (checkpointed), step 2's loss is NaN."""
+    data = _data(tmp_path)
+    ck = tmp_path / "ck.h5"
+    p = _train(2, data, tmp_path / "o.h5", "--epochs", "3", "--batch-size", "20", "--lr", "1e200",
+               "--checkpoint", ck, "--checkpoint-every", "1", "--warmup-epochs", "0")
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert lines == ["hpcgpu.train: error: training diverged: the loss of step 2 (epoch 1) is nan; "
+                     "the last checkpoint is kept; try a smaller --lr"], p.stderr
+    assert not (tmp_path / "o.h5").exists()
+    good = read_checkpoint(str(ck), N_PARAMS)
+    assert good.step == 1 and np.isfinite(good.params).all()
