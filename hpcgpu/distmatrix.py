@@ -249,7 +249,8 @@ class DistMatrix:
             No file at ``path``.
         ValueError
             Not HDF5; no such dataset (or not exactly one when ``name`` is
-            omitted); not 2-D; not numeric.
+            omitted); not 2-D; not numeric; complex data asked for as a real
+            ``dtype``.
         """
         import h5py
 
@@ -259,6 +260,9 @@ class DistMatrix:
         meta, err = _hdf5_meta(path, name)
         if err is None and dtype is not None:
             err = _dtype_error(dtype, f"{path}:{meta[0]}")
+            if err is None and meta[2].kind == "c" and np.dtype(dtype).kind != "c":
+                err = ValueError(f"{path}:{meta[0]}: complex data cannot be read as {np.dtype(dtype)} "
+                                 "(it would lose the imaginary part)")
         agree(err, comm=comm)
         name, dshape, ddtype = meta
         if dtype is None:
@@ -273,6 +277,8 @@ class DistMatrix:
                     ds = f[name]
                     if transpose:
                         local[...] = ds[cols, rows].T
+                    elif local.dtype.kind == "c" and ddtype.kind != "c":
+                        local[...] = ds[rows, cols]  # HDF5 cannot convert real to complex itself
                     else:
                         ds.read_direct(local, np.s_[rows, cols])
         except (OSError, TypeError, ValueError) as e:

@@ -112,6 +112,21 @@ def test_cli_multiplies_hdf5_files(tmp_path):
 
 
 @pytest.mark.mpi
+def test_cli_real_times_complex_and_complex_as_real(tmp_path):
+    """Found by the fuzz test: float32 @ complex64 must read A as complex; --dtype float32 must refuse complex."""
+    A, B = np.arange(6, dtype=np.float32).reshape(2, 3), (np.arange(6) * (1 + 1j)).astype(np.complex64).reshape(3, 2)
+    write_h5(tmp_path / "a.h5", A=A)
+    write_h5(tmp_path / "b.h5", B=B)
+    p = _cli(2, tmp_path / "a.h5", tmp_path / "b.h5", "-o", tmp_path / "c.h5")
+    assert p.returncode == 0, p.stderr
+    with h5py.File(tmp_path / "c.h5") as f:
+        assert f["C"].dtype == np.complex64
+        np.testing.assert_allclose(f["C"][()], A @ B, rtol=1e-6)
+    p = _cli(2, tmp_path / "a.h5", tmp_path / "b.h5", "-o", tmp_path / "d.h5", "--dtype", "float32")
+    assert p.returncode == 2 and "imaginary" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.mpi
 def test_cli_bench_reports_ratio():
     p = _cli(2, "--bench", 64, "--repeat", 1, "--json")
     assert p.returncode == 0, p.stderr

@@ -392,8 +392,8 @@ class Trainer:
         return True
 
     def evaluate(self) -> tuple[float, float]:
-        """Mean loss and accuracy on the test split (NaN without one). Collective."""
-        if self.test_split is None:
+        """Mean loss and accuracy on the test split (NaN without one, or an empty one). Collective."""
+        if self.test_split is None or self.test_split.n_global == 0:
             return math.nan, math.nan
         tot = self.model.evaluate(self._Xt, self._yt)
         with self.watchdog.collective("evaluation Allreduce", f"after epoch {self.epoch + 1}"):

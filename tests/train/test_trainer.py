@@ -48,6 +48,17 @@ def test_no_test_split_gives_nan_test_metrics(tmp_path):
     rt.free()
 
 
+def test_empty_test_split_gives_nan_test_metrics(tmp_path):
+    """Found by the fuzz test: /test with 0 rows divided by zero."""
+    X, y = blobs(64)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=X[:0], test__y=y[:0])
+    rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
+    t = Trainer(TrainConfig(data=data, out=str(tmp_path / "o.h5"), epochs=1, batch_size=8, progress="none"), rt)
+    h = t.fit()
+    assert np.isnan(h["test_accuracy"][0]) and np.isfinite(h["train_loss"][0])
+    rt.free()
+
+
 def _train_cli(nprocs, data, out, *extra, timeout=180):
     return _mpi.run(nprocs, ["-m", "hpcgpu.train", "--data", data, "--out", out, "--progress", "lines", *extra],
                     timeout=timeout)
