@@ -195,7 +195,7 @@ def matmul_case(draw):
     elif mutation == "dtype":
         opts += ["--dtype", draw(st.sampled_from(["float32", "float64", "complex128", "int8"]))]
     elif mutation == "NaN":
-        A = A.astype(np.float64)
+        A = A.real.astype(np.float64)
         A[0, 0] = np.nan
     return A, B, b_name, extra, opts, mutation
 
