@@ -101,6 +101,6 @@ def asnumpy(a) -> numpy.ndarray:
 
 def gemm(a, b, c, beta: float) -> None:
     """``c = a @ b + beta * c`` on the device with cuBLAS (no temporary)."""
-    import cupy
+    from cupy import cublas
 
-    cupy.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=beta)
+    cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=beta)
