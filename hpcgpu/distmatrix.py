@@ -16,7 +16,7 @@ from . import _device
 from ._version import __version__
 from .comm import agree
 from .grid import ProcessGrid
-from .io import writable_error
+from .io import open_hdf5, writable_error
 
 __all__ = ["DistMatrix", "default_grid", "DTYPES"]
 
@@ -406,12 +406,9 @@ def _hdf5_meta(path: str, name: str | None):
     """``((name, shape, dtype), None)`` or ``(None, error)``; no communication."""
     import h5py
 
-    if not os.path.exists(path):
-        return None, FileNotFoundError(f"{path}: no such file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        return None, ValueError(f"{path}: not a readable HDF5 file ({e})")
+    f, err = open_hdf5(path)
+    if err:
+        return None, err
     with f:
         if name is None:
             names = []

@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["atomic_path", "writable_error"]
+__all__ = ["atomic_path", "writable_error", "open_hdf5"]
 
 
 @contextlib.contextmanager
@@ -69,3 +69,22 @@ def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | No
     except OSError as e:
         return PermissionError(f"{what} {path}: cannot write in {d} ({e.strerror or e})")
     return None
+
+
+def open_hdf5(path: str, what: str = ""):
+    """Open ``path`` read-only for checks done before any communication.
+
+    Not collective. Returns ``(h5py.File, None)``, or ``(None, error)`` with
+    a ``FileNotFoundError`` (no file) or ``ValueError`` (not HDF5) whose
+    message starts with ``what`` (an option name such as ``--data``) and the
+    path; nothing is raised, so the caller can agree on the error first.
+    """
+    import h5py
+
+    label = f"{what} {path}" if what else str(path)
+    if not os.path.exists(path):
+        return None, FileNotFoundError(f"{label}: no such file")
+    try:
+        return h5py.File(path, "r"), None
+    except OSError as e:
+        return None, ValueError(f"{label}: not a readable HDF5 file ({e})")

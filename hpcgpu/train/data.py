@@ -14,7 +14,6 @@ rank holds about 2N/P rows) and the file is read once, not every epoch.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +22,7 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from .._partition import block_range, block_starts
 from ..comm import agree
+from ..io import open_hdf5
 
 __all__ = ["Split", "load_split", "GlobalBatchSampler"]
 
@@ -53,12 +53,9 @@ def _meta(path: str, split: str, required: bool):
     """Shapes and dtypes of ``/split/X`` and ``/split/y``, or an error (no raise)."""
     import h5py
 
-    if not os.path.exists(path):
-        return None, FileNotFoundError(f"--data {path}: no such file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        return None, ValueError(f"--data {path}: not a readable HDF5 file ({e})")
+    f, err = open_hdf5(path, "--data")
+    if err:
+        return None, err
     with f:
         names = [f"/{split}/X", f"/{split}/y"]
         present = [n in f and isinstance(f[n], h5py.Dataset) for n in names]

@@ -610,7 +610,7 @@ class Trainer:
     def _log_header(self) -> None:
         if self.rt.rank != 0 or self.config.progress == "none":
             return
-        c, s = self.config, self.sampler
+        s = self.sampler
         print(
             f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.device}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "

@@ -82,6 +82,17 @@ def test_same_model_whatever_the_number_of_ranks(small_h5, tmp_path):
 
 
 @pytest.mark.mpi
+def test_progress_bar_from_rank_0_only(small_h5, tmp_path):
+    p = _mpi.run(3, ["-m", "hpcgpu.train", "--data", small_h5, "--out", str(tmp_path / "o.h5"), "--epochs", "2",
+                     "--batch-size", "20", "--progress", "bar"], timeout=120)
+    assert p.returncode == 0, p.stderr
+    screen = p.stderr.replace("\r", "\n")
+    assert screen.count("| 0/24 [") == 1  # one bar (2 epochs x 12 steps), started once: rank 0's
+    assert "| 24/24 [" in screen and "step/s" in screen
+    assert p.stdout.count("hpcgpu.train:") == 1 and p.stdout.count("epoch   2/2") == 1
+
+
+@pytest.mark.mpi
 def test_main_job_at_8_ranks_on_digits(tmp_path):
     """The README's main job: default options, bundled digits, 8 ranks on 2 cores."""
     out = tmp_path / "results" / "train.h5"
