@@ -9,7 +9,7 @@ of a global batch are therefore the same whatever the number of ranks P.
 
 The rows a rank needs for an epoch mostly lie in other ranks' shards: one
 ``Alltoallv`` per epoch moves them, so the data set stays distributed (each
-rank holds about 2N/P rows) and the file is read once, not every epoch.
+rank holds at most 2N/P rows) and the file is read once, not every epoch.
 """
 
 from __future__ import annotations
@@ -179,19 +179,28 @@ def check_labels(path: str, splits, num_classes: int | None, comm: MPI.Intracomm
 
 
 class GlobalBatchSampler:
-    """This rank's samples of every global batch of an epoch, in step order.
+    """This rank's samples of every global batch, one step at a time.
 
-    Collective (:meth:`epoch`): all ranks of ``comm`` call it with the same
-    epoch.
+    Collective (:meth:`start_epoch`): all ranks of ``comm`` call it with the
+    same epoch.
+
+    The rank's shard and the rows received from other ranks for the current
+    epoch live in one *pool* (host, plus a device copy on a GPU): the shard
+    at the front, copied once; the received rows behind it, replaced every
+    epoch by one ``Alltoallv`` (a rank's own rows never travel). A step's
+    local batch is gathered from the pool with one ``take`` into a small
+    reused buffer, so no epoch-sized array is ever rebuilt.
 
     Parameters
     ----------
     train : Split
-        This rank's shard.
+        This rank's shard (its arrays move into the pool).
     batch_size : int
         The GLOBAL batch B; B <= N and B >= P (checked by the trainer).
     seed : int
     comm : mpi4py.MPI.Intracomm
+    xp : module
+        Where batches are made (``numpy`` or ``cupy``).
 
     Attributes
     ----------
@@ -204,8 +213,8 @@ class GlobalBatchSampler:
         summed over ranks and divided by B.
     """
 
-    def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm):
-        self.train, self.B, self.seed, self.comm = train, int(batch_size), int(seed), comm
+    def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm, xp=np):
+        self.train, self.B, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
         self.N, self.P = train.n_global, comm.size
         self.steps = self.N // self.B
         self.bounds = [block_range(self.B, self.P, r) for r in range(self.P)]
@@ -213,6 +222,22 @@ class GlobalBatchSampler:
         self.local_batch = hi - lo
         self.shard_starts = np.asarray(block_starts(self.N, self.P))
         self._rowtype = from_numpy_dtype(train.X.dtype).Create_contiguous(train.dim).Commit()
+        n_local = train.stop - train.start
+        # Another rank's rows in one epoch: at most all of this rank's local batches.
+        self._cap = min(self.steps * self.local_batch, self.N - n_local)
+        D, dt = train.dim, train.X.dtype
+        self._pool_X = np.empty((n_local + self._cap, D), dt)
+        self._pool_y = np.empty(n_local + self._cap, np.int64)
+        self._pool_X[:n_local], self._pool_y[:n_local] = train.X, train.y
+        train.X, train.y = self._pool_X[:n_local], self._pool_y[:n_local]  # no second copy of the shard
+        if xp is np:
+            self._dev_X, self._dev_y = self._pool_X, self._pool_y
+        else:
+            self._dev_X, self._dev_y = xp.asarray(self._pool_X), xp.asarray(self._pool_y)
+        self._bX = xp.empty((self.local_batch, D), dt)
+        self._by = xp.empty(self.local_batch, np.int64)
+        self._index = None
+        self._send = (np.empty((0, D), dt), np.empty(0, np.int64))
 
     def free(self) -> None:
         """Free the MPI datatype (not collective)."""
@@ -228,54 +253,66 @@ class GlobalBatchSampler:
         lo, hi = self.bounds[rank]
         return perm[: self.steps * self.B].reshape(self.steps, self.B)[:, lo:hi].ravel()
 
-    def epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Gather this rank's rows for the whole epoch with one ``Alltoallv``.
+    def _owner(self, rows: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.shard_starts, rows, side="right") - 1
 
-        Returns
-        -------
-        (X, y) : numpy arrays of shapes (steps * local_batch, D) and
-            (steps * local_batch,). Step ``s`` uses rows
-            ``s*local_batch .. (s+1)*local_batch``. The arrays are reused by
-            the next call (no page faults on large fresh allocations).
-        """
-        comm, t = self.comm, self.train
+    def start_epoch(self, epoch: int) -> None:
+        """Bring the rows this rank needs in ``epoch`` from their owners: one ``Alltoallv``."""
+        comm, t, me = self.comm, self.train, self.comm.rank
+        n_local = t.stop - t.start
         perm = self.order(epoch)
-        owner_of = lambda rows: np.searchsorted(self.shard_starts, rows, side="right") - 1  # noqa: E731
-        # What I send: for each destination rank, its wanted rows that live in my shard.
+        # What I send: to every other rank, its wanted rows that live in my shard.
         send_idx, send_counts = [], np.zeros(self.P, dtype=np.int64)
         for r in range(self.P):
-            w = self.wanted(perm, r)
-            mine = w[owner_of(w) == comm.rank] - t.start
-            send_idx.append(mine)
-            send_counts[r] = mine.size
-        send_idx = np.concatenate(send_idx)
-        # What I receive: my wanted rows, grouped by owner rank (stable order).
-        want = self.wanted(perm, comm.rank)
-        owners = owner_of(want)
-        recv_counts = np.bincount(owners, minlength=self.P).astype(np.int64)
-        sX, sy, rX, ry, X, y = self._buffers(send_idx.size, want.size)
+            if r != me:
+                w = self.wanted(perm, r)
+                send_idx.append(w[self._owner(w) == me] - t.start)
+                send_counts[r] = send_idx[-1].size
+        send_idx = np.concatenate(send_idx) if send_idx else np.empty(0, np.int64)
+        # What I receive: my wanted rows owned by others, grouped by owner (stable).
+        want = self.wanted(perm, me)
+        owners = self._owner(want)
+        local = owners == me
+        recv_counts = np.bincount(owners[~local], minlength=self.P).astype(np.int64)
+        n_recv = int(recv_counts.sum())
+        if self._send[0].shape[0] < send_idx.size:  # grown, with room: counts vary by epoch
+            cap = send_idx.size + send_idx.size // 8
+            self._send = (np.empty((cap, t.dim), t.X.dtype), np.empty(cap, np.int64))
+        sX, sy = self._send[0][: send_idx.size], self._send[1][: send_idx.size]
         np.take(t.X, send_idx, axis=0, out=sX)
         np.take(t.y, send_idx, out=sy)
+        rX = self._pool_X[n_local : n_local + n_recv]
+        ry = self._pool_y[n_local : n_local + n_recv]
         sd, rd = _displs(send_counts), _displs(recv_counts)
         comm.Alltoallv([sX, (send_counts, sd), self._rowtype], [rX, (recv_counts, rd), self._rowtype])
         comm.Alltoallv([sy, (send_counts, sd), MPI.INT64_T], [ry, (recv_counts, rd), MPI.INT64_T])
-        # rX[k] is want[order[k]]: put it back into step order.
-        order = np.argsort(owners, kind="stable")
-        X[order] = rX
-        y[order] = ry
-        return X, y
+        # Where each wanted row sits in the pool, in step order.
+        index = np.empty(want.size, np.int64)
+        index[local] = want[local] - t.start
+        remote = np.flatnonzero(~local)
+        grouped = np.empty(remote.size, np.int64)
+        grouped[np.argsort(owners[remote], kind="stable")] = np.arange(remote.size)
+        index[remote] = n_local + grouped
+        if self.xp is np:
+            self._index = index
+        else:
+            self._dev_X[n_local : n_local + n_recv] = self.xp.asarray(rX)
+            self._dev_y[n_local : n_local + n_recv] = self.xp.asarray(ry)
+            self._index = self.xp.asarray(index)
 
-    def _buffers(self, n_send: int, n_recv: int):
-        """Send, receive and result buffers, kept between epochs, grown on demand."""
-        D, dt = self.train.dim, self.train.X.dtype
-        b = getattr(self, "_buf", None)
-        if b is None or b[0].shape[0] < n_send or b[2].shape[0] != n_recv:
-            cap = max(n_send, 0 if b is None else b[0].shape[0])
-            cap = cap + cap // 8  # the rows a rank sends vary a little from epoch to epoch
-            b = (np.empty((cap, D), dt), np.empty(cap, np.int64), np.empty((n_recv, D), dt),
-                 np.empty(n_recv, np.int64), np.empty((n_recv, D), dt), np.empty(n_recv, np.int64))
-            self._buf = b
-        return (b[0][:n_send], b[1][:n_send], *b[2:])
+    def batch(self, step: int):
+        """This rank's local batch of step ``step`` of the current epoch.
+
+        Returns
+        -------
+        (X, y) : xp arrays of shapes (local_batch, D) and (local_batch,),
+            reused by the next call.
+        """
+        lb, xp = self.local_batch, self.xp
+        rows = self._index[step * lb : (step + 1) * lb]
+        xp.take(self._dev_X, rows, axis=0, out=self._bX)
+        xp.take(self._dev_y, rows, out=self._by)
+        return self._bX, self._by
 
 
 def _displs(counts: np.ndarray) -> np.ndarray:

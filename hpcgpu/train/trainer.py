@@ -304,7 +304,7 @@ class Trainer:
         # with different NumPy builds on different nodes.
         Bcast(self.model.params, root=0, comm=comm)
         self.optimizer = SGD(self.model.params, c.momentum, c.weight_decay)
-        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm)
+        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm, self.xp)
         steps = self.sampler.steps
         self.schedule = LRSchedule(
             c.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
@@ -357,15 +357,14 @@ class Trainer:
             The reduced loss of a step is NaN or infinite (every rank; no
             checkpoint is written, so the last one stays good).
         """
-        xp, model, comm = self.xp, self.model, self.rt.comm
-        B, lb, n = self.sampler.B, self.sampler.local_batch, model.n_params
+        model, comm = self.model, self.rt.comm
+        B, n = self.sampler.B, model.n_params
         t0 = MPI.Wtime()
         with self.watchdog.collective("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
-            X_host, y_host = self.sampler.epoch(self.epoch)
-        X, y = xp.asarray(X_host), xp.asarray(y_host)
+            self.sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
         for s in range(self.step_in_epoch, self.sampler.steps):
-            model.loss_and_grad(X[s * lb : (s + 1) * lb], y[s * lb : (s + 1) * lb])
+            model.loss_and_grad(*self.sampler.batch(s))
             model.grad[n + 2] = 1.0 if self.stop_request is not None and self.stop_request.requested() else 0.0
             with self.watchdog.collective("gradient Allreduce", f"step {self.step + 1}"):
                 Allreduce(model.grad, comm=comm)
@@ -377,8 +376,7 @@ class Trainer:
                 err.collective = True  # the reduced loss is the same on every rank
                 raise err
             self._epoch_totals += (loss_sum, correct)
-            model.weight_grad /= B
-            self.optimizer.step(model.weight_grad, self.schedule(self.step))
+            self.optimizer.step(model.weight_grad, self.schedule(self.step), scale=1.0 / B)
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:

@@ -22,7 +22,10 @@ shard = Split(np.repeat(rows[:, None], 3, axis=1).astype(np.float64), rows * 7, 
 s = GlobalBatchSampler(shard, B, seed=11, comm=rt.comm)
 ok = True
 for epoch in (0, 1, 5):
-    X, y = s.epoch(epoch)
+    s.start_epoch(epoch)
+    batches = [tuple(a.copy() for a in s.batch(k)) for k in range(s.steps)]  # batch() reuses its buffers
+    X = np.concatenate([b[0] for b in batches]) if batches else np.empty((0, 3))
+    y = np.concatenate([b[1] for b in batches]) if batches else np.empty(0)
     perm = np.random.default_rng([11, epoch]).permutation(N)  # the documented order, independent of P
     lo, hi = block_range(B, P, r)
     expect = perm[: (N // B) * B].reshape(N // B, B)[:, lo:hi].ravel()

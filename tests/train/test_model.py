@@ -80,17 +80,22 @@ def test_evaluate_matches_loss_and_grad_in_chunks():
     assert tot[0] == pytest.approx(m.grad[m.n_params], rel=1e-12) and tot[1] == m.grad[m.n_params + 1]
 
 
-def test_sgd_matches_the_closed_form():
-    p = np.array([1.0, -2.0])
-    opt = SGD(p, momentum=0.5, weight_decay=0.1)
-    g1 = np.array([0.3, 0.4])
-    opt.step(g1.copy(), lr=0.2)
-    d1 = g1 + 0.1 * np.array([1.0, -2.0])
-    np.testing.assert_allclose(p, np.array([1.0, -2.0]) - 0.2 * d1)
-    p_before = p.copy()
-    opt.step(g1.copy(), lr=0.2)
-    v2 = 0.5 * d1 + g1 + 0.1 * p_before
-    np.testing.assert_allclose(p, p_before - 0.2 * v2)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("momentum, wd", [(0.5, 0.1), (0.0, 0.0), (0.9, 0.0)])
+def test_sgd_matches_the_closed_form(dtype, blas, momentum, wd):
+    p0, g = np.array([1.0, -2.0, 0.5]), np.array([0.6, 0.8, -0.2])
+    p = p0.astype(dtype)
+    opt = SGD(p, momentum=momentum, weight_decay=wd)
+    if not blas:
+        opt._blas = None  # the device path's plain array arithmetic, run on NumPy
+    v = np.zeros(3)
+    for _ in range(3):
+        before = p.astype(np.float64)
+        opt.step(g.astype(dtype), lr=0.2, scale=0.5)
+        v = momentum * v + 0.5 * g + wd * before
+        np.testing.assert_allclose(p, before - 0.2 * v, rtol=1e-6 if dtype == "float32" else 1e-14)
+    np.testing.assert_allclose(opt.velocity, v, rtol=1e-6 if dtype == "float32" else 1e-14)
 
 
 def test_schedules():
