@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import traceback
 from typing import Callable, Sequence
 
@@ -19,6 +20,20 @@ from mpi4py import MPI
 
 def world_rank() -> int:
     return MPI.COMM_WORLD.Get_rank()
+
+
+def abort(message: str, code: int = 1) -> None:
+    """Print ``message`` on stderr, give the launcher a moment to pass it on, abort the job.
+
+    Without the pause, mpiexec sometimes killed the job before it had
+    forwarded the aborting rank's last lines: the user saw no reason at all.
+    """
+    sys.stderr.write(message if message.endswith("\n") else message + "\n")
+    sys.stderr.flush()
+    if MPI.COMM_WORLD.Get_size() > 1:
+        time.sleep(0.5)
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -47,10 +62,6 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
             if world_rank() == 0 and not getattr(exc, "silent", False):
                 print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
-        rank = world_rank()
         tb = "".join(traceback.format_exception(exc))
-        print(f"[rank {rank}] error: {type(exc).__name__}: {exc}\n{tb}", file=sys.stderr, flush=True)
-        if MPI.COMM_WORLD.Get_size() > 1:
-            MPI.COMM_WORLD.Abort(1)
-        sys.exit(1)
+        abort(f"[rank {world_rank()}] error: {type(exc).__name__}: {exc}\n{tb}")
     sys.exit(rc or 0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -124,8 +123,9 @@ class Watchdog:
 
     # -- the thread -------------------------------------------------------------
     def _mpi_abort(self, report: str) -> None:
-        print(report, file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(1)
+        from ._cli import abort
+
+        abort(report)
 
     def _run(self) -> None:
         T = self.timeout
