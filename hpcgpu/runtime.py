@@ -234,6 +234,10 @@ def _limit_blas_threads(local_size: int) -> str:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return "not limited (threadpoolctl missing)"
+    try:  # SciPy brings its own OpenBLAS (SUMMA's gemm, the SGD update): load it now so it is limited too
+        import scipy.linalg.blas  # noqa: F401
+    except ImportError:
+        pass
     _BLAS_LIMIT = threadpool_limits(limits=n)
     why = f"bound to {mine} cores" if mine < total else f"{total} cores / {local_size} ranks on node"
     return f"{n} ({why})"

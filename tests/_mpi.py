@@ -30,8 +30,11 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
     e = dict(os.environ)
     e.setdefault("PYTHONUNBUFFERED", "1")
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    if env:
-        e.update(env)
+    for k, v in (env or {}).items():  # None removes a variable
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     cmd = [mpiexec(), "-n", str(nprocs), sys.executable, *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)

@@ -247,6 +247,10 @@ def test_a_killed_writer_leaves_the_previous_checkpoint(tmp_path):
     p.kill()
     p.wait()
     assert read_checkpoint(path, 10).step == 1  # the previous one, whole
+    assert [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # the killed writer's leftover
+    write_checkpoint(path, _state(2), keep=1)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # cleaned by the next writer
+    assert read_checkpoint(path, 10).step == 2
 
 
 def test_corrupt_checkpoint_falls_back_then_fails_clearly(tmp_path):

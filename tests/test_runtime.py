@@ -86,6 +86,22 @@ def test_info_prints_one_line_per_rank(nprocs):
 
 
 @pytest.mark.mpi
+def test_every_blas_is_limited_to_the_ranks_share_of_cores():
+    """NumPy's and SciPy's OpenBLAS both: SciPy's, left at 2 threads, made 8 ranks 35x slower here."""
+    code = ("import hpcgpu, threadpoolctl, os\n"
+            "rt = hpcgpu.init('cpu')\n"
+            "import hpcgpu.summa, hpcgpu.train.optim\n"
+            "share = max(1, len(os.sched_getaffinity(0)) // rt.local_size)\n"
+            "blas = [i for i in threadpoolctl.threadpool_info() if i['user_api'] == 'blas']\n"
+            "assert len(blas) >= 1 and all(i['num_threads'] <= share for i in blas), blas\n"
+            "print('ok', len(blas))\n")
+    env = {v: None for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
+    p = _mpi.run(4, ["-c", code], timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("ok") == 4
+
+
+@pytest.mark.mpi
 def test_info_usage_error_is_one_line():
     p = _mpi.run(2, ["-m", "hpcgpu", "inf"], timeout=60)
     assert p.returncode == 2

@@ -15,6 +15,8 @@ a process killed at any moment leaves at least one complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 from dataclasses import dataclass, field
@@ -99,7 +101,8 @@ def _rotate(path: str, keep: int) -> None:
 def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: dict | None = None) -> str:
     """Write ``state`` to ``path`` atomically, keeping the ``keep`` newest files.
 
-    Not collective: one rank (rank 0) calls it.
+    Not collective: one rank (rank 0) calls it. Temporary files that killed
+    writers left beside ``path`` are removed first.
 
     Raises
     ------
@@ -108,7 +111,13 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
     """
     import h5py
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    # Temporaries of writers that were killed (SIGKILL leaves them): one rank of
+    # one job writes these checkpoints, so any found now are stale.
+    for stale in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(os.path.basename(path))}.*.tmp")):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f:
             f.create_dataset("params", data=state.params)
