@@ -436,19 +436,17 @@ class Trainer:
             self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
         # Overflow becomes inf/NaN, which the step detects and reports once with
         # its epoch and step; NumPy's per-operation warnings would only add noise.
-        quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore")
-        quiet.__enter__()
         try:
-            while self.epoch < c.epochs:
-                lr = self.schedule(self.epoch * self.sampler.steps)
-                if not self.train_epoch(bar):
-                    self.stopped_by = self.stop_request.reason or "a stop request on another rank"
-                    break
-                row = self._finish_epoch(lr)
-                if rt.rank == 0:
-                    self._log_epoch(row, bar)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                while self.epoch < c.epochs:
+                    lr = self.schedule(self.epoch * self.sampler.steps)
+                    if not self.train_epoch(bar):
+                        self.stopped_by = self.stop_request.reason or "a stop request on another rank"
+                        break
+                    row = self._finish_epoch(lr)
+                    if rt.rank == 0:
+                        self._log_epoch(row, bar)
         finally:
-            quiet.__exit__(None, None, None)
             if own:
                 self.stop_request.uninstall()
             if bar is not None:
