@@ -7,7 +7,6 @@ Nothing global is held by one rank unless the user asks for it
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 from mpi4py import MPI
@@ -16,7 +15,7 @@ from . import _device
 from ._version import __version__
 from .comm import agree
 from .grid import ProcessGrid
-from .io import open_hdf5, writable_error
+from .io import open_hdf5, publish, temp_beside, writable_error
 
 __all__ = ["DistMatrix", "default_grid", "DTYPES"]
 
@@ -334,9 +333,10 @@ class DistMatrix:
         if comm.rank == 0:
             err = writable_error(path, "output")
             if err is None:
-                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                           dir=os.path.dirname(os.path.abspath(path)))
-                os.close(fd)
+                try:
+                    tmp = temp_beside(path)
+                except OSError as e:
+                    err = OSError(f"output {path}: cannot create a temporary file beside it ({e})")
         agree(err, comm=comm)
         tmp = comm.bcast(tmp, root=0)
         meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
@@ -351,10 +351,7 @@ class DistMatrix:
             err = None
             if comm.rank == 0:
                 try:
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    os.chmod(tmp, 0o666 & ~umask)
-                    os.replace(tmp, path)
+                    publish(tmp, path)
                 except OSError as e:
                     err = OSError(f"output {path}: cannot rename ({e})")
             agree(err, comm=comm)

@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["atomic_path", "writable_error", "open_hdf5"]
+__all__ = ["atomic_path", "temp_beside", "publish", "writable_error", "open_hdf5"]
 
 
 @contextlib.contextmanager
@@ -29,21 +29,48 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     str
         The temporary name to write to.
     """
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=d)
-    os.close(fd)
+    tmp = temp_beside(path)
     try:
         yield tmp
-        # mkstemp makes the file private (0600); give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def temp_beside(path: str | os.PathLike) -> str:
+    """Create an empty temporary file ``.NAME.XXXX.tmp`` in ``path``'s directory; return its name.
+
+    Not collective. Same directory, so :func:`publish` is an atomic rename.
+
+    Raises
+    ------
+    OSError
+        The directory cannot be written.
+    """
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    return tmp
+
+
+def publish(tmp: str, path: str | os.PathLike) -> None:
+    """Give the finished ``tmp`` the mode a plain ``open()`` would, and rename it to ``path``.
+
+    Not collective. ``mkstemp`` makes files private (0600); the rename is
+    atomic, so ``path`` is either the old file or the complete new one.
+
+    Raises
+    ------
+    OSError
+        The rename failed (``tmp`` is left for the caller to remove).
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, os.fspath(path))
 
 
 def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
