@@ -8,7 +8,7 @@ as fast as the reference):
 
 - ratio_in_run: against one process doing the same GEMM with all the ranks'
   threads together (capped at the cores), measured inside the same mpiexec
-  run (``python -m hpcgpu.matmul --bench``);
+  run (``python -m hpcgpu matmul --bench``);
 - ratio_numpy_2t: against single-process NumPy with 2 BLAS threads,
   measured by this script in the same invocation.
 """
@@ -62,7 +62,7 @@ def main():
     ref2 = numpy_gemm(a.n, a.dtype, 2, a.repeat)
     rows = []
     for P in (int(p) for p in a.ranks.split(",")):
-        cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "hpcgpu.matmul", "--bench", str(a.n), "--dtype",
+        cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "hpcgpu", "matmul", "--bench", str(a.n), "--dtype",
                a.dtype, "--repeat", str(a.repeat), "--json", "--device", "cpu"]
         out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, timeout=1800).stdout
         r = json.loads(out.strip().splitlines()[-1])

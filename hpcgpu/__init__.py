@@ -5,23 +5,32 @@ module ``xp``; :mod:`hpcgpu.comm` the collectives on ``xp`` arrays;
 :class:`DistMatrix` and :func:`matmul` (SUMMA) the distributed matrix
 multiply; :mod:`hpcgpu.train` the data-parallel SGD trainer.
 
-``hpcgpu.matmul`` is the function; ``python -m hpcgpu.matmul`` runs the
-command line of the same name (module ``hpcgpu/matmul.py``, not imported
-here, so the function keeps the name).
+``hpcgpu.matmul`` is always the function (no submodule has that name); the
+command lines are ``python -m hpcgpu {info,matmul}`` and ``python -m hpcgpu.train``.
+
+Importing hpcgpu chooses a GPU from the launcher's node-local rank before
+``mpi4py`` initializes MPI (see :func:`hpcgpu._device.bind_early`): import
+it before ``mpi4py.MPI`` on a CUDA-aware MPI. ``HPCGPU_DEVICE=cpu`` skips that.
 """
 
-from ._version import __version__
-from .comm import Allgather, Allreduce, Bcast, Ibcast, agree
-from .distmatrix import DistMatrix, default_grid
-from .grid import ProcessGrid
-from .runtime import Runtime, detect_cuda_aware, get_runtime, init
-from .summa import matmul
-from .train import MLP, SGD, LRSchedule, TrainConfig, Trainer
+from . import _device
+
+_device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
+
+from ._version import __version__  # noqa: E402
+from .comm import Allgather, Allreduce, Bcast, Ibcast, agree  # noqa: E402
+from .distmatrix import DistMatrix  # noqa: E402
+from .errors import AgreedError, agreed  # noqa: E402
+from .grid import ProcessGrid, default_grid  # noqa: E402
+from .runtime import Runtime, current_runtime, detect_cuda_aware, get_runtime, init  # noqa: E402
+from .summa import matmul  # noqa: E402
+from .train import MLP, SGD, LRSchedule, TrainConfig, Trainer  # noqa: E402
 
 __all__ = [
     "__version__",
     "Allgather", "Allreduce", "Bcast", "Ibcast", "agree",
-    "Runtime", "detect_cuda_aware", "get_runtime", "init",
+    "AgreedError", "agreed",
+    "Runtime", "current_runtime", "detect_cuda_aware", "get_runtime", "init",
     "DistMatrix", "ProcessGrid", "default_grid", "matmul",
     "MLP", "SGD", "LRSchedule", "TrainConfig", "Trainer",
 ]

@@ -1,6 +1,7 @@
 """The guard every hpcgpu command line runs under.
 
-An error every rank agreed on (see :func:`hpcgpu.comm.agree`) is bad input:
+An error every rank agreed on (an :class:`hpcgpu.errors.AgreedError`, made
+by :func:`hpcgpu.errors.agreed` or :func:`hpcgpu.comm.agree`) is bad input:
 rank 0 prints one line and all ranks exit with status 2. Anything else is
 unexpected on one rank while the others may wait in a collective: that rank
 prints ``[rank r] error: ...`` with its traceback and aborts the whole job,
@@ -11,29 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import traceback
 from typing import Callable, Sequence
 
 from mpi4py import MPI
 
+from .errors import AgreedError
+from .runtime import abort
+
 
 def world_rank() -> int:
+    """This process's rank in ``MPI.COMM_WORLD``."""
     return MPI.COMM_WORLD.Get_rank()
-
-
-def abort(message: str, code: int = 1) -> None:
-    """Print ``message`` on stderr, give the launcher a moment to pass it on, abort the job.
-
-    Without the pause, mpiexec sometimes killed the job before it had
-    forwarded the aborting rank's last lines: the user saw no reason at all.
-    """
-    sys.stderr.write(message if message.endswith("\n") else message + "\n")
-    sys.stderr.flush()
-    if MPI.COMM_WORLD.Get_size() > 1:
-        time.sleep(0.5)
-        MPI.COMM_WORLD.Abort(code)
-    sys.exit(code)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -58,8 +48,8 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - the whole point
-        if getattr(exc, "collective", False):
-            if world_rank() == 0 and not getattr(exc, "silent", False):
+        if isinstance(exc, AgreedError):
+            if world_rank() == 0 and not exc.silent:
                 print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
         tb = "".join(traceback.format_exception(exc))

@@ -1,18 +1,28 @@
 """The only module that touches CuPy. Everything here is a no-op on NumPy.
 
-CuPy is imported lazily, so a CPU-only install never needs it.
+CuPy is imported lazily, so a CPU-only install never needs it. What lives
+here: finding a usable GPU (and saying why not), binding a rank to one, the
+synchronize that must come before MPI touches device memory, pinned staging
+buffers (one growable buffer per slot), and the cuBLAS GEMM.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from types import ModuleType
 
 import numpy
 
-_PINNED: dict[tuple[int, str], numpy.ndarray] = {}
+# Launcher variables that give a rank's index on its node before MPI_Init,
+# in the order they are trusted: Slurm's srun, Open MPI's mpiexec (PRRTE),
+# MPICH's and Intel MPI's Hydra, PMIx launchers, MVAPICH2's mpirun_rsh.
+LOCAL_RANK_VARS = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                   "PMIX_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK")
 
 
 def cupy_or_none() -> ModuleType | None:
+    """``cupy`` when it imports, else ``None``. Not collective."""
     try:
         import cupy
     except Exception:  # ImportError, or a CUDA library missing at import
@@ -20,26 +30,149 @@ def cupy_or_none() -> ModuleType | None:
     return cupy
 
 
-def device_count() -> int:
-    """Number of CUDA devices CuPy sees; 0 without CuPy or a driver."""
-    cupy = cupy_or_none()
-    if cupy is None:
-        return 0
+def _why(exc: BaseException) -> str:
+    """CuPy's own words for a failure, on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def probe() -> tuple[int, str]:
+    """How many CUDA devices this process sees, and why none when 0. Not collective.
+
+    Creates no CUDA context (``cudaGetDeviceCount`` does not).
+
+    Returns
+    -------
+    (int, str)
+        The device count, and for 0 the cause in CuPy's words: CuPy missing
+        or failing to import, no driver, no device visible.
+    """
     try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:
-        return 0
+        import cupy
+    except ModuleNotFoundError as e:
+        if e.name == "cupy":
+            return 0, "CuPy is not installed"
+        return 0, f"CuPy is not importable ({_why(e)})"
+    except ImportError as e:
+        return 0, f"CuPy is not importable ({_why(e)})"
+    except Exception as e:  # a CUDA library missing at import
+        return 0, f"CuPy failed to import ({_why(e)})"
+    try:
+        n = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as e:  # CUDARuntimeError: no driver, no device, CUDA_VISIBLE_DEVICES=""
+        return 0, f"no usable CUDA device ({_why(e)})"
+    if n == 0:
+        return 0, "no CUDA device visible (CUDA_VISIBLE_DEVICES=" f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})"
+    return n, ""
+
+
+def device_count() -> int:
+    """Number of CUDA devices CuPy sees; 0 without CuPy, a driver or a visible device. Not collective."""
+    return probe()[0]
+
+
+def launcher_local_rank() -> tuple[int, str] | None:
+    """This process's node-local rank as the launcher gave it, before MPI_Init.
+
+    Not collective; reads :data:`LOCAL_RANK_VARS` in order.
+
+    Returns
+    -------
+    (int, str) or None
+        The local rank and the variable it came from; ``None`` when no
+        launcher variable is set (or none holds an integer).
+    """
+    for var in LOCAL_RANK_VARS:
+        v = os.environ.get(var, "").strip()
+        if v.isdigit():
+            return int(v), var
+    return None
+
+
+EARLY_BINDING: tuple[int, str] | None = None
+"""``(device_id, how)`` when :func:`bind_early` chose the GPU before MPI_Init."""
+
+LATE_WHY = "no launcher variable gave the node-local rank"
+"""Why the GPU was not chosen before MPI_Init (for ``info``)."""
+
+
+def bind_early() -> None:
+    """Choose this rank's GPU from the launcher's node-local rank, before MPI_Init.
+
+    Not collective; called by ``import hpcgpu`` before anything imports
+    ``mpi4py.MPI``. CUDA-aware MPICH, MVAPICH2 and Cray MPICH create CUDA
+    resources on the current device during ``MPI_Init`` (pmodels/mpich
+    issue 5810): without this, every rank of a node would also hold a
+    context on GPU 0. Binds device ``local_rank % device_count`` when a
+    variable of :data:`LOCAL_RANK_VARS` is set, CuPy sees a device, MPI is
+    not yet initialized and ``HPCGPU_DEVICE`` is not ``cpu``; otherwise
+    records why not in :data:`LATE_WHY`, and :func:`hpcgpu.init` binds
+    after ``MPI_Init`` from ``Split_type``.
+    """
+    global EARLY_BINDING, LATE_WHY
+    if EARLY_BINDING is not None:
+        return
+    if "mpi4py.MPI" in sys.modules:
+        LATE_WHY = "MPI was initialized before hpcgpu was imported"
+        return
+    if os.environ.get("HPCGPU_DEVICE", "").strip().lower() == "cpu":
+        LATE_WHY = "HPCGPU_DEVICE=cpu"
+        return
+    found = launcher_local_rank()
+    if found is None:
+        return
+    n, why = probe()
+    if n == 0:
+        LATE_WHY = why
+        return
+    local, var = found
+    try:
+        bind(local % n)
+    except Exception as e:  # reported by init(), which checks the device again
+        LATE_WHY = f"binding GPU {local % n} before MPI_Init failed ({_why(e)})"
+        return
+    EARLY_BINDING = (local % n, f"{var}={local}, before MPI_Init")
 
 
 def bind(device_id: int) -> ModuleType:
-    """Make ``device_id`` this process's current device; return ``cupy``."""
+    """Make ``device_id`` this process's current device; return ``cupy``. Not collective."""
     import cupy
 
     cupy.cuda.Device(device_id).use()
     return cupy
 
 
+def current_device() -> int:
+    """The CUDA device current in this process. Not collective."""
+    import cupy
+
+    return int(cupy.cuda.runtime.getDevice())
+
+
+def check_usable() -> str:
+    """Try what hpcgpu needs of the current device; ``""`` when all works, else why not.
+
+    Not collective. An allocation, a small elementwise kernel (which needs
+    NVRTC to compile), a cuBLAS handle and a tiny GEMM: the plain
+    ``cupy-cuda12x`` wheel finds a device with only a driver installed, and
+    then fails at the first kernel.
+    """
+    try:
+        import cupy
+
+        a = cupy.arange(4, dtype=cupy.float32)
+        b = a * 2 + 1  # an elementwise kernel: compiled by NVRTC on first use
+        cupy.cuda.device.get_cublas_handle()
+        c = b.reshape(2, 2) @ b.reshape(2, 2)  # cuBLAS
+        c.get()
+        cupy.cuda.get_current_stream().synchronize()
+    except Exception as e:  # CuPy's exception names the missing library
+        return _why(e)
+    return ""
+
+
 def device_name(device_id: int | None) -> str:
+    """The name of CUDA device ``device_id`` ("cpu" for ``None``). Not collective."""
     if device_id is None:
         return "cpu"
     import cupy
@@ -55,52 +188,114 @@ def is_device_array(a) -> bool:
 
 
 def synchronize() -> None:
-    """Wait for the current CUDA stream, so MPI reads finished data."""
+    """Wait for the current CUDA stream, so MPI reads finished data. Not collective."""
     import cupy
 
     cupy.cuda.get_current_stream().synchronize()
 
 
-def staging_buffer(a, slot: str = "send") -> numpy.ndarray:
-    """A pinned host array shaped like device array ``a``, reused between calls.
+class _Slot:
+    """One growable pinned host buffer, handed out as prefix views.
 
-    ``slot`` keeps buffers apart that are alive at the same time (the send
-    and receive side of one collective, two panels in flight).
+    Megatron-LM's ``GlobalMemoryBuffer`` pattern: a request for ``n`` bytes
+    gets the first ``n`` bytes of the slot's buffer, which grows (to the
+    request, rounded up) when too small; the old buffer is freed when the
+    last view of it goes. ``busy`` marks a slot a non-blocking request still
+    holds.
     """
-    import cupy
 
-    nbytes = int(a.nbytes)
-    key = (nbytes, slot)
-    host = _PINNED.get(key)
-    if host is None:
-        mem = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
-        host = numpy.frombuffer(mem, dtype=numpy.uint8, count=nbytes)
-        _PINNED[key] = host
-    return host.view(a.dtype).reshape(a.shape)
+    __slots__ = ("mem", "host", "busy")
+
+    def __init__(self):
+        self.mem, self.host, self.busy = None, None, False
+
+    def view(self, nbytes: int) -> numpy.ndarray:
+        if self.host is None or self.host.nbytes < nbytes:
+            import cupy
+
+            size = max(4096, 1 << max(0, nbytes - 1).bit_length())  # powers of two: few regrowths
+            self.mem = cupy.cuda.alloc_pinned_memory(size)
+            self.host = numpy.frombuffer(self.mem, dtype=numpy.uint8, count=size)
+        return self.host[:nbytes]
 
 
-def to_host(a, slot: str = "send") -> numpy.ndarray:
-    """Copy device array ``a`` into a pinned staging buffer and return it."""
+_SLOTS: dict[str, _Slot] = {}
+
+
+def staging_stats() -> tuple[int, int]:
+    """``(slots, bytes)`` of pinned staging memory this process holds. Not collective."""
+    held = [s.host.nbytes for s in _SLOTS.values() if s.host is not None]
+    return len(held), sum(held)
+
+
+def free_staging() -> None:
+    """Drop every staging buffer that no request holds (they are made again on use)."""
+    for name in [n for n, s in _SLOTS.items() if not s.busy]:
+        del _SLOTS[name]
+
+
+def staging_buffer(a, slot: str) -> numpy.ndarray:
+    """A pinned host array shaped like device array ``a``: a prefix of slot ``slot``'s buffer.
+
+    Not collective. Buffers alive at the same time need different slots (the
+    send and receive side of one collective, two broadcasts in flight).
+
+    Raises
+    ------
+    RuntimeError
+        ``slot`` is held by a non-blocking request not yet waited for.
+    """
+    s = _SLOTS.setdefault(slot, _Slot())
+    if s.busy:
+        raise RuntimeError(f"staging slot {slot!r} is held by a request not yet waited for; "
+                           "give each request in flight its own slot")
+    return s.view(int(a.nbytes)).view(a.dtype).reshape(a.shape)
+
+
+def acquire_slot(prefix: str) -> str:
+    """Mark the first free slot named ``prefix0``, ``prefix1``, ... busy and return its name."""
+    i = 0
+    while _SLOTS.get(f"{prefix}{i}") is not None and _SLOTS[f"{prefix}{i}"].busy:
+        i += 1
+    name = f"{prefix}{i}"
+    _SLOTS.setdefault(name, _Slot())
+    return name
+
+
+def hold(slot: str, busy: bool) -> None:
+    """Mark ``slot`` held by a non-blocking request (``busy``) or free again."""
+    _SLOTS.setdefault(slot, _Slot()).busy = busy
+
+
+def to_host(a, slot: str) -> numpy.ndarray:
+    """Copy device array ``a`` into slot ``slot``'s pinned buffer and return that view.
+
+    Not collective. CuPy's ``get`` is blocking: it waits for the current
+    stream, so the copy holds every kernel queued before it.
+    """
     host = staging_buffer(a, slot)
-    a.get(out=host)  # synchronous on the current stream
+    a.get(out=host)
     return host
 
 
 def from_host(host: numpy.ndarray, a) -> None:
-    """Copy ``host`` back into device array ``a`` (synchronously)."""
+    """Copy ``host`` back into device array ``a`` and wait for the copy. Not collective."""
     a.set(host)
     synchronize()
 
 
 def asnumpy(a) -> numpy.ndarray:
-    """A NumPy array holding the values of ``a`` (a copy only for device arrays)."""
+    """A NumPy array holding the values of ``a`` (a copy only for device arrays). Not collective."""
     if is_device_array(a):
         return a.get()
     return numpy.asarray(a)
 
 
-def gemm(a, b, c, beta: float) -> None:
-    """``c = a @ b + beta * c`` on the device with cuBLAS (no temporary)."""
+def gemm(a, b, c, alpha, beta) -> None:
+    """``c = alpha * a @ b + beta * c`` on the device with cuBLAS (no temporary).
+
+    ``m``, ``n`` and ``k`` must be >= 1 (see :func:`hpcgpu._gemm.gemm`).
+    """
     from cupy import cublas
 
-    cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=beta)
+    cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)

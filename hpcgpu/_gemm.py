@@ -26,24 +26,53 @@ def _scipy_gemm(dtype):
     return _SCIPY_GEMM[dtype.char]
 
 
-def gemm(a, b, c, beta: float = 1.0) -> None:
-    """``c[...] = a @ b + beta * c`` for 2-D ``a`` (m, k), ``b`` (k, n), ``c`` (m, n).
+def gemm(a, b, c, *, alpha=1.0, beta=0.0) -> None:
+    """``c[...] = alpha * a @ b + beta * c`` in place, on the host or the device.
 
-    Not collective. ``c`` must be C-contiguous; ``beta`` is 0 or 1.
+    Not collective. BLAS semantics on both: ``beta = 0`` ignores what ``c``
+    held (NaN included), ``beta = 1`` accumulates without a temporary.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (m, k)
+    b : xp.ndarray, shape (k, n)
+    c : xp.ndarray, shape (m, n)
+        C-contiguous; same dtype as ``a`` and ``b`` (float32, float64,
+        complex64, complex128); on the same device as them.
+    alpha, beta : scalar, keyword-only
+
+    Notes
+    -----
+    Empty blocks (``m``, ``n`` or ``k`` of 0) are handled here, before BLAS
+    or cuBLAS sees them: cuBLAS rejects a leading dimension of 0.
     """
+    if c.size == 0:
+        return
+    if a.shape[1] == 0:  # alpha * (empty sum) = 0
+        if beta == 0:
+            c.fill(0)
+        elif beta != 1:
+            c *= beta
+        return
     if _device.is_device_array(c):
-        _device.gemm(a, b, c, beta)
+        _device.gemm(a, b, c, alpha, beta)
         return
-    if beta == 0 or c.size == 0:
+    if beta == 0 and alpha == 1:
         np.matmul(a, b, out=c)
-        return
-    if a.shape[1] == 0:
         return
     f = _scipy_gemm(c.dtype)
     if f is not None and c.flags.c_contiguous and a.flags.c_contiguous and b.flags.c_contiguous:
-        r = f(1.0, b.T, a.T, beta=1.0, c=c.T, overwrite_c=True)
+        r = f(alpha, b.T, a.T, beta=beta, c=c.T, overwrite_c=True)
         if np.shares_memory(r, c):
             return
         c[...] = r.T  # the wrapper had to copy: still right, just slower
         return
-    c += a @ b
+    t = a @ b
+    if alpha != 1:
+        t *= alpha
+    if beta == 0:
+        c[...] = t
+        return
+    if beta != 1:
+        c *= beta
+    c += t

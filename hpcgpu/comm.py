@@ -1,13 +1,17 @@
 """Buffer collectives on ``xp`` arrays, and collective error agreement.
 
-A NumPy array goes to MPI as it is. A CuPy array goes to MPI directly when the
-runtime found MPI CUDA-aware, after the current stream is synchronized (MPI
-must not read a buffer a kernel is still writing); otherwise it is staged
-through a pinned host buffer and copied back. The choice is made here, once,
-so the trainer and the matrix multiply never see it.
+A NumPy array goes to MPI as it is. A CuPy array goes to MPI directly when MPI
+is CUDA-aware, after the current stream is synchronized (MPI must not read a
+buffer a kernel is still writing); otherwise it is staged through pinned host
+memory and copied back. That branch is written once, in :func:`_dispatch`;
+each collective only says which of its buffers MPI reads and which it writes.
+The CUDA-awareness comes from the runtime (:func:`hpcgpu.init`), or from the
+``cuda_aware`` argument: a collective never starts the runtime on its own
+for a device buffer.
 
 All functions are collective over ``comm`` (keyword-only, the runtime's
-private communicator by default) and follow MPI's argument names.
+private communicator by default) and follow MPI's argument names. At one
+rank no MPI call is made.
 """
 
 from __future__ import annotations
@@ -15,21 +19,18 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from . import _device
+from .errors import agreed, plain_type
 
-__all__ = ["Allreduce", "Bcast", "Ibcast", "Allgather", "agree", "default_comm"]
+__all__ = ["Allreduce", "Bcast", "Ibcast", "Allgather", "Request", "agree", "default_comm"]
+
+IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
 
 
 def default_comm() -> MPI.Intracomm:
-    """The runtime's private communicator (``init()`` on first use)."""
+    """The runtime's private communicator (``init()`` on first use, which is collective)."""
     from .runtime import get_runtime
 
     return get_runtime().comm
-
-
-def _cuda_aware() -> bool:
-    from .runtime import get_runtime
-
-    return get_runtime().cuda_aware
 
 
 def _check_contiguous(name: str, a) -> None:
@@ -38,7 +39,110 @@ def _check_contiguous(name: str, a) -> None:
         raise ValueError(f"{name} must be C-contiguous")
 
 
-def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None):
+def _awareness(cuda_aware: bool | None) -> tuple[bool, bool]:
+    """``(device pointers to MPI, also to non-blocking collectives)`` for a device buffer."""
+    from .runtime import current_runtime
+
+    rt = current_runtime()
+    if cuda_aware is not None:
+        return bool(cuda_aware), bool(cuda_aware) and (rt is None or rt.nonblocking_device)
+    if rt is None:
+        raise ValueError("a collective on a device array needs the runtime's decision on CUDA-aware MPI: "
+                         "call hpcgpu.init() first, or pass cuda_aware=True/False")
+    return rt.cuda_aware, rt.cuda_aware and rt.nonblocking_device
+
+
+def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False, slot: str | None = None):
+    """Call ``call(*buffers)`` with buffers MPI can take: the one CPU / CUDA-aware / staged branch.
+
+    ``bufs`` is ``[(array, IN | OUT | INOUT), ...]``. Host arrays go as they
+    are. Device arrays go as they are when MPI is CUDA-aware (for a
+    non-blocking call: when it takes device memory in non-blocking
+    collectives too), after the current stream is synchronized. Otherwise
+    each is copied to its own pinned staging slot (the ones MPI reads), MPI
+    runs on the host copies, and the ones MPI wrote are copied back: at once
+    for a blocking call, at ``Wait`` for a non-blocking one (whose slots stay
+    held until then). Returns ``call``'s result, or a :class:`Request` when
+    ``nonblocking``.
+    """
+    arrays = [a for a, _ in bufs]
+    on_device = [_device.is_device_array(a) for a in arrays]
+    if not any(on_device):
+        result = call(*arrays)
+        return Request(result) if nonblocking else result
+    if not all(on_device):
+        raise ValueError("buffers of one collective must all be host arrays or all device arrays")
+    aware, aware_nonblocking = _awareness(cuda_aware)
+    if aware_nonblocking or (aware and not nonblocking):
+        _device.synchronize()  # MPI reads memory, not the stream: every queued kernel must have landed
+        result = call(*arrays)
+        return Request(result) if nonblocking else result
+    hosts, back, held = [], [], []
+    for i, (a, role) in enumerate(bufs):
+        if nonblocking:
+            name = slot if (slot is not None and i == 0) else _device.acquire_slot(f"{slot or 'nb'}.")
+        else:
+            name = f"blocking{i}"
+        h = _device.to_host(a, name) if role in (IN, INOUT) else _device.staging_buffer(a, name)
+        hosts.append(h)
+        if role in (OUT, INOUT):
+            back.append((h, a))
+        if nonblocking:
+            _device.hold(name, True)
+            held.append(name)
+    result = call(*hosts)
+    if nonblocking:
+        return Request(result, back, held)
+    for h, a in back:
+        _device.from_host(h, a)
+    return result
+
+
+class Request:
+    """A pending non-blocking collective; ``Wait()`` completes it.
+
+    For staged device buffers, ``Wait`` also copies the host buffers back to
+    the device and frees their staging slots, so the array holds the result
+    only after ``Wait``.
+
+    Parameters
+    ----------
+    req : mpi4py.MPI.Request or None
+        The MPI request (``None``: already complete, as at one rank).
+    back : list of (numpy.ndarray, xp.ndarray)
+        Host staging buffers to copy into device arrays at completion.
+    held : list of str
+        Staging slots to free at completion.
+    """
+
+    def __init__(self, req: MPI.Request | None, back=(), held=()):
+        self._req, self._back, self._held = req, list(back), list(held)
+
+    def Wait(self) -> None:
+        """Block until the operation is done (and the device copies made). Not collective."""
+        if self._req is not None:
+            self._req.Wait()
+            self._req = None
+        self._finish()
+
+    def Test(self) -> bool:
+        """True when done (then as ``Wait``); never blocks. Not collective."""
+        if self._req is not None and not self._req.Test():
+            return False
+        self._req = None
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
+        for h, a in self._back:
+            _device.from_host(h, a)
+        for name in self._held:
+            _device.hold(name, False)
+        self._back, self._held = [], []
+
+
+def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None,
+              cuda_aware: bool | None = None):
     """Reduce ``sendbuf`` over all ranks; every rank gets the result.
 
     Collective: all ranks of ``comm`` must call it with arrays of the same
@@ -49,35 +153,43 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
     sendbuf : xp.ndarray
         C-contiguous local contribution, any shape.
     recvbuf : xp.ndarray, optional
-        Where the result goes, same shape and dtype as ``sendbuf``. When
-        omitted the reduction is in place (``MPI.IN_PLACE``) in ``sendbuf``.
+        Where the result goes, same shape and dtype as ``sendbuf``, on the
+        same side (host or device). When omitted the reduction is in place
+        (``MPI.IN_PLACE``) in ``sendbuf``.
     op : mpi4py.MPI.Op
         ``MPI.SUM`` by default.
     comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+    cuda_aware : bool, optional
+        Whether device buffers may go straight to MPI; the runtime's
+        decision by default (then :func:`hpcgpu.init` must have run).
 
     Returns
     -------
     xp.ndarray
         ``recvbuf`` (or ``sendbuf`` when in place).
+
+    Raises
+    ------
+    ValueError
+        A buffer is not C-contiguous; host and device buffers are mixed; a
+        device buffer without a runtime or ``cuda_aware``.
     """
     comm = default_comm() if comm is None else comm
-    inplace = recvbuf is None
     _check_contiguous("sendbuf", sendbuf)
-    if not _device.is_device_array(sendbuf):
-        comm.Allreduce(MPI.IN_PLACE if inplace else sendbuf, sendbuf if inplace else recvbuf, op=op)
-        return sendbuf if inplace else recvbuf
-    out = sendbuf if inplace else recvbuf
-    if _cuda_aware():
-        _device.synchronize()
-        comm.Allreduce(MPI.IN_PLACE if inplace else sendbuf, out, op=op)
-        return out
-    host = _device.to_host(sendbuf, "send")
-    comm.Allreduce(MPI.IN_PLACE, host, op=op)
-    _device.from_host(host, out)
-    return out
+    if recvbuf is None:
+        if comm.Get_size() > 1:
+            _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware)
+        return sendbuf
+    _check_contiguous("recvbuf", recvbuf)
+    if comm.Get_size() == 1:
+        recvbuf[...] = sendbuf
+        return recvbuf
+    _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
+    return recvbuf
 
 
-def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None):
+def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, cuda_aware: bool | None = None):
     """Copy ``buf`` of rank ``root`` into ``buf`` of every rank, in place.
 
     Collective: all ranks of ``comm`` must call it with arrays of the same
@@ -88,55 +200,32 @@ def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None):
     buf : xp.ndarray
         C-contiguous; read on ``root``, overwritten elsewhere.
     root : int
+        Rank in ``comm`` that holds the data.
     comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+    cuda_aware : bool, optional
+        As in :func:`Allreduce`.
 
     Returns
     -------
     xp.ndarray
         ``buf``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`Allreduce`.
     """
     comm = default_comm() if comm is None else comm
     _check_contiguous("buf", buf)
-    if not _device.is_device_array(buf):
-        comm.Bcast(buf, root=root)
-        return buf
-    if _cuda_aware():
-        _device.synchronize()
-        comm.Bcast(buf, root=root)
-        return buf
-    host = _device.to_host(buf, "bcast") if comm.rank == root else _device.staging_buffer(buf, "bcast")
-    comm.Bcast(host, root=root)
-    if comm.rank != root:
-        _device.from_host(host, buf)
+    if comm.Get_size() > 1:
+        role = IN if comm.Get_rank() == root else OUT
+        _dispatch(lambda b: comm.Bcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware)
     return buf
 
 
-class Request:
-    """A pending non-blocking collective; ``Wait()`` completes it.
-
-    For a staged device buffer, ``Wait`` also copies the host buffer back to
-    the device, so the array holds the result only after ``Wait``.
-    """
-
-    def __init__(self, req: MPI.Request, host=None, buf=None):
-        self._req, self._host, self._buf = req, host, buf
-
-    def Wait(self) -> None:
-        """Block until the operation is done (and the device copy made)."""
-        self._req.Wait()
-        if self._host is not None:
-            _device.from_host(self._host, self._buf)
-            self._host = None
-
-    def Test(self) -> bool:
-        """True when done; then as ``Wait``."""
-        if self._req.Test():
-            self.Wait()
-            return True
-        return False
-
-
-def Ibcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, slot: str = "ibcast") -> Request:
+def Ibcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, slot: str | None = None,
+           cuda_aware: bool | None = None) -> Request:
     """Start a broadcast of ``buf`` from ``root``; returns a :class:`Request`.
 
     Collective (non-blocking): all ranks of ``comm`` must call it, in the
@@ -148,26 +237,40 @@ def Ibcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, slot: str =
     buf : xp.ndarray
         C-contiguous; read on ``root``, overwritten elsewhere after ``Wait``.
     root : int
+        Rank in ``comm`` that holds the data.
     comm : mpi4py.MPI.Intracomm, keyword-only
-    slot : str
-        Staging-buffer name for a non-CUDA-aware MPI: broadcasts in flight at
-        the same time need different slots.
+        The runtime's private communicator by default.
+    slot : str, optional
+        Staging-buffer name for a device buffer that must be staged. By
+        default each request takes a free slot of its own (one growable
+        pinned buffer each, reused once the request is complete); a named
+        slot that a request still holds is an error.
+    cuda_aware : bool, optional
+        As in :func:`Allreduce`. Even a CUDA-aware MPI gets staged buffers
+        here when it does not take device memory in non-blocking collectives
+        (see :attr:`hpcgpu.Runtime.nonblocking_device`).
+
+    Returns
+    -------
+    Request
+
+    Raises
+    ------
+    ValueError
+        As in :func:`Allreduce`.
+    RuntimeError
+        ``slot`` is held by a request not yet waited for.
     """
     comm = default_comm() if comm is None else comm
     _check_contiguous("buf", buf)
-    if not _device.is_device_array(buf):
-        return Request(comm.Ibcast(buf, root=root))
-    if _cuda_aware():
-        _device.synchronize()
-        return Request(comm.Ibcast(buf, root=root))
-    if comm.rank == root:
-        host = _device.to_host(buf, slot)
-        return Request(comm.Ibcast(host, root=root))
-    host = _device.staging_buffer(buf, slot)
-    return Request(comm.Ibcast(host, root=root), host, buf)
+    if comm.Get_size() == 1:
+        return Request(None)
+    role = IN if comm.Get_rank() == root else OUT
+    return _dispatch(lambda b: comm.Ibcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware,
+                     nonblocking=True, slot=slot)
 
 
-def Allgather(sendbuf, recvbuf, *, comm: MPI.Intracomm | None = None):
+def Allgather(sendbuf, recvbuf, *, comm: MPI.Intracomm | None = None, cuda_aware: bool | None = None):
     """Gather equal-size ``sendbuf`` of every rank into ``recvbuf`` on all ranks.
 
     Collective: all ranks of ``comm`` must call it.
@@ -175,29 +278,31 @@ def Allgather(sendbuf, recvbuf, *, comm: MPI.Intracomm | None = None):
     Parameters
     ----------
     sendbuf : xp.ndarray
-        Local contribution, shape ``s``.
+        Local contribution, shape ``s``, C-contiguous.
     recvbuf : xp.ndarray
-        Shape ``(comm.size, *s)``, same dtype; rank ``r``'s part at ``[r]``.
+        Shape ``(comm.size, *s)``, same dtype and side; rank ``r``'s part at ``[r]``.
+    comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+    cuda_aware : bool, optional
+        As in :func:`Allreduce`.
 
     Returns
     -------
     xp.ndarray
         ``recvbuf``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`Allreduce`.
     """
     comm = default_comm() if comm is None else comm
     _check_contiguous("sendbuf", sendbuf)
     _check_contiguous("recvbuf", recvbuf)
-    if not _device.is_device_array(sendbuf):
-        comm.Allgather(sendbuf, recvbuf)
+    if comm.Get_size() == 1:
+        recvbuf[0] = sendbuf
         return recvbuf
-    if _cuda_aware():
-        _device.synchronize()
-        comm.Allgather(sendbuf, recvbuf)
-        return recvbuf
-    host_s = _device.to_host(sendbuf, "send")
-    host_r = _device.staging_buffer(recvbuf, "recv")
-    comm.Allgather(host_s, host_r)
-    _device.from_host(host_r, recvbuf)
+    _dispatch(lambda s, r: comm.Allgather(s, r), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
     return recvbuf
 
 
@@ -207,14 +312,16 @@ def agree(error: BaseException | None, *, comm: MPI.Intracomm | None = None) -> 
     Collective: all ranks of ``comm`` must call it, each with the error it
     found in its own checks (or ``None``). When no rank has an error, all
     return. Otherwise every rank raises an exception of the type of the
-    lowest failing rank's error, with that rank's message; its attribute
-    ``collective`` is ``True``, which tells the command-line guard that all
-    ranks know and a clean exit (status 2) is safe.
+    lowest failing rank's error, with that rank's message, made an
+    :class:`~hpcgpu.errors.AgreedError` by :func:`~hpcgpu.errors.agreed`:
+    the command-line guard then knows that all ranks know, and a clean exit
+    (status 2) is safe.
 
     Parameters
     ----------
     error : BaseException or None
     comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
 
     Raises
     ------
@@ -222,16 +329,15 @@ def agree(error: BaseException | None, *, comm: MPI.Intracomm | None = None) -> 
         As described above.
     """
     comm = default_comm() if comm is None else comm
-    mine = None if error is None else (type(error), str(error))
+    mine = None if error is None else (plain_type(error), str(error))
     for found in comm.allgather(mine):
         if found is None:
             continue
         cls, msg = found
         try:
-            exc = cls(msg)
-        except Exception:
-            exc = RuntimeError(msg)
-        exc.collective = True
-        if error is not None and type(error) is cls and str(error) == msg:
+            exc = agreed(cls(msg))
+        except Exception:  # a type whose constructor wants other arguments
+            exc = agreed(RuntimeError(msg))
+        if error is not None and plain_type(error) is cls and str(error) == msg:
             raise exc from error
         raise exc

@@ -52,8 +52,11 @@ def write_digits(path, test_fraction: float = 0.2, seed: int = 0) -> str:
     Parameters
     ----------
     path : str or os.PathLike
+        HDF5 file to write, atomically (its directory must exist).
     test_fraction : float
+        Fraction of each class that goes to ``/test`` (rounded per class).
     seed : int
+        Seeds the random split.
 
     Returns
     -------
@@ -91,10 +94,25 @@ def write_digits(path, test_fraction: float = 0.2, seed: int = 0) -> str:
 def read_idx(path: str) -> np.ndarray:
     """Read an IDX file (gzipped or not), as used by MNIST and Fashion-MNIST.
 
+    Not collective. The whole file is read into memory.
+
+    Parameters
+    ----------
+    path : str
+        The IDX file; read through ``gzip`` when the name ends in ``.gz``.
+
+    Returns
+    -------
+    numpy.ndarray
+        A read-only array of the file's shape and (big-endian) element type:
+        uint8, int8, int16, int32, float32 or float64.
+
     Raises
     ------
+    OSError
+        The file cannot be read (``FileNotFoundError`` when it does not exist).
     ValueError
-        The file is not IDX.
+        The file is not IDX: bad magic number, unknown type code, or truncated.
     """
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
@@ -127,10 +145,27 @@ def write_fashion_mnist(path, source: str = FASHION_MNIST_DIR) -> str:
     ``dataset-fashion-mnist`` installs them in ``/usr/share/datasets/fashion-mnist``).
     Pixels are scaled to [0, 1] and flattened to D = 784. Not collective.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        HDF5 file to write, atomically (its directory must exist).
+    source : str
+        Directory of the four IDX files (``train-images-idx3-ubyte``,
+        ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
+        ``t10k-labels-idx1-ubyte``; each may be gzipped, and ``-idx`` may be
+        spelt ``.idx``). Its absolute path is stored as the ``source`` attribute.
+
+    Returns
+    -------
+    str
+        ``path``.
+
     Raises
     ------
     FileNotFoundError
         ``source`` lacks one of the four IDX files.
+    ValueError
+        One of them is not a valid IDX file.
 
     References
     ----------
@@ -153,7 +188,21 @@ def write_fashion_mnist(path, source: str = FASHION_MNIST_DIR) -> str:
 
 
 def default_data_path(name: str = "digits") -> str:
-    """Where a bundled data set is cached: ``$HPCGPU_DATA_DIR`` or ``~/.cache/hpcgpu``."""
+    """Where a bundled data set is cached: ``$HPCGPU_DATA_DIR`` or ``~/.cache/hpcgpu``.
+
+    Not collective; creates nothing. Without ``$HPCGPU_DATA_DIR`` the
+    directory is ``$XDG_CACHE_HOME/hpcgpu`` when that is set.
+
+    Parameters
+    ----------
+    name : str
+        The data set's name, normally one of :data:`DATASETS`.
+
+    Returns
+    -------
+    str
+        ``<directory>/<name>.h5``.
+    """
     base = os.environ.get("HPCGPU_DATA_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hpcgpu"
     )
@@ -170,17 +219,17 @@ def ensure_bundled(name: str, comm) -> str:
     OSError, ImportError
         The cache cannot be written, or scikit-learn is missing (every rank).
     """
-    from .comm import agree
+    from .io import on_root
 
     path = default_data_path(name)
-    err = None
-    if comm.rank == 0 and not os.path.exists(path):
-        try:
+
+    def create():
+        if not os.path.exists(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             write(name, path)
-        except (OSError, ImportError) as e:
-            err = type(e)(f"bundled data set: cannot write {path} ({e})")
-    agree(err, comm=comm)
+
+    on_root(create, comm=comm, catch=(OSError, ImportError),
+            error=lambda e: type(e)(f"bundled data set: cannot write {path} ({e})"))
     return path
 
 

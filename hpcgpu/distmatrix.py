@@ -9,34 +9,21 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from mpi4py import MPI
 
 from . import _device
 from ._version import __version__
 from .comm import agree
-from .grid import ProcessGrid
-from .io import open_hdf5, publish, temp_beside, writable_error
+from .errors import agreed
+from .grid import ProcessGrid, default_grid
+from .io import on_root, open_hdf5, publish, temp_beside, writable_error
 
-__all__ = ["DistMatrix", "default_grid", "DTYPES"]
+__all__ = ["DistMatrix", "DTYPES"]
 
 DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
-
-_GRIDS: dict = {}
 
 # Tile edge of DistMatrix.random: the global matrix is made of tiles, each drawn
 # from its own seed, so any rank can make any part without the rest.
 _TILE = 256
-
-
-def default_grid() -> ProcessGrid:
-    """The ``Compute_dims`` grid over the runtime's communicator (made once). Collective."""
-    from .runtime import get_runtime
-
-    rt = get_runtime()
-    g = _GRIDS.get(id(rt.comm))
-    if g is None or g.cart == MPI.COMM_NULL:
-        g = _GRIDS[id(rt.comm)] = ProcessGrid(comm=rt.comm)
-    return g
 
 
 def _xp():
@@ -90,7 +77,7 @@ class DistMatrix:
         self.gshape = (int(gshape[0]), int(gshape[1]))
         self.grid = grid
         self.rows, self.cols = grid.block(self.gshape)
-        want = (self.rows.stop - self.rows.start, self.cols.stop - self.cols.start)
+        want = grid.block_shape(self.gshape)
         if tuple(local.shape) != want:
             raise ValueError(f"local block has shape {tuple(local.shape)}, expected {want} for {self.gshape} "
                              f"on grid {grid.shape}")
@@ -105,12 +92,18 @@ class DistMatrix:
 
     @property
     def lshape(self) -> tuple[int, int]:
+        """Shape of this rank's block, ``(len(rows), len(cols))``."""
         return tuple(self.local.shape)
 
     @property
-    def nbytes(self) -> int:
-        """Bytes of the local block."""
+    def lnbytes(self) -> int:
+        """Bytes of this rank's block (local)."""
         return int(self.local.nbytes)
+
+    @property
+    def gnbytes(self) -> int:
+        """Bytes of the whole matrix over all ranks (global), ``m * n * itemsize``."""
+        return self.gshape[0] * self.gshape[1] * self.dtype.itemsize
 
     def __repr__(self) -> str:
         return (f"DistMatrix(gshape={self.gshape}, dtype={self.dtype}, grid={self.grid.shape}, "
@@ -124,11 +117,34 @@ class DistMatrix:
     # -- constructors ---------------------------------------------------------
     @classmethod
     def zeros(cls, gshape, grid: ProcessGrid | None = None, dtype="float64", xp=None) -> DistMatrix:
-        """A matrix of zeros. Not collective (but every rank must make its block)."""
+        """A matrix of zeros. Not collective (but every rank must make its block).
+
+        Parameters
+        ----------
+        gshape : (int, int)
+            Global shape ``(m, n)``.
+        grid : ProcessGrid, optional
+            :func:`hpcgpu.grid.default_grid` when omitted (made on first use,
+            which is collective).
+        dtype : str or numpy.dtype
+            float32, float64, complex64 or complex128.
+        xp : module, optional
+            Where the block goes (``numpy`` or ``cupy``); the runtime's ``xp``
+            by default.
+
+        Returns
+        -------
+        DistMatrix
+            This rank's block is ``xp.zeros(grid.block_shape(gshape), dtype)``.
+
+        Raises
+        ------
+        ValueError
+            Unsupported dtype (on every rank, though not as an :class:`~hpcgpu.errors.AgreedError`).
+        """
         grid = default_grid() if grid is None else grid
         xp = _xp() if xp is None else xp
-        r, c = grid.block(tuple(gshape))
-        return cls(xp.zeros((r.stop - r.start, c.stop - c.start), dtype=dtype), gshape, grid)
+        return cls(xp.zeros(grid.block_shape(tuple(gshape)), dtype=dtype), gshape, grid)
 
     @classmethod
     def from_global(cls, a, grid: ProcessGrid | None = None, root: int = 0, xp=None) -> DistMatrix:
@@ -174,20 +190,39 @@ class DistMatrix:
             rows, cols = grid.block(gshape)
             local = np.ascontiguousarray(a[rows, cols])
         else:
-            rows, cols = grid.block(gshape)
-            local = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=dtype)
+            local = np.empty(grid.block_shape(gshape), dtype=dtype)
             comm.Recv(local, source=root, tag=11)
         return cls(xp.asarray(local), gshape, grid)
 
     @classmethod
     def random(cls, gshape, grid: ProcessGrid | None = None, dtype="float64", seed: int = 0,
                xp=None) -> DistMatrix:
-        """Uniform values in [-1, 1) (real and imaginary parts), the same global
-        matrix for a given ``seed`` whatever the grid.
+        """Uniform values in [-1, 1), the same global matrix for a ``seed`` whatever the grid.
 
-        Not collective. The matrix is tiled in ``256 x 256`` tiles, tile
+        Real and imaginary parts are both uniform. Not collective. The matrix is tiled in ``256 x 256`` tiles, tile
         ``(ti, tj)`` drawn from ``numpy.random.default_rng([seed, ti, tj])``;
         a rank draws only the tiles its block touches.
+
+        Parameters
+        ----------
+        gshape : (int, int)
+            Global shape ``(m, n)``, both ``>= 0``.
+        grid : ProcessGrid, optional
+            :func:`hpcgpu.grid.default_grid` when omitted (made on first use,
+            which is collective).
+        dtype : str or numpy.dtype
+            float32, float64, complex64 or complex128. Values are drawn in
+            float64 and then cast.
+        seed : int
+            Non-negative; with the tile indices it seeds every tile's generator.
+        xp : module, optional
+            Where the block goes (``numpy`` or ``cupy``); the runtime's ``xp``
+            by default. The tiles are drawn on the host and copied once.
+
+        Returns
+        -------
+        DistMatrix
+            This rank's block of the global matrix.
 
         Raises
         ------
@@ -201,11 +236,10 @@ class DistMatrix:
             ValueError(f"random: shape must be two sizes >= 0, got {gshape}")
             if len(gshape) != 2 or min(gshape) < 0 else None)
         if err:
-            err.collective = True
-            raise err
+            raise agreed(err)
         gshape = (int(gshape[0]), int(gshape[1]))
         rows, cols = grid.block(gshape)
-        local = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=dtype)
+        local = np.empty(grid.block_shape(gshape), dtype=dtype)
         T = _TILE
         for ti in range(rows.start // T, -(-rows.stop // T)):
             for tj in range(cols.start // T, -(-cols.stop // T)):
@@ -268,7 +302,7 @@ class DistMatrix:
             dtype = ddtype if ddtype in DTYPES else np.dtype("float64")
         gshape = (dshape[1], dshape[0]) if transpose else dshape
         rows, cols = grid.block(gshape)
-        local = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=dtype)
+        local = np.empty(grid.block_shape(gshape), dtype=dtype)
         err = None
         try:
             if local.size:
@@ -291,7 +325,19 @@ class DistMatrix:
         """The global matrix as a NumPy array on ``root`` (``None`` elsewhere).
 
         Collective over ``grid.cart``. The root needs memory for the whole
-        matrix; use :meth:`to_hdf5` for matrices that do not fit.
+        matrix; use :meth:`to_hdf5` for matrices that do not fit. Device
+        blocks are copied to the host first.
+
+        Parameters
+        ----------
+        root : int
+            Rank in ``grid.cart`` that receives the matrix.
+
+        Returns
+        -------
+        numpy.ndarray, shape (m, n), or None
+            The global matrix, of dtype :attr:`dtype`, on ``root``; ``None``
+            on the other ranks.
         """
         comm, grid = self.grid.cart, self.grid
         local = _device.asnumpy(self.local)
@@ -304,7 +350,7 @@ class DistMatrix:
             if r == root:
                 out[rows, cols] = local
             else:
-                buf = np.empty((rows.stop - rows.start, cols.stop - cols.start), dtype=self.dtype)
+                buf = np.empty(grid.block_shape(self.gshape, r), dtype=self.dtype)
                 comm.Recv(buf, source=r, tag=12)
                 out[rows, cols] = buf
         return out
@@ -321,6 +367,23 @@ class DistMatrix:
         replaces a good file. Attributes: ``world_size``, ``grid``,
         ``hpcgpu_version``, plus ``attrs``.
 
+        Parameters
+        ----------
+        path : str
+            The HDF5 file; replaced if it exists, its missing parent
+            directories are created.
+        name : str
+            Path of the dataset in the file, of shape ``(m, n)`` and dtype
+            :attr:`dtype`.
+        attrs : dict, optional
+            More root attributes (values h5py can store); they override the
+            standard ones of the same name.
+
+        Returns
+        -------
+        str
+            ``path``.
+
         Raises
         ------
         OSError
@@ -329,16 +392,17 @@ class DistMatrix:
         import h5py
 
         comm = self.grid.cart
-        tmp, err = None, None
-        if comm.rank == 0:
+
+        def create():
             err = writable_error(path, "output")
-            if err is None:
-                try:
-                    tmp = temp_beside(path)
-                except OSError as e:
-                    err = OSError(f"output {path}: cannot create a temporary file beside it ({e})")
-        agree(err, comm=comm)
-        tmp = comm.bcast(tmp, root=0)
+            if err is not None:
+                raise err
+            try:
+                return temp_beside(path)
+            except OSError as e:
+                raise OSError(f"output {path}: cannot create a temporary file beside it ({e})") from e
+
+        tmp = on_root(create, comm=comm, bcast=True)
         meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local)
@@ -348,13 +412,8 @@ class DistMatrix:
             else:
                 err = self._write_sequential(tmp, name, local, meta)
             agree(err, comm=comm)
-            err = None
-            if comm.rank == 0:
-                try:
-                    publish(tmp, path)
-                except OSError as e:
-                    err = OSError(f"output {path}: cannot rename ({e})")
-            agree(err, comm=comm)
+            on_root(lambda: publish(tmp, path), comm=comm,
+                    error=lambda e: OSError(f"output {path}: cannot rename ({e})"))
         except BaseException:
             if comm.rank == 0 and os.path.exists(tmp):
                 os.unlink(tmp)

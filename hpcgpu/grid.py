@@ -7,12 +7,28 @@ import re
 from mpi4py import MPI
 
 from ._partition import block_range, block_starts
+from .errors import agreed
 
-__all__ = ["ProcessGrid", "parse_grid"]
+__all__ = ["ProcessGrid", "parse_grid", "default_grid"]
+
+_GRIDS: dict = {}
 
 
 def parse_grid(text: str) -> tuple[int, int]:
     """``"2x3"`` -> ``(2, 3)``.
+
+    Not collective.
+
+    Parameters
+    ----------
+    text : str
+        ``PRxPC``: rows and columns of the grid, separated by ``x``, ``X``,
+        ``*`` or ``,`` (spaces allowed around them).
+
+    Returns
+    -------
+    (int, int)
+        ``(pr, pc)``.
 
     Raises
     ------
@@ -75,9 +91,8 @@ class ProcessGrid:
             dims = tuple(MPI.Compute_dims(size, 2))
         pr, pc = (int(d) for d in dims)
         if pr < 1 or pc < 1 or pr * pc != size:
-            err = ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks")
-            err.collective = True  # every rank computes the same
-            raise err
+            # every rank computes the same
+            raise agreed(ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks"))
         self.shape = (pr, pc)
         self.cart = comm.Create_cart([pr, pc], periods=[False, False], reorder=False)
         self.row, self.col = self.cart.Get_coords(self.cart.Get_rank())
@@ -86,38 +101,161 @@ class ProcessGrid:
 
     @property
     def rank(self) -> int:
+        """This rank in :attr:`cart`."""
         return self.cart.Get_rank()
 
     @property
     def size(self) -> int:
+        """Number of ranks, ``pr * pc``."""
         return self.cart.Get_size()
 
     def rank_of(self, row: int, col: int) -> int:
-        """Rank in :attr:`cart` of grid position ``(row, col)``."""
+        """Rank in :attr:`cart` of grid position ``(row, col)``.
+
+        Not collective.
+
+        Parameters
+        ----------
+        row : int
+            Grid row, ``0 <= row < pr``.
+        col : int
+            Grid column, ``0 <= col < pc``.
+
+        Returns
+        -------
+        int
+            ``row * pc + col`` (the grid is row-major and not reordered).
+        """
         return self.cart.Get_cart_rank([row, col])
 
     def rows(self, m: int, row: int | None = None) -> slice:
-        """Global rows of an ``m``-row matrix held by grid row ``row`` (default: mine)."""
+        """Global rows of an ``m``-row matrix held by grid row ``row`` (default: mine).
+
+        Not collective.
+
+        Parameters
+        ----------
+        m : int
+            Global number of rows of the matrix.
+        row : int, optional
+            Grid row, ``0 <= row < pr``; this rank's :attr:`row` when omitted.
+
+        Returns
+        -------
+        slice
+            ``slice(start, stop)`` with ``(start, stop) = block_range(m, pr, row)``;
+            empty when ``m < pr`` leaves that grid row nothing.
+
+        Raises
+        ------
+        ValueError
+            ``row`` is not a grid row.
+        """
         return slice(*block_range(m, self.shape[0], self.row if row is None else row))
 
     def cols(self, n: int, col: int | None = None) -> slice:
-        """Global columns of an ``n``-column matrix held by grid column ``col`` (default: mine)."""
+        """Global columns of an ``n``-column matrix held by grid column ``col`` (default: mine).
+
+        Not collective.
+
+        Parameters
+        ----------
+        n : int
+            Global number of columns of the matrix.
+        col : int, optional
+            Grid column, ``0 <= col < pc``; this rank's :attr:`col` when omitted.
+
+        Returns
+        -------
+        slice
+            ``slice(start, stop)`` with ``(start, stop) = block_range(n, pc, col)``;
+            empty when ``n < pc`` leaves that grid column nothing.
+
+        Raises
+        ------
+        ValueError
+            ``col`` is not a grid column.
+        """
         return slice(*block_range(n, self.shape[1], self.col if col is None else col))
 
     def row_starts(self, m: int) -> list[int]:
-        """First global row of every grid row, then ``m``."""
+        """First global row of every grid row, then ``m``.
+
+        Not collective.
+
+        Parameters
+        ----------
+        m : int
+            Global number of rows of the matrix.
+
+        Returns
+        -------
+        list of int
+            ``pr + 1`` nondecreasing offsets: grid row ``i`` holds rows
+            ``starts[i]:starts[i + 1]``.
+        """
         return block_starts(m, self.shape[0])
 
     def col_starts(self, n: int) -> list[int]:
-        """First global column of every grid column, then ``n``."""
+        """First global column of every grid column, then ``n``.
+
+        Not collective.
+
+        Parameters
+        ----------
+        n : int
+            Global number of columns of the matrix.
+
+        Returns
+        -------
+        list of int
+            ``pc + 1`` nondecreasing offsets: grid column ``j`` holds columns
+            ``starts[j]:starts[j + 1]``.
+        """
         return block_starts(n, self.shape[1])
 
     def block(self, gshape: tuple[int, int], rank: int | None = None) -> tuple[slice, slice]:
-        """``(rows, cols)`` of ``gshape``'s block on ``rank`` (default: mine)."""
+        """``(rows, cols)`` of ``gshape``'s block on ``rank`` (default: mine), as global slices.
+
+        Not collective.
+
+        Parameters
+        ----------
+        gshape : (int, int)
+            Global shape ``(m, n)`` of the matrix.
+        rank : int, optional
+            Rank in :attr:`cart`; this rank when omitted.
+
+        Returns
+        -------
+        (slice, slice)
+            ``(self.rows(m, i), self.cols(n, j))`` for the grid position
+            ``(i, j)`` of ``rank``.
+        """
         if rank is None:
             return self.rows(gshape[0]), self.cols(gshape[1])
         i, j = self.cart.Get_coords(rank)
         return self.rows(gshape[0], i), self.cols(gshape[1], j)
+
+    def block_shape(self, gshape: tuple[int, int], rank: int | None = None) -> tuple[int, int]:
+        """Local shape ``(rows, cols)`` of ``gshape``'s block on ``rank`` (default: mine).
+
+        Not collective. Either may be 0 when a dimension is smaller than the grid.
+
+        Parameters
+        ----------
+        gshape : (int, int)
+            Global shape ``(m, n)`` of the matrix.
+        rank : int, optional
+            Rank in :attr:`cart`; this rank when omitted.
+
+        Returns
+        -------
+        (int, int)
+            Number of rows and of columns of that block.
+        """
+        rows, cols = self.block(gshape, rank)
+        return rows.stop - rows.start, cols.stop - cols.start
 
     def free(self) -> None:
         """Free the three communicators. Collective."""
@@ -127,3 +265,22 @@ class ProcessGrid:
 
     def __repr__(self) -> str:
         return f"ProcessGrid({self.shape[0]}x{self.shape[1]}, me=({self.row}, {self.col}))"
+
+
+def default_grid() -> ProcessGrid:
+    """The ``Compute_dims`` grid over the runtime's communicator, made once.
+
+    Collective over the runtime's communicator the first time (it makes the
+    grid's communicators); later calls return the same grid.
+
+    Returns
+    -------
+    ProcessGrid
+    """
+    from .runtime import get_runtime  # the runtime is made on first use, itself collective
+
+    rt = get_runtime()
+    g = _GRIDS.get(id(rt.comm))
+    if g is None or g.cart == MPI.COMM_NULL:
+        g = _GRIDS[id(rt.comm)] = ProcessGrid(comm=rt.comm)
+    return g

@@ -1,13 +1,63 @@
-"""HDF5 helpers: atomic writes and checks done before any communication."""
+"""File helpers: rank-0 I/O with an agreed outcome, atomic writes, checks done before any communication."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-__all__ = ["atomic_path", "temp_beside", "publish", "writable_error", "open_hdf5"]
+from .comm import agree
+
+__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "open_hdf5"]
+
+
+def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSError,),
+            error: Callable[[BaseException], BaseException] | None = None, bcast: bool = False) -> Any:
+    """Rank ``root`` calls ``fn()``; every rank learns whether it worked.
+
+    Collective over ``comm``. The one way hpcgpu does I/O from one rank:
+    writing a result or a checkpoint, reading a checkpoint, creating a
+    temporary file. An exception of a type in ``catch`` becomes an error
+    every rank raises (:func:`hpcgpu.comm.agree`), so nobody waits in the
+    next collective for a rank that gave up. Any other exception propagates
+    on ``root`` alone: it is unexpected, and the command-line guard aborts
+    the job.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments on ``root`` only.
+    comm : mpi4py.MPI.Intracomm, keyword-only
+    root : int
+    catch : tuple of exception types
+        The failures that are the user's to fix (a path that cannot be
+        written, a corrupt file).
+    error : callable, optional
+        Makes the error every rank raises from the caught one (to name the
+        option and the path); the caught one itself by default.
+    bcast : bool
+        Broadcast ``fn``'s result (pickled) to every rank.
+
+    Returns
+    -------
+    object
+        ``fn()``'s result on ``root`` (on every rank with ``bcast``), else ``None``.
+
+    Raises
+    ------
+    Exception
+        The agreed error, on every rank, when ``fn`` raised one of ``catch``.
+    """
+    result, err = None, None
+    if comm.rank == root:
+        try:
+            result = fn()
+        except catch as e:
+            err = error(e) if error is not None else e
+    agree(err, comm=comm)
+    return comm.bcast(result, root=root) if bcast else result
 
 
 @contextlib.contextmanager
@@ -44,6 +94,17 @@ def temp_beside(path: str | os.PathLike) -> str:
 
     Not collective. Same directory, so :func:`publish` is an atomic rename.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The final name; its directory must exist.
+
+    Returns
+    -------
+    str
+        The temporary file's name (mode 0600, empty, closed); the caller
+        publishes or removes it.
+
     Raises
     ------
     OSError
@@ -62,6 +123,13 @@ def publish(tmp: str, path: str | os.PathLike) -> None:
     Not collective. ``mkstemp`` makes files private (0600); the rename is
     atomic, so ``path`` is either the old file or the complete new one.
 
+    Parameters
+    ----------
+    tmp : str
+        The complete temporary file, normally from :func:`temp_beside`.
+    path : str or os.PathLike
+        The final name, on the same file system as ``tmp``; replaced if it exists.
+
     Raises
     ------
     OSError
@@ -77,12 +145,22 @@ def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | No
     """Check that ``path`` can be created, before any work is done.
 
     Creates missing parent directories and a probe file, then removes the
-    probe. Not collective.
+    probe. Not collective. Nothing is raised, so the caller can agree on the
+    error first.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to be written later.
+    what : str
+        How the message names ``path`` (an option name such as ``--out``).
 
     Returns
     -------
     OSError or None
-        An error naming ``what`` and the path, or ``None`` when writable.
+        An error naming ``what`` and the path, or ``None`` when writable:
+        ``IsADirectoryError`` when ``path`` is a directory,
+        ``PermissionError`` when its directory cannot be created or written.
     """
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
@@ -101,10 +179,22 @@ def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | No
 def open_hdf5(path: str, what: str = ""):
     """Open ``path`` read-only for checks done before any communication.
 
-    Not collective. Returns ``(h5py.File, None)``, or ``(None, error)`` with
-    a ``FileNotFoundError`` (no file) or ``ValueError`` (not HDF5) whose
-    message starts with ``what`` (an option name such as ``--data``) and the
-    path; nothing is raised, so the caller can agree on the error first.
+    Not collective. Nothing is raised, so the caller can agree on the error
+    first.
+
+    Parameters
+    ----------
+    path : str
+        The HDF5 file.
+    what : str
+        Start of the error message (an option name such as ``--data``),
+        followed by the path; the path alone when empty.
+
+    Returns
+    -------
+    (h5py.File, None) or (None, Exception)
+        The open file, which the caller closes; or a ``FileNotFoundError``
+        (no file) or ``ValueError`` (not HDF5) naming ``what`` and the path.
     """
     import h5py
 

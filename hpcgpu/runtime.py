@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+import sys
+import time
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -17,8 +19,10 @@ import numpy
 from mpi4py import MPI
 
 from . import _device
+from .errors import agreed
 
-__all__ = ["Runtime", "init", "get_runtime", "detect_cuda_aware", "check_launch"]
+__all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
+           "check_launch", "abort"]
 
 _RUNTIME: Runtime | None = None
 
@@ -45,16 +49,28 @@ class Runtime:
     device : {"cpu", "gpu"}
         Where arrays live.
     device_id : int or None
-        The CUDA device this rank is bound to (``local_rank % device_count``),
-        ``None`` on the CPU.
+        The CUDA device this rank is bound to, ``None`` on the CPU.
+    device_reason : str
+        Why this device: ``"asked for"``, or for ``auto`` what it found
+        (e.g. ``"auto: no usable CUDA device (...)"``).
+    binding : str
+        How the GPU was chosen: from the launcher's node-local rank before
+        ``MPI_Init`` (``"SLURM_LOCALID=1, before MPI_Init"``), or from
+        ``Split_type`` after it; empty on the CPU.
     xp : module
         ``cupy`` on a GPU, ``numpy`` otherwise.
     cuda_aware : bool
         Whether device buffers go straight to MPI. Always ``False`` on the CPU.
     cuda_aware_reason : str
         How ``cuda_aware`` was decided, in words.
+    nonblocking_device : bool
+        Whether device buffers go straight to MPI's non-blocking collectives
+        too (``Ibcast``); when not, those are staged even on a CUDA-aware MPI.
+    nonblocking_reason : str
+        How ``nonblocking_device`` was decided.
     mpi_library : str
-        First line of ``MPI.Get_library_version()``.
+        First line of ``MPI.Get_library_version()``, cleaned of NUL bytes
+        and runs of blanks.
     blas_threads : str
         The host BLAS/OpenMP thread limit this rank set, and why.
     """
@@ -72,27 +88,42 @@ class Runtime:
     cuda_aware_reason: str
     mpi_library: str
     blas_threads: str = "not limited"
+    device_reason: str = "asked for"
+    binding: str = ""
+    nonblocking_device: bool = False
+    nonblocking_reason: str = ""
     _owns_comm: bool = field(default=True, repr=False)
 
     def describe(self) -> str:
         """One line about this rank, as ``python -m hpcgpu info`` prints it."""
         if self.device == "gpu":
-            dev = f"gpu:{self.device_id} ({_device.device_name(self.device_id)})"
+            dev = f"gpu:{self.device_id} ({_device.device_name(self.device_id)}; bound from {self.binding})"
         else:
             dev = "cpu"
         xp_version = getattr(self.xp, "__version__", "?")
         mpi_version = "%d.%d" % MPI.Get_version()
         aware = "yes" if self.cuda_aware else "no"
-        return (
+        line = (
             f"[{self.rank}/{self.size}] host={self.host} "
-            f"local_rank={self.local_rank}/{self.local_size} device={dev} "
+            f"local_rank={self.local_rank}/{self.local_size} device={dev} ({self.device_reason}) "
             f"xp={self.xp.__name__} {xp_version} "
             f"mpi={self.mpi_library} (MPI {mpi_version}) blas_threads={self.blas_threads} "
             f"cuda_aware={aware} ({self.cuda_aware_reason})"
         )
+        if self.device == "gpu":
+            line += f" nonblocking_device={'yes' if self.nonblocking_device else 'no'} ({self.nonblocking_reason})"
+        return line
+
+    def summary(self) -> str:
+        """The device and how buffers reach MPI, for the first line of a run (rank 0 prints it)."""
+        if self.device == "cpu":
+            return "cpu" if self.device_reason == "asked for" else f"cpu ({self.device_reason})"
+        how = ("MPI is CUDA-aware" if self.cuda_aware
+               else "MPI is not CUDA-aware: device buffers are staged through pinned host memory")
+        return f"gpu ({how}; {self.cuda_aware_reason})"
 
     def free(self) -> None:
-        """Free the private communicator. Collective over ``comm``."""
+        """Free the private communicator. Collective over :attr:`comm`."""
         global _RUNTIME
         if self._owns_comm and self.comm != MPI.COMM_NULL:
             self.comm.Free()
@@ -110,9 +141,10 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     Parameters
     ----------
     device : {"auto", "cpu", "gpu"}
-        ``"gpu"`` binds the rank to CUDA device ``local_rank % device_count``
-        and makes ``xp`` CuPy; ``"cpu"`` uses NumPy; ``"auto"`` picks the GPU
-        when CuPy sees one on every rank, the CPU otherwise.
+        ``"gpu"`` binds the rank to a CUDA device and makes ``xp`` CuPy;
+        ``"cpu"`` uses NumPy; ``"auto"`` picks the GPU when every rank has a
+        usable one, the CPU otherwise (and says why in
+        :attr:`Runtime.device_reason`).
     comm : mpi4py.MPI.Intracomm, optional
         The ranks of the job; ``MPI.COMM_WORLD`` when omitted. It is
         duplicated, never used directly.
@@ -125,55 +157,65 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     ------
     ValueError
         ``device`` is not one of the choices (on every rank, before any
-        communication).
+        communication); ``HPCGPU_CUDA_AWARE_MPI`` or
+        ``HPCGPU_NONBLOCKING_DEVICE`` is not 0 or 1 (agreed).
     RuntimeError
-        ``device="gpu"`` and some rank has no usable GPU (on every rank);
+        ``device="gpu"`` and some rank has no usable GPU: the message names
+        the first such rank and CuPy's reason (agreed: every rank raises it);
         or the launcher did not connect the ranks (see :func:`check_launch`).
 
     Notes
     -----
-    CUDA-aware MPI is decided here once, see :func:`detect_cuda_aware`.
+    A GPU is usable when CuPy imports, sees a device, and can allocate, run
+    an elementwise kernel and a cuBLAS GEMM on it (:func:`hpcgpu._device.check_usable`).
+    The device is chosen from the launcher's node-local rank before
+    ``MPI_Init`` when ``import hpcgpu`` came first (see :mod:`hpcgpu`),
+    else ``local_rank % device_count`` after it. CUDA-aware MPI is decided
+    here once, see :func:`detect_cuda_aware`.
     """
     global _RUNTIME
     if device not in ("auto", "cpu", "gpu"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+        raise agreed(ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}"))
     check_launch()
     base = MPI.COMM_WORLD if comm is None else comm
     if _RUNTIME is not None and comm is None and device in ("auto", _RUNTIME.device):
         return _RUNTIME
 
+    from .comm import agree
+
     dup = base.Dup()
     node = dup.Split_type(MPI.COMM_TYPE_SHARED, key=dup.rank)
     local_rank, local_size = node.rank, node.size
     node.Free()
-
-    ngpu = _device.device_count() if device in ("auto", "gpu") else 0
-    # Every rank must agree on the device, or the collectives below would mix
-    # host and device buffers. The smallest count decides.
-    min_gpus = dup.allreduce(ngpu, op=MPI.MIN)
-    if device == "gpu" and min_gpus == 0:
-        bad = [r for r, n in enumerate(dup.allgather(ngpu)) if n == 0]
+    try:
+        use_gpu, device_id, reason, binding = _choose_device(device, dup, local_rank)
+        if use_gpu:
+            xp = _device.cupy_or_none()
+            aware, aware_why, err = False, "", None
+            try:
+                aware, aware_why = detect_cuda_aware(dup)
+                nonblocking, nonblocking_why = detect_nonblocking_device(aware, _library_version())
+            except ValueError as e:
+                err = e
+            agree(err, comm=dup)
+            # All ranks must take the same path; staging is the safe common one.
+            if not dup.allreduce(aware, op=MPI.LAND):
+                if aware:
+                    aware_why = "not on every rank; staging through host memory"
+                aware, nonblocking = False, False
+                nonblocking_why = "MPI is not CUDA-aware"
+            nonblocking = bool(dup.allreduce(nonblocking, op=MPI.LAND))
+        else:
+            xp, nonblocking, nonblocking_why = numpy, False, "device is cpu"
+            aware = False
+            try:
+                would, why = detect_cuda_aware(dup)
+                aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {'yes' if would else 'no'}: {why}"
+            except ValueError as e:
+                aware_why = f"device is cpu, host buffers ({e})"
+    except BaseException:
         dup.Free()
-        raise RuntimeError(
-            f"device='gpu' but ranks {bad} see no CUDA device (is CuPy installed "
-            "and CUDA_VISIBLE_DEVICES set?)"
-        )
-    use_gpu = device == "gpu" or (device == "auto" and min_gpus > 0)
-
-    if use_gpu:
-        device_id = local_rank % ngpu
-        xp = _device.bind(device_id)
-        cuda_aware, reason = detect_cuda_aware(dup)
-        # All ranks must take the same path; staging is the safe common one.
-        if not dup.allreduce(cuda_aware, op=MPI.LAND):
-            if cuda_aware:
-                reason = "not on every rank; staging through host memory"
-            cuda_aware = False
-    else:
-        device_id, xp = None, numpy
-        would, why = detect_cuda_aware(dup)
-        cuda_aware = False
-        reason = f"device is cpu, host buffers; for GPUs this MPI would be {'yes' if would else 'no'}: {why}"
+        raise
 
     blas = _limit_blas_threads(local_size)
     rt = Runtime(
@@ -185,26 +227,65 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
         host=socket.gethostname(),
         device="gpu" if use_gpu else "cpu",
         device_id=device_id,
+        device_reason=reason,
+        binding=binding,
         xp=xp,
-        cuda_aware=cuda_aware,
-        cuda_aware_reason=reason,
+        cuda_aware=aware,
+        cuda_aware_reason=aware_why,
+        nonblocking_device=nonblocking,
+        nonblocking_reason=nonblocking_why,
         blas_threads=blas,
-        mpi_library=" ".join(MPI.Get_library_version().splitlines()[0].split()),
+        mpi_library=_library_version(),
     )
-    if use_gpu and not cuda_aware and rt.rank == 0:
-        import warnings
-
-        warnings.warn(
-            f"hpcgpu: MPI is not CUDA-aware ({reason}); device buffers are "
-            "staged through pinned host memory",
-            RuntimeWarning,
-            stacklevel=2,
-        )
     if comm is None:
         if _RUNTIME is not None:
             _RUNTIME.free()
         _RUNTIME = rt
     return rt
+
+
+def _choose_device(device: str, comm: MPI.Intracomm, local_rank: int) -> tuple[bool, int | None, str, str]:
+    """``(use_gpu, device_id, reason, binding)``, agreed by every rank of ``comm``. Collective."""
+    if device == "cpu":
+        return False, None, "asked for", ""
+    ngpu, problem = _device.probe()
+    device_id, binding = None, ""
+    if ngpu > 0:
+        early = _device.EARLY_BINDING
+        if early is not None:
+            device_id, binding = early
+        else:
+            device_id = local_rank % ngpu
+            binding = f"Split_type(COMM_TYPE_SHARED) local rank {local_rank}, after MPI_Init ({_device.LATE_WHY})"
+            _device.bind(device_id)
+        problem = _device.check_usable()
+        if problem:
+            problem = f"GPU {device_id} is not usable ({problem})"
+    problems = comm.allgather(problem)
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if not bad:
+        return True, device_id, "asked for" if device == "gpu" else "auto: every rank has a usable GPU", binding
+    r, p = bad[0]
+    if len(bad) == comm.size and all(q == p for _, q in bad):
+        where = ""  # the same on every rank: say it once
+    else:
+        more = f" (and {len(bad) - 1} more rank(s))" if len(bad) > 1 else ""
+        where = f"rank {r}{more}: "
+    if device == "gpu":
+        raise agreed(RuntimeError(f"--device gpu: {where}{p}"))
+    return False, None, f"auto: {where}{p}", ""
+
+
+def _library_version() -> str:
+    """First line of ``MPI.Get_library_version()``, without NUL bytes (Open MPI ends it with one)."""
+    text = MPI.Get_library_version().replace("\x00", "")
+    lines = text.strip().splitlines() or [""]
+    return " ".join(lines[0].split())
+
+
+def current_runtime() -> Runtime | None:
+    """The process-wide runtime if :func:`init` has made one, else ``None``. Not collective."""
+    return _RUNTIME
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
@@ -256,20 +337,45 @@ def check_launch() -> None:
     Raises
     ------
     RuntimeError
-        With attribute ``collective`` (each task is its own world, so all of
-        them raise), and ``silent`` on all tasks but Slurm's task 0, so the
+        An :class:`~hpcgpu.errors.AgreedError` (each task is its own world,
+        so all of them raise), silent on all tasks but Slurm's task 0, so the
         job log shows the message once.
     """
     step_tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
     if (MPI.COMM_WORLD.Get_size() == 1 and step_tasks.isdigit() and int(step_tasks) > 1
             and os.environ.get("HPCGPU_IGNORE_SLURM_NTASKS", "").lower() not in _TRUE):
-        err = RuntimeError(
+        raise agreed(RuntimeError(
             f"Slurm started {step_tasks} tasks (SLURM_STEP_NUM_TASKS={step_tasks}) but MPI sees a world of 1 "
             "in each: the launcher did not connect the ranks (srun --mpi=none?); launch with "
-            "srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec")
-        err.collective = True
-        err.silent = os.environ.get("SLURM_PROCID", "0") != "0"
-        raise err
+            "srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec"),
+            silent=os.environ.get("SLURM_PROCID", "0") != "0")
+
+
+def abort(message: str, code: int = 1) -> None:
+    """Print ``message`` on stderr, give the launcher a moment to pass it on, abort the job.
+
+    Not collective: one rank ends every rank of ``MPI.COMM_WORLD``
+    (``MPI_Abort``); with one rank it simply exits. Used for anything
+    unexpected, where other ranks may be waiting in a collective.
+
+    Parameters
+    ----------
+    message : str
+        What went wrong (a newline is added when missing).
+    code : int
+        The exit status asked of the launcher.
+
+    Notes
+    -----
+    Without the half-second pause, mpiexec sometimes killed the job before
+    it had forwarded the aborting rank's last lines: the user saw no reason.
+    """
+    sys.stderr.write(message if message.endswith("\n") else message + "\n")
+    sys.stderr.flush()
+    if MPI.COMM_WORLD.Get_size() > 1:
+        time.sleep(0.5)
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)
 
 
 def get_runtime() -> Runtime:
@@ -282,9 +388,11 @@ def detect_cuda_aware(comm: MPI.Intracomm) -> tuple[bool, str]:
 
     Not collective. The first source that answers wins:
 
-    1. ``HPCGPU_CUDA_AWARE_MPI=0|1`` in the environment;
+    1. ``HPCGPU_CUDA_AWARE_MPI=0|1`` in the environment (a ``1`` that the
+       MPI's own answer contradicts is named as forced: a wrong override
+       hands device pointers to a host-only MPI, which crashes);
     2. the MPI 4.1 info key ``mpi_memory_alloc_kinds`` of ``comm``
-       (``cuda`` listed means yes);
+       (a comma-separated list; a kind ``cuda`` or ``cuda:...`` means yes);
     3. ``MPIX_Query_cuda_support()`` of the loaded MPI library, through ctypes
        (MPICH, Open MPI, MVAPICH);
     4. the variables that switch the support on: ``MPICH_GPU_SUPPORT_ENABLED``
@@ -295,6 +403,7 @@ def detect_cuda_aware(comm: MPI.Intracomm) -> tuple[bool, str]:
     Parameters
     ----------
     comm : mpi4py.MPI.Intracomm
+        Whose info object is asked for ``mpi_memory_alloc_kinds``.
 
     Returns
     -------
@@ -309,27 +418,84 @@ def detect_cuda_aware(comm: MPI.Intracomm) -> tuple[bool, str]:
     env = os.environ.get("HPCGPU_CUDA_AWARE_MPI")
     if env is not None and env.strip() != "":
         v = env.strip().lower()
-        if v in _TRUE:
-            return True, "HPCGPU_CUDA_AWARE_MPI=1"
         if v in _FALSE:
             return False, "HPCGPU_CUDA_AWARE_MPI=0"
-        raise ValueError(f"HPCGPU_CUDA_AWARE_MPI must be 0 or 1, got {env!r}")
+        if v not in _TRUE:
+            raise ValueError(f"HPCGPU_CUDA_AWARE_MPI must be 0 or 1, got {env!r}")
+        own, why = _library_cuda_aware(comm)
+        if own is False:
+            return True, f"HPCGPU_CUDA_AWARE_MPI=1, forced against the MPI's own answer ({why})"
+        return True, "HPCGPU_CUDA_AWARE_MPI=1"
+    own, why = _library_cuda_aware(comm)
+    return bool(own), why
 
+
+def _library_cuda_aware(comm: MPI.Intracomm) -> tuple[bool | None, str]:
+    """What the MPI library itself says (steps 2-5 of :func:`detect_cuda_aware`)."""
     kinds = _info_alloc_kinds(comm)
-    if kinds is not None and "cuda" in kinds:
+    if kinds is not None and _has_cuda_kind(kinds):
         return True, f"mpi_memory_alloc_kinds={kinds}"
-
     q = _query_cuda_support()
     if q is not None:
         return bool(q), f"MPIX_Query_cuda_support()={q}"
-
     for var in ("MPICH_GPU_SUPPORT_ENABLED", "OMPI_MCA_opal_cuda_support", "MV2_USE_CUDA"):
         val = os.environ.get(var)
         if val is not None:
             return val.strip().lower() in _TRUE, f"{var}={val}"
     if kinds is not None:
         return False, f"mpi_memory_alloc_kinds={kinds}"
-    return False, "no sign of CUDA support in the MPI library"
+    return None, "no sign of CUDA support in the MPI library"
+
+
+def _has_cuda_kind(kinds: str) -> bool:
+    """Whether an ``mpi_memory_alloc_kinds`` value lists CUDA memory.
+
+    The value is a comma-separated list of ``kind[:restrictor]``
+    (MPI 4.1, section 11.4.3): ``"mpi,system,cuda:device,cuda:host"``.
+    """
+    return any(k.strip().split(":", 1)[0].strip().lower() == "cuda" for k in kinds.split(","))
+
+
+def detect_nonblocking_device(cuda_aware: bool, library: str) -> tuple[bool, str]:
+    """Decide whether non-blocking collectives (``Ibcast``) may take device buffers.
+
+    Not collective. A CUDA-aware MPI does not always take device memory in
+    its non-blocking collectives: Open MPI's ``ob1``/``smcuda`` path
+    documents them as unsupported for device buffers; only its UCX path
+    (``OMPI_MCA_pml=ucx``) takes them. The MPICH family (MPICH, Cray MPICH,
+    MVAPICH, Intel MPI) does. ``HPCGPU_NONBLOCKING_DEVICE=0|1`` overrides.
+
+    Parameters
+    ----------
+    cuda_aware : bool
+        The outcome of :func:`detect_cuda_aware`.
+    library : str
+        The MPI library's version string.
+
+    Returns
+    -------
+    (bool, str)
+        The answer and the reason, in words.
+
+    Raises
+    ------
+    ValueError
+        ``HPCGPU_NONBLOCKING_DEVICE`` is set to something other than 0/1.
+    """
+    env = os.environ.get("HPCGPU_NONBLOCKING_DEVICE", "").strip().lower()
+    if env:
+        if env not in _TRUE | _FALSE:
+            raise ValueError(f"HPCGPU_NONBLOCKING_DEVICE must be 0 or 1, got {env!r}")
+        return env in _TRUE, f"HPCGPU_NONBLOCKING_DEVICE={env}"
+    if not cuda_aware:
+        return False, "MPI is not CUDA-aware"
+    if "open mpi" in library.lower():
+        pml = os.environ.get("OMPI_MCA_pml", "")
+        if "ucx" in pml.lower():
+            return True, f"Open MPI with UCX (OMPI_MCA_pml={pml})"
+        return False, ("Open MPI without OMPI_MCA_pml=ucx: its ob1/smcuda path takes no device buffers in "
+                       "non-blocking collectives, so Ibcast is staged")
+    return True, "an MPICH-family MPI: non-blocking collectives take device buffers"
 
 
 def _info_alloc_kinds(comm: MPI.Intracomm) -> str | None:

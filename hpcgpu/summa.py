@@ -15,57 +15,113 @@ panel pairs; no rank ever holds a global-size buffer.
 
 from __future__ import annotations
 
+import itertools
 import math
 from contextlib import nullcontext
+from typing import NamedTuple
 
 import numpy as np
 
 from ._gemm import gemm
 from .comm import Ibcast
 from .distmatrix import DistMatrix
+from .errors import agreed
 
-__all__ = ["matmul", "panel_width", "DEFAULT_PANEL_MEMORY"]
+__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "DEFAULT_PANEL_MEMORY"]
 
 DEFAULT_PANEL_MEMORY = 256 * 2**20
 """Bytes per rank for the two panel pairs in flight (A and B, current and next)."""
 
 
 def _error(msg: str) -> ValueError:
-    e = ValueError(msg)
-    e.collective = True  # shapes, dtypes and grids are the same on every rank
-    return e
+    return agreed(ValueError(msg))  # shapes, dtypes and grids are the same on every rank
+
+
+class Panel(NamedTuple):
+    """One step of SUMMA: the inner-dimension range ``[k0, k1)`` and who owns it.
+
+    Attributes
+    ----------
+    k0, k1 : int
+        Columns ``k0:k1`` of A and rows ``k0:k1`` of B (global indices).
+    a_col : int
+        The grid column that holds those columns of A (the root of the
+        broadcast along each grid row).
+    b_row : int
+        The grid row that holds those rows of B (the root of the broadcast
+        along each grid column).
+    """
+
+    k0: int
+    k1: int
+    a_col: int
+    b_row: int
+
+    @property
+    def width(self) -> int:
+        """``k1 - k0``."""
+        return self.k1 - self.k0
 
 
 def panel_width(m: int, n: int, k: int, grid_shape, itemsize: int, panel_memory: int = DEFAULT_PANEL_MEMORY) -> int:
     """Widest panel whose two pairs fit in ``panel_memory`` bytes on every rank.
 
     Not collective, and the same on every rank: it uses the largest local
-    block (``ceil(m / pr)`` rows of A, ``ceil(n / pc)`` columns of B). At least
-    1, at most ``k``.
+    block (``ceil(m / pr)`` rows of A, ``ceil(n / pc)`` columns of B).
+
+    Parameters
+    ----------
+    m, n, k : int
+        Global shapes: A is ``m x k``, B is ``k x n``.
+    grid_shape : (int, int)
+        ``(pr, pc)``.
+    itemsize : int
+        Bytes per element.
+    panel_memory : int
+        Bytes per rank for two panel pairs (A and B, current and next).
+
+    Returns
+    -------
+    int
+        At least 1, at most ``max(k, 1)``.
     """
     pr, pc = grid_shape
     per_column = 2 * (math.ceil(m / pr) + math.ceil(n / pc)) * itemsize
     return max(1, min(max(k, 1), panel_memory // max(per_column, 1)))
 
 
-def _panels(k: int, grid, width: int):
-    """``[(k0, k1, owner grid column of A, owner grid row of B)]`` covering ``0..k``.
+def plan_panels(k: int, grid, width: int) -> list[Panel]:
+    """The panels of SUMMA's inner dimension, in order, covering ``0..k``.
 
-    A's columns are split over the pc grid columns, B's rows over the pr grid
-    rows; a panel never straddles either boundary, and segments between
-    boundaries are cut into near-equal panels of at most ``width``.
+    Not collective, and the same on every rank. A's columns are split over
+    the ``pc`` grid columns and B's rows over the ``pr`` grid rows; a panel
+    never straddles either boundary (so each has one owner of each), and the
+    segments between boundaries are cut into near-equal panels of at most
+    ``width``.
+
+    Parameters
+    ----------
+    k : int
+        The inner dimension (columns of A, rows of B).
+    grid : ProcessGrid
+    width : int
+        Widest panel, >= 1.
+
+    Returns
+    -------
+    list of Panel
     """
     a_starts, b_starts = grid.col_starts(k), grid.row_starts(k)
     cuts = sorted(set(a_starts) | set(b_starts))
     out = []
-    for s0, s1 in zip(cuts[:-1], cuts[1:]):
+    for s0, s1 in itertools.pairwise(cuts):
         if s1 == s0:
             continue
         ja = int(np.searchsorted(a_starts, s0, side="right")) - 1
         ib = int(np.searchsorted(b_starts, s0, side="right")) - 1
         pieces = -(-(s1 - s0) // width)
         for q in range(pieces):
-            out.append((s0 + (s1 - s0) * q // pieces, s0 + (s1 - s0) * (q + 1) // pieces, ja, ib))
+            out.append(Panel(s0 + (s1 - s0) * q // pieces, s0 + (s1 - s0) * (q + 1) // pieces, ja, ib))
     return out
 
 
@@ -130,22 +186,26 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
     if k == 0:
         return DistMatrix.zeros((m, n), grid, a.dtype, xp)
     # The first panel's GEMM has beta = 0 and overwrites every element: no memset.
-    rows, cols = grid.block((m, n))
-    c = DistMatrix(xp.empty((rows.stop - rows.start, cols.stop - cols.start), a.dtype), (m, n), grid)
+    c = DistMatrix(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
     if grid.size == 1:
-        gemm(a.local, b.local, c.local, beta=0.0)
+        gemm(a.local, b.local, c.local)
         return c
     w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
-    _summa(a, b, c, _panels(k, grid, min(w, k)), watchdog)
+    _summa(a, b, c, plan_panels(k, grid, min(w, k)), watchdog)
     return c
 
 
-def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels, watchdog=None) -> None:
+def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels: list[Panel], watchdog=None) -> None:
+    """SUMMA's communication schedule: ``c.local = sum over panels of A_panel @ B_panel``.
+
+    Collective over ``a.grid``. Two buffer slots per operand: panel p+1's
+    broadcasts are posted before panel p's GEMM (lookahead).
+    """
     grid, xp = a.grid, a.xp
     pr, pc = grid.shape
     m_l, n_l = c.lshape
     a0, b0 = a.cols.start, b.rows.start
-    wmax = max(k1 - k0 for k0, k1, _, _ in panels)
+    wmax = max(p.width for p in panels)
     # Two slots, so panel p+1 arrives while panel p multiplies. Flat buffers:
     # a panel of any width is a contiguous prefix.
     buf_a = [xp.empty(m_l * wmax, a.dtype) for _ in range(2)]
@@ -157,12 +217,12 @@ def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels, watchdog=None) -
         ap = buf_a[s][: m_l * w].reshape(m_l, w)
         if grid.col == ja:
             ap[...] = a.local[:, k0 - a0 : k1 - a0]
-        req_a = Ibcast(ap, root=ja, comm=grid.row_comm, slot=f"A{s}") if pc > 1 else None
+        req_a = Ibcast(ap, root=ja, comm=grid.row_comm) if pc > 1 else None
         if grid.row == ib:
             bp = b.local[k0 - b0 : k1 - b0]  # whole rows of a C-ordered block: contiguous
         else:
             bp = buf_b[s][: w * n_l].reshape(w, n_l)
-        req_b = Ibcast(bp, root=ib, comm=grid.col_comm, slot=f"B{s}") if pr > 1 else None
+        req_b = Ibcast(bp, root=ib, comm=grid.col_comm) if pr > 1 else None
         return ap, bp, req_a, req_b
 
     nxt = post(0)
@@ -170,7 +230,7 @@ def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels, watchdog=None) -
         ap, bp, req_a, req_b = nxt
         if p + 1 < len(panels):
             nxt = post(p + 1)  # lookahead
-        with watchdog.collective("SUMMA panel broadcast", f"panel {p + 1} of {len(panels)}") if watchdog \
+        with watchdog.watch("SUMMA panel broadcast", f"panel {p + 1} of {len(panels)}") if watchdog \
                 else nullcontext():
             for req in (req_a, req_b):
                 if req is not None:

@@ -24,28 +24,49 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-__all__ = ["Watchdog", "stall_timeout_from_env"]
+from .errors import agreed
+from .runtime import abort
+
+__all__ = ["Watchdog", "stall_timeout"]
 
 _TAG = 7741
 
 
-def stall_timeout_from_env(default: float = 0.0) -> float:
-    """``HPCGPU_STALL_TIMEOUT`` in seconds (0 or unset: off).
+def stall_timeout(value: float | None = None) -> float:
+    """The stall timeout in seconds: ``value``, else ``$HPCGPU_STALL_TIMEOUT``, else 0 (off).
+
+    Not collective. The one place that reads ``HPCGPU_STALL_TIMEOUT``.
+
+    Parameters
+    ----------
+    value : float, optional
+        An explicit timeout (the ``--stall-timeout`` option), seconds.
+
+    Returns
+    -------
+    float
+        Seconds, >= 0.
 
     Raises
     ------
     ValueError
-        Not a number >= 0.
+        ``value`` is negative or not finite, or the variable is not a number
+        >= 0. An :class:`~hpcgpu.errors.AgreedError`: the option and the
+        environment are the same on every rank.
     """
+    if value is not None:
+        if not value >= 0 or value == float("inf"):
+            raise agreed(ValueError(f"--stall-timeout must be >= 0 seconds, got {value}"))
+        return float(value)
     v = os.environ.get("HPCGPU_STALL_TIMEOUT", "").strip()
     if not v:
-        return default
+        return 0.0
     try:
         t = float(v)
     except ValueError:
-        raise ValueError(f"HPCGPU_STALL_TIMEOUT must be seconds, got {v!r}") from None
-    if t < 0:
-        raise ValueError(f"HPCGPU_STALL_TIMEOUT must be >= 0, got {v!r}")
+        raise agreed(ValueError(f"HPCGPU_STALL_TIMEOUT must be seconds, got {v!r}")) from None
+    if not t >= 0 or t == float("inf"):
+        raise agreed(ValueError(f"HPCGPU_STALL_TIMEOUT must be >= 0 seconds, got {v!r}"))
     return t
 
 
@@ -58,9 +79,10 @@ class Watchdog:
     Parameters
     ----------
     comm : mpi4py.MPI.Intracomm
-    timeout : float
+    timeout : float, optional
         Seconds a collective may wait before the job is aborted; 0 turns the
-        watchdog off (:meth:`collective` then costs one attribute check).
+        watchdog off (:meth:`watch` then costs one attribute check). By
+        default ``$HPCGPU_STALL_TIMEOUT`` (see :func:`stall_timeout`).
     abort : callable, optional
         Called with the report instead of ``MPI.COMM_WORLD.Abort(1)``
         (tests).
@@ -68,12 +90,12 @@ class Watchdog:
     Examples
     --------
     >>> wd = Watchdog(comm, timeout=120)              # doctest: +SKIP
-    >>> with wd.collective("gradient Allreduce", step):  # doctest: +SKIP
+    >>> with wd.watch("gradient Allreduce", step):  # doctest: +SKIP
     ...     Allreduce(grad, comm=comm)
     """
 
-    def __init__(self, comm: MPI.Intracomm, timeout: float, abort=None):
-        self.timeout = float(timeout)
+    def __init__(self, comm: MPI.Intracomm, timeout: float | None = None, abort=None):
+        self.timeout = stall_timeout(timeout)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self._abort = abort or self._mpi_abort
         self._state = None  # (serial, name, detail, t_enter) while waiting
@@ -97,8 +119,19 @@ class Watchdog:
             self._thread.join()
 
     @contextmanager
-    def collective(self, name: str, detail: str = ""):
-        """Mark the enclosed block as a wait in collective ``name`` (not collective itself)."""
+    def watch(self, name: str, detail: str = ""):
+        """Watch the enclosed block: a wait in collective ``name`` that must end in time.
+
+        Not collective, and no communication: it only marks the start and
+        end of the wait for the watchdog's thread.
+
+        Parameters
+        ----------
+        name : str
+            The collective, as the stall report names it ("gradient Allreduce").
+        detail : str
+            Where in the run ("step 12").
+        """
         if self.comm is None:
             yield
             return
@@ -123,8 +156,6 @@ class Watchdog:
 
     # -- the thread -------------------------------------------------------------
     def _mpi_abort(self, report: str) -> None:
-        from ._cli import abort
-
         abort(report)
 
     def _run(self) -> None:
@@ -133,45 +164,53 @@ class Watchdog:
         waiting: dict[int, tuple] = {}  # rank 0: rank -> (serial, name, detail, since)
         tick = max(0.05, min(1.0, T / 10))
         while not self._stop.wait(tick):
-            st = self._state
-            now = time.monotonic()
-            if reported is not None and (st is None or st[0] != reported):
-                if self.threads and self.rank != 0:  # that wait is over: tell rank 0
-                    self.comm.send(("clear", reported), dest=0, tag=_TAG)
-                reported = None
-            if st is not None and now - st[3] >= T / 2 and reported != st[0]:
-                reported = st[0]
-                if self.threads and self.rank != 0:
-                    self.comm.send(("wait", st[0], st[1], st[2], now - st[3]), dest=0, tag=_TAG)
+            st, now = self._state, time.monotonic()
+            reported = self._tell_rank0(st, now, reported)
             if not self.threads:
                 if st is not None and now - st[3] >= T:
                     self._abort(f"hpcgpu: stall: rank {self.rank} waited {now - st[3]:.0f} s in "
                                 f"{st[1]} ({st[2]}); aborting the job")
                     return
-                continue
-            if self.rank != 0:
-                continue
-            while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
-                status = MPI.Status()
-                msg = self.comm.recv(source=MPI.ANY_SOURCE, tag=_TAG, status=status)
-                src = status.Get_source()
-                if msg[0] == "wait":
-                    waiting[src] = (msg[1], msg[2], msg[3], now - msg[4])
-                elif src in waiting and waiting[src][0] == msg[1]:
-                    del waiting[src]
-            if st is not None and now - st[3] >= T / 2:
-                waiting[0] = st
-            else:
-                waiting.pop(0, None)
-            if not waiting:
-                continue
-            oldest = min(waiting.values(), key=lambda v: v[3])
-            if now - oldest[3] < T:
-                continue
-            same = {r for r, v in waiting.items() if v[0] == oldest[0] and v[1] == oldest[1]}
-            missing = [r for r in range(self.size) if r not in same]
-            self._abort(
-                f"hpcgpu: stall: {oldest[1]} ({oldest[2]}) has waited {now - oldest[3]:.0f} s "
+            elif self.rank == 0:
+                report = self._judge(waiting, st, now)
+                if report:
+                    self._abort(report)
+                    return
+
+    def _tell_rank0(self, st, now: float, reported):
+        """Tell rank 0 when a wait passes T/2 and when it ends; return the wait reported."""
+        if reported is not None and (st is None or st[0] != reported):
+            if self.threads and self.rank != 0:  # that wait is over: tell rank 0
+                self.comm.send(("clear", reported), dest=0, tag=_TAG)
+            reported = None
+        if st is not None and now - st[3] >= self.timeout / 2 and reported != st[0]:
+            reported = st[0]
+            if self.threads and self.rank != 0:
+                self.comm.send(("wait", st[0], st[1], st[2], now - st[3]), dest=0, tag=_TAG)
+        return reported
+
+    def _judge(self, waiting: dict, st, now: float) -> str | None:
+        """Rank 0: take the reports in; the stall report once a wait has passed T, else ``None``."""
+        T = self.timeout
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
+            status = MPI.Status()
+            msg = self.comm.recv(source=MPI.ANY_SOURCE, tag=_TAG, status=status)
+            src = status.Get_source()
+            if msg[0] == "wait":
+                waiting[src] = (msg[1], msg[2], msg[3], now - msg[4])
+            elif src in waiting and waiting[src][0] == msg[1]:
+                del waiting[src]
+        if st is not None and now - st[3] >= T / 2:
+            waiting[0] = st
+        else:
+            waiting.pop(0, None)
+        if not waiting:
+            return None
+        oldest = min(waiting.values(), key=lambda v: v[3])
+        if now - oldest[3] < T:
+            return None
+        same = {r for r, v in waiting.items() if v[0] == oldest[0] and v[1] == oldest[1]}
+        missing = [r for r in range(self.size) if r not in same]
+        return (f"hpcgpu: stall: {oldest[1]} ({oldest[2]}) has waited {now - oldest[3]:.0f} s "
                 f"(stall timeout {T:g} s); ranks {missing or 'none'} have not arrived, "
                 f"ranks {sorted(same)} are waiting; aborting the job")
-            return

@@ -83,7 +83,8 @@ def test_cli_writes_and_reports_bad_source(tmp_path):
     assert not (tmp_path / "g.h5").exists()
 
 
-@pytest.mark.skipif(not os.path.isdir(datasets.FASHION_MNIST_DIR), reason="Debian's dataset-fashion-mnist not installed")
+@pytest.mark.skipif(not os.path.isdir(datasets.FASHION_MNIST_DIR),
+                    reason="Debian's dataset-fashion-mnist not installed")
 def test_real_fashion_mnist(tmp_path):
     out = datasets.write_fashion_mnist(str(tmp_path / "f.h5"))
     with h5py.File(out) as f:

@@ -212,7 +212,7 @@ def test_fuzz_matmul(case):
                 f["also"] = np.zeros(2)
         with h5py.File(b, "w") as f:
             f["B"] = B
-        p = _mpi.run(2, ["-m", "hpcgpu.matmul", a, f"{b}:{b_name}", "-o", out, *opts], timeout=90)
+        p = _mpi.run(2, ["-m", "hpcgpu", "matmul", a, f"{b}:{b_name}", "-o", out, *opts], timeout=90)
         _check_outcome(p, out)
         drops_imaginary = "--dtype" in opts and "complex" not in opts[opts.index("--dtype") + 1] and (
             np.iscomplexobj(A) or np.iscomplexobj(B))

@@ -32,6 +32,7 @@ def _hidden(text: str) -> tuple:
 
 
 def parser() -> ArgumentParser:
+    """The parser of ``python -m hpcgpu.train``; defaults are :class:`TrainConfig`'s."""
     d = TrainConfig()
     p = ArgumentParser(
         prog="python -m hpcgpu.train", description=__doc__.split("\n\n")[0],
@@ -84,18 +85,17 @@ EXIT_STOPPED = 3
 
 
 def main(argv=None) -> int:
+    """Train with the options in ``argv``. Collective over ``MPI.COMM_WORLD``.
+
+    Returns
+    -------
+    int
+        0 when done, :data:`EXIT_STOPPED` (3) after a stop request.
+    """
     # First of all: a warning signal that comes while the data loads must not
     # kill the job, and one that comes after the last step is simply late.
     stop = StopRequest().install()
     args = parser().parse_args(argv)
-    if args.stall_timeout is None:
-        from ..watchdog import stall_timeout_from_env
-
-        try:
-            args.stall_timeout = stall_timeout_from_env()
-        except ValueError as e:
-            e.collective = True  # the same environment on every rank
-            raise
     trainer = Trainer(TrainConfig(**vars(args)))
     stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
     trainer.stop_request = stop

@@ -72,7 +72,21 @@ class CheckpointState:
 
 
 def candidates(path: str) -> list[str]:
-    """``path``, ``path.1``, ``path.2``, ... that exist, newest first."""
+    """``path``, ``path.1``, ``path.2``, ... that exist, newest first.
+
+    Not collective.
+
+    Parameters
+    ----------
+    path : str
+        The newest checkpoint's name, as given to :func:`write_checkpoint`.
+
+    Returns
+    -------
+    list of str
+        The existing files: ``path`` first, then ``path.{i}`` by increasing
+        ``i``; empty when there is none.
+    """
     out = [path] if os.path.exists(path) else []
     i = 1
     d = os.path.dirname(os.path.abspath(path))
@@ -103,6 +117,23 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
 
     Not collective: one rank (rank 0) calls it. Temporary files that killed
     writers left beside ``path`` are removed first.
+
+    Parameters
+    ----------
+    path : str
+        The new checkpoint's name; its directory is created if missing.
+        The previous files move to ``path.1``, ``path.2``, ...
+    state : CheckpointState
+        What to write (host arrays).
+    keep : int
+        How many checkpoint files to keep, the new one included; below 1 counts as 1.
+    attrs : dict, optional
+        More root attributes of the file (values h5py can store).
+
+    Returns
+    -------
+    str
+        ``path``.
 
     Raises
     ------
@@ -139,6 +170,20 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
 
 def read_checkpoint(path: str, n_params: int) -> CheckpointState:
     """Read and check one checkpoint file. Not collective.
+
+    Parameters
+    ----------
+    path : str
+        The checkpoint file (one of :func:`candidates`).
+    n_params : int
+        The model's number of parameters, which must be the length of
+        ``params`` and ``velocity`` in the file.
+
+    Returns
+    -------
+    CheckpointState
+        What the file holds; ``config`` as written, not yet compared with
+        the current run's.
 
     Raises
     ------

@@ -63,7 +63,7 @@ def _meta(path: str, split: str, required: bool):
             if required:
                 return None, ValueError(f"--data {path}: no dataset {names[0]}")
             return "absent", None
-        for n, ok in zip(names, present):
+        for n, ok in zip(names, present, strict=True):
             if not ok:
                 return None, ValueError(f"--data {path}: no dataset {n}")
         X, y = f[names[0]], f[names[1]]
@@ -245,11 +245,40 @@ class GlobalBatchSampler:
             self._rowtype.Free()
 
     def order(self, epoch: int) -> np.ndarray:
-        """The global order of the training samples in ``epoch`` (N,), same on every rank."""
+        """The global order of the training samples in ``epoch`` (N,), same on every rank.
+
+        Not collective: a pure function of ``(seed, epoch)``.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch, 0-based.
+
+        Returns
+        -------
+        numpy.ndarray, shape (N,), int64
+            A permutation of the global rows ``0..N-1``.
+        """
         return np.random.default_rng([self.seed, int(epoch)]).permutation(self.N)
 
     def wanted(self, perm: np.ndarray, rank: int) -> np.ndarray:
-        """Global rows rank ``rank`` processes in the epoch, in step order."""
+        """Global rows rank ``rank`` processes in the epoch, in step order.
+
+        Not collective.
+
+        Parameters
+        ----------
+        perm : numpy.ndarray, shape (N,)
+            The epoch's order, from :meth:`order`.
+        rank : int
+            Rank in ``comm`` (any rank, not only this one).
+
+        Returns
+        -------
+        numpy.ndarray, shape (steps * lb,)
+            With ``lb = len(block_range(B, P, rank))``: the rows of step ``s``
+            are elements ``s * lb .. (s + 1) * lb``.
+        """
         lo, hi = self.bounds[rank]
         return perm[: self.steps * self.B].reshape(self.steps, self.B)[:, lo:hi].ravel()
 
@@ -257,7 +286,17 @@ class GlobalBatchSampler:
         return np.searchsorted(self.shard_starts, rows, side="right") - 1
 
     def start_epoch(self, epoch: int) -> None:
-        """Bring the rows this rank needs in ``epoch`` from their owners: one ``Alltoallv``."""
+        """Bring the rows this rank needs in ``epoch`` from their owners: one ``Alltoallv``.
+
+        Collective: all ranks of ``comm`` must call it, with the same
+        ``epoch``. Replaces the rows received for the previous epoch, so the
+        batches of that epoch are no longer available.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch, 0-based; its order is :meth:`order` ``(epoch)``.
+        """
         comm, t, me = self.comm, self.train, self.comm.rank
         n_local = t.stop - t.start
         perm = self.order(epoch)
@@ -303,10 +342,20 @@ class GlobalBatchSampler:
     def batch(self, step: int):
         """This rank's local batch of step ``step`` of the current epoch.
 
+        Not collective; :meth:`start_epoch` must have been called for the
+        epoch.
+
+        Parameters
+        ----------
+        step : int
+            Step in the current epoch, ``0 <= step < steps``.
+
         Returns
         -------
-        (X, y) : xp arrays of shapes (local_batch, D) and (local_batch,),
-            reused by the next call.
+        X : xp.ndarray, shape (local_batch, D)
+            Features, of the training data's dtype.
+        y : xp.ndarray, shape (local_batch,), int64
+            Labels. Both arrays are buffers reused (overwritten) by the next call.
         """
         lb, xp = self.local_batch, self.xp
         rows = self._index[step * lb : (step + 1) * lb]

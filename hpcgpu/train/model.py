@@ -8,6 +8,7 @@ vector operations. Written in ``xp``: the same code runs on NumPy and CuPy.
 
 from __future__ import annotations
 
+import itertools
 import math
 from types import ModuleType
 
@@ -44,7 +45,7 @@ class MLP:
         predictions of the last :meth:`loss_and_grad`, and one the caller
         may use (the trainer's stop flag). Reducing ``grad`` reduces them
         all in the same message.
-    weight_grad : xp.ndarray, shape (n_params,)
+    param_grad : xp.ndarray, shape (n_params,)
         The gradient part of ``grad`` (a view).
 
     References
@@ -58,12 +59,12 @@ class MLP:
             raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
         self.sizes, self.xp, self.dtype = sizes, xp, np.dtype(dtype)
         self.shapes: list[tuple[str, tuple[int, ...]]] = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             self.shapes += [(f"fc{i}.weight", (a, b)), (f"fc{i}.bias", (b,))]
         self.n_params = sum(math.prod(s) for _, s in self.shapes)
         self.params = xp.zeros(self.n_params, dtype=self.dtype)
         self.grad = xp.zeros(self.n_params + 3, dtype=self.dtype)
-        self.weight_grad = self.grad[: self.n_params]
+        self.param_grad = self.grad[: self.n_params]
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
         self.reset(seed)
@@ -78,10 +79,22 @@ class MLP:
 
     @property
     def n_layers(self) -> int:
+        """Number of linear layers, ``len(sizes) - 1``."""
         return len(self.sizes) - 1
 
     def reset(self, seed: int) -> None:
-        """Draw new initial parameters from ``seed`` (not collective)."""
+        """Draw new initial parameters from ``seed`` (not collective).
+
+        Weights He-uniform, biases 0, drawn on the host and copied into
+        :attr:`params` in place (views and the optimizer stay valid);
+        :attr:`grad` is left as it is.
+
+        Parameters
+        ----------
+        seed : int
+            Seed of NumPy's ``default_rng`` (PCG64): the same values on every
+            rank and device.
+        """
         rng = np.random.default_rng(seed)
         host = np.zeros(self.n_params, dtype=self.dtype)
         off = 0
@@ -98,7 +111,18 @@ class MLP:
         return [(name, self._p[name]) for name, _ in self.shapes]
 
     def forward(self, X):
-        """Logits of a batch. ``X``: (n, D) -> (n, C). Not collective."""
+        """Logits of a batch. ``X``: (n, D) -> (n, C). Not collective.
+
+        Parameters
+        ----------
+        X : xp.ndarray, shape (n, D)
+            Features, of the model's dtype.
+
+        Returns
+        -------
+        xp.ndarray, shape (n, C)
+            Logits (before the softmax), a new array.
+        """
         a = X
         for i in range(self.n_layers):
             z = a @ self._p[f"fc{i}.weight"]
@@ -165,8 +189,24 @@ class MLP:
     def evaluate(self, X, y, chunk: int = 8192):
         """Loss sum and correct count over ``X`` (n, D), ``y`` (n,), in chunks.
 
-        Not collective. Returns an ``xp`` array ``[loss_sum, correct]``
-        (float64), ready for an Allreduce.
+        Not collective. Leaves :attr:`params` and :attr:`grad` unchanged.
+
+        Parameters
+        ----------
+        X : xp.ndarray, shape (n, D)
+            Features, of the model's dtype.
+        y : xp.ndarray, shape (n,)
+            Integer labels in ``0..C-1``.
+        chunk : int
+            Rows per forward pass: bounds the temporary activations to
+            ``chunk`` rows.
+
+        Returns
+        -------
+        xp.ndarray, shape (2,), float64
+            ``[loss_sum, correct]`` (the cross-entropy loss summed over the
+            ``n`` samples, and the number of correct predictions), ready for an
+            Allreduce.
         """
         xp = self.xp
         tot = xp.zeros(2, dtype=np.float64)

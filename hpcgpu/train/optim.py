@@ -37,6 +37,7 @@ class LRSchedule:
         self.kind, self.step_size, self.gamma = kind, max(1, int(step_size)), float(gamma)
 
     def __call__(self, step: int) -> float:
+        """The learning rate of global step ``step`` (0-based)."""
         if step < self.warmup:
             return self.lr * (step + 1) / self.warmup
         t = step - self.warmup
@@ -84,6 +85,17 @@ class SGD:
 
         ``grad`` is left unchanged on the host path and may be overwritten
         on the device path.
+
+        Parameters
+        ----------
+        grad : xp.ndarray, shape (n,)
+            Gradient, in the same array module and dtype as ``params``
+            (summed over the global batch in data-parallel training).
+        lr : float
+            Learning rate of this step.
+        scale : float
+            Factor applied to ``grad`` (1 / global batch size turns a summed
+            gradient into a mean).
         """
         p, v, mu = self.params, self.velocity, self.momentum
         if self._blas is not None:

@@ -25,7 +25,9 @@ from mpi4py import MPI
 from .. import _device
 from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
-from ..io import atomic_path, writable_error
+from ..errors import agreed
+from ..watchdog import Watchdog, stall_timeout
+from ..io import atomic_path, on_root, writable_error
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP
@@ -157,9 +159,10 @@ class TrainConfig:
     stop_file : str or None
         When this file appears, checkpoint after the current step and stop
         (see :class:`StopRequest`).
-    stall_timeout : float
+    stall_timeout : float or None
         Seconds a collective may wait before the job is aborted with a
-        report of the ranks that have not arrived (0: off; see
+        report of the ranks that have not arrived (0: off; ``None``:
+        ``$HPCGPU_STALL_TIMEOUT``, else off; see
         :class:`hpcgpu.watchdog.Watchdog`).
     """
 
@@ -184,10 +187,11 @@ class TrainConfig:
     keep_checkpoints: int = 2
     resume: bool = False
     stop_file: str | None = None
-    stall_timeout: float = 0.0
+    stall_timeout: float | None = None
 
     @property
     def checkpoint_path(self) -> str | None:
+        """The checkpoint file, from ``checkpoint`` or ``out``; ``None`` when none is asked for."""
         if self.checkpoint:
             return self.checkpoint
         if self.checkpoint_every or self.resume:
@@ -212,14 +216,18 @@ class TrainConfig:
             (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
-            (self.stall_timeout >= 0, f"--stall-timeout must be >= 0, got {self.stall_timeout}"),
         ]
         for ok, msg in checks:
             if not ok:
                 return ValueError(msg)
+        try:
+            stall_timeout(self.stall_timeout)
+        except ValueError as e:
+            return e
         return None
 
     def to_json(self) -> str:
+        """Every option as JSON (sorted keys), as written to outputs and checkpoints."""
         d = dataclasses.asdict(self)
         d["hidden"] = list(d["hidden"])
         return json.dumps(d, sort_keys=True)
@@ -267,14 +275,12 @@ class Trainer:
     METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
                "lr", "seconds", "samples_per_second")
     UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1"}
-    STOP_SIGNALS = ("SIGUSR1", "SIGTERM")
 
     def __init__(self, config: TrainConfig, runtime: Runtime | None = None):
         self.config = c = config
         err = c.validate()
         if err is not None:
-            err.collective = True  # the same config on every rank: all raise it
-            raise err
+            raise agreed(err)  # the same config on every rank: all raise it
         self.rt = rt = runtime if runtime is not None else init(c.device)
         comm, self.xp = rt.comm, rt.xp
 
@@ -321,8 +327,6 @@ class Trainer:
         self.stop_request: StopRequest | None = None
         if c.resume:
             self._resume()
-        from ..watchdog import Watchdog
-
         self.watchdog = Watchdog(comm, c.stall_timeout)
 
     def close(self) -> None:
@@ -346,6 +350,12 @@ class Trainer:
         a stop signal (the flag rides in the gradient's Allreduce, so all
         ranks stop after the same step).
 
+        Parameters
+        ----------
+        bar : tqdm.tqdm, optional
+            Progress bar (anything with ``update(n)``), advanced by one after
+            every step; ``None`` for none.
+
         Returns
         -------
         bool
@@ -360,23 +370,22 @@ class Trainer:
         model, comm = self.model, self.rt.comm
         B, n = self.sampler.B, model.n_params
         t0 = MPI.Wtime()
-        with self.watchdog.collective("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
+        with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             self.sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
         for s in range(self.step_in_epoch, self.sampler.steps):
             model.loss_and_grad(*self.sampler.batch(s))
             model.grad[n + 2] = 1.0 if self.stop_request is not None and self.stop_request.requested() else 0.0
-            with self.watchdog.collective("gradient Allreduce", f"step {self.step + 1}"):
+            with self.watchdog.watch("gradient Allreduce", f"step {self.step + 1}"):
                 Allreduce(model.grad, comm=comm)
             loss_sum, correct, stop = (float(v) for v in _device.asnumpy(model.grad[n:]))
             if not math.isfinite(loss_sum):
-                err = FloatingPointError(
+                # the reduced loss is the same on every rank
+                raise agreed(FloatingPointError(
                     f"training diverged: the loss of step {self.step + 1} (epoch {self.epoch + 1}) is "
-                    f"{loss_sum / B}; the last checkpoint is kept; try a smaller --lr")
-                err.collective = True  # the reduced loss is the same on every rank
-                raise err
+                    f"{loss_sum / B}; the last checkpoint is kept; try a smaller --lr"))
             self._epoch_totals += (loss_sum, correct)
-            self.optimizer.step(model.weight_grad, self.schedule(self.step), scale=1.0 / B)
+            self.optimizer.step(model.param_grad, self.schedule(self.step), scale=1.0 / B)
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:
@@ -394,7 +403,7 @@ class Trainer:
         if self.test_split is None or self.test_split.n_global == 0:
             return math.nan, math.nan
         tot = self.model.evaluate(self._Xt, self._yt)
-        with self.watchdog.collective("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
+        with self.watchdog.watch("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
             Allreduce(tot, comm=self.rt.comm)
         loss_sum, correct = (float(v) for v in _device.asnumpy(tot))
         n = self.test_split.n_global
@@ -472,52 +481,76 @@ class Trainer:
 
         Collective: the outcome is agreed, so a failed write raises
         ``OSError`` on every rank.
+
+        Parameters
+        ----------
+        path : str, optional
+            The checkpoint file; the config's :attr:`TrainConfig.checkpoint_path`
+            when omitted. Older files are kept as ``path.1``, ``path.2``, ...
+
+        Returns
+        -------
+        str
+            The path written.
+
+        Raises
+        ------
+        OSError
+            The checkpoint cannot be written (every rank); the older ones are
+            untouched.
+        FloatingPointError
+            The parameters are not finite (every rank); nothing is written.
         """
         from .checkpoint import write_checkpoint
 
         path = path or self.config.checkpoint_path
-        if not bool(self.xp.isfinite(self.model.params).all()):
+        if not bool(_device.asnumpy(self.xp.isfinite(self.model.params).all())):
             # The same parameters on every rank: all raise, and the last good checkpoint stays.
-            err = FloatingPointError(f"training diverged: parameters are not finite after step {self.step} "
-                                     f"(epoch {self.epoch + 1}); not writing a checkpoint; try a smaller --lr")
-            err.collective = True
-            raise err
-        err = None
-        if self.rt.rank == 0:
-            try:
-                write_checkpoint(path, self._state(), self.config.keep_checkpoints,
-                                 attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path)))
-            except OSError as e:
-                err = OSError(f"--checkpoint {path}: cannot write ({e})")
-        agree(err, comm=self.rt.comm)
+            raise agreed(FloatingPointError(
+                f"training diverged: parameters are not finite after step {self.step} "
+                f"(epoch {self.epoch + 1}); not writing a checkpoint; try a smaller --lr"))
+        on_root(lambda: write_checkpoint(path, self._state(), self.config.keep_checkpoints,
+                                         attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path))),
+                comm=self.rt.comm, error=lambda e: OSError(f"--checkpoint {path}: cannot write ({e})"))
         return path
+
+    def _newest_checkpoint(self, path: str, notes: list):
+        """The newest readable checkpoint's state (``None`` when there is none); rank 0 only.
+
+        Unreadable files are skipped, with a note in ``notes``.
+
+        Raises
+        ------
+        ValueError
+            Every checkpoint is unreadable, or the newest readable one was
+            written with options that must not change.
+        """
+        from .checkpoint import MUST_MATCH, candidates, read_checkpoint
+
+        found = candidates(path)
+        for p in found:
+            try:
+                state = read_checkpoint(p, self.model.n_params)
+                break
+            except ValueError as e:
+                notes.append(str(e))
+        else:
+            if found:
+                raise ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
+            return None
+        mine = json.loads(self.config.to_json())
+        for k in MUST_MATCH:
+            if state.config.get(k) != mine[k]:
+                raise ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "
+                                 f"{state.config.get(k)}, this run has {mine[k]}")
+        self.resumed_from = p
+        return state
 
     def _resume(self) -> None:
         """Load the newest readable checkpoint on rank 0 and broadcast it. Collective."""
-        from .checkpoint import MUST_MATCH, candidates, read_checkpoint
-
         path, comm = self.config.checkpoint_path, self.rt.comm
-        state, err, notes = None, None, []
-        if self.rt.rank == 0:
-            found = candidates(path)
-            for p in found:
-                try:
-                    state = read_checkpoint(p, self.model.n_params)
-                    self.resumed_from = p
-                    break
-                except ValueError as e:
-                    notes.append(str(e))
-            if found and state is None:
-                err = ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
-            elif state is not None:
-                mine = json.loads(self.config.to_json())
-                for k in MUST_MATCH:
-                    if state.config.get(k) != mine[k]:
-                        err = ValueError(
-                            f"--resume: {self.resumed_from} was written with --{k.replace('_', '-')} "
-                            f"{state.config.get(k)}, this run has {mine[k]}")
-                        break
-        agree(err, comm=comm)
+        notes: list[str] = []
+        state = on_root(lambda: self._newest_checkpoint(path, notes), comm=comm, catch=(ValueError,))
         meta = None
         if self.rt.rank == 0:
             for note in notes:
@@ -557,38 +590,48 @@ class Trainer:
         ``device``, ``mpi_library``, ``hpcgpu_version``, ``data``,
         ``num_classes``, ``epochs_done``, ``steps_done``, ``resumed_from``.
 
+        Parameters
+        ----------
+        path : str, optional
+            The HDF5 file, replaced if it exists; the config's ``out`` when
+            omitted.
+
         Returns
         -------
         str
             The path written.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written (every rank).
         """
         import h5py
 
         path = self.config.out if path is None else path
-        rt, err = self.rt, None
-        if rt.rank == 0:
-            try:
-                with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-                    m = f.create_group("metrics")
-                    for k in self.METRICS:
-                        ds = m.create_dataset(k, data=np.asarray(self.history[k]))
-                        ds.attrs["units"] = self.UNITS.get(k, "1")
-                    g = f.create_group("model")
-                    for name, view in self.model.named_parameters():
-                        g.create_dataset(name, data=_device.asnumpy(view))
-                    f.attrs["config"] = self.config.to_json()
-                    f.attrs["world_size"] = rt.size
-                    f.attrs["device"] = rt.device
-                    f.attrs["mpi_library"] = rt.mpi_library
-                    f.attrs["hpcgpu_version"] = __version__
-                    f.attrs["data"] = os.path.abspath(self.data_path)
-                    f.attrs["num_classes"] = self.num_classes
-                    f.attrs["epochs_done"] = self.epoch
-                    f.attrs["steps_done"] = self.step
-                    f.attrs["resumed_from"] = self.resumed_from or ""
-            except OSError as e:
-                err = OSError(f"--out {path}: cannot write ({e})")
-        agree(err, comm=rt.comm)
+        rt = self.rt
+
+        def write():
+            with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+                m = f.create_group("metrics")
+                for k in self.METRICS:
+                    ds = m.create_dataset(k, data=np.asarray(self.history[k]))
+                    ds.attrs["units"] = self.UNITS.get(k, "1")
+                g = f.create_group("model")
+                for name, view in self.model.named_parameters():
+                    g.create_dataset(name, data=_device.asnumpy(view))
+                f.attrs["config"] = self.config.to_json()
+                f.attrs["world_size"] = rt.size
+                f.attrs["device"] = rt.device
+                f.attrs["mpi_library"] = rt.mpi_library
+                f.attrs["hpcgpu_version"] = __version__
+                f.attrs["data"] = os.path.abspath(self.data_path)
+                f.attrs["num_classes"] = self.num_classes
+                f.attrs["epochs_done"] = self.epoch
+                f.attrs["steps_done"] = self.step
+                f.attrs["resumed_from"] = self.resumed_from or ""
+
+        on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
         return path
 
     # -- rank 0's voice -----------------------------------------------------
@@ -608,7 +651,7 @@ class Trainer:
             return
         s = self.sampler
         print(
-            f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.device}, data {self.data_path}: "
+            f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
             f"({self.model.n_params} parameters), global batch {s.B} "
             f"(local {s.local_batch} on rank 0), {s.steps} steps/epoch",

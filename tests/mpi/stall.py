@@ -20,7 +20,7 @@ def main(argv):
     for step in range(5):
         if rt.rank == rt.size - 1 and step == 2:
             time.sleep(120)
-        with wd.collective("test Allreduce", f"step {step}"):
+        with wd.watch("test Allreduce", f"step {step}"):
             hpcgpu.Allreduce(a)
     wd.close()
     print("done", rt.rank)

@@ -3,6 +3,7 @@
 Usage: summa_checks.py [--quick]
 """
 
+import functools
 import sys
 import traceback
 import tracemalloc
@@ -12,7 +13,7 @@ from mpi4py import MPI
 
 import hpcgpu
 from hpcgpu import DistMatrix, ProcessGrid, matmul
-from hpcgpu.summa import _panels
+from hpcgpu.summa import plan_panels
 
 rt = hpcgpu.init("cpu")
 P, r = rt.size, rt.rank
@@ -54,7 +55,8 @@ for dims in sorted(grids):
             for panel in (None, 1, 7, "@"):
                 if dtype != "float64" and panel in (1, 7):
                     continue
-                check(f"matmul {dims} {(m, k, n)} {dtype} {panel}", lambda: one(g, m, k, n, dtype, panel))
+                check(f"matmul {dims} {(m, k, n)} {dtype} {panel}",
+                      functools.partial(one, g, m, k, n, dtype, panel))
 
 
 def random_is_grid_independent():
@@ -95,11 +97,11 @@ def memory_stays_within_blocks_and_panels():
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
     m_l, n_l = c.lshape
-    bound = c.nbytes + 2 * (m_l * w + w * n_l) * 8 + 64 * 1024
-    assert peak <= bound, f"peak {peak} B > bound {bound} B (C block {c.nbytes} B)"
+    bound = c.lnbytes + 2 * (m_l * w + w * n_l) * 8 + 64 * 1024
+    assert peak <= bound, f"peak {peak} B > bound {bound} B (C block {c.lnbytes} B)"
     if P > 1:
         assert bound < m * n * 8, "the bound itself must be below one global matrix"
-    assert len(_panels(k, g, w)) >= k // w
+    assert len(plan_panels(k, g, w)) >= k // w
 
 
 def hdf5_round_trip():

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 import _mpi
@@ -9,7 +11,7 @@ def test_block_range_is_balanced_and_covers():
         for parts in (1, 2, 3, 8, 13):
             ranges = [block_range(n, parts, i) for i in range(parts)]
             assert ranges[0][0] == 0 and ranges[-1][1] == n
-            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
             sizes = [b - a for a, b in ranges]
             assert max(sizes) - min(sizes) <= 1
             assert block_starts(n, parts) == [a for a, _ in ranges] + [n]

@@ -20,7 +20,7 @@ def test_gradient_matches_central_differences(sizes):
     X = rng.normal(size=(9, sizes[0]))
     y = rng.integers(0, sizes[-1], 9)
     m.loss_and_grad(X, y)
-    analytic = m.weight_grad.copy()
+    analytic = m.param_grad.copy()
     assert m.grad[m.n_params] == pytest.approx(_loss(m, X, y), rel=1e-12)
     h = 1e-6
     numeric = np.empty(m.n_params)
@@ -45,7 +45,7 @@ def test_parameters_are_views_of_one_flat_buffer():
     m.params[:] = 7
     assert all((v == 7).all() for _, v in m.named_parameters())
     assert m.grad.shape == (m.n_params + 3,)
-    assert np.shares_memory(m.weight_grad, m.grad) and m.weight_grad.shape == (m.n_params,)
+    assert np.shares_memory(m.param_grad, m.grad) and m.param_grad.shape == (m.n_params,)
 
 
 def test_same_seed_same_init_and_he_bound():

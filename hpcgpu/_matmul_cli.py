@@ -1,4 +1,4 @@
-"""``mpiexec -n P python -m hpcgpu.matmul A B -o C``: distributed C = A @ B (SUMMA).
+"""``mpiexec -n P python -m hpcgpu matmul A B -o C``: distributed C = A @ B (SUMMA).
 
 A, B and C are ``FILE[:DATASET]``: an input's dataset defaults to the file's
 only dataset, the output's to ``C``. Each rank reads only its blocks, and C
@@ -8,8 +8,9 @@ is written block by block (in parallel with a parallel h5py), atomically.
 GFLOP/s, and the ratio to the local GEMM of one process with the same total
 number of BLAS threads, measured in the same run.
 
-(This module is the command line. The function is ``hpcgpu.matmul``, defined
-in :mod:`hpcgpu.summa`; this file is not imported by ``import hpcgpu``.)
+(This module is the command line, a subcommand of ``python -m hpcgpu``. The
+function is ``hpcgpu.matmul``, defined in :mod:`hpcgpu.summa`: no submodule
+is named ``matmul``, so importing any module never replaces the function.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ._cli import ArgumentParser, run
+from .comm import agree
+from .errors import agreed
 
 
 def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
@@ -33,9 +35,11 @@ def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
     return spec, default
 
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m hpcgpu.matmul", description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``matmul`` subcommand and its options to ``python -m hpcgpu``'s subparsers."""
+    p = subparsers.add_parser("matmul", help="distributed C = A @ B (SUMMA) of HDF5 matrices, or --bench N",
+                              description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("A", nargs="?", help="left matrix, FILE[:DATASET] (m x k)")
     p.add_argument("B", nargs="?", help="right matrix, FILE[:DATASET] (k x n)")
     p.add_argument("-o", "--out", help="output FILE[:DATASET] (m x n; dataset C by default)")
@@ -51,11 +55,11 @@ def parser() -> ArgumentParser:
     p.add_argument("--bench", type=int, metavar="N", help="multiply random N x N matrices and time it")
     p.add_argument("--repeat", type=int, default=3, help="--bench: timed repetitions (best is reported)")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON line instead of text")
+    p.set_defaults(main=main)
     return p
 
 
 def _grid(text, comm):
-    from .comm import agree
     from .grid import ProcessGrid, parse_grid
 
     err, dims = None, None
@@ -68,13 +72,24 @@ def _grid(text, comm):
     return ProcessGrid(dims, comm=comm)
 
 
-def main(argv=None) -> int:
-    a = parser().parse_args(argv)
-    from .comm import agree
+def main(a: argparse.Namespace) -> int:
+    """Run ``python -m hpcgpu matmul`` with the parsed options ``a``. Collective.
+
+    Returns
+    -------
+    int
+        The exit status (0).
+
+    Raises
+    ------
+    AgreedError
+        Bad input, the same on every rank (the guard exits 2 with one line).
+    """
     from .distmatrix import DistMatrix
     from .io import writable_error
     from .runtime import init
     from .summa import DEFAULT_PANEL_MEMORY, matmul
+    from .watchdog import Watchdog, stall_timeout
 
     err = None
     if a.bench is None and not (a.A and a.B and a.out):
@@ -85,20 +100,13 @@ def main(argv=None) -> int:
         err = ValueError(f"--panel must be >= 1, got {a.panel}")
     elif not a.panel_memory > 0:
         err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
-    elif a.stall_timeout is not None and a.stall_timeout < 0:
-        err = ValueError(f"--stall-timeout must be >= 0, got {a.stall_timeout}")
-    if err is None and a.stall_timeout is None:
-        from .watchdog import stall_timeout_from_env
-
-        try:
-            a.stall_timeout = stall_timeout_from_env()
-        except ValueError as e:
-            err = e
     if err:
-        err.collective = True  # the same arguments on every rank
-        raise err
+        raise agreed(err)  # the same arguments on every rank
+    timeout = stall_timeout(a.stall_timeout)
     rt = init(a.device)
     grid = _grid(a.grid, rt.comm)
+    if rt.rank == 0 and not a.json:
+        print(f"hpcgpu matmul: {rt.size} rank(s) on {rt.summary()}, grid {grid.shape[0]}x{grid.shape[1]}", flush=True)
     mem = int(a.panel_memory * 2**20) if a.panel_memory else DEFAULT_PANEL_MEMORY
     if a.bench is not None:
         return _bench(a, rt, grid, mem)
@@ -113,13 +121,9 @@ def main(argv=None) -> int:
         A = DistMatrix.from_hdf5(pa, na, grid, dtype=wide) if A.dtype != wide else A
         B = DistMatrix.from_hdf5(pb, nb, grid, dtype=wide) if B.dtype != wide else B
     if A.gshape[1] != B.gshape[0]:
-        e = ValueError(f"inner dimensions differ: {a.A} is {A.gshape[0]} x {A.gshape[1]}, "
-                       f"{a.B} is {B.gshape[0]} x {B.gshape[1]}")
-        e.collective = True
-        raise e
-    from .watchdog import Watchdog
-
-    wd = Watchdog(rt.comm, a.stall_timeout)
+        raise agreed(ValueError(f"inner dimensions differ: {a.A} is {A.gshape[0]} x {A.gshape[1]}, "
+                                f"{a.B} is {B.gshape[0]} x {B.gshape[1]}"))
+    wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
     C = matmul(A, B, panel=a.panel, panel_memory=mem, watchdog=wd)
     _sync(rt)
@@ -154,7 +158,7 @@ def _idle_wait(comm) -> None:
 
 def _bench(a, rt, grid, mem) -> int:
     from .distmatrix import DistMatrix
-    from .summa import _panels, matmul, panel_width
+    from .summa import matmul, panel_width, plan_panels
 
     N, dtype = a.bench, np.dtype(a.dtype or "float64")
     A = DistMatrix.random((N, N), grid, dtype, seed=1)
@@ -180,15 +184,17 @@ def _bench(a, rt, grid, mem) -> int:
     gflops = _flops(N, N, N, dtype) / best / 1e9
     if rt.rank == 0:
         w = a.panel or panel_width(N, N, N, grid.shape, dtype.itemsize, mem)
-        widest = N if grid.size == 1 else max(k1 - k0 for k0, k1, _, _ in _panels(N, grid, min(w, N)))
-        res = dict(N=N, dtype=str(dtype), ranks=rt.size, grid=list(grid.shape), device=rt.device, panel=widest,
+        widest = N if grid.size == 1 else max(p.width for p in plan_panels(N, grid, min(w, N)))
+        res = dict(N=N, dtype=str(dtype), ranks=rt.size, grid=list(grid.shape), device=rt.device,
+                   device_summary=rt.summary(), panel=widest,
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
                    ratio=ref / best)
         if a.json:
             print(json.dumps(res), flush=True)
         else:
-            print(f"SUMMA N={N} {dtype} on {rt.size} rank(s), grid {grid.shape[0]}x{grid.shape[1]}, panel {res['panel']}: "
+            print(f"SUMMA N={N} {dtype} on {rt.size} rank(s), grid {grid.shape[0]}x{grid.shape[1]}, "
+                  f"panel {res['panel']}: "
                   f"{best:.3f} s, {gflops:.1f} GFLOP/s\n"
                   f"local GEMM, 1 process, {threads} thread(s): {ref:.3f} s, {res['local_gemm_gflops']:.1f} GFLOP/s\n"
                   f"ratio (local GEMM time / SUMMA time): {res['ratio']:.3f}", flush=True)
@@ -228,6 +234,3 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
         g1.free()
     return best, threads
 
-
-if __name__ == "__main__":
-    run(main, prog="hpcgpu.matmul")

@@ -1,0 +1,113 @@
+"""The error contract of hpcgpu, as a type.
+
+An MPI program has two kinds of error. An error that every rank found (bad
+input, checked before any communication, or agreed on with
+:func:`hpcgpu.comm.agree`) is safe to raise: nobody is left waiting in a
+collective. It is an :class:`AgreedError`, and the command-line guard turns
+it into one line on stderr and exit status 2. Any other exception was raised
+by some ranks while others may wait in a collective: the guard aborts the
+whole job (:func:`hpcgpu.runtime.abort`).
+
+An agreed error keeps its ordinary type as well, so ``except ValueError``
+still catches a bad argument: ``agreed(ValueError("--lr must be ..."))`` is
+an instance of both ``ValueError`` and :class:`AgreedError`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AgreedError", "agreed", "plain_type"]
+
+
+class AgreedError(Exception):
+    """Base of every error that all ranks of a communicator raise together.
+
+    Never raised on its own: :func:`agreed` makes an error of a subclass of
+    both the original type (``ValueError``, ``FileNotFoundError``, ...) and
+    this one.
+
+    Attributes
+    ----------
+    silent : bool
+        When true, the command-line guard prints nothing on this rank (every
+        rank of a job raised it, and one of them speaks).
+    """
+
+    silent: bool = False
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _agreed_class(cls: type) -> type:
+    """``cls`` made a subclass of :class:`AgreedError` too (one class per ``cls``, cached)."""
+    if issubclass(cls, AgreedError):
+        return cls
+    sub = _CLASSES.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (cls, AgreedError), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        _CLASSES[cls] = sub
+    return sub
+
+
+def plain_type(error: BaseException) -> type:
+    """The ordinary type of ``error``: ``ValueError`` for ``agreed(ValueError(...))``.
+
+    Not collective. The class :func:`agreed` makes exists only in this
+    process; this one can be pickled to other ranks.
+
+    Parameters
+    ----------
+    error : BaseException
+        Any exception, agreed or not.
+
+    Returns
+    -------
+    type
+        The original type when ``type(error)`` is a class that :func:`agreed`
+        made; ``type(error)`` otherwise.
+    """
+    cls = type(error)
+    for base, sub in _CLASSES.items():
+        if sub is cls:
+            return base
+    return cls
+
+
+def agreed(error: BaseException, *, silent: bool = False) -> BaseException:
+    """The same error, marked as known to every rank.
+
+    Not collective. Call it only where every rank raises the same error at
+    the same point: a check of values that are the same everywhere (the
+    arguments, the environment, a reduced loss), or the outcome of
+    :func:`hpcgpu.comm.agree`.
+
+    Parameters
+    ----------
+    error : BaseException
+        The error, with a one-line message naming the file, dataset or
+        argument.
+    silent : bool, keyword-only
+        Let the command-line guard print nothing on this rank.
+
+    Returns
+    -------
+    BaseException
+        An instance of ``type(error)`` and of :class:`AgreedError`, with
+        ``error``'s arguments and cause; ``error`` itself when it already is
+        one (then only ``silent`` is updated). A type whose constructor does
+        not take ``error.args`` becomes a ``RuntimeError`` with its message.
+
+    Examples
+    --------
+    >>> raise agreed(ValueError("--epochs must be >= 1, got 0"))  # doctest: +SKIP
+    """
+    if isinstance(error, AgreedError):
+        out = error
+    else:
+        try:
+            out = _agreed_class(type(error))(*error.args)
+        except Exception:  # a constructor with other arguments
+            out = _agreed_class(RuntimeError)(str(error))
+        out.__cause__, out.__traceback__ = error.__cause__, error.__traceback__
+    out.silent = silent
+    return out
