@@ -188,16 +188,17 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     local_rank, local_size = node.rank, node.size
     node.Free()
     try:
+        # The environment's overrides are checked on every device: a bad value is bad input.
+        err = None
+        try:
+            aware, aware_why = detect_cuda_aware(dup)
+            nonblocking, nonblocking_why = detect_nonblocking_device(aware, _library_version())
+        except ValueError as e:
+            err = e
+        agree(err, comm=dup)
         use_gpu, device_id, reason, binding = _choose_device(device, dup, local_rank)
         if use_gpu:
             xp = _device.cupy_or_none()
-            aware, aware_why, err = False, "", None
-            try:
-                aware, aware_why = detect_cuda_aware(dup)
-                nonblocking, nonblocking_why = detect_nonblocking_device(aware, _library_version())
-            except ValueError as e:
-                err = e
-            agree(err, comm=dup)
             # All ranks must take the same path; staging is the safe common one.
             if not dup.allreduce(aware, op=MPI.LAND):
                 if aware:
@@ -207,12 +208,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
             nonblocking = bool(dup.allreduce(nonblocking, op=MPI.LAND))
         else:
             xp, nonblocking, nonblocking_why = numpy, False, "device is cpu"
+            aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {'yes' if aware else 'no'}: {aware_why}"
             aware = False
-            try:
-                would, why = detect_cuda_aware(dup)
-                aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {'yes' if would else 'no'}: {why}"
-            except ValueError as e:
-                aware_why = f"device is cpu, host buffers ({e})"
     except BaseException:
         dup.Free()
         raise

@@ -43,6 +43,75 @@ def test_cuda_aware_bad_override(monkeypatch):
         hpcgpu.detect_cuda_aware(MPI.COMM_SELF)
 
 
+@pytest.mark.parametrize("kinds, cuda", [("mpi,system,cuda:device", True), ("mpi, cuda", True), ("cuda", True),
+                                         ("mpi,system", False), ("mpi,system,cudaish", False), ("rocm:device", False),
+                                         ("mpi,system,CUDA:host", True), ("", False)])
+def test_alloc_kinds_are_parsed_as_a_list(kinds, cuda):
+    assert runtime._has_cuda_kind(kinds) is cuda
+
+
+def test_forced_override_is_named_when_the_mpi_says_no(monkeypatch):
+    monkeypatch.setenv("HPCGPU_CUDA_AWARE_MPI", "1")
+    monkeypatch.setattr(runtime, "_info_alloc_kinds", lambda comm: None)
+    monkeypatch.setattr(runtime, "_query_cuda_support", lambda: 0)
+    aware, why = hpcgpu.detect_cuda_aware(MPI.COMM_SELF)
+    assert aware is True and "forced against the MPI's own answer (MPIX_Query_cuda_support()=0)" in why
+    monkeypatch.setattr(runtime, "_query_cuda_support", lambda: 1)
+    assert hpcgpu.detect_cuda_aware(MPI.COMM_SELF) == (True, "HPCGPU_CUDA_AWARE_MPI=1")
+
+
+@pytest.mark.parametrize("aware, library, pml, expected", [
+    (False, "MPICH Version: 4.2", "", False),
+    (True, "MPICH Version: 4.2", "", True),
+    (True, "Intel(R) MPI Library 2021.18", "", True),
+    (True, "Open MPI v5.0.11", "", False),
+    (True, "Open MPI v5.0.11", "ucx", True),
+])
+def test_nonblocking_collectives_on_device_memory_per_mpi(monkeypatch, aware, library, pml, expected):
+    monkeypatch.delenv("HPCGPU_NONBLOCKING_DEVICE", raising=False)
+    monkeypatch.setenv("OMPI_MCA_pml", pml)
+    ok, why = hpcgpu.runtime.detect_nonblocking_device(aware, library)
+    assert ok is expected and why
+
+
+def test_nonblocking_override_and_bad_value(monkeypatch):
+    monkeypatch.setenv("HPCGPU_NONBLOCKING_DEVICE", "1")
+    assert hpcgpu.runtime.detect_nonblocking_device(True, "Open MPI v5")[0] is True
+    monkeypatch.setenv("HPCGPU_NONBLOCKING_DEVICE", "0")
+    assert hpcgpu.runtime.detect_nonblocking_device(True, "MPICH")[0] is False
+    monkeypatch.setenv("HPCGPU_NONBLOCKING_DEVICE", "sometimes")
+    with pytest.raises(ValueError, match="HPCGPU_NONBLOCKING_DEVICE"):
+        hpcgpu.runtime.detect_nonblocking_device(True, "MPICH")
+
+
+def test_library_version_is_clean(monkeypatch):
+    monkeypatch.setattr(MPI, "Get_library_version", lambda: "Open MPI v5.0.11, package: Open MPI\x00")
+    assert runtime._library_version() == "Open MPI v5.0.11, package: Open MPI"
+
+
+def test_launcher_local_rank_variables(monkeypatch):
+    for var in hpcgpu._device.LOCAL_RANK_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert hpcgpu._device.launcher_local_rank() is None
+    monkeypatch.setenv("MPI_LOCALRANKID", "3")
+    assert hpcgpu._device.launcher_local_rank() == (3, "MPI_LOCALRANKID")
+    monkeypatch.setenv("SLURM_LOCALID", "1")  # srun's word wins
+    assert hpcgpu._device.launcher_local_rank() == (1, "SLURM_LOCALID")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("cli", [["-m", "hpcgpu", "info"], ["-m", "hpcgpu", "matmul", "--bench", "8"],
+                                 ["-m", "hpcgpu.train", "--epochs", "1"]])
+def test_bad_cuda_aware_override_is_one_line(cli, tmp_path):
+    """A bad HPCGPU_CUDA_AWARE_MPI is bad input on every device: one line, exit 2, no abort."""
+    p = _mpi.run(2, [*cli, "--device", "cpu", *(["--out", str(tmp_path / "o.h5")] if "hpcgpu.train" in cli else [])],
+                 timeout=90, env={"HPCGPU_CUDA_AWARE_MPI": "maybe"})
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == ["hpcgpu: error: HPCGPU_CUDA_AWARE_MPI must be 0 or 1, got 'maybe'"] or \
+        p.stderr.strip().splitlines() == ["hpcgpu.train: error: HPCGPU_CUDA_AWARE_MPI must be 0 or 1, got 'maybe'"]
+    assert not (tmp_path / "o.h5").exists()
+
+
 def test_cuda_aware_from_info_key(monkeypatch):
     monkeypatch.delenv("HPCGPU_CUDA_AWARE_MPI", raising=False)
     monkeypatch.setattr(runtime, "_info_alloc_kinds", lambda comm: "mpi,system,cuda:device")
@@ -77,7 +146,7 @@ def test_blas_threads_respect_user_choice(monkeypatch):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_info_prints_one_line_per_rank(nprocs):
-    p = _mpi.run(nprocs, ["-m", "hpcgpu", "info"], timeout=60, check=True)
+    p = _mpi.run(nprocs, ["-m", "hpcgpu", "info", "--device", "cpu"], timeout=60, check=True)
     lines = p.stdout.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == [f"[{r}/{nprocs}]" for r in range(nprocs)]
     for ln in lines:
