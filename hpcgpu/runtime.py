@@ -208,7 +208,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
             nonblocking = bool(dup.allreduce(nonblocking, op=MPI.LAND))
         else:
             xp, nonblocking, nonblocking_why = numpy, False, "device is cpu"
-            aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {'yes' if aware else 'no'}: {aware_why}"
+            would = "yes" if aware else "no"
+            aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {would}: {aware_why}"
             aware = False
     except BaseException:
         dup.Free()
