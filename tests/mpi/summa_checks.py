@@ -1,6 +1,6 @@
 """SUMMA against NumPy on every grid shape of this many ranks; exits 1 everywhere on failure.
 
-Usage: summa_checks.py [--quick]
+Usage: summa_checks.py [cpu|gpu]   (gpu: CuPy, or the stand-in of tests/device on PYTHONPATH)
 """
 
 import functools
@@ -12,10 +12,12 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcgpu
-from hpcgpu import DistMatrix, ProcessGrid, matmul
+from hpcgpu import DistMatrix, ProcessGrid, _device, matmul
 from hpcgpu.summa import plan_panels
 
-rt = hpcgpu.init("cpu")
+DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+rt = hpcgpu.init(DEVICE)
+assert rt.device == DEVICE, rt.describe()
 P, r = rt.size, rt.rank
 failures = []
 
@@ -66,7 +68,8 @@ def random_is_grid_independent():
         for dtype in ("float64", "complex64"):
             full = DistMatrix.random((300, 270), g, dtype, seed=5).gather()
             if r == 0:
-                np.testing.assert_array_equal(full, DistMatrix.random((300, 270), g1, dtype, seed=5).local)
+                one_rank = DistMatrix.random((300, 270), g1, dtype, seed=5).local
+                np.testing.assert_array_equal(full, _device.asnumpy(one_rank))
                 assert np.abs(full.real).max() <= 1 and np.abs(full).min() >= 0
         g.free()
     g1.free()
@@ -76,7 +79,8 @@ def scatter_gather_round_trip():
     g = ProcessGrid(comm=rt.comm)
     glob = np.arange(35 * 8, dtype=np.float32).reshape(35, 8) if r == 0 else None
     d = DistMatrix.from_global(glob, g)
-    np.testing.assert_array_equal(d.local, np.arange(35 * 8, dtype=np.float32).reshape(35, 8)[d.rows, d.cols])
+    want = np.arange(35 * 8, dtype=np.float32).reshape(35, 8)[d.rows, d.cols]
+    np.testing.assert_array_equal(_device.asnumpy(d.local), want)
     back = d.gather(root=P - 1)
     if r == P - 1:
         np.testing.assert_array_equal(back, np.arange(35 * 8).reshape(35, 8))
@@ -84,21 +88,37 @@ def scatter_gather_round_trip():
         assert back is None
 
 
+def _peak_bytes(fn):
+    """Run fn(); the peak memory it added: tracemalloc on the host, CuPy's memory pool on the device."""
+    if rt.device == "cpu":
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        return out, peak
+    pool = rt.xp.get_default_memory_pool()
+    pool.free_all_blocks()  # the pool keeps every block it made: its total after fn() is the peak
+    base = pool.total_bytes()
+    out = fn()
+    return out, pool.total_bytes() - base
+
+
 def memory_stays_within_blocks_and_panels():
-    """Peak traced memory of a matmul <= C block + two panel pairs (+ 64 KiB of small objects)."""
+    """Peak memory of a matmul <= C block + two panel pairs (+ 64 KiB of small objects); pinned staging bounded."""
     g = ProcessGrid(comm=rt.comm)
     m = k = n = 480
     a = DistMatrix.random((m, k), g, "float64", seed=1)
     b = DistMatrix.random((k, n), g, "float64", seed=2)
     w = 16
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    c = matmul(a, b, panel=w)
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
+    c, peak = _peak_bytes(lambda: matmul(a, b, panel=w))
     m_l, n_l = c.lshape
     bound = c.lnbytes + 2 * (m_l * w + w * n_l) * 8 + 64 * 1024
     assert peak <= bound, f"peak {peak} B > bound {bound} B (C block {c.lnbytes} B)"
+    if rt.device == "gpu":
+        # Staged panels: at most four requests in flight, each slot a power of two >= its panel.
+        slots, pinned = _device.staging_stats()
+        assert pinned <= 2 * 2 * (m_l * w + w * n_l) * 8 + 8 * 4096, (slots, pinned)
     if P > 1:
         assert bound < m * n * 8, "the bound itself must be below one global matrix"
     assert len(plan_panels(k, g, w)) >= k // w
@@ -115,7 +135,7 @@ def hdf5_round_trip():
     x.to_hdf5(path, "X", attrs={"note": "test"})
     assert not [f for f in os.listdir(d) if f.endswith(".tmp")]
     y = DistMatrix.from_hdf5(path, None, g)  # the only dataset
-    np.testing.assert_array_equal(y.local, x.local)
+    np.testing.assert_array_equal(_device.asnumpy(y.local), _device.asnumpy(x.local))
     t = DistMatrix.from_hdf5(path, "X", g, transpose=True)
     assert t.gshape == (23, 37)
     full_t, full_x = t.gather(), x.gather()

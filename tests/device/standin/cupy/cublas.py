@@ -1,0 +1,196 @@
+"""Stand-in for ``cupy.cublas``: ``gemm`` as CuPy calls cuBLAS, with cuBLAS's argument rules.
+
+``gemm`` derives m, n, k, the leading dimensions and the transposes exactly
+as ``cupy/cublas.py`` does (``_decide_ld_and_trans``: an F-contiguous operand
+has ``ld = shape[0]``, a C-contiguous one ``ld = shape[1]`` and the opposite
+transpose; C-ordered output computes ``out.T = b.T @ a.T`` with the operands
+swapped; anything else is copied to Fortran order). The call that would go to
+cuBLAS is then checked against cuBLAS's documented rules (``m, n, k >= 0``,
+``lda >= max(1, rows of A as stored)``, same for ``ldb``, ``ldc >= max(1, m)``)
+and raises ``CUBLASError: CUBLAS_STATUS_INVALID_VALUE`` where cuBLAS would
+return it: an empty block handed straight to ``gemm`` has ``ld = 0``. The
+product is computed from the column-major memory the call describes, as a
+kernel (queued on the current stream). ``beta == 0`` does not read ``out``.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from cupy import _core, _standin
+from cupy._core import ndarray
+from cupy.cuda import cublas, device
+
+__all__ = ["gemm"]
+
+_OP_NAMES = {0: "N", 1: "T", 2: "C"}
+_INT_MAX = 2**31 - 1
+
+
+def _trans_to_cublas_op(trans):
+    if trans == "N" or trans == cublas.CUBLAS_OP_N:
+        return cublas.CUBLAS_OP_N
+    if trans == "T" or trans == cublas.CUBLAS_OP_T:
+        return cublas.CUBLAS_OP_T
+    if trans == "H" or trans == cublas.CUBLAS_OP_C:
+        return cublas.CUBLAS_OP_C
+    raise TypeError("invalid trans (actual: {})".format(trans))
+
+
+def _decide_ld_and_trans(a, trans):
+    ld = None
+    if trans in (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T):
+        if a._f_contiguous:
+            ld = a.shape[0]
+        elif a._c_contiguous:
+            ld = a.shape[1]
+            trans = 1 - trans
+    return ld, trans
+
+
+def _change_order_if_necessary(a, lda):
+    if lda is None:
+        lda = a.shape[0]
+        if not a._f_contiguous:
+            a = a.copy(order="F")
+    return a, lda
+
+
+def _get_scalar(x, dtype):
+    if isinstance(x, ndarray):
+        if x.dtype != dtype:
+            x = _core.array(x, dtype=dtype)
+        return x  # pointer mode device: read when the kernel runs
+    if not (isinstance(x, numpy.ndarray) and x.dtype == dtype):
+        x = numpy.array(x, dtype=dtype)
+    return x
+
+
+def _colmajor(a: ndarray, rows: int, cols: int, ld: int) -> numpy.ndarray:
+    """The column-major ``rows x cols`` matrix with leading dimension ``ld`` at ``a``'s first byte."""
+    if rows == 0 or cols == 0:
+        return numpy.empty((rows, cols), a.dtype)
+    al, isz = a._alloc, a.itemsize
+    if a.size == 0:
+        raise _standin.CUDARuntimeError(700)
+    start = a._f.__array_interface__["data"][0] - al.future.__array_interface__["data"][0]
+    end = start + ((cols - 1) * ld + rows) * isz
+    if start < 0 or end > al.nbytes:
+        raise _standin.CUDARuntimeError(700)  # the kernel would read or write outside the allocation
+    base = al.future[start:end].view(a.dtype)
+    return numpy.lib.stride_tricks.as_strided(base, shape=(rows, cols), strides=(isz, ld * isz))
+
+
+def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, user):
+    """One ``cublas<t>gemm`` call on stand-in memory (column-major, as cuBLAS sees it)."""
+    for v in (m, n, k, lda, ldb, ldc):
+        if v > _INT_MAX:
+            raise OverflowError("value too large to convert to int")
+    if (transa not in _OP_NAMES or transb not in _OP_NAMES or m < 0 or n < 0 or k < 0
+            or lda < max(1, m if transa == cublas.CUBLAS_OP_N else k)
+            or ldb < max(1, k if transb == cublas.CUBLAS_OP_N else n)
+            or ldc < max(1, m)):
+        raise cublas.CUBLASError(cublas.CUBLAS_STATUS_INVALID_VALUE)
+    scalars = [x for x in (alpha, beta) if isinstance(x, ndarray)]
+    _core._begin([A, B, C] + scalars, compile=False)
+    alpha = alpha._f[()] if isinstance(alpha, ndarray) else alpha[()]
+    beta = beta._f[()] if isinstance(beta, ndarray) else beta[()]
+    _standin.log_gemm({
+        "api": "gemm", "dtype": str(numpy.dtype(char)), "m": user[0], "n": user[1], "k": user[2],
+        "compute_type": "CUBLAS_COMPUTE_64F" if char in "dD" else "CUBLAS_COMPUTE_32F",
+        "math_mode": "CUBLAS_DEFAULT_MATH",
+        "call": (f"cublas{char.lower() if char in 'fd' else {'F': 'c', 'D': 'z'}[char]}gemm",
+                 _OP_NAMES[transa], _OP_NAMES[transb], m, n, k, lda, ldb, ldc),
+    })
+    if m == 0 or n == 0:
+        return  # quick return: nothing referenced
+    a_cm = _colmajor(A, *((m, k) if transa == cublas.CUBLAS_OP_N else (k, m)), lda)
+    b_cm = _colmajor(B, *((k, n) if transb == cublas.CUBLAS_OP_N else (n, k)), ldb)
+    c_cm = _colmajor(C, m, n, ldc)
+    op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
+    if k == 0 or alpha == 0:
+        prod = numpy.zeros((m, n), C.dtype)
+    else:
+        prod = alpha * (op[transa](a_cm) @ op[transb](b_cm))
+    if beta == 0:
+        c_cm[...] = prod  # C is not read (may hold NaN)
+    else:
+        c_cm[...] = prod + beta * c_cm
+    _core._end([ndarray._view(C._alloc, c_cm, None)])
+
+
+def gemm(transa, transb, a, b, out=None, alpha=1.0, beta=0.0):
+    """Computes ``out = alpha * op(a) @ op(b) + beta * out`` as CuPy's ``cupy.cublas.gemm``.
+
+    Parameters
+    ----------
+    transa, transb : {'N', 'T', 'H'} or cuBLAS op
+    a, b : ndarray
+        2-D, same dtype (float32, float64, complex64 or complex128).
+    out : ndarray, optional
+        ``(m, n)``; a new Fortran-ordered array (and ``beta = 0``) when omitted.
+    alpha, beta : scalar or 0-d ndarray
+
+    Returns
+    -------
+    ndarray
+        ``out``.
+
+    Raises
+    ------
+    cupy.cuda.cublas.CUBLASError
+        ``CUBLAS_STATUS_INVALID_VALUE`` where cuBLAS rejects the arguments
+        CuPy passes (e.g. a leading dimension of 0 for an empty block).
+    """
+    for x in (a, b):
+        if not isinstance(x, ndarray):
+            raise _core._unsupported(x)
+    assert a.ndim == b.ndim == 2
+    assert a.dtype == b.dtype
+    dtype = a.dtype.char
+    if dtype not in "fdFD":
+        raise TypeError("invalid dtype")
+    transa = _trans_to_cublas_op(transa)
+    transb = _trans_to_cublas_op(transb)
+    if transa == cublas.CUBLAS_OP_N:
+        m, k = a.shape
+    else:
+        k, m = a.shape
+    if transb == cublas.CUBLAS_OP_N:
+        n = b.shape[1]
+        assert b.shape[0] == k
+    else:
+        n = b.shape[0]
+        assert b.shape[1] == k
+    if out is None:
+        out = _core.empty((m, n), dtype=dtype, order="F")
+        beta = 0.0
+    else:
+        assert out.ndim == 2
+        assert out.shape == (m, n)
+        assert out.dtype == dtype
+    alpha = _get_scalar(alpha, a.dtype)
+    beta = _get_scalar(beta, a.dtype)
+    device.get_cublas_handle()
+    user = (m, n, k)
+
+    lda, transa = _decide_ld_and_trans(a, transa)
+    ldb, transb = _decide_ld_and_trans(b, transb)
+    if not (lda is None or ldb is None):
+        if out._f_contiguous:
+            _xgemm(dtype, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, out, m, user)
+            return out
+        elif out._c_contiguous:
+            # out.T = alpha * b.T @ a.T + beta * out.T
+            _xgemm(dtype, 1 - transb, 1 - transa, n, m, k, alpha, b, ldb, a, lda, beta, out, n, user)
+            return out
+
+    a, lda = _change_order_if_necessary(a, lda)
+    b, ldb = _change_order_if_necessary(b, ldb)
+    c = out
+    if not out._f_contiguous:
+        c = out.copy(order="F")
+    _xgemm(dtype, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, m, user)
+    if not out._f_contiguous:
+        out[...] = c
+    return out
