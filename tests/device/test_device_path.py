@@ -1,0 +1,289 @@
+"""hpcgpu's device path, run on every commit through the CuPy stand-in, and on a real GPU where one is.
+
+Each multi-rank test runs its script under mpiexec with a backend: ``standin``
+(tests/device/standin first on PYTHONPATH: one device, kernels that land
+only at synchronize) or ``cupy`` (the real CuPy; skipped without a GPU).
+"""
+
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import _mpi
+from _data import blobs, write_h5
+from conftest import HERE, run_standin
+
+SCRIPTS = os.path.join(HERE, "mpi")
+
+
+def _real_gpu() -> bool:
+    import hpcgpu._device as d
+
+    cupy = d.cupy_or_none()
+    return cupy is not None and not cupy.__version__.endswith("+standin") and d.device_count() > 0
+
+
+BACKENDS = ["standin", pytest.param("cupy", marks=pytest.mark.gpu)]
+
+
+def run(backend, nprocs, args, env=None, timeout=120):
+    if backend == "standin":
+        return run_standin(nprocs, args, env=env, timeout=timeout)
+    if not _real_gpu():
+        pytest.skip("no CuPy with a GPU on this machine")
+    return _mpi.run(nprocs, args, env=env, timeout=timeout)
+
+
+def _aware_cases(backend):
+    """The CUDA-aware path only where it can run: always on the stand-in (its device memory is host
+    memory), on a real GPU only when this MPI says it is CUDA-aware (forcing it crashes a host-only MPI)."""
+    if backend == "cupy":
+        import hpcgpu
+
+        if not hpcgpu.detect_cuda_aware(MPI.COMM_SELF)[0]:
+            pytest.skip("this MPI is not CUDA-aware")
+
+
+PATHS = {"staged": {"HPCGPU_CUDA_AWARE_MPI": "0"},
+         "aware": {"HPCGPU_CUDA_AWARE_MPI": "1"},
+         "aware, Ibcast staged": {"HPCGPU_CUDA_AWARE_MPI": "1", "HPCGPU_NONBLOCKING_DEVICE": "0"}}
+
+
+# -- collectives and SUMMA at 1-4 ranks, both paths ----------------------------------------
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_collectives_on_device_arrays(backend, path, nprocs):
+    if path != "staged":
+        _aware_cases(backend)
+    n = "1000" if backend == "standin" else str(1 << 24)  # a real GPU: kernels long enough to still run
+    p = run(backend, nprocs, [os.path.join(SCRIPTS, "collective_checks.py"), n], env=PATHS[path], timeout=90)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"collective checks: ok {path.split(',')[0]}" in p.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("path", ["staged", "aware"])
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_summa_on_device_every_grid_and_dtype(backend, path, nprocs):
+    """Every grid shape of P ranks, all four dtypes, empty blocks (1x13x9 on 2x2: an empty row block)."""
+    if path == "aware":
+        _aware_cases(backend)
+    p = run(backend, nprocs, [os.path.join(_mpi.SCRIPTS, "summa_checks.py"), "gpu"], env=PATHS[path],
+            timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "summa checks: ok" in p.stdout
+
+
+# -- the trainer -----------------------------------------------------------------------------
+
+def _history(path):
+    with h5py.File(path) as f:
+        return {k: f["metrics"][k][()] for k in ("train_loss", "test_loss", "test_accuracy")}, \
+            {k: f["model"][k][()] for k in f["model"]}, f.attrs["device"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_trainer_on_device_matches_the_cpu_run(backend, nprocs, tmp_path):
+    X, y = blobs(240, d=10, c=4)
+    Xt, yt = blobs(61, d=10, c=4, seed=1)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+    opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "2", "--batch-size", "24", "--hidden", "16,8",
+            "--progress", "lines"]
+    cpu = _mpi.run(nprocs, [*opts, "--device", "cpu", "--out", str(tmp_path / "cpu.h5")], timeout=120)
+    assert cpu.returncode == 0, cpu.stderr
+    gpu = run(backend, nprocs, [*opts, "--device", "gpu", "--out", str(tmp_path / "gpu.h5")], timeout=120)
+    assert gpu.returncode == 0, gpu.stdout + gpu.stderr
+    assert gpu.stderr == "", gpu.stderr  # no Python warning on a GPU node
+    assert " on gpu (MPI is" in gpu.stdout.splitlines()[0]
+    (hc, mc, dc), (hg, mg, dg) = _history(tmp_path / "cpu.h5"), _history(tmp_path / "gpu.h5")
+    assert (dc, dg) == ("cpu", "gpu")
+    for k in hc:
+        np.testing.assert_allclose(hg[k], hc[k], rtol=2e-4, atol=1e-5, err_msg=k)
+    for k in mc:
+        np.testing.assert_allclose(mg[k], mc[k], rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpoint_written_on_device_resumes_on_cpu_and_back(backend, tmp_path):
+    X, y = blobs(120, d=6, c=3)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "3", "--batch-size", "20", "--lr", "0.1",
+            "--progress", "none", "--checkpoint", str(tmp_path / "ck.h5")]
+    full = _mpi.run(2, [*opts, "--device", "cpu", "--out", str(tmp_path / "full.h5"),
+                        "--checkpoint", str(tmp_path / "full-ck.h5")], timeout=120)
+    assert full.returncode == 0, full.stderr
+    # Epoch 1 on the device; the stop file stops it after a step; epoch 2 on the CPU; the rest on the device.
+    stop = tmp_path / "stop"
+    stop.write_text("")
+    a = run(backend, 2, [*opts, "--device", "gpu", "--out", str(tmp_path / "a.h5"), "--stop-file", str(stop)])
+    assert a.returncode == 3, a.stdout + a.stderr
+    stop.unlink()
+    b = _mpi.run(2, [*opts, "--device", "cpu", "--resume", "--epochs", "3", "--out", str(tmp_path / "b.h5"),
+                     "--stop-file", str(stop)], timeout=120)
+    assert b.returncode == 0, b.stderr
+    c = run(backend, 2, [*opts, "--device", "gpu", "--resume", "--out", str(tmp_path / "c.h5")])
+    assert c.returncode == 0, c.stdout + c.stderr
+    (_, mf, _), (_, mc, dev) = _history(tmp_path / "full.h5"), _history(tmp_path / "c.h5")
+    assert dev == "gpu"
+    for k in mf:
+        np.testing.assert_allclose(mc[k], mf[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+# -- defect 1 and 2: no usable GPU is one line, exit 2; auto says why it fell back ------------------
+
+CLIS = {"info": ["-m", "hpcgpu", "info"], "matmul": ["-m", "hpcgpu", "matmul", "--bench", "16"],
+        "train": ["-m", "hpcgpu.train", "--epochs", "1"]}
+NO_GPU = {"no device visible": ({"CUDA_VISIBLE_DEVICES": ""}, "cudaErrorNoDevice"),
+          "no driver": ({"HPCGPU_STANDIN_FAIL": "driver"}, "cudaErrorInsufficientDriver"),
+          "CUDA libraries missing at import": ({"HPCGPU_STANDIN_FAIL": "import"}, "libcudart.so.12"),
+          "no NVRTC": ({"HPCGPU_STANDIN_FAIL": "nvrtc"}, "libnvrtc"),
+          "no cuBLAS": ({"HPCGPU_STANDIN_FAIL": "cublas"}, "libcublas")}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("cli", list(CLIS))
+@pytest.mark.parametrize("case", list(NO_GPU))
+def test_device_gpu_without_a_usable_gpu_is_one_line(cli, case, tmp_path):
+    env, cause = NO_GPU[case]
+    out = ["--out", str(tmp_path / "o.h5")] if cli == "train" else []
+    p = run_standin(2, [*CLIS[cli], "--device", "gpu", *out], env=env, timeout=90)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device gpu:" in lines[0] and cause in lines[0], p.stderr
+    assert not (tmp_path / "o.h5").exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+@pytest.mark.parametrize("cli", list(CLIS))
+def test_real_gpu_hidden_by_cuda_visible_devices_is_one_line(cli, tmp_path):
+    out = ["--out", str(tmp_path / "o.h5")] if cli == "train" else []
+    p = run("cupy", 2, [*CLIS[cli], "--device", "gpu", *out], env={"CUDA_VISIBLE_DEVICES": ""}, timeout=90)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].count("--device gpu:") == 1, p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", ["no device visible", "no NVRTC"])
+def test_auto_falls_back_to_the_cpu_and_says_why_once(case, tmp_path):
+    env, cause = NO_GPU[case]
+    X, y = blobs(60)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    p = run_standin(2, ["-m", "hpcgpu.train", "--data", data, "--epochs", "1", "--batch-size", "10",
+                        "--progress", "lines", "--out", str(tmp_path / "o.h5")], env=env)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    first = p.stdout.splitlines()[0]
+    assert " on cpu (auto: " in first and cause in first, first
+    assert sum(cause in ln for ln in p.stdout.splitlines()) == 1  # once, in the first line
+    info = run_standin(2, ["-m", "hpcgpu", "info"], env=env)
+    assert info.returncode == 0 and info.stderr == "", info.stderr
+    assert all("device=cpu (auto: " in ln and cause in ln for ln in info.stdout.strip().splitlines())
+
+
+@pytest.mark.mpi
+def test_not_cuda_aware_is_said_in_the_first_line_not_as_a_warning(tmp_path):
+    p = run_standin(2, ["-m", "hpcgpu", "matmul", "--bench", "32"], env={"HPCGPU_CUDA_AWARE_MPI": None})
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    first = p.stdout.splitlines()[0]
+    assert "on gpu (MPI is not CUDA-aware: device buffers are staged through pinned host memory" in first
+    p = run_standin(2, ["-m", "hpcgpu", "info"], env={"HPCGPU_CUDA_AWARE_MPI": "1"})
+    assert p.returncode == 0 and "cuda_aware=yes (HPCGPU_CUDA_AWARE_MPI=1, forced against the MPI's own answer" \
+        in p.stdout, p.stdout
+
+
+# -- defect 4: the GPU is chosen before MPI_Init ----------------------------------------------------
+
+BINDING = """
+import sys
+import hpcgpu                      # chooses the GPU from the launcher's local rank, before MPI_Init
+import cupy
+rt = hpcgpu.init("gpu")
+import json
+print(json.dumps(dict(rank=rt.rank, local=rt.local_rank, device=rt.device_id, current=cupy.cuda.runtime.getDevice(),
+                      contexts=cupy._standin.contexts(), binding=rt.binding)), flush=True)
+"""
+
+LATE = "from mpi4py import MPI\n" + BINDING  # MPI initialized first: the binding comes after it
+
+
+@pytest.mark.mpi
+def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
+    p = run_standin(2, ["-c", BINDING], env={"HPCGPU_STANDIN_DEVICES": "2"})
+    assert p.returncode == 0, p.stderr
+    rows = sorted((json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")), key=lambda d: d["rank"])
+    assert len(rows) == 2
+    for d in rows:
+        assert d["device"] == d["current"] == d["local"] % 2
+        assert d["contexts"] == [d["device"]], d  # no extra context on GPU 0
+        assert "before MPI_Init" in d["binding"] and "MPI_LOCALRANKID=" in d["binding"], d
+    late = run_standin(2, ["-c", LATE], env={"HPCGPU_STANDIN_DEVICES": "2"})
+    assert late.returncode == 0, late.stderr
+    for d in (json.loads(ln) for ln in late.stdout.splitlines() if ln.startswith("{")):
+        assert "after MPI_Init (MPI was initialized before hpcgpu was imported)" in d["binding"], d
+        assert d["device"] == d["local"] % 2
+
+
+# -- in this process: defects 3, 7 and 9 on the stand-in ------------------------------------------
+
+def test_empty_blocks_never_reach_cublas(cp):
+    from hpcgpu import _gemm
+
+    for m, k, n in [(0, 3, 2), (3, 0, 2), (3, 2, 0), (0, 0, 0)]:
+        a, b = cp.ones((m, k)), cp.ones((k, n))
+        c = cp.full((m, n), 5.0)
+        _gemm.gemm(a, b, c, beta=1.0)
+        np.testing.assert_array_equal(c.get(), np.full((m, n), 5.0))
+        _gemm.gemm(a, b, c)
+        np.testing.assert_array_equal(c.get(), np.zeros((m, n)))
+    from cupy import cublas
+
+    with pytest.raises(cp.cuda.cublas.CUBLASError):  # what the guard keeps away: ld = 0
+        cublas.gemm("N", "N", cp.ones((0, 3)), cp.ones((3, 2)), out=cp.empty((0, 2)), beta=1.0)
+
+
+def test_requests_in_flight_get_their_own_staging(cp):
+    from hpcgpu import _device
+    from hpcgpu.comm import OUT, _dispatch
+
+    bufs = [cp.zeros(7), cp.zeros(7)]
+    reqs = [_dispatch(lambda h: MPI.COMM_SELF.Ibcast(h, root=0), [(b, OUT)], cuda_aware=False,
+                      nonblocking=True) for b in bufs]
+    hosts = [r._back[0][0] for r in reqs]
+    assert not np.shares_memory(hosts[0], hosts[1])
+    for r in reqs:
+        r.Wait()
+    assert not any(s.busy for s in _device._SLOTS.values())
+
+
+def test_device_collective_before_init_needs_the_awareness(cp, monkeypatch):
+    import hpcgpu
+    from hpcgpu import runtime
+
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        a = cp.arange(4.0)
+        with pytest.raises(ValueError, match="call hpcgpu.init"):
+            hpcgpu.comm._dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b), [(a, "inout")], cuda_aware=None)
+        assert runtime._RUNTIME is None  # no init() behind the user's back
+        hpcgpu.Allreduce(a, comm=comm, cuda_aware=False)
+        np.testing.assert_array_equal(a.get(), np.arange(4.0))
+    finally:
+        comm.Free()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
