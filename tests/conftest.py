@@ -3,9 +3,36 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+STANDIN = os.path.join(HERE, "device", "standin")
 
 from _data import blobs, write_h5  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device", choices=("host", "standin"), default="host",
+        help="standin: run the whole suite as on a GPU node, with tests/device's CuPy stand-in as `cupy` "
+             "(one visible device, so --device auto picks the device path) in this process and in every rank "
+             "the tests start")
+
+
+def pytest_configure(config):
+    if config.getoption("--device") == "standin":
+        # In this process and, through PYTHONPATH, in every rank and subprocess the tests start.
+        sys.path.insert(0, STANDIN)
+        os.environ["PYTHONPATH"] = STANDIN + os.pathsep + os.environ.get("PYTHONPATH", "")
+        for var in ("HPCGPU_STANDIN_FAIL", "HPCGPU_STANDIN_DEVICES", "CUDA_VISIBLE_DEVICES"):
+            os.environ.pop(var, None)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under --device=standin, tests/device (which manages the stand-in itself) and the lint run once, not twice."""
+    if config.getoption("--device") == "standin":
+        rel = os.path.relpath(str(collection_path), HERE)
+        return rel == "device" or rel.startswith("device" + os.sep) or rel == "test_lint.py"
+    return None
 
 
 def pytest_report_header(config):
@@ -14,8 +41,13 @@ def pytest_report_header(config):
     import _mpi
 
     lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
+    import hpcgpu._device as d
+
+    cupy = d.cupy_or_none()
+    dev = "no CuPy" if cupy is None else f"cupy {cupy.__version__}, {d.device_count()} device(s)"
     return [f"MPI: {lib} (MPI {'%d.%d' % MPI.Get_version()}), launcher {_mpi.mpiexec()}, "
-            f"world size of this process {MPI.COMM_WORLD.Get_size()}; multi-rank tests start their own ranks"]
+            f"world size of this process {MPI.COMM_WORLD.Get_size()}; multi-rank tests start their own ranks",
+            f"device: {dev} (--device={config.getoption('--device')})"]
 
 
 @pytest.fixture
