@@ -291,11 +291,41 @@ def asnumpy(a) -> numpy.ndarray:
     return numpy.asarray(a)
 
 
-def gemm(a, b, c, alpha, beta) -> None:
-    """``c = alpha * a @ b + beta * c`` on the device with cuBLAS (no temporary).
+def cupy_tf32() -> bool:
+    """Whether CuPy's own ``matmul`` uses TF32 for float32 (``CUPY_TF32=1``, read by CuPy at first use)."""
+    try:
+        return int(os.environ.get("CUPY_TF32", "0")) > 0
+    except ValueError:
+        return False
+
+
+def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
+    """``c = alpha * a @ b + beta * c`` on the device with cuBLAS (no temporary). Not collective.
 
     ``m``, ``n`` and ``k`` must be >= 1 (see :func:`hpcgpu._gemm.gemm`).
+    ``precision``: ``"default"`` follows CuPy's mode as ``cupy.matmul`` does
+    (TF32 for float32 and complex64 under ``CUPY_TF32=1``), ``"tf32"``
+    asks for TF32 tensor cores, ``"full"`` for IEEE single precision
+    whatever ``CUPY_TF32`` says. ``cupy.cublas.gemm`` alone ignores
+    ``CUPY_TF32`` (it calls ``cublasSgemm``): the mode is set on the cuBLAS
+    handle (``cublasSetMathMode``) for the call and put back after it.
     """
+    import cupy
     from cupy import cublas
+    from cupy.cuda import cublas as lib
+    from cupy.cuda import device
 
-    cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
+    tf32 = precision == "tf32" or (precision == "default" and cupy_tf32())
+    if alpha == 1 and beta == 0 and precision == "default":
+        cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does
+        return
+    if not (tf32 and c.dtype.char in "fF"):
+        cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
+        return
+    handle = device.get_cublas_handle()
+    old = lib.getMathMode(handle)
+    lib.setMathMode(handle, lib.CUBLAS_TF32_TENSOR_OP_MATH)
+    try:
+        cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
+    finally:
+        lib.setMathMode(handle, old)

@@ -26,7 +26,10 @@ def _scipy_gemm(dtype):
     return _SCIPY_GEMM[dtype.char]
 
 
-def gemm(a, b, c, *, alpha=1.0, beta=0.0) -> None:
+PRECISIONS = ("default", "tf32", "full")
+
+
+def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
     """``c[...] = alpha * a @ b + beta * c`` in place, on the host or the device.
 
     Not collective. BLAS semantics on both: ``beta = 0`` ignores what ``c``
@@ -40,6 +43,11 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0) -> None:
         C-contiguous; same dtype as ``a`` and ``b`` (float32, float64,
         complex64, complex128); on the same device as them.
     alpha, beta : scalar, keyword-only
+    precision : {"default", "tf32", "full"}, keyword-only
+        On the device: ``"default"`` follows CuPy's precision mode as
+        ``cupy.matmul`` does (TF32 tensor cores for float32 and complex64
+        under ``CUPY_TF32=1``), ``"tf32"`` asks for them, ``"full"`` forbids
+        them. The host BLAS has no TF32: every choice is full precision there.
 
     Notes
     -----
@@ -55,7 +63,7 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0) -> None:
             c *= beta
         return
     if _device.is_device_array(c):
-        _device.gemm(a, b, c, alpha, beta)
+        _device.gemm(a, b, c, alpha, beta, precision)
         return
     if beta == 0 and alpha == 1:
         np.matmul(a, b, out=c)

@@ -48,6 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="compute type (default: the inputs'; float64 for integer data)")
     p.add_argument("--panel", type=int, help="SUMMA panel width (default: widest within --panel-memory)")
     p.add_argument("--panel-memory", type=float, default=256, help="MiB per rank for the panels in flight")
+    p.add_argument("--precision", choices=("default", "tf32", "full"), default="default",
+                   help="local GEMMs on a GPU: default follows CuPy's mode (TF32 under CUPY_TF32=1), "
+                        "tf32 asks for TF32 tensor cores, full for IEEE float32 (the CPU is always full)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
@@ -125,7 +128,7 @@ def main(a: argparse.Namespace) -> int:
                                 f"{a.B} is {B.gshape[0]} x {B.gshape[1]}"))
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
-    C = matmul(A, B, panel=a.panel, panel_memory=mem, watchdog=wd)
+    C = matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, watchdog=wd)
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     wd.close()
@@ -163,12 +166,12 @@ def _bench(a, rt, grid, mem) -> int:
     N, dtype = a.bench, np.dtype(a.dtype or "float64")
     A = DistMatrix.random((N, N), grid, dtype, seed=1)
     B = DistMatrix.random((N, N), grid, dtype, seed=2)
-    matmul(A, B, panel=a.panel, panel_memory=mem)  # warm-up: first touches, BLAS buffers
+    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision)  # warm-up: first touches, BLAS buffers
     best = float("inf")
     for _ in range(max(1, a.repeat)):
         rt.comm.Barrier()
         t0 = MPI.Wtime()
-        matmul(A, B, panel=a.panel, panel_memory=mem)
+        matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision)
         _sync(rt)
         best = min(best, rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
     # The reference: one process (rank 0) multiplies the same global matrices
@@ -186,7 +189,7 @@ def _bench(a, rt, grid, mem) -> int:
         w = a.panel or panel_width(N, N, N, grid.shape, dtype.itemsize, mem)
         widest = N if grid.size == 1 else max(p.width for p in plan_panels(N, grid, min(w, N)))
         res = dict(N=N, dtype=str(dtype), ranks=rt.size, grid=list(grid.shape), device=rt.device,
-                   device_summary=rt.summary(), panel=widest,
+                   device_summary=rt.summary(), precision=a.precision, panel=widest,
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
                    ratio=ref / best)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._gemm import gemm
+from ._gemm import PRECISIONS, gemm
 from .comm import Ibcast
 from .distmatrix import DistMatrix
 from .errors import agreed
@@ -126,7 +126,7 @@ def plan_panels(k: int, grid, width: int) -> list[Panel]:
 
 
 def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
-           panel_memory: int = DEFAULT_PANEL_MEMORY, watchdog=None) -> DistMatrix:
+           panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None) -> DistMatrix:
     """``C = A @ B`` for distributed matrices, by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -143,6 +143,12 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         efficient.
     panel_memory : int
         Bytes per rank for the two panel pairs when ``panel`` is not given.
+    precision : {"default", "tf32", "full"}
+        The local GEMMs' arithmetic on a GPU: ``"default"`` follows the mode
+        a CuPy user chose, as ``cupy.matmul`` does (TF32 tensor cores for
+        float32 and complex64 under ``CUPY_TF32=1``); ``"tf32"`` asks for
+        TF32, ``"full"`` for IEEE arithmetic whatever ``CUPY_TF32`` says.
+        The host BLAS has no TF32 (always full precision).
     watchdog : hpcgpu.watchdog.Watchdog, optional
         Watches every panel broadcast; a stalled one aborts the job.
 
@@ -182,20 +188,23 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         raise _error(f"matmul: A and B are on different process grids ({a.grid.shape} and {b.grid.shape})")
     if panel is not None and panel < 1:
         raise _error(f"matmul: panel must be >= 1, got {panel}")
+    if precision not in PRECISIONS:
+        raise _error(f"matmul: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     grid, xp = a.grid, a.xp
     if k == 0:
         return DistMatrix.zeros((m, n), grid, a.dtype, xp)
     # The first panel's GEMM has beta = 0 and overwrites every element: no memset.
     c = DistMatrix(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
     if grid.size == 1:
-        gemm(a.local, b.local, c.local)
+        gemm(a.local, b.local, c.local, precision=precision)
         return c
     w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
-    _summa(a, b, c, plan_panels(k, grid, min(w, k)), watchdog)
+    _summa(a, b, c, plan_panels(k, grid, min(w, k)), precision, watchdog)
     return c
 
 
-def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels: list[Panel], watchdog=None) -> None:
+def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels: list[Panel], precision: str = "default",
+           watchdog=None) -> None:
     """SUMMA's communication schedule: ``c.local = sum over panels of A_panel @ B_panel``.
 
     Collective over ``a.grid``. Two buffer slots per operand: panel p+1's
@@ -235,4 +244,4 @@ def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels: list[Panel], wat
             for req in (req_a, req_b):
                 if req is not None:
                     req.Wait()
-        gemm(ap, bp, c.local, beta=0.0 if p == 0 else 1.0)
+        gemm(ap, bp, c.local, beta=0.0 if p == 0 else 1.0, precision=precision)

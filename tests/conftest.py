@@ -28,10 +28,15 @@ def pytest_configure(config):
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Under --device=standin, tests/device (which manages the stand-in itself) and the lint run once, not twice."""
+    """Under --device=standin, what the first pass covers whole is not run twice.
+
+    tests/device manages the stand-in itself; the lint does not depend on a
+    device; tests/slurm runs the CPU job scripts (``--device cpu``) and only
+    ``sbatch --test-only`` for the GPU ones.
+    """
     if config.getoption("--device") == "standin":
         rel = os.path.relpath(str(collection_path), HERE)
-        return rel == "device" or rel.startswith("device" + os.sep) or rel == "test_lint.py"
+        return rel.split(os.sep)[0] in ("device", "slurm") or rel == "test_lint.py"
     return None
 
 

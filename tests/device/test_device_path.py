@@ -285,5 +285,70 @@ def test_device_collective_before_init_needs_the_awareness(cp, monkeypatch):
         comm.Free()
 
 
+# -- issue 22: the local GEMM follows the precision mode a CuPy user chose -------------------------
+
+def _compute_types(cp):
+    return [(e["api"], e["compute_type"]) for e in cp._standin.gemm_log()]
+
+
+@pytest.mark.parametrize("tf32_env, precision, dtype, want", [
+    ("1", "default", "float32", "CUBLAS_COMPUTE_32F_FAST_TF32"),
+    ("0", "default", "float32", "CUBLAS_COMPUTE_32F"),
+    ("1", "full", "float32", "CUBLAS_COMPUTE_32F"),
+    ("0", "tf32", "float32", "CUBLAS_COMPUTE_32F_FAST_TF32"),
+    ("1", "default", "complex64", "CUBLAS_COMPUTE_32F_FAST_TF32"),
+    ("1", "default", "float64", "CUBLAS_COMPUTE_64F"),
+    ("0", "tf32", "float64", "CUBLAS_COMPUTE_64F"),
+])
+def test_local_gemm_keeps_the_precision_mode(load, tf32_env, precision, dtype, want):
+    """Both GEMMs of SUMMA: the first panel's (beta = 0) and the accumulating ones (beta = 1)."""
+    cp = load(CUPY_TF32=tf32_env)
+    from cupy.cuda import cublas as lib
+    from cupy.cuda import device
+
+    from hpcgpu import _gemm
+
+    rng = np.random.default_rng(0)
+    a, b = cp.asarray(rng.random((6, 5)).astype(dtype)), cp.asarray(rng.random((5, 4)).astype(dtype))
+    c = cp.empty((6, 4), dtype=dtype)
+    cp._standin.clear_gemm_log()
+    _gemm.gemm(a, b, c, precision=precision)
+    _gemm.gemm(a, b, c, beta=1.0, precision=precision)
+    assert [ct for _, ct in _compute_types(cp)] == [want, want], cp._standin.gemm_log()
+    assert lib.getMathMode(device.get_cublas_handle()) == lib.CUBLAS_DEFAULT_MATH  # put back after the call
+    np.testing.assert_allclose(c.get(), 2 * (a.get() @ b.get()), rtol=2e-3 if "FAST_TF32" in want else 1e-5)
+
+
+def test_summa_one_rank_is_cupy_matmul_and_keeps_tf32(load):
+    import hpcgpu
+
+    cp = load(CUPY_TF32="1")
+    g = hpcgpu.ProcessGrid((1, 1), comm=MPI.COMM_SELF)
+    a = hpcgpu.DistMatrix.random((40, 30), g, "float32", seed=1, xp=cp)
+    b = hpcgpu.DistMatrix.random((30, 20), g, "float32", seed=2, xp=cp)
+    cp._standin.clear_gemm_log()
+    hpcgpu.matmul(a, b)
+    assert _compute_types(cp) == [("matmul", "CUBLAS_COMPUTE_32F_FAST_TF32")]
+    with pytest.raises(ValueError, match="precision must be one of"):
+        hpcgpu.matmul(a, b, precision="half")
+    g.free()
+
+
+@pytest.mark.mpi
+def test_summa_panels_keep_tf32_at_several_ranks():
+    code = ("import hpcgpu, cupy, json\n"
+            "rt = hpcgpu.init('gpu')\n"
+            "a = hpcgpu.DistMatrix.random((64, 64), dtype='float32', seed=1)\n"
+            "cupy._standin.clear_gemm_log()\n"
+            "hpcgpu.matmul(a, a, panel=8)\n"
+            "print(json.dumps(sorted({e['compute_type'] for e in cupy._standin.gemm_log()})), flush=True)\n")
+    p = run_standin(3, ["-c", code], env={"CUPY_TF32": "1"})
+    assert p.returncode == 0, p.stderr
+    import re
+
+    lists = re.findall(r"\[[^\]]*\]", p.stdout)  # one per rank; their lines may interleave
+    assert lists == ['["CUBLAS_COMPUTE_32F_FAST_TF32"]'] * 3, p.stdout
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

@@ -95,10 +95,13 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     _core._begin([A, B, C] + scalars, compile=False)
     alpha = alpha._f[()] if isinstance(alpha, ndarray) else alpha[()]
     beta = beta._f[()] if isinstance(beta, ndarray) else beta[()]
+    mode = cublas.getMathMode(device.get_cublas_handle())
+    tf32 = mode == cublas.CUBLAS_TF32_TENSOR_OP_MATH and char in "fF"  # cuBLAS: TF32 for single precision only
     _standin.log_gemm({
         "api": "gemm", "dtype": str(numpy.dtype(char)), "m": user[0], "n": user[1], "k": user[2],
-        "compute_type": "CUBLAS_COMPUTE_64F" if char in "dD" else "CUBLAS_COMPUTE_32F",
-        "math_mode": "CUBLAS_DEFAULT_MATH",
+        "compute_type": ("CUBLAS_COMPUTE_64F" if char in "dD" else
+                         "CUBLAS_COMPUTE_32F_FAST_TF32" if tf32 else "CUBLAS_COMPUTE_32F"),
+        "math_mode": cublas.MATH_NAMES[mode],
         "call": (f"cublas{char.lower() if char in 'fd' else {'F': 'c', 'D': 'z'}[char]}gemm",
                  _OP_NAMES[transa], _OP_NAMES[transb], m, n, k, lda, ldb, ldc),
     })
@@ -111,6 +114,8 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     if k == 0 or alpha == 0:
         prod = numpy.zeros((m, n), C.dtype)
     else:
+        if tf32:
+            a_cm, b_cm = _core._tf32(a_cm), _core._tf32(b_cm)
         prod = alpha * (op[transa](a_cm) @ op[transb](b_cm))
     if beta == 0:
         c_cm[...] = prod  # C is not read (may hold NaN)

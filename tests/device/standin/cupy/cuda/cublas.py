@@ -59,3 +59,35 @@ def check_status(status: int) -> None:
     """
     if status != 0:
         raise CUBLASError(status)
+
+
+_MATH_MODES: dict = {}  # handle -> math mode (cublasSetMathMode); CUBLAS_DEFAULT_MATH until set
+MATH_NAMES = {0: "CUBLAS_DEFAULT_MATH", 1: "CUBLAS_TENSOR_OP_MATH", 3: "CUBLAS_TF32_TENSOR_OP_MATH"}
+
+
+def setMathMode(handle: int, mode: int) -> None:  # noqa: N802 (cuBLAS's name, as CuPy spells it)
+    """``cublasSetMathMode``: the math mode of every later call on ``handle``.
+
+    Parameters
+    ----------
+    handle : int
+    mode : int
+        ``CUBLAS_DEFAULT_MATH``, ``CUBLAS_TENSOR_OP_MATH`` or ``CUBLAS_TF32_TENSOR_OP_MATH``.
+    """
+    if mode not in MATH_NAMES:
+        raise CUBLASError(CUBLAS_STATUS_INVALID_VALUE)
+    _MATH_MODES[int(handle)] = int(mode)
+
+
+def getMathMode(handle: int) -> int:  # noqa: N802
+    """``cublasGetMathMode``.
+
+    Parameters
+    ----------
+    handle : int
+
+    Returns
+    -------
+    int
+    """
+    return _MATH_MODES.get(int(handle), CUBLAS_DEFAULT_MATH)
