@@ -3,7 +3,8 @@
 # Python 3.10+ and network access to PyPI.
 #
 #   make train            8-rank data-parallel SGD on the bundled digits set
-#   make test             the whole test suite (1, 2, 3, ... ranks, each with a timeout)
+#   make test             the whole test suite (1, 2, 3, ... ranks, each with a timeout), then
+#                         again as on a GPU node (pytest --device=standin)
 #
 # On a cluster with its own MPI:  make EXTRAS=data,test MPIEXEC=mpiexec train
 
@@ -31,8 +32,11 @@ train: $(VENV)/.installed
 run-train:
 	$(MPIEXEC) -n $(NP) $(PY) -m hpcgpu.train $(ARGS)
 
+# The suite twice: as it is here, then as on a GPU node (the CuPy stand-in of
+# tests/device posing as a present GPU, so --device auto takes the device path).
 test: $(VENV)/.installed
 	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest --device=standin $(ARGS)
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/train.py $(ARGS)
