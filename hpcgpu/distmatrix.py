@@ -15,7 +15,7 @@ from ._version import __version__
 from .comm import agree
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
-from .io import on_root, open_hdf5, publish, temp_beside, writable_error
+from .io import on_root, open_hdf5, publish, temp_beside, writable_error, write_attrs
 
 __all__ = ["DistMatrix", "DTYPES"]
 
@@ -428,8 +428,7 @@ class DistMatrix:
                 ds = f.create_dataset(name, shape=self.gshape, dtype=self.dtype)
                 if local.size:
                     ds[self.rows, self.cols] = local
-                for k, v in meta.items():
-                    f.attrs[k] = v
+                write_attrs(f, meta)
         except OSError as e:
             return OSError(f"output {tmp}: parallel write failed ({e})")
         return None
@@ -443,8 +442,7 @@ class DistMatrix:
             try:
                 with h5py.File(tmp, "w") as f:
                     f.create_dataset(name, shape=self.gshape, dtype=self.dtype)
-                    for k, v in meta.items():
-                        f.attrs[k] = v
+                    write_attrs(f, meta)
             except OSError as e:
                 err = OSError(f"output {tmp}: cannot create ({e})")
         agree(err, comm=comm)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .comm import agree
 
-__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "open_hdf5"]
+__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "open_hdf5", "write_attrs"]
 
 
 def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSError,),
@@ -205,3 +205,30 @@ def open_hdf5(path: str, what: str = ""):
         return h5py.File(path, "r"), None
     except OSError as e:
         return None, ValueError(f"{label}: not a readable HDF5 file ({e})")
+
+
+def write_attrs(obj, attrs: dict) -> None:
+    """Write provenance ``attrs`` on an h5py file, group or dataset, so that no value breaks the write.
+
+    Not collective. HDF5 cannot store a NUL byte in a variable-length string
+    (Open MPI's version string ends with one: every training run on Open MPI
+    lost its result to it): strings are cleaned of NULs, ``None`` becomes
+    ``""``, and anything else h5py cannot store is written as its ``str()``.
+
+    Parameters
+    ----------
+    obj : h5py.File, h5py.Group or h5py.Dataset
+    attrs : dict
+        Attribute name to value (str, numbers, NumPy arrays, None).
+    """
+    for key, value in attrs.items():
+        if value is None:
+            value = ""
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if isinstance(value, str):
+            value = value.replace("\x00", "")
+        try:
+            obj.attrs[key] = value
+        except (TypeError, ValueError):
+            obj.attrs[key] = str(value).replace("\x00", "")

@@ -25,16 +25,92 @@ def mpiexec() -> str:
     return found
 
 
-def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False) -> subprocess.CompletedProcess:
-    """Run ``mpiexec -n nprocs python ARGS``; fail the test after ``timeout`` seconds."""
+def flavor() -> str:
+    """``"openmpi"``, ``"impi"`` or ``"mpich"``: the MPI that mpi4py loaded here (and so in the ranks)."""
+    from mpi4py import MPI
+
+    lib = MPI.Get_library_version().lower()
+    if "open mpi" in lib:
+        return "openmpi"
+    if "intel" in lib:
+        return "impi"
+    return "mpich"
+
+
+def launcher_env() -> dict:
+    """What this MPI's launcher needs to start more ranks than cores, as root, on this machine.
+
+    Open MPI refuses both unless told: ``PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe``
+    (Open MPI 5, PRRTE), ``OMPI_MCA_rmaps_base_oversubscribe=1`` (Open MPI 4), and
+    ``OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1``. MPICH's and Intel MPI's Hydra need nothing.
+    """
+    if flavor() != "openmpi":
+        return {}
+    e = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    if os.geteuid() == 0:
+        e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return e
+
+
+RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+"""Where each launcher puts a rank's index: Hydra (MPICH, Intel MPI), Open MPI, PMIx."""
+
+
+def environment(env=None) -> dict:
+    """``os.environ`` for a test's ranks: unbuffered output, this checkout first on PYTHONPATH,
+    the launcher's flags, then ``env`` (a value of None removes a variable)."""
     e = dict(os.environ)
     e.setdefault("PYTHONUNBUFFERED", "1")
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    for k, v in (env or {}).items():  # None removes a variable
+    e.update(launcher_env())
+    for k, v in (env or {}).items():
         if v is None:
             e.pop(k, None)
         else:
             e[k] = v
+    return e
+
+
+_RULE = "-" * 20
+
+
+def split_launcher(stderr: str) -> tuple[str, str]:
+    """``(what the ranks wrote, what the launcher added)``.
+
+    Open MPI's launcher (prterun, mpirun) adds a block between two rules of
+    dashes after any rank exits non-zero ("prterun detected that one or more
+    processes exited with non-zero status ..."), and after an MPI_Abort.
+    hpcgpu promises its own output; that block is the launcher's, and Open MPI
+    has no option to keep it quiet. Only blocks that name the launcher or MPI
+    are taken out.
+    """
+    ours, theirs, block = [], [], None
+    for line in stderr.splitlines(keepends=True):
+        if block is None and line.startswith(_RULE) and not line.strip("-\n"):
+            block = [line]
+            continue
+        if block is not None:
+            block.append(line)
+            if line.startswith(_RULE) and not line.strip("-\n") and len(block) > 1:
+                text = "".join(block).lower()
+                dest = theirs if any(w in text for w in ("prterun", "mpirun", "mpiexec", "mpi_abort", "prte",
+                                                           "open mpi", "process name")) else ours
+                dest.extend(block)
+                block = None
+            continue
+        ours.append(line)
+    if block:
+        ours.extend(block)
+    return "".join(ours), "".join(theirs)
+
+
+def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False) -> subprocess.CompletedProcess:
+    """Run ``mpiexec -n nprocs python ARGS``; fail the test after ``timeout`` seconds.
+
+    The result's ``stderr`` is what the ranks wrote; ``launcher_stderr`` what
+    the launcher added after it (see :func:`split_launcher`).
+    """
+    e = environment(env)
     cmd = [mpiexec(), "-n", str(nprocs), sys.executable, *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
@@ -43,6 +119,7 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
                     f"stdout:\n{t.stdout}\nstderr:\n{t.stderr}")
     if check and p.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    p.stderr, p.launcher_stderr = split_launcher(p.stderr)
     return p
 
 

@@ -34,12 +34,12 @@ def _train(n, data, out, *extra, timeout=180, env=None):
 def _popen_train(n, data, out, *extra):
     cmd = [_mpi.mpiexec(), "-n", str(n), sys.executable, "-m", "hpcgpu.train", "--data", data, "--out", str(out),
            "--progress", "lines", *map(str, extra)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=_mpi.ROOT)
+    env = _mpi.environment()
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _rank_pid(data, rank):
-    """PID of the trainer process of ``rank`` (its PMI_RANK) among those reading ``data``."""
+    """PID of the trainer process of ``rank`` (PMI_RANK, OMPI_COMM_WORLD_RANK, ...) among those reading ``data``."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -50,7 +50,8 @@ def _rank_pid(data, rank):
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if b"hpcgpu.train" in cmd and data.encode() in cmd and f"PMI_RANK={rank}".encode() in env:
+        mine = {f"{var}={rank}".encode() for var in _mpi.RANK_VARS}
+        if b"hpcgpu.train" in cmd and data.encode() in cmd and mine & set(env):
             return int(pid)
     raise AssertionError(f"no trainer process of rank {rank}")
 

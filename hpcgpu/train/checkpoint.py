@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io import atomic_path
+from ..io import atomic_path, write_attrs
 
 __all__ = ["MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "candidates"]
 
@@ -160,8 +160,7 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
             f.attrs.update(dict(format=FORMAT, epoch=state.epoch, step=state.step,
                                 step_in_epoch=state.step_in_epoch, epoch_seconds=state.epoch_seconds,
                                 config=json.dumps(state.config, sort_keys=True), world_size=state.world_size))
-            for k, v in (attrs or {}).items():
-                f.attrs[k] = v
+            write_attrs(f, attrs or {})
         with open(tmp, "rb") as fh:  # on disk before it can replace the previous checkpoint
             os.fsync(fh.fileno())
         _rotate(path, max(1, keep))

@@ -27,7 +27,7 @@ from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..errors import agreed
 from ..watchdog import Watchdog, stall_timeout
-from ..io import atomic_path, on_root, writable_error
+from ..io import atomic_path, on_root, writable_error, write_attrs
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP
@@ -620,16 +620,10 @@ class Trainer:
                 g = f.create_group("model")
                 for name, view in self.model.named_parameters():
                     g.create_dataset(name, data=_device.asnumpy(view))
-                f.attrs["config"] = self.config.to_json()
-                f.attrs["world_size"] = rt.size
-                f.attrs["device"] = rt.device
-                f.attrs["mpi_library"] = rt.mpi_library
-                f.attrs["hpcgpu_version"] = __version__
-                f.attrs["data"] = os.path.abspath(self.data_path)
-                f.attrs["num_classes"] = self.num_classes
-                f.attrs["epochs_done"] = self.epoch
-                f.attrs["steps_done"] = self.step
-                f.attrs["resumed_from"] = self.resumed_from or ""
+                write_attrs(f, dict(config=self.config.to_json(), world_size=rt.size, device=rt.device,
+                                    mpi_library=rt.mpi_library, hpcgpu_version=__version__,
+                                    data=os.path.abspath(self.data_path), num_classes=self.num_classes,
+                                    epochs_done=self.epoch, steps_done=self.step, resumed_from=self.resumed_from))
 
         on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
         return path
