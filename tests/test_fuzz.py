@@ -44,6 +44,7 @@ def train_case(draw):
     n, d, c = draw(st.integers(4, 40)), draw(st.integers(1, 5)), draw(st.integers(2, 5))
     X = _array(draw, (n, d), draw(st.sampled_from(["float32", "float64", "int16", "uint8"])), False)
     y = _array(draw, (n,), draw(st.sampled_from(["int64", "int8", "uint16"])), False, mod=c)
+    y[0], y[-1] = 0, c - 1  # valid means at least two classes, also without the num_classes attribute
     ds = {"train/X": X, "train/y": y}
     if draw(st.booleans()):
         m = draw(st.integers(0, 10))
