@@ -413,19 +413,33 @@ def detect_cuda_aware(comm: MPI.Intracomm) -> tuple[bool, str]:
     ValueError
         ``HPCGPU_CUDA_AWARE_MPI`` is set to something other than 0/1.
     """
-    env = os.environ.get("HPCGPU_CUDA_AWARE_MPI")
-    if env is not None and env.strip() != "":
-        v = env.strip().lower()
-        if v in _FALSE:
-            return False, "HPCGPU_CUDA_AWARE_MPI=0"
-        if v not in _TRUE:
-            raise ValueError(f"HPCGPU_CUDA_AWARE_MPI must be 0 or 1, got {env!r}")
+    forced = _switch("HPCGPU_CUDA_AWARE_MPI")
+    if forced is False:
+        return False, "HPCGPU_CUDA_AWARE_MPI=0"
+    if forced:
         own, why = _library_cuda_aware(comm)
         if own is False:
             return True, f"HPCGPU_CUDA_AWARE_MPI=1, forced against the MPI's own answer ({why})"
         return True, "HPCGPU_CUDA_AWARE_MPI=1"
     own, why = _library_cuda_aware(comm)
     return bool(own), why
+
+
+def _switch(name: str) -> bool | None:
+    """An on/off override from the environment: ``None`` when unset or empty.
+
+    Raises
+    ------
+    ValueError
+        Set to something other than 0/1 (or no/yes, false/true, off/on).
+    """
+    raw = os.environ.get(name, "")
+    v = raw.strip().lower()
+    if not v:
+        return None
+    if v not in _TRUE | _FALSE:
+        raise ValueError(f"{name} must be 0 or 1, got {raw!r}")
+    return v in _TRUE
 
 
 def _library_cuda_aware(comm: MPI.Intracomm) -> tuple[bool | None, str]:
@@ -480,11 +494,9 @@ def detect_nonblocking_device(cuda_aware: bool, library: str) -> tuple[bool, str
     ValueError
         ``HPCGPU_NONBLOCKING_DEVICE`` is set to something other than 0/1.
     """
-    env = os.environ.get("HPCGPU_NONBLOCKING_DEVICE", "").strip().lower()
-    if env:
-        if env not in _TRUE | _FALSE:
-            raise ValueError(f"HPCGPU_NONBLOCKING_DEVICE must be 0 or 1, got {env!r}")
-        return env in _TRUE, f"HPCGPU_NONBLOCKING_DEVICE={env}"
+    forced = _switch("HPCGPU_NONBLOCKING_DEVICE")
+    if forced is not None:
+        return forced, f"HPCGPU_NONBLOCKING_DEVICE={int(forced)}"
     if not cuda_aware:
         return False, "MPI is not CUDA-aware"
     if "open mpi" in library.lower():
