@@ -309,16 +309,24 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
     whatever ``CUPY_TF32`` says. ``cupy.cublas.gemm`` alone ignores
     ``CUPY_TF32`` (it calls ``cublasSgemm``): the mode is set on the cuBLAS
     handle (``cublasSetMathMode``) for the call and put back after it.
+    float16 and bfloat16 inputs go to ``cublasGemmEx`` with
+    ``CUBLAS_COMPUTE_32F`` (``c`` float32 or the inputs' dtype), except the
+    plain float16 product, which is ``cupy.matmul`` (the same call).
     """
     import cupy
     from cupy import cublas
     from cupy.cuda import cublas as lib
     from cupy.cuda import device
 
-    tf32 = precision == "tf32" or (precision == "default" and cupy_tf32())
-    if alpha == 1 and beta == 0 and precision == "default":
-        cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does
+    bf16 = a.dtype.name == "bfloat16"
+    half = bf16 or a.dtype == numpy.float16
+    if alpha == 1 and beta == 0 and precision == "default" and c.dtype == a.dtype and not bf16:
+        cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does (float16: 32F compute)
         return
+    if half:
+        _gemm_ex(a, b, c, alpha, beta)
+        return
+    tf32 = precision == "tf32" or (precision == "default" and cupy_tf32())
     if not (tf32 and c.dtype.char in "fF"):
         cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
         return
@@ -329,3 +337,41 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
         cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
     finally:
         lib.setMathMode(handle, old)
+
+
+# cudaDataType_t values (library_types.h); CuPy's runtime module names the first two.
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
+_CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT_TENSOR_OP = 68, 99
+
+
+def _cuda_type(dtype) -> int:
+    if dtype == numpy.float32:
+        return _CUDA_R_32F
+    if dtype == numpy.float16:
+        return _CUDA_R_16F
+    if dtype.name == "bfloat16":
+        return _CUDA_R_16BF
+    raise TypeError(f"cublasGemmEx: no CUDA data type for {dtype}")
+
+
+def _gemm_ex(a, b, c, alpha, beta) -> None:
+    """Half-precision ``c = alpha * a @ b + beta * c`` by ``cublasGemmEx``, float32 compute.
+
+    Row-major operands are the column-major transposes: ``c.T = b.T @ a.T``.
+    ``alpha`` and ``beta`` are float32 host scalars (the handle's default
+    pointer mode, which CuPy restores after every call of its own).
+    """
+    import cupy
+    from cupy.cuda import cublas as lib
+    from cupy.cuda import device
+
+    a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
+    if not c.flags.c_contiguous:
+        raise ValueError("gemm: c must be C-contiguous")
+    m, k = a.shape
+    n = b.shape[1]
+    al, be = numpy.array(alpha, numpy.float32), numpy.array(beta, numpy.float32)
+    lib.gemmEx(device.get_cublas_handle(), lib.CUBLAS_OP_N, lib.CUBLAS_OP_N, n, m, k,
+               al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), n, a.data.ptr, _cuda_type(a.dtype), k,
+               be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), n,
+               _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT_TENSOR_OP)

@@ -4,6 +4,12 @@ NumPy's ``matmul`` has no ``beta``; ``c += a @ b`` would allocate and stream
 a block as large as C for every panel. BLAS's gemm accumulates in place: on
 the host through SciPy's BLAS wrappers (C-ordered arrays are passed as their
 Fortran-ordered transposes, ``c.T = b.T @ a.T``), on the GPU through cuBLAS.
+
+Half precision (float16, and bfloat16 from ``ml_dtypes``) always accumulates
+in float32, as cuBLAS's ``cublasGemmEx`` with ``CUBLAS_COMPUTE_32F`` does:
+``c`` may be float32 (SUMMA's accumulator over panels) or the inputs' dtype.
+The host BLAS has no half-precision GEMM: there the inputs are widened to
+float32 (exact) and the product is rounded once.
 """
 
 from __future__ import annotations
@@ -29,6 +35,25 @@ def _scipy_gemm(dtype):
 PRECISIONS = ("default", "tf32", "full")
 
 
+def bfloat16_dtype() -> np.dtype | None:
+    """``ml_dtypes.bfloat16`` as a NumPy dtype, or ``None`` when ml_dtypes is missing. Not collective."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+HALF = tuple(t for t in (np.dtype("float16"), bfloat16_dtype()) if t is not None)
+"""The 16-bit floating types: multiplied with float32 accumulation."""
+
+
+def accumulator_dtype(dtype) -> np.dtype:
+    """The dtype a GEMM of ``dtype`` inputs accumulates in: float32 for :data:`HALF`, else ``dtype``."""
+    dtype = np.dtype(dtype)
+    return np.dtype("float32") if dtype in HALF else dtype
+
+
 def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
     """``c[...] = alpha * a @ b + beta * c`` in place, on the host or the device.
 
@@ -40,14 +65,18 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
     a : xp.ndarray, shape (m, k)
     b : xp.ndarray, shape (k, n)
     c : xp.ndarray, shape (m, n)
-        C-contiguous; same dtype as ``a`` and ``b`` (float32, float64,
-        complex64, complex128); on the same device as them.
+        C-contiguous, on the same device as ``a`` and ``b``. Same dtype as
+        them (float32, float64, complex64, complex128, float16, bfloat16),
+        or float32 when they are float16 or bfloat16 (accumulate a sum of
+        half-precision products in single precision).
     alpha, beta : scalar, keyword-only
     precision : {"default", "tf32", "full"}, keyword-only
         On the device: ``"default"`` follows CuPy's precision mode as
         ``cupy.matmul`` does (TF32 tensor cores for float32 and complex64
         under ``CUPY_TF32=1``), ``"tf32"`` asks for them, ``"full"`` forbids
         them. The host BLAS has no TF32: every choice is full precision there.
+        Half-precision inputs are multiplied in float32 (``CUBLAS_COMPUTE_32F``)
+        under every choice.
 
     Notes
     -----
@@ -65,6 +94,9 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
     if _device.is_device_array(c):
         _device.gemm(a, b, c, alpha, beta, precision)
         return
+    if a.dtype in HALF:
+        _host_half(a, b, c, alpha, beta)
+        return
     if beta == 0 and alpha == 1:
         np.matmul(a, b, out=c)
         return
@@ -75,6 +107,22 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
             return
         c[...] = r.T  # the wrapper had to copy: still right, just slower
         return
+    _host_fallback(a, b, c, alpha, beta)
+
+
+def _host_half(a, b, c, alpha, beta) -> None:
+    """No half-precision host BLAS: widen (exact), multiply and add in float32, round once."""
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    if c.dtype == np.float32:
+        gemm(a, b, c, alpha=alpha, beta=beta)
+        return
+    c32 = c.astype(np.float32) if beta != 0 else np.empty(c.shape, np.float32)
+    gemm(a, b, c32, alpha=alpha, beta=beta)
+    c[...] = c32
+
+
+def _host_fallback(a, b, c, alpha, beta) -> None:
+    """Without SciPy's BLAS (or for non-contiguous operands): a temporary product."""
     t = a @ b
     if alpha != 1:
         t *= alpha

@@ -44,8 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("B", nargs="?", help="right matrix, FILE[:DATASET] (k x n)")
     p.add_argument("-o", "--out", help="output FILE[:DATASET] (m x n; dataset C by default)")
     p.add_argument("--grid", help="process grid ROWSxCOLS, e.g. 2x3 (default: MPI.Compute_dims)")
-    p.add_argument("--dtype", choices=("float32", "float64", "complex64", "complex128"),
-                   help="compute type (default: the inputs'; float64 for integer data)")
+    p.add_argument("--dtype", choices=("float32", "float64", "complex64", "complex128", "float16", "bfloat16"),
+                   help="compute type (default: the inputs'; float64 for integer data). float16 and bfloat16 "
+                        "accumulate in float32; a bfloat16 C is written as float32 (HDF5 has no bfloat16)")
     p.add_argument("--panel", type=int, help="SUMMA panel width (default: widest within --panel-memory)")
     p.add_argument("--panel-memory", type=float, default=256, help="MiB per rank for the panels in flight")
     p.add_argument("--precision", choices=("default", "tf32", "full"), default="default",

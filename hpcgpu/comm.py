@@ -16,6 +16,7 @@ rank no MPI call is made.
 
 from __future__ import annotations
 
+import numpy as np
 from mpi4py import MPI
 
 from . import _device
@@ -52,6 +53,17 @@ def _awareness(cuda_aware: bool | None) -> tuple[bool, bool]:
     return rt.cuda_aware, rt.cuda_aware and rt.nonblocking_device
 
 
+def movable(a):
+    """``a`` as a buffer MPI can move: bfloat16 as its 16-bit patterns (a ``uint16`` view), else ``a``.
+
+    Not collective. bfloat16 (``ml_dtypes``) has no MPI datatype and NumPy
+    does not export it through the buffer protocol; copying its bit
+    patterns is exact for every operation that moves data (broadcast,
+    send, gather). Reductions cannot take it (:func:`Allreduce` refuses).
+    """
+    return a.view(np.uint16) if a.dtype.name == "bfloat16" else a
+
+
 def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False, slot: str | None = None):
     """Call ``call(*buffers)`` with buffers MPI can take: the one CPU / CUDA-aware / staged branch.
 
@@ -65,6 +77,7 @@ def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False,
     held until then). Returns ``call``'s result, or a :class:`Request` when
     ``nonblocking``.
     """
+    bufs = [(movable(a), role) for a, role in bufs]
     arrays = [a for a, _ in bufs]
     on_device = [_device.is_device_array(a) for a in arrays]
     if not any(on_device):
@@ -174,9 +187,13 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
     ValueError
         A buffer is not C-contiguous; host and device buffers are mixed; a
         device buffer without a runtime or ``cuda_aware``.
+    TypeError
+        bfloat16 buffers (MPI cannot reduce them).
     """
     comm = default_comm() if comm is None else comm
     _check_contiguous("sendbuf", sendbuf)
+    if sendbuf.dtype.name == "bfloat16":
+        raise TypeError("Allreduce: MPI has no bfloat16 datatype to reduce; reduce in float32")
     if recvbuf is None:
         if comm.Get_size() > 1:
             _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware)

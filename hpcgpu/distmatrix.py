@@ -11,15 +11,18 @@ import os
 import numpy as np
 
 from . import _device
+from ._gemm import bfloat16_dtype
 from ._version import __version__
-from .comm import agree
+from .comm import agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
 from .io import on_root, open_hdf5, publish, temp_beside, writable_error, write_attrs
 
 __all__ = ["DistMatrix", "DTYPES"]
 
-DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128", "float16")) + (
+    (bfloat16_dtype(),) if bfloat16_dtype() is not None else ())
+"""The element types of a DistMatrix; bfloat16 is ``ml_dtypes.bfloat16`` (CuPy >= 14 uses the same)."""
 
 # Tile edge of DistMatrix.random: the global matrix is made of tiles, each drawn
 # from its own seed, so any rank can make any part without the rest.
@@ -34,8 +37,13 @@ def _xp():
 
 def _dtype_error(dtype, what: str) -> ValueError | None:
     if np.dtype(dtype) not in DTYPES:
-        return ValueError(f"{what}: dtype {np.dtype(dtype)} is not one of float32, float64, complex64, complex128")
+        return ValueError(f"{what}: dtype {np.dtype(dtype)} is not one of {', '.join(t.name for t in DTYPES)}")
     return None
+
+
+def _file_dtype(dtype: np.dtype) -> np.dtype:
+    """How a block of ``dtype`` is stored in HDF5: HDF5 has no bfloat16, so float32 (exact)."""
+    return np.dtype("float32") if dtype.name == "bfloat16" else dtype
 
 
 class DistMatrix:
@@ -57,7 +65,8 @@ class DistMatrix:
         The global rows and columns of the local block:
         ``rows = block_range(m, pr, i)``, ``cols = block_range(n, pc, j)``.
     dtype : numpy.dtype
-        float32, float64, complex64 or complex128.
+        float32, float64, complex64, complex128, float16 or bfloat16
+        (``ml_dtypes.bfloat16``); see :data:`DTYPES`.
     xp : module
         ``numpy`` or ``cupy``, after where ``local`` lives.
 
@@ -178,7 +187,7 @@ class DistMatrix:
                 err = ValueError(f"from_global: expected a 2-D array, got shape {a.shape}")
             else:
                 err = _dtype_error(a.dtype, "from_global")
-                meta = (a.shape, a.dtype.str)
+                meta = (a.shape, a.dtype)  # the dtype itself: bfloat16's .str is an opaque '<V2'
         agree(err, comm=comm)
         gshape, dtype = comm.bcast(meta, root=root)
         dtype = np.dtype(dtype)
@@ -186,12 +195,12 @@ class DistMatrix:
             for r in range(comm.size):
                 if r != root:
                     rows, cols = grid.block(gshape, r)
-                    comm.Send(np.ascontiguousarray(a[rows, cols]), dest=r, tag=11)
+                    comm.Send(movable(np.ascontiguousarray(a[rows, cols])), dest=r, tag=11)
             rows, cols = grid.block(gshape)
             local = np.ascontiguousarray(a[rows, cols])
         else:
             local = np.empty(grid.block_shape(gshape), dtype=dtype)
-            comm.Recv(local, source=root, tag=11)
+            comm.Recv(movable(local), source=root, tag=11)
         return cls(xp.asarray(local), gshape, grid)
 
     @classmethod
@@ -269,8 +278,9 @@ class DistMatrix:
             one dataset.
         grid : ProcessGrid, optional
         dtype : optional
-            Type of the blocks: the dataset's if it is float32/64 or
-            complex64/128, float64 for integers, unless given.
+            Type of the blocks: the dataset's if it is one of :data:`DTYPES`,
+            float64 for integers, unless given. bfloat16 is converted from
+            the stored type (rounded to nearest even).
         transpose : bool
             Make the matrix the transpose of the dataset (reads the
             transposed hyperslab; no communication).
@@ -310,7 +320,7 @@ class DistMatrix:
                     ds = f[name]
                     if transpose:
                         local[...] = ds[cols, rows].T
-                    elif local.dtype.kind == "c" and ddtype.kind != "c":
+                    elif (local.dtype.kind == "c" and ddtype.kind != "c") or local.dtype.name == "bfloat16":
                         local[...] = ds[rows, cols]  # HDF5 cannot convert real to complex itself
                     else:
                         ds.read_direct(local, np.s_[rows, cols])
@@ -342,7 +352,7 @@ class DistMatrix:
         comm, grid = self.grid.cart, self.grid
         local = _device.asnumpy(self.local)
         if comm.rank != root:
-            comm.Send(np.ascontiguousarray(local), dest=root, tag=12)
+            comm.Send(movable(np.ascontiguousarray(local)), dest=root, tag=12)
             return None
         out = np.empty(self.gshape, dtype=self.dtype)
         for r in range(comm.size):
@@ -351,7 +361,7 @@ class DistMatrix:
                 out[rows, cols] = local
             else:
                 buf = np.empty(grid.block_shape(self.gshape, r), dtype=self.dtype)
-                comm.Recv(buf, source=r, tag=12)
+                comm.Recv(movable(buf), source=r, tag=12)
                 out[rows, cols] = buf
         return out
 
@@ -374,7 +384,8 @@ class DistMatrix:
             directories are created.
         name : str
             Path of the dataset in the file, of shape ``(m, n)`` and dtype
-            :attr:`dtype`.
+            :attr:`dtype` (bfloat16, which HDF5 has no type for, is written
+            as float32: exact).
         attrs : dict, optional
             More root attributes (values h5py can store); they override the
             standard ones of the same name.
@@ -406,6 +417,7 @@ class DistMatrix:
         meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local)
+        local = local.astype(_file_dtype(self.dtype), copy=False)
         try:
             if h5py.get_config().mpi:
                 err = self._write_mpio(tmp, name, local, meta)
@@ -425,7 +437,7 @@ class DistMatrix:
 
         try:
             with h5py.File(tmp, "w", driver="mpio", comm=self.grid.cart) as f:
-                ds = f.create_dataset(name, shape=self.gshape, dtype=self.dtype)
+                ds = f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
                 if local.size:
                     ds[self.rows, self.cols] = local
                 write_attrs(f, meta)
@@ -441,7 +453,7 @@ class DistMatrix:
         if comm.rank == 0:
             try:
                 with h5py.File(tmp, "w") as f:
-                    f.create_dataset(name, shape=self.gshape, dtype=self.dtype)
+                    f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
                     write_attrs(f, meta)
             except OSError as e:
                 err = OSError(f"output {tmp}: cannot create ({e})")

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._gemm import PRECISIONS, gemm
+from ._gemm import PRECISIONS, accumulator_dtype, gemm
 from .comm import Ibcast
 from .distmatrix import DistMatrix
 from .errors import agreed
@@ -148,7 +148,9 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         a CuPy user chose, as ``cupy.matmul`` does (TF32 tensor cores for
         float32 and complex64 under ``CUPY_TF32=1``); ``"tf32"`` asks for
         TF32, ``"full"`` for IEEE arithmetic whatever ``CUPY_TF32`` says.
-        The host BLAS has no TF32 (always full precision).
+        The host BLAS has no TF32 (always full precision). float16 and
+        bfloat16 are multiplied and summed over all panels in float32
+        (cuBLAS ``CUBLAS_COMPUTE_32F``) under every choice, and rounded once.
     watchdog : hpcgpu.watchdog.Watchdog, optional
         Watches every panel broadcast; a stalled one aborts the job.
 
@@ -156,8 +158,9 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
     -------
     DistMatrix
         Global shape ``(m, n)`` on the same grid; dtype of the inputs
-        (float32, float64, complex64, complex128); local block
-        ``(len(rows_i), len(cols_j))``.
+        (float32, float64, complex64, complex128, float16, bfloat16); local
+        block ``(len(rows_i), len(cols_j))``. Half-precision blocks need one
+        float32 accumulator of the local block's shape besides.
 
     Raises
     ------
@@ -199,20 +202,27 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         gemm(a.local, b.local, c.local, precision=precision)
         return c
     w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
-    _summa(a, b, c, plan_panels(k, grid, min(w, k)), precision, watchdog)
+    acc_dtype = accumulator_dtype(a.dtype)
+    acc = c.local if acc_dtype == a.dtype else xp.empty(c.lshape, acc_dtype)  # half: sum panels in float32
+    _summa(a, b, acc, plan_panels(k, grid, min(w, k)), precision, watchdog)
+    if acc is not c.local:
+        c.local[...] = acc  # one rounding to half precision
     return c
 
 
-def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels: list[Panel], precision: str = "default",
+def _summa(a: DistMatrix, b: DistMatrix, c, panels: list[Panel], precision: str = "default",
            watchdog=None) -> None:
-    """SUMMA's communication schedule: ``c.local = sum over panels of A_panel @ B_panel``.
+    """SUMMA's communication schedule: ``c = sum over panels of A_panel @ B_panel``.
+
+    ``c`` is this rank's block of C (an xp array), or its float32
+    accumulator for half-precision inputs.
 
     Collective over ``a.grid``. Two buffer slots per operand: panel p+1's
     broadcasts are posted before panel p's GEMM (lookahead).
     """
     grid, xp = a.grid, a.xp
     pr, pc = grid.shape
-    m_l, n_l = c.lshape
+    m_l, n_l = c.shape
     a0, b0 = a.cols.start, b.rows.start
     wmax = max(p.width for p in panels)
     # Two slots, so panel p+1 arrives while panel p multiplies. Flat buffers:
@@ -244,4 +254,4 @@ def _summa(a: DistMatrix, b: DistMatrix, c: DistMatrix, panels: list[Panel], pre
             for req in (req_a, req_b):
                 if req is not None:
                     req.Wait()
-        gemm(ap, bp, c.local, beta=0.0 if p == 0 else 1.0, precision=precision)
+        gemm(ap, bp, c, beta=0.0 if p == 0 else 1.0, precision=precision)

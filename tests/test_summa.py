@@ -114,6 +114,26 @@ def test_cli_multiplies_hdf5_files(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("dtype, stored, ulp", [("float16", "float16", 2.0**-11), ("bfloat16", "float32", 2.0**-8)])
+def test_cli_half_precision(tmp_path, dtype, stored, ulp):
+    """--dtype float16 / bfloat16: float32 accumulation, one rounding; HDF5 has no bfloat16, so C is float32."""
+    rng = np.random.default_rng(1)
+    A, B = rng.random((21, 300)).astype(np.float32), rng.random((300, 9)).astype(np.float32)
+    write_h5(tmp_path / "a.h5", A=A)
+    write_h5(tmp_path / "b.h5", B=B)
+    p = _cli(2, tmp_path / "a.h5", tmp_path / "b.h5", "-o", tmp_path / "c.h5", "--dtype", dtype, "--panel", "7")
+    assert p.returncode == 0, p.stderr
+    with h5py.File(tmp_path / "c.h5") as f:
+        C = f["C"][()]
+    assert C.dtype == np.dtype(stored)
+    import ml_dtypes
+
+    t = np.dtype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else dtype)
+    ref = A.astype(t).astype(np.float64) @ B.astype(t).astype(np.float64)  # inputs rounded to the type
+    assert np.abs(C - ref).max() <= ulp * np.abs(ref).max()
+
+
+@pytest.mark.mpi
 def test_cli_real_times_complex_and_complex_as_real(tmp_path):
     """Found by the fuzz test: float32 @ complex64 must read A as complex; --dtype float32 must refuse complex."""
     A, B = np.arange(6, dtype=np.float32).reshape(2, 3), (np.arange(6) * (1 + 1j)).astype(np.complex64).reshape(3, 2)

@@ -334,6 +334,40 @@ def test_summa_one_rank_is_cupy_matmul_and_keeps_tf32(load):
     g.free()
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_goes_to_gemm_ex_with_float32_compute(load, dtype):
+    """SUMMA's accumulator (float32 C) and a half C: cublasGemmEx, CUBLAS_COMPUTE_32F, under every precision."""
+    cp = load(CUPY_TF32="1")
+    import hpcgpu
+    from hpcgpu import _gemm
+
+    dt = np.dtype(dtype)  # ml_dtypes registered the name when hpcgpu imported it
+    rng = np.random.default_rng(0)
+    ha, hb = rng.random((6, 5)).astype(dt), rng.random((5, 4)).astype(dt)
+    a, b = cp.asarray(ha), cp.asarray(hb)
+    acc = cp.empty((6, 4), dtype=np.float32)
+    cp._standin.clear_gemm_log()
+    _gemm.gemm(a, b, acc)
+    _gemm.gemm(a, b, acc, beta=1.0, precision="tf32")
+    half = cp.empty((6, 4), dtype=dt)
+    _gemm.gemm(a, b, half, precision="full")
+    log = cp._standin.gemm_log()
+    assert [(e["api"], e["c_dtype"], e["compute_type"]) for e in log] == [
+        ("gemmEx", "float32", "CUBLAS_COMPUTE_32F")] * 2 + [("gemmEx", dtype, "CUBLAS_COMPUTE_32F")], log
+    want = ha.astype(np.float32) @ hb.astype(np.float32)
+    np.testing.assert_allclose(acc.get(), 2 * want, rtol=1e-6)
+    np.testing.assert_array_equal(half.get(), want.astype(dt))
+    g = hpcgpu.ProcessGrid((1, 1), comm=MPI.COMM_SELF)
+    A = hpcgpu.DistMatrix(a, (6, 5), g)
+    B = hpcgpu.DistMatrix(b, (5, 4), g)
+    cp._standin.clear_gemm_log()
+    C = hpcgpu.matmul(A, B)  # one rank: one GEMM, as cupy.matmul would do it (float16) or gemmEx (bfloat16)
+    assert C.dtype == dt
+    assert _compute_types(cp) == [("matmul" if dtype == "float16" else "gemmEx", "CUBLAS_COMPUTE_32F")]
+    np.testing.assert_array_equal(C.local.get(), want.astype(dt))
+    g.free()
+
+
 @pytest.mark.mpi
 def test_summa_panels_keep_tf32_at_several_ranks():
     code = ("import hpcgpu, cupy, json\n"

@@ -148,8 +148,67 @@ def hdf5_round_trip():
             np.testing.assert_array_equal(f["X"][()], full_x)
 
 
+def half_precision_sums_panels_in_float32():
+    """float16 / bfloat16: C = ones @ ones is k exactly when every panel adds into a float32 sum.
+
+    k = 3000 (float16) and 300 (bfloat16) are exact in the type, but a running sum kept in it
+    stalls or rounds once it passes 2048 (float16) / 256 (bfloat16) with panels of 7: a dropped
+    float32 accumulator gives the wrong integer. Random values are checked against float64 too,
+    and the bfloat16 round trip through HDF5 (stored as float32) and from_global / gather.
+    """
+    import os
+    import tempfile
+
+    from hpcgpu._gemm import HALF
+
+    bad = []  # asserted at the end: a failed assert in the middle would leave the other ranks in a collective
+    for dtype in HALF:
+        k = 3000 if dtype == np.float16 else 300
+        for dims in sorted(grids):
+            g = ProcessGrid(dims, comm=rt.comm)
+            for panel in (None, 7):
+                ones_a = DistMatrix(rt.xp.ones(g.block_shape((5, k)), dtype), (5, k), g)
+                ones_b = DistMatrix(rt.xp.ones(g.block_shape((k, 4)), dtype), (k, 4), g)
+                c = matmul(ones_a, ones_b, panel=panel)
+                assert c.dtype == dtype
+                full = c.gather()
+                if r == 0 and not (full.astype(np.float64) == k).all():
+                    bad.append((dtype.name, dims, panel, np.unique(full)))
+                a = DistMatrix.random((37, 53), g, dtype, seed=1)
+                b = DistMatrix.random((53, 29), g, dtype, seed=2)
+                A, B, C = a.gather(), b.gather(), matmul(a, b, panel=panel).gather()
+                if r == 0:
+                    ref = A.astype(np.float64) @ B.astype(np.float64)
+                    ulp = 2.0**-8 if dtype.name == "bfloat16" else 2.0**-11
+                    err = np.abs(C.astype(np.float64) - ref).max() / np.abs(ref).max()
+                    if err > 2 * ulp:
+                        bad.append((dtype.name, dims, panel, err))
+            g.free()
+    bf16 = HALF[-1]
+    if bf16.name == "bfloat16":
+        d = rt.comm.bcast(tempfile.mkdtemp() if r == 0 else None)
+        g = ProcessGrid(comm=rt.comm)
+        x = DistMatrix.random((19, 11), g, bf16, seed=4)
+        path = os.path.join(d, "x.h5")
+        x.to_hdf5(path, "X")
+        y = DistMatrix.from_hdf5(path, "X", g, dtype=bf16)
+        np.testing.assert_array_equal(_device.asnumpy(y.local), _device.asnumpy(x.local))
+        full = x.gather()
+        z = DistMatrix.from_global(full if r == 0 else None, g)
+        assert z.dtype == bf16
+        np.testing.assert_array_equal(_device.asnumpy(z.local), _device.asnumpy(x.local))
+        if r == 0:
+            import h5py
+
+            with h5py.File(path) as f:
+                assert f["X"].dtype == np.float32
+                np.testing.assert_array_equal(f["X"][()], full.astype(np.float32))
+        g.free()
+    assert not bad, bad
+
+
 for fn in (random_is_grid_independent, scatter_gather_round_trip, memory_stays_within_blocks_and_panels,
-           hdf5_round_trip):
+           hdf5_round_trip, half_precision_sums_panels_in_float32):
     check(fn.__name__, fn)
 
 ok = rt.comm.allreduce(not failures, op=MPI.LAND)

@@ -1201,7 +1201,7 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0) -> ndarra
             a = a.reshape((1,) * (ndmin - a.ndim) + a.shape)
         return a
     host = numpy.array(obj, dtype=dtype, order=order, ndmin=ndmin)
-    if host.dtype.kind in "OSUV":
+    if host.dtype.kind in "OSUV" and host.dtype.name != "bfloat16":  # CuPy >= 14 takes ml_dtypes' bfloat16
         raise ValueError(f"Unsupported dtype {host.dtype}")
     template = numpy.empty_like(host, order="K")
     out = ndarray._view(memory.malloc(host.nbytes, host.dtype), None, None)

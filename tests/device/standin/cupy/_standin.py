@@ -247,6 +247,24 @@ def poison(buf: numpy.ndarray, dtype) -> None:
         buf[...] = 0x5A
 
 
+_allocs: weakref.WeakSet = weakref.WeakSet()  # every live allocation, for raw device pointers
+
+
+def find_pointer(ptr: int) -> tuple[Alloc, int]:
+    """The allocation holding device address ``ptr`` (as ``data.ptr`` gives it) and the byte offset.
+
+    Raises
+    ------
+    CUDARuntimeError
+        ``cudaErrorIllegalAddress``: no live allocation holds ``ptr``.
+    """
+    for al in list(_allocs):
+        base = al.landed.__array_interface__["data"][0]
+        if base <= ptr < base + al.nbytes:
+            return al, ptr - base
+    raise CUDARuntimeError(700)
+
+
 class Alloc:
     """One device allocation: ``future`` (kernels) and ``landed`` (outside) bytes.
 
@@ -268,6 +286,8 @@ class Alloc:
         poison(self.landed, dtype)
         self.exposed = False
         self.writes: dict[int, tuple[int, int]] = {}  # write id -> byte range, not landed yet
+        if self.nbytes:
+            _allocs.add(self)
 
     def extent(self, view: numpy.ndarray) -> tuple[int, int]:
         """Byte range ``[lo, hi)`` of ``view`` (of ``future``) in this allocation."""

@@ -124,6 +124,68 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     _core._end([ndarray._view(C._alloc, c_cm, None)])
 
 
+def _cuda_dtype(code: int) -> numpy.dtype:
+    if code == 0:
+        return numpy.dtype(numpy.float32)
+    if code == 2:
+        return numpy.dtype(numpy.float16)
+    if code == 14:
+        import ml_dtypes  # CuPy's bfloat16 is ml_dtypes' (CuPy >= 14)
+
+        return numpy.dtype(ml_dtypes.bfloat16)
+    raise cublas.CUBLASError(cublas.CUBLAS_STATUS_NOT_SUPPORTED)
+
+
+# cublasGemmEx with CUBLAS_COMPUTE_32F (cuBLAS documentation, "cublasGemmEx"): (A/B type, C type).
+_GEMM_EX_32F = {(0, 0), (2, 2), (2, 0), (14, 14), (14, 0)}
+
+
+def _pointer_matrix(ptr: int, dtype, rows: int, cols: int, ld: int):
+    """The column-major ``rows x cols`` matrix at device address ``ptr``: (ndarray view, numpy view)."""
+    al, off = _standin.find_pointer(int(ptr))
+    isz = dtype.itemsize
+    end = off + ((cols - 1) * ld + rows) * isz
+    if end > al.nbytes:
+        raise _standin.CUDARuntimeError(700)
+    base = al.future[off:end].view(dtype)
+    view = numpy.lib.stride_tricks.as_strided(base, shape=(rows, cols), strides=(isz, ld * isz))
+    return ndarray._view(al, view, None), view
+
+
+def _gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+             compute, algo) -> None:
+    import ctypes
+
+    if Atype != Btype or compute != cublas.CUBLAS_COMPUTE_32F or (Atype, Ctype) not in _GEMM_EX_32F:
+        raise cublas.CUBLASError(cublas.CUBLAS_STATUS_NOT_SUPPORTED)
+    if (transa not in _OP_NAMES or transb not in _OP_NAMES or min(m, n, k) < 0
+            or lda < max(1, m if transa == cublas.CUBLAS_OP_N else k)
+            or ldb < max(1, k if transb == cublas.CUBLAS_OP_N else n) or ldc < max(1, m)):
+        raise cublas.CUBLASError(cublas.CUBLAS_STATUS_INVALID_VALUE)
+    at, ct = _cuda_dtype(Atype), _cuda_dtype(Ctype)
+    al, be = ctypes.c_float.from_address(alpha).value, ctypes.c_float.from_address(beta).value
+    _standin.log_gemm({
+        "api": "gemmEx", "dtype": at.name, "c_dtype": ct.name, "m": n, "n": m, "k": k,
+        "compute_type": cublas.COMPUTE_NAMES[compute], "algo": algo,
+        "math_mode": cublas.MATH_NAMES[cublas.getMathMode(handle)],
+        "call": ("cublasGemmEx", _OP_NAMES[transa], _OP_NAMES[transb], m, n, k, lda, ldb, ldc),
+    })
+    if m == 0 or n == 0:
+        return
+    da, a_cm = _pointer_matrix(A, at, *((m, k) if transa == cublas.CUBLAS_OP_N else (k, m)), lda)
+    db, b_cm = _pointer_matrix(B, at, *((k, n) if transb == cublas.CUBLAS_OP_N else (n, k)), ldb)
+    dc, c_cm = _pointer_matrix(C, ct, m, n, ldc)
+    _core._begin([da, db, dc], compile=False)
+    op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.T}
+    f32 = numpy.float32
+    prod = numpy.zeros((m, n), f32) if k == 0 or al == 0 else \
+        f32(al) * (op[transa](a_cm.astype(f32)) @ op[transb](b_cm.astype(f32)))
+    if be != 0:
+        prod = prod + f32(be) * c_cm.astype(f32)  # beta == 0: C is not read (may hold NaN)
+    c_cm[...] = prod.astype(ct)
+    _core._end([dc])
+
+
 def gemm(transa, transb, a, b, out=None, alpha=1.0, beta=0.0):
     """Computes ``out = alpha * op(a) @ op(b) + beta * out`` as CuPy's ``cupy.cublas.gemm``.
 

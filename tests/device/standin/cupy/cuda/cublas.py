@@ -19,6 +19,15 @@ CUBLAS_DEFAULT_MATH = 0
 CUBLAS_TENSOR_OP_MATH = 1
 CUBLAS_TF32_TENSOR_OP_MATH = 3
 CUBLAS_STATUS_INVALID_VALUE = 7
+CUBLAS_STATUS_NOT_SUPPORTED = 15
+CUBLAS_COMPUTE_16F = 64
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+CUBLAS_COMPUTE_64F = 70
+CUBLAS_GEMM_DEFAULT = -1
+CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
+COMPUTE_NAMES = {64: "CUBLAS_COMPUTE_16F", 68: "CUBLAS_COMPUTE_32F", 77: "CUBLAS_COMPUTE_32F_FAST_TF32",
+                 70: "CUBLAS_COMPUTE_64F"}
 
 STATUS = {
     0: "CUBLAS_STATUS_SUCCESS",
@@ -91,3 +100,35 @@ def getMathMode(handle: int) -> int:  # noqa: N802
     int
     """
     return _MATH_MODES.get(int(handle), CUBLAS_DEFAULT_MATH)
+
+
+def gemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb,  # noqa: N802,N803
+           beta, C, Ctype, ldc, computeType, algo) -> None:  # noqa: N803
+    """``cublasGemmEx`` on raw device pointers (column-major), as CuPy exposes it.
+
+    Parameters
+    ----------
+    handle : int
+    transa, transb : int
+        ``CUBLAS_OP_N`` / ``_T`` / ``_C``.
+    m, n, k : int
+    alpha, beta : int
+        Host addresses of scalars of the compute type's precision.
+    A, B, C : int
+        Device addresses (``ndarray.data.ptr``).
+    Atype, Btype, Ctype : int
+        ``cudaDataType_t``: 0 float32, 2 float16, 14 bfloat16.
+    lda, ldb, ldc : int
+    computeType : int
+    algo : int
+
+    Raises
+    ------
+    CUBLASError
+        ``CUBLAS_STATUS_NOT_SUPPORTED`` for a type combination cuBLAS does not
+        list for ``cublasGemmEx``; ``CUBLAS_STATUS_INVALID_VALUE`` for bad sizes.
+    """
+    from cupy.cublas import _gemm_ex
+
+    _gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+             computeType, algo)
