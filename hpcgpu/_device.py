@@ -222,6 +222,24 @@ class _Slot:
 _SLOTS: dict[str, _Slot] = {}
 
 
+_COPY_STREAMS: dict = {}
+
+
+def copy_stream():
+    """This process's stream for panel copies on the current device (non-blocking, made once). Not collective.
+
+    Non-blocking: it does not wait for the legacy default stream, so copies
+    on it overlap kernels there (CUDA Programming Guide, "Implicit
+    Synchronization").
+    """
+    import cupy
+
+    dev = current_device()
+    if dev not in _COPY_STREAMS:
+        _COPY_STREAMS[dev] = cupy.cuda.Stream(non_blocking=True)
+    return _COPY_STREAMS[dev]
+
+
 def staging_stats() -> tuple[int, int]:
     """``(slots, bytes)`` of pinned staging memory this process holds. Not collective."""
     held = [s.host.nbytes for s in _SLOTS.values() if s.host is not None]

@@ -162,7 +162,7 @@ def _idle_wait(comm) -> None:
 
 def _bench(a, rt, grid, mem) -> int:
     from .distmatrix import DistMatrix
-    from .summa import matmul, panel_width, plan_panels
+    from .summa import PHASES, matmul, panel_width, plan_panels
 
     N, dtype = a.bench, np.dtype(a.dtype or "float64")
     A = DistMatrix.random((N, N), grid, dtype, seed=1)
@@ -175,6 +175,11 @@ def _bench(a, rt, grid, mem) -> int:
         matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision)
         _sync(rt)
         best = min(best, rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+    # Where the time goes, per rank: one more run with the phases timed (CUDA events on a GPU).
+    split = {}
+    rt.comm.Barrier()
+    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, timings=split)
+    splits = rt.comm.gather(split, root=0)
     # The reference: one process (rank 0) multiplies the same global matrices
     # with all the threads the ranks had together; the others sleep.
     ref, threads = None, None
@@ -193,7 +198,7 @@ def _bench(a, rt, grid, mem) -> int:
                    device_summary=rt.summary(), precision=a.precision, panel=widest,
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
-                   ratio=ref / best)
+                   ratio=ref / best, path=_path(rt), split=splits)
         if a.json:
             print(json.dumps(res), flush=True)
         else:
@@ -202,7 +207,18 @@ def _bench(a, rt, grid, mem) -> int:
                   f"{best:.3f} s, {gflops:.1f} GFLOP/s\n"
                   f"local GEMM, 1 process, {threads} thread(s): {ref:.3f} s, {res['local_gemm_gflops']:.1f} GFLOP/s\n"
                   f"ratio (local GEMM time / SUMMA time): {res['ratio']:.3f}", flush=True)
+            print(f"time split per rank ({res['path']} path; seconds of one run, device phases by CUDA events):\n"
+                  f"{'rank':>4} " + " ".join(f"{p:>8}" for p in PHASES), flush=True)
+            for r, sp in enumerate(splits):
+                print(f"{r:>4} " + " ".join(f"{sp.get(p, 0.0):>8.4f}" for p in PHASES), flush=True)
     return 0
+
+
+def _path(rt) -> str:
+    """How SUMMA's panels travel: ``host``, ``staged`` (pinned host copies) or ``cuda-aware``."""
+    if rt.device == "cpu":
+        return "host"
+    return "cuda-aware" if rt.cuda_aware and rt.nonblocking_device else "staged"
 
 
 def _local_gemm(rt, A, B, N, dtype, repeat):

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from contextlib import nullcontext
+import time
+from contextlib import contextmanager, nullcontext
 from typing import NamedTuple
 
 import numpy as np
 
+from . import _device
 from ._gemm import PRECISIONS, accumulator_dtype, gemm
-from .comm import Ibcast
+from .comm import Ibcast, movable
+from .comm import _awareness as _comm_awareness
 from .distmatrix import DistMatrix
 from .errors import agreed
 
-__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "DEFAULT_PANEL_MEMORY"]
+__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "DEFAULT_PANEL_MEMORY", "PHASES"]
 
 DEFAULT_PANEL_MEMORY = 256 * 2**20
 """Bytes per rank for the two panel pairs in flight (A and B, current and next)."""
@@ -126,7 +129,8 @@ def plan_panels(k: int, grid, width: int) -> list[Panel]:
 
 
 def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
-           panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None) -> DistMatrix:
+           panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None,
+           timings: dict | None = None) -> DistMatrix:
     """``C = A @ B`` for distributed matrices, by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -153,6 +157,13 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         (cuBLAS ``CUBLAS_COMPUTE_32F``) under every choice, and rounded once.
     watchdog : hpcgpu.watchdog.Watchdog, optional
         Watches every panel broadcast; a stalled one aborts the job.
+    timings : dict, optional
+        Filled with this rank's seconds per phase (:data:`PHASES`): ``gemm``
+        (local GEMMs), ``d2h`` and ``h2d`` (panel copies between device and
+        pinned host memory, staged path only), ``mpi`` (in MPI calls, host
+        clock) and ``total``. Device phases are timed with CUDA events and
+        may overlap each other; ``total`` waits for the device. Phases of a
+        one-rank grid: ``gemm`` and ``total``.
 
     Returns
     -------
@@ -198,60 +209,220 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         return DistMatrix.zeros((m, n), grid, a.dtype, xp)
     # The first panel's GEMM has beta = 0 and overwrites every element: no memset.
     c = DistMatrix(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
+    timer = _Timer(timings is not None, None if xp is np else xp)
     if grid.size == 1:
-        gemm(a.local, b.local, c.local, precision=precision)
+        with timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
+            gemm(a.local, b.local, c.local, precision=precision)
+        timer.finish(timings)
         return c
     w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
     acc_dtype = accumulator_dtype(a.dtype)
     acc = c.local if acc_dtype == a.dtype else xp.empty(c.lshape, acc_dtype)  # half: sum panels in float32
-    _summa(a, b, acc, plan_panels(k, grid, min(w, k)), precision, watchdog)
+    _summa(a, b, acc, plan_panels(k, grid, min(w, k)), precision, watchdog, timer)
     if acc is not c.local:
         c.local[...] = acc  # one rounding to half precision
+    timer.finish(timings)
     return c
 
 
+PHASES = ("gemm", "d2h", "h2d", "mpi", "total")
+"""The phases of :func:`matmul`'s ``timings``: seconds in local GEMMs, device-to-host and
+host-to-device copies of panels, MPI calls, and the whole call."""
+
+
+class _Timer:
+    """Seconds per phase on this rank; a no-op unless ``on``.
+
+    Host phases (MPI, and GEMMs on the host) by ``perf_counter`` around the
+    call. Device phases by CUDA events recorded on the stream the work goes
+    to, read once at the end: timing never adds a synchronization inside
+    the schedule, so it measures the overlapped run itself.
+    """
+
+    def __init__(self, on: bool, cupy=None):
+        self.on, self.cupy = on, cupy
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.events: list[tuple[str, object, object]] = []
+        self.t0 = time.perf_counter()
+
+    @contextmanager
+    def host(self, phase: str):
+        if not self.on:
+            yield
+            return
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t
+
+    @contextmanager
+    def device(self, phase: str, stream):
+        if not self.on or self.cupy is None:
+            with self.host(phase):
+                yield
+            return
+        start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
+        start.record(stream)
+        try:
+            yield
+        finally:
+            end.record(stream)
+            self.events.append((phase, start, end))
+
+    def finish(self, out: dict | None) -> None:
+        if not self.on or out is None:
+            return
+        if self.cupy is not None:
+            self.cupy.cuda.get_current_stream().synchronize()
+            for phase, start, end in self.events:
+                start.synchronize()
+                end.synchronize()
+                self.seconds[phase] += self.cupy.cuda.get_elapsed_time(start, end) / 1e3
+        self.seconds["total"] = time.perf_counter() - self.t0
+        out.update(self.seconds)
+
+
 def _summa(a: DistMatrix, b: DistMatrix, c, panels: list[Panel], precision: str = "default",
-           watchdog=None) -> None:
+           watchdog=None, timer: _Timer | None = None) -> None:
     """SUMMA's communication schedule: ``c = sum over panels of A_panel @ B_panel``.
 
     ``c`` is this rank's block of C (an xp array), or its float32
-    accumulator for half-precision inputs.
-
-    Collective over ``a.grid``. Two buffer slots per operand: panel p+1's
-    broadcasts are posted before panel p's GEMM (lookahead).
+    accumulator for half-precision inputs. Collective over ``a.grid``. Two
+    buffer slots per operand: panel p+1's broadcasts are posted before panel
+    p's GEMM (lookahead). Device blocks whose MPI cannot take device memory
+    in non-blocking collectives go through :class:`_StagedPanels`.
     """
-    grid, xp = a.grid, a.xp
-    pr, pc = grid.shape
-    m_l, n_l = c.shape
-    a0, b0 = a.cols.start, b.rows.start
-    wmax = max(p.width for p in panels)
-    # Two slots, so panel p+1 arrives while panel p multiplies. Flat buffers:
-    # a panel of any width is a contiguous prefix.
-    buf_a = [xp.empty(m_l * wmax, a.dtype) for _ in range(2)]
-    buf_b = [xp.empty(wmax * n_l, a.dtype) for _ in range(2)]
-
-    def post(p):
-        k0, k1, ja, ib = panels[p]
-        w, s = k1 - k0, p % 2
-        ap = buf_a[s][: m_l * w].reshape(m_l, w)
-        if grid.col == ja:
-            ap[...] = a.local[:, k0 - a0 : k1 - a0]
-        req_a = Ibcast(ap, root=ja, comm=grid.row_comm) if pc > 1 else None
-        if grid.row == ib:
-            bp = b.local[k0 - b0 : k1 - b0]  # whole rows of a C-ordered block: contiguous
-        else:
-            bp = buf_b[s][: w * n_l].reshape(w, n_l)
-        req_b = Ibcast(bp, root=ib, comm=grid.col_comm) if pr > 1 else None
-        return ap, bp, req_a, req_b
-
-    nxt = post(0)
+    timer = timer or _Timer(False)
+    staged = a.xp is not np and not _comm_awareness(None)[1]
+    sched = (_StagedPanels if staged else _Panels)(a, b, c, panels, timer)
+    nxt = sched.post(0)
     for p in range(len(panels)):
-        ap, bp, req_a, req_b = nxt
+        cur = nxt
         if p + 1 < len(panels):
-            nxt = post(p + 1)  # lookahead
+            nxt = sched.post(p + 1)  # lookahead
         with watchdog.watch("SUMMA panel broadcast", f"panel {p + 1} of {len(panels)}") if watchdog \
-                else nullcontext():
-            for req in (req_a, req_b):
-                if req is not None:
-                    req.Wait()
-        gemm(ap, bp, c, beta=0.0 if p == 0 else 1.0, precision=precision)
+                else nullcontext(), timer.host("mpi"):
+            for req in cur.requests:
+                req.Wait()
+        ap, bp = sched.arrived(p, cur)
+        with timer.device("gemm", sched.compute):
+            gemm(ap, bp, c, beta=0.0 if p == 0 else 1.0, precision=precision)
+        sched.computed(p)
+
+
+class _Posted(NamedTuple):
+    ap: object  # the A panel the GEMM reads (m_l x w), on the side of the blocks
+    bp: object  # the B panel (w x n_l)
+    ha: object  # pinned host copy of the A panel (staged path), or None
+    hb: object
+    recv_a: bool  # this rank receives A's panel (it is not the root of a row broadcast)
+    recv_b: bool
+    requests: list
+
+
+class _Panels:
+    """Panel transport with no staging: host blocks, or device blocks with a CUDA-aware MPI.
+
+    Broadcasts go straight from and into the panel buffers (flat, two slots
+    per operand: a panel of any width is a contiguous prefix).
+    """
+
+    def __init__(self, a, b, c, panels, timer):
+        self.a, self.b, self.panels, self.timer = a, b, panels, timer
+        self.grid = a.grid
+        self.m_l, self.n_l = c.shape
+        self.a0, self.b0 = a.cols.start, b.rows.start
+        xp, wmax = a.xp, max(p.width for p in panels)
+        self.buf_a = [xp.empty(self.m_l * wmax, a.dtype) for _ in range(2)]
+        self.buf_b = [xp.empty(wmax * self.n_l, a.dtype) for _ in range(2)]
+        self.compute = xp.cuda.get_current_stream() if xp is not np else None
+
+    def _panels_of(self, p):
+        k0, k1, ja, ib = self.panels[p]
+        w, s, grid = k1 - k0, p % 2, self.grid
+        ap = self.buf_a[s][: self.m_l * w].reshape(self.m_l, w)
+        if grid.col == ja:
+            ap[...] = self.a.local[:, k0 - self.a0 : k1 - self.a0]  # on the compute stream
+        if grid.row == ib:
+            bp = self.b.local[k0 - self.b0 : k1 - self.b0]  # whole rows of a C-ordered block: contiguous
+        else:
+            bp = self.buf_b[s][: w * self.n_l].reshape(w, self.n_l)
+        pr, pc = grid.shape
+        return ap, bp, pc > 1 and grid.col != ja, pr > 1 and grid.row != ib
+
+    def _bcasts(self, p, abuf, bbuf) -> list:
+        _, _, ja, ib = self.panels[p]
+        pr, pc = self.grid.shape
+        with self.timer.host("mpi"):
+            return ([Ibcast(abuf, root=ja, comm=self.grid.row_comm)] if pc > 1 else []) + \
+                   ([Ibcast(bbuf, root=ib, comm=self.grid.col_comm)] if pr > 1 else [])
+
+    def post(self, p) -> _Posted:
+        ap, bp, recv_a, recv_b = self._panels_of(p)
+        return _Posted(ap, bp, None, None, recv_a, recv_b, self._bcasts(p, ap, bp))
+
+    def arrived(self, p, cur: _Posted):
+        return cur.ap, cur.bp
+
+    def computed(self, p) -> None:
+        pass
+
+
+class _StagedPanels(_Panels):
+    """Device blocks, MPI on pinned host copies, the copies on a second stream.
+
+    Per panel: the roots copy their panel device-to-host on the copy stream
+    (``get(stream=..., blocking=False)``; A's strided columns are packed on
+    that stream first) and wait for that stream alone before MPI reads the
+    host buffer; the receivers, after ``Wait``, copy host-to-device on the
+    copy stream once the GEMM that last read that device slot is done (an
+    event), and the compute stream waits for the copy (an event). The host
+    never waits for a GEMM, so panel p+1's copies and MPI overlap panel p's
+    GEMM (Lee, Vetter et al. style staging; cf. MVAPICH2-GPU's pipelined
+    transfers, Wang et al., ISC 2011). Host slot reuse: waiting for the copy
+    stream before a broadcast also waits for the host-to-device copy that
+    last read that slot (two panels back).
+    """
+
+    def __init__(self, a, b, c, panels, timer):
+        super().__init__(a, b, c, panels, timer)
+        self.copy = _device.copy_stream()
+        self.host_a = [_device.staging_buffer(x, f"summa.a{i}") for i, x in enumerate(self.buf_a)]
+        self.host_b = [_device.staging_buffer(x, f"summa.b{i}") for i, x in enumerate(self.buf_b)]
+        self.gemm_done = [None, None]
+        # The copy stream does not wait for the compute stream by itself: its first copies must
+        # see A and B as the work queued before this call leaves them.
+        self.copy.wait_event(self.compute.record())
+
+    def post(self, p) -> _Posted:
+        k0, k1, ja, ib = self.panels[p]
+        w, s, grid = k1 - k0, p % 2, self.grid
+        ap, bp, recv_a, recv_b = self._panels_of(p)
+        ha = movable(self.host_a[s][: self.m_l * w].reshape(self.m_l, w))
+        hb = movable(self.host_b[s][: w * self.n_l].reshape(w, self.n_l))
+        root_a, root_b = grid.shape[1] > 1 and not recv_a, grid.shape[0] > 1 and not recv_b
+        if root_a or root_b:
+            with self.timer.device("d2h", self.copy):
+                if root_a:
+                    movable(self.a.local[:, k0 - self.a0 : k1 - self.a0]).get(stream=self.copy, out=ha,
+                                                                              blocking=False)
+                if root_b:
+                    movable(bp).get(stream=self.copy, out=hb, blocking=False)
+        self.copy.synchronize()  # MPI reads finished host copies; the H2D of two panels back is done
+        return _Posted(ap, bp, ha, hb, recv_a, recv_b, self._bcasts(p, ha, hb))
+
+    def arrived(self, p, cur: _Posted):
+        if cur.recv_a or cur.recv_b:
+            if self.gemm_done[p % 2] is not None:
+                self.copy.wait_event(self.gemm_done[p % 2])  # the GEMM two panels back read this slot
+            with self.timer.device("h2d", self.copy):
+                if cur.recv_a:
+                    movable(cur.ap).set(cur.ha, stream=self.copy)
+                if cur.recv_b:
+                    movable(cur.bp).set(cur.hb, stream=self.copy)
+            self.compute.wait_event(self.copy.record())
+        return cur.ap, cur.bp
+
+    def computed(self, p) -> None:
+        self.gemm_done[p % 2] = self.compute.record()

@@ -76,7 +76,7 @@ def info(logs: str, step: dict) -> dict:
 
 
 def matmul(logs: str, step: dict) -> dict:
-    # matmul-float32-tf32-r4 -> dtype float32, CUPY_TF32=1, 4 ranks
+    # matmul-float32-tf32-r4 -> dtype float32, CUPY_TF32=1, 4 ranks; the JSON has the per-rank time split
     name = step["name"]
     res = last_json(read(os.path.join(logs, name + ".out")))
     row = {"step": name, "status": step["status"], "cupy_tf32_env": "-tf32-" in name,

@@ -234,7 +234,7 @@ fi
 
 if wants matmul; then
     # benchmarks/matmul.py has no device option (it runs --device cpu): call the bench itself.
-    for v in float32 float64 float32-tf32; do
+    for v in float32 float64 float32-tf32 float16 bfloat16; do
         dtype=${v%-tf32}
         for R in $MATMUL_RANKS; do
             env=()

@@ -384,5 +384,47 @@ def test_summa_panels_keep_tf32_at_several_ranks():
     assert lists == ['["CUBLAS_COMPUTE_32F_FAST_TF32"]'] * 3, p.stdout
 
 
+# -- issue 22: the staged path's copies on a second stream, and where the time goes -------------
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_staged_summa_never_waits_for_the_compute_stream(nprocs):
+    """Staged panels: the host synchronizes only the copy stream (so MPI and copies overlap the GEMMs),
+    and the result is right (a missing copy-stream wait would send the stand-in's NaN poison).
+    With timings, every phase is reported per rank, and copies show where they happen."""
+    code = ("import hpcgpu, cupy, json, numpy as np\n"
+            "from hpcgpu import _device\n"
+            "rt = hpcgpu.init('gpu')\n"
+            "a = hpcgpu.DistMatrix.random((48, 40), dtype='float64', seed=1)\n"
+            "b = hpcgpu.DistMatrix.random((40, 24), dtype='float64', seed=2)\n"
+            "A, B = a.gather(), b.gather()\n"
+            "null = cupy.cuda.Stream.null._queue()\n"
+            "before = null.syncs\n"
+            "c = hpcgpu.matmul(a, b, panel=5)\n"
+            "compute_syncs = null.syncs - before\n"
+            "copy_syncs = _device.copy_stream()._queue().syncs\n"
+            "C = c.gather()\n"
+            "t = {}\n"
+            "hpcgpu.matmul(a, b, panel=5, timings=t)\n"
+            "ok = bool(rt.rank != 0 or np.abs(C - A @ B).max() < 1e-12)\n"
+            "rows = rt.comm.gather(dict(rank=rt.rank, compute_syncs=compute_syncs, copy_syncs=copy_syncs,\n"
+            "      ok=ok, timings=t, grid=list(c.grid.shape)))\n"
+            "if rt.rank == 0:\n"
+            "    print('RESULT', json.dumps(rows), flush=True)\n")
+    p = run_standin(nprocs, ["-c", code], env={"HPCGPU_CUDA_AWARE_MPI": "0"})
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert len(rows) == nprocs, p.stdout
+    for r in rows:
+        assert r["ok"], r
+        assert r["compute_syncs"] == 0, r  # the host never waited for a GEMM inside matmul
+        assert r["copy_syncs"] >= 8, r  # one per panel posted (40 / 5)
+        t = r["timings"]
+        assert set(t) == {"gemm", "d2h", "h2d", "mpi", "total"}, t
+        assert all(v >= 0 for v in t.values()) and t["total"] >= t["mpi"] and t["gemm"] > 0, t
+    pr, pc = rows[0]["grid"]
+    assert any(r["timings"]["h2d"] > 0 for r in rows), rows  # someone received a panel
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
