@@ -176,3 +176,21 @@ def test_info_usage_error_is_one_line():
     p = _mpi.run(2, ["-m", "hpcgpu", "inf"], timeout=60)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.mpi
+def test_the_launchers_own_block_is_all_it_adds(tmp_path):
+    """The README's promise: hpcgpu's error is one line; after it, Open MPI's launcher adds its own
+    block (no option silences it), MPICH's and Intel MPI's Hydra add nothing for an exit status of 2."""
+    p = _mpi.run(2, ["-m", "hpcgpu", "matmul", str(tmp_path / "no.h5"), str(tmp_path / "no.h5"),
+                     "-o", str(tmp_path / "c.h5")], timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no.h5" in lines[0], p.stderr
+    if _mpi.flavor() == "openmpi":
+        block = p.launcher_stderr.strip().splitlines()
+        assert block[0].strip("-") == "" and block[-1].strip("-") == "", p.launcher_stderr
+        assert "exited with non-zero status" in p.launcher_stderr and "Exit code:    2" in p.launcher_stderr
+    else:
+        assert p.launcher_stderr == "", p.launcher_stderr
+    assert not (tmp_path / "c.h5").exists()
