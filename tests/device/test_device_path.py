@@ -228,7 +228,9 @@ def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
     for d in rows:
         assert d["device"] == d["current"] == d["local"] % 2
         assert d["contexts"] == [d["device"]], d  # no extra context on GPU 0
-        assert "before MPI_Init" in d["binding"] and "MPI_LOCALRANKID=" in d["binding"], d
+        # Hydra (MPICH, Intel MPI) sets MPI_LOCALRANKID, Open MPI OMPI_COMM_WORLD_LOCAL_RANK: whichever came first
+        var = {"openmpi": "OMPI_COMM_WORLD_LOCAL_RANK="}.get(_mpi.flavor(), "MPI_LOCALRANKID=")
+        assert "before MPI_Init" in d["binding"] and d["binding"].startswith(var), d
     late = run_standin(2, ["-c", LATE], env={"HPCGPU_STANDIN_DEVICES": "2"})
     assert late.returncode == 0, late.stderr
     for d in (json.loads(ln) for ln in late.stdout.splitlines() if ln.startswith("{")):
