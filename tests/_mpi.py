@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,12 @@ def environment(env=None) -> dict:
 _RULE = "-" * 20
 
 
+_RUNTIME_LINE = re.compile(r"\[[^\]]*\] PMIX ERROR: |\[warn\] Epoll ")
+"""Single lines Open MPI 5's runtime writes when ranks exit at once: its PMIx server's
+``PMIX_ERR_UNREACH`` and libevent's ``Epoll MOD ... Bad file descriptor`` (a race in the
+launcher's teardown, seen in about one exit-2 run in ten here)."""
+
+
 def split_launcher(stderr: str) -> tuple[str, str]:
     """``(what the ranks wrote, what the launcher added)``.
 
@@ -87,6 +94,9 @@ def split_launcher(stderr: str) -> tuple[str, str]:
     """
     ours, theirs, block = [], [], None
     for line in stderr.splitlines(keepends=True):
+        if block is None and _RUNTIME_LINE.match(line):
+            theirs.append(line)
+            continue
         if block is None and line.startswith(_RULE) and not line.strip("-\n"):
             block = [line]
             continue
