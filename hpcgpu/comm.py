@@ -54,14 +54,16 @@ def _awareness(cuda_aware: bool | None) -> tuple[bool, bool]:
 
 
 def movable(a):
-    """``a`` as a buffer MPI can move: bfloat16 as its 16-bit patterns (a ``uint16`` view), else ``a``.
+    """``a`` as a buffer MPI can move: 16-bit floats as their bit patterns (a ``uint16`` view), else ``a``.
 
     Not collective. bfloat16 (``ml_dtypes``) has no MPI datatype and NumPy
-    does not export it through the buffer protocol; copying its bit
-    patterns is exact for every operation that moves data (broadcast,
-    send, gather). Reductions cannot take it (:func:`Allreduce` refuses).
+    does not export it through the buffer protocol; float16 has one in
+    MPICH (``MPIX_C_FLOAT16``) but not in Open MPI 4 (``MPI_ERR_TYPE``).
+    Copying bit patterns is exact for every operation that moves data
+    (broadcast, send, gather). Reductions cannot take bfloat16
+    (:func:`Allreduce` refuses).
     """
-    return a.view(np.uint16) if a.dtype.name == "bfloat16" else a
+    return a.view(np.uint16) if a.dtype.name in ("bfloat16", "float16") else a
 
 
 def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False, slot: str | None = None):
