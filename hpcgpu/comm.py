@@ -25,6 +25,7 @@ from .errors import agreed, plain_type
 __all__ = ["Allreduce", "Bcast", "Ibcast", "Allgather", "Request", "agree", "default_comm"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
+_HALF = ("float16", "bfloat16")
 
 
 def default_comm() -> MPI.Intracomm:
@@ -60,10 +61,9 @@ def movable(a):
     does not export it through the buffer protocol; float16 has one in
     MPICH (``MPIX_C_FLOAT16``) but not in Open MPI 4 (``MPI_ERR_TYPE``).
     Copying bit patterns is exact for every operation that moves data
-    (broadcast, send, gather). Reductions cannot take bfloat16
-    (:func:`Allreduce` refuses).
+    (broadcast, send, gather); :func:`Allreduce` reduces them in float32.
     """
-    return a.view(np.uint16) if a.dtype.name in ("bfloat16", "float16") else a
+    return a.view(np.uint16) if a.dtype.name in _HALF else a
 
 
 def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False, slot: str | None = None,
@@ -165,6 +165,11 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
     Collective: all ranks of ``comm`` must call it with arrays of the same
     shape and dtype.
 
+    float16 and bfloat16 are reduced in float32 (widened exactly, rounded
+    once at the end), so the result is the same under every MPI: Open MPI 4
+    has no float16 datatype and no MPI has bfloat16. That moves twice the
+    bytes of the 16-bit data.
+
     Parameters
     ----------
     sendbuf : xp.ndarray
@@ -191,19 +196,21 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
     ValueError
         A buffer is not C-contiguous; host and device buffers are mixed; a
         device buffer without a runtime or ``cuda_aware``.
-    TypeError
-        bfloat16 buffers (MPI cannot reduce them).
     """
     comm = default_comm() if comm is None else comm
     _check_contiguous("sendbuf", sendbuf)
-    if sendbuf.dtype.name == "bfloat16":
-        raise TypeError("Allreduce: MPI has no bfloat16 datatype to reduce; reduce in float32")
+    if recvbuf is not None:
+        _check_contiguous("recvbuf", recvbuf)
+    if sendbuf.dtype.name in _HALF and comm.Get_size() > 1:
+        wide = Allreduce(sendbuf.astype(np.float32), op=op, comm=comm, cuda_aware=cuda_aware)
+        out = sendbuf if recvbuf is None else recvbuf
+        out[...] = wide.astype(out.dtype)
+        return out
     if recvbuf is None:
         if comm.Get_size() > 1:
             _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware,
                       reduce=True)
         return sendbuf
-    _check_contiguous("recvbuf", recvbuf)
     if comm.Get_size() == 1:
         recvbuf[...] = sendbuf
         return recvbuf

@@ -15,17 +15,24 @@ import stat
 import subprocess
 import time
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libpmix2")
+"""libpmix2: Slurm's ``--mpi=pmix`` plugin loads it at run time (Open MPI's way in); Debian does not pull it in."""
 
 
 def install_packages() -> None:
     """apt-get the daemons if they are missing (root only)."""
-    if all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")):
+    if all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")) and _has_libpmix():
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True, timeout=300)
     subprocess.run(["apt-get", "install", "-y", "-q", *PACKAGES], check=True, env=env, capture_output=True,
                    timeout=600)
+
+
+def _has_libpmix() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("pmix") is not None
 
 
 def _mem_mb() -> int:
