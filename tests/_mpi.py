@@ -14,23 +14,37 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "tests", "mpi")
 
 
-def mpiexec() -> str:
-    """The launcher: $HPCGPU_MPIEXEC, the one beside this Python, or PATH's."""
+def mpiexec(python: str | None = None) -> str:
+    """The launcher: $HPCGPU_MPIEXEC, the one beside ``python`` (this one by default), or PATH's."""
     env = os.environ.get("HPCGPU_MPIEXEC")
-    if env:
+    if env and python is None:
         return env
-    here = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
-    found = here or shutil.which("mpiexec")
+    here = shutil.which("mpiexec", path=os.path.dirname(python or sys.executable))
+    path = os.environ.get("PATH", "")
+    if python is not None:  # the system's launcher, not one of another environment on PATH
+        path = os.pathsep.join(d for d in path.split(os.pathsep) if os.path.realpath(d) != os.path.realpath(
+            os.path.dirname(sys.executable)))
+    found = here or shutil.which("mpiexec", path=path)
     if not found:
         pytest.fail("no mpiexec found: install the 'mpich' extra or a system MPI")
     return found
 
 
-def flavor() -> str:
-    """``"openmpi"``, ``"impi"`` or ``"mpich"``: the MPI that mpi4py loaded here (and so in the ranks)."""
-    from mpi4py import MPI
+_LIBRARY = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+            "print(MPI.Get_library_version())")
 
-    lib = MPI.Get_library_version().lower()
+
+def flavor(python: str | None = None) -> str:
+    """``"openmpi"``, ``"impi"`` or ``"mpich"``: the MPI that mpi4py loads here (and so in the ranks),
+    or under another environment's ``python`` (asked without starting MPI)."""
+    if python is None:
+        from mpi4py import MPI
+
+        lib = MPI.Get_library_version()
+    else:
+        lib = subprocess.run([python, "-c", _LIBRARY], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+    lib = lib.lower()
     if "open mpi" in lib:
         return "openmpi"
     if "intel" in lib:
@@ -38,14 +52,29 @@ def flavor() -> str:
     return "mpich"
 
 
-def launcher_env() -> dict:
-    """What this MPI's launcher needs to start more ranks than cores, as root, on this machine.
+VENVS = (".venv", ".venv-openmpi", ".venv-impi", ".venv-system")
+"""This checkout's virtual environments, one per MPI stack (the Makefile's ``MPI=``)."""
+
+
+def other_stacks() -> list[str]:
+    """The Pythons of this checkout's other per-MPI environments that exist, MPICH's (``.venv``) first."""
+    mine = os.path.realpath(sys.prefix)
+    found = []
+    for v in VENVS:
+        py = os.path.join(ROOT, v, "bin", "python")
+        if os.path.exists(py) and os.path.realpath(os.path.join(ROOT, v)) != mine:
+            found.append(py)
+    return found
+
+
+def launcher_env(which: str | None = None) -> dict:
+    """What this MPI's launcher (or ``which`` flavor's) needs to start more ranks than cores, as root, here.
 
     Open MPI refuses both unless told: ``PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe``
     (Open MPI 5, PRRTE), ``OMPI_MCA_rmaps_base_oversubscribe=1`` (Open MPI 4), and
     ``OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1``. MPICH's and Intel MPI's Hydra need nothing.
     """
-    if flavor() != "openmpi":
+    if (which or flavor()) != "openmpi":
         return {}
     e = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
     if os.geteuid() == 0:
@@ -57,13 +86,18 @@ RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 """Where each launcher puts a rank's index: Hydra (MPICH, Intel MPI), Open MPI, PMIx."""
 
 
-def environment(env=None) -> dict:
+def environment(env=None, python: str | None = None) -> dict:
     """``os.environ`` for a test's ranks: unbuffered output, this checkout first on PYTHONPATH,
-    the launcher's flags, then ``env`` (a value of None removes a variable)."""
+    the launcher's flags (``python``'s MPI's, when given), then ``env`` (a value of None removes a variable)."""
     e = dict(os.environ)
     e.setdefault("PYTHONUNBUFFERED", "1")
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    e.update(launcher_env())
+    if python is not None:  # another environment: none of this one's launcher settings
+        for k in [k for k in e if k.startswith(("OMPI_", "PRTE_", "PMIX_", "I_MPI_", "HYDRA_"))]:
+            del e[k]
+        e.pop("HPCGPU_MPIEXEC", None)
+        e["PATH"] = os.path.dirname(python) + os.pathsep + e.get("PATH", "")
+    e.update(launcher_env(flavor(python) if python else None))
     for k, v in (env or {}).items():
         if v is None:
             e.pop(k, None)
@@ -116,14 +150,17 @@ def split_launcher(stderr: str) -> tuple[str, str]:
     return "".join(ours), "".join(theirs)
 
 
-def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False) -> subprocess.CompletedProcess:
+def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False,
+        python: str | None = None) -> subprocess.CompletedProcess:
     """Run ``mpiexec -n nprocs python ARGS``; fail the test after ``timeout`` seconds.
 
-    The result's ``stderr`` is what the ranks wrote; ``launcher_stderr`` what
-    the launcher added after it (see :func:`split_launcher`).
+    ``python`` is another environment's interpreter (see :func:`other_stacks`):
+    its MPI's launcher starts it. The result's ``stderr`` is what the ranks
+    wrote; ``launcher_stderr`` what the launcher added after it (see
+    :func:`split_launcher`).
     """
-    e = environment(env)
-    cmd = [mpiexec(), "-n", str(nprocs), sys.executable, *args]
+    e = environment(env, python)
+    cmd = [mpiexec(python), "-n", str(nprocs), python or sys.executable, *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
     except subprocess.TimeoutExpired as t:
