@@ -14,6 +14,19 @@ against that compute-only scaling tells what communication costs.
 
 Also reported: training time (s, epochs summed, evaluation excluded) until
 the test accuracy first reached 85%, from the run at the largest P.
+
+``--sweep`` instead runs ranks x threads splits, in one run, for each model
+of ``--models`` (hidden widths @ global batch), on the first ``--samples``
+training samples, and prints samples/s per split with its ratio to 1 x 1:
+
+    python benchmarks/train.py --sweep [--splits 1x1,1x2,2x1,d1,d2] [--models "256,256@256;1024,1024@1024"]
+                               [--peer ../shared/peers/sgd/numpy_mpi_mlp.py]
+
+``RxT`` is R ranks with OMP_NUM_THREADS=T; ``dR`` is R ranks with no thread
+variable at all, what a user gets by default (hpcgpu's split of the cores).
+The default splits are every R x T with R * T = the cores here, 1 x 1, and
+dR for R = 1 and R = cores. ``--peer`` also runs the plain NumPy + mpi4py
+loop at every RxT split of the model it has (784-256-256-10, its batch).
 """
 
 from __future__ import annotations
@@ -96,6 +109,87 @@ def compute_run(P: int, steps: int) -> float:
     return json.loads(p.stdout.strip().splitlines()[-1])["samples_per_second"]
 
 
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def split_env(threads: int | None) -> dict:
+    """The environment of a sweep run: T threads per rank, or (None) no thread variable at all."""
+    e = {k: v for k, v in env1().items() if k not in _THREAD_VARS}
+    if threads is not None:
+        e["OMP_NUM_THREADS"] = str(threads)
+    return e
+
+
+def default_splits() -> list[str]:
+    cores = len(os.sched_getaffinity(0))
+    splits = ["1x1"] + [f"{r}x{cores // r}" for r in range(1, cores + 1) if cores % r == 0]
+    return list(dict.fromkeys(splits + ["d1", f"d{cores}"]))
+
+
+def subset(data: str, n: int, out: str) -> str:
+    with h5py.File(data) as f, h5py.File(out, "w") as g:
+        g["train/X"], g["train/y"] = f["train/X"][:n], f["train/y"][:n]
+        g["test/X"], g["test/y"] = f["test/X"][:2000], f["test/y"][:2000]
+    return out
+
+
+def sweep_run(split: str, hidden: str, batch: int, data: str, epochs: int, out: str) -> float:
+    ranks, threads = (int(split[1:]), None) if split.startswith("d") else map(int, split.split("x"))
+    cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcgpu.train", "--data", data, "--out", out,
+           "--hidden", hidden, "--batch-size", str(batch), "--epochs", str(epochs), "--lr", "0.05",
+           "--weight-decay", "0", "--device", "cpu", "--progress", "none"]  # the peer's update: no decay
+    subprocess.run(cmd, check=True, env=split_env(threads), timeout=3600)
+    with h5py.File(out) as f:
+        return float(np.median(f["metrics/samples_per_second"][1:]))
+
+
+def peer_run(peer: str, split: str, data: str, epochs: int) -> float | None:
+    if split.startswith("d"):
+        return None
+    ranks, threads = map(int, split.split("x"))
+    cmd = [mpiexec(), "-n", str(ranks), sys.executable, peer, "--data", data, "--threads", str(threads),
+           "--epochs", str(epochs)]
+    p = subprocess.run(cmd, check=True, env=split_env(threads), timeout=3600, capture_output=True, text=True)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    return float(line.split("samples_per_s=")[1].split()[0])
+
+
+def sweep(a, data: str) -> int:
+    splits = a.splits.split(",") if a.splits else default_splits()
+    models = [(m.split("@")[0], int(m.split("@")[1])) for m in a.models.split(";")]
+    runs: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        small = subset(data, a.samples, os.path.join(tmp, "subset.h5"))
+        for rnd in range(a.repeat):  # rounds over every split, so drift falls on all of them alike
+            for hidden, batch in models:
+                for split in splits:
+                    r = runs.setdefault((hidden, batch, split), {"ours": [], "peer": []})
+                    r["ours"].append(sweep_run(split, hidden, batch, small, a.epochs, os.path.join(tmp, "o.h5")))
+                    if a.peer and hidden == "256,256" and batch == 256 and not split.startswith("d"):
+                        r["peer"].append(peer_run(a.peer, split, small, a.epochs))
+                    print(f"round {rnd + 1}: {hidden}@{batch} {split}: {r}", file=sys.stderr, flush=True)
+    res = [{"hidden": h, "batch": b, "split": sp, "samples_per_second": float(np.median(r["ours"])),
+            "peer_samples_per_second": float(np.median(r["peer"])) if r["peer"] else None, "runs": r}
+           for (h, b, sp), r in runs.items()]
+    print(f"cores here: {len(os.sched_getaffinity(0))}; {a.samples} samples; samples/s: median over {a.repeat} "
+          f"rounds of the median of epochs 2..{a.epochs}; RxT: R ranks x T threads (OMP_NUM_THREADS=T), "
+          "dR: R ranks, no thread variable (the default)")
+    print(f"{'model':>22} {'batch':>5} {'split':>5} {'samples/s':>10} {'vs 1x1':>7} {'peer/s':>9} {'vs peer':>7}")
+    for r in res:
+        base = next((q["samples_per_second"] for q in res if q["hidden"] == r["hidden"] and q["batch"] == r["batch"]
+                     and q["split"] == "1x1"), None)
+        r["ratio_to_1x1"] = r["samples_per_second"] / base if base else None
+        peer = r.get("peer_samples_per_second")
+        r["ratio_to_peer"] = r["samples_per_second"] / peer if peer else None
+        print(f"{'784-' + r['hidden'].replace(',', '-') + '-10':>22} {r['batch']:>5} {r['split']:>5} "
+              f"{r['samples_per_second']:>10.0f} {r['ratio_to_1x1'] or float('nan'):>7.2f} "
+              f"{peer or float('nan'):>9.0f} {r['ratio_to_peer'] or float('nan'):>7.2f}")
+    os.makedirs(os.path.dirname(a.json), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump({"data": data, "samples": a.samples, "epochs": a.epochs, "sweep": res}, f, indent=1)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", help="Fashion-MNIST HDF5 (written from Debian's IDX files when omitted)")
@@ -104,11 +198,22 @@ def main() -> int:
     ap.add_argument("--compute-steps", type=int, default=300)
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "bench-train.json"))
     ap.add_argument("--compute-only", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--sweep", action="store_true", help="ranks x threads splits instead (see above)")
+    ap.add_argument("--splits", help="--sweep: RxT and dR items, comma-separated (default: from the cores here)")
+    ap.add_argument("--models", default="256,256@256;1024,1024@1024",
+                    help="--sweep: hidden widths @ global batch, ';'-separated")
+    ap.add_argument("--samples", type=int, default=16384, help="--sweep: training samples used")
+    ap.add_argument("--repeat", type=int, default=3, help="--sweep: rounds over the splits; medians are kept")
+    ap.add_argument("--peer", help="--sweep: the plain NumPy + mpi4py loop (numpy_mpi_mlp.py) to run beside")
     a = ap.parse_args()
     if a.compute_only:
         compute_only(a.compute_only)
         return 0
     data = ensure_data(a.data)
+    if a.sweep:
+        if a.json.endswith("bench-train.json"):
+            a.json = a.json.replace("bench-train.json", "bench-train-sweep.json")
+        return sweep(a, data)
     ranks = [int(p) for p in a.ranks.split(",")]
     res = {}
     with tempfile.TemporaryDirectory() as tmp:

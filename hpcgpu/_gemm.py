@@ -2,8 +2,9 @@
 
 NumPy's ``matmul`` has no ``beta``; ``c += a @ b`` would allocate and stream
 a block as large as C for every panel. BLAS's gemm accumulates in place: on
-the host through SciPy's BLAS wrappers (C-ordered arrays are passed as their
-Fortran-ordered transposes, ``c.T = b.T @ a.T``), on the GPU through cuBLAS.
+the host through the CBLAS GEMM of NumPy's own BLAS library (``hpcgpu._blas``:
+one thread pool per rank; SciPy's BLAS wrappers only where that library
+cannot be bound), on the GPU through cuBLAS.
 
 Half precision (float16, and bfloat16 from ``ml_dtypes``) always accumulates
 in float32, as cuBLAS's ``cublasGemmEx`` with ``CUBLAS_COMPUTE_32F`` does:
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _device
+from . import _blas, _device
 
 _SCIPY_GEMM: dict = {}
 
@@ -99,6 +100,8 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
         return
     if beta == 0 and alpha == 1:
         np.matmul(a, b, out=c)
+        return
+    if _blas.gemm(a, b, c, alpha, beta):  # NumPy's own BLAS: one thread pool per rank (hpcgpu/_blas.py)
         return
     f = _scipy_gemm(c.dtype)
     if f is not None and c.flags.c_contiguous and a.flags.c_contiguous and b.flags.c_contiguous:

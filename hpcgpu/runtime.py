@@ -18,7 +18,7 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _device
+from . import _blas, _device
 from .errors import agreed
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
@@ -107,7 +107,7 @@ class Runtime:
             f"[{self.rank}/{self.size}] host={self.host} "
             f"local_rank={self.local_rank}/{self.local_size} device={dev} ({self.device_reason}) "
             f"xp={self.xp.__name__} {xp_version} "
-            f"mpi={self.mpi_library} (MPI {mpi_version}) blas_threads={self.blas_threads} "
+            f"mpi={self.mpi_library} (MPI {mpi_version}) blas={_blas.describe()} blas_threads={self.blas_threads} "
             f"cuda_aware={aware} ({self.cuda_aware_reason})"
         )
         if self.device == "gpu":

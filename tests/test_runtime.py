@@ -1,3 +1,4 @@
+import os
 import re
 
 import numpy as np
@@ -138,6 +139,27 @@ def test_library_query_reads_the_loaded_mpi():
     # The pip MPICH exports MPIX_Query_cuda_support; other MPIs may not (None).
     q = runtime._query_cuda_support()
     assert q is None or q in (0, 1)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_blas_thread_pools_agree_after_init(nprocs):
+    """Issue 23: NumPy's and SciPy's OpenBLAS each keep a pool; after init() both have the rank's share
+    of the cores, and hpcgpu computes on NumPy's alone, so a step never wakes the other pool."""
+    code = ("import hpcgpu, numpy as np\n"
+            "rt = hpcgpu.init('cpu')\n"
+            "from threadpoolctl import threadpool_info\n"
+            "from hpcgpu import _blas\n"
+            "blas = [p for p in threadpool_info() if p['user_api'] == 'blas']\n"
+            "n = int(rt.blas_threads.split()[0])\n"
+            "assert len(blas) == 2 and {p['num_threads'] for p in blas} == {n}, (rt.blas_threads, blas)\n"
+            "assert _blas.numpy_blas() is not None and _blas.numpy_blas().gemms, blas\n"
+            "print('ok', n, flush=True)\n")
+    env = {v: None for v in runtime._THREAD_VARS}
+    p = _mpi.run(nprocs, ["-c", code], env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cores = len(os.sched_getaffinity(0))
+    assert p.stdout.count(f"ok {max(1, cores // nprocs)}") == nprocs, p.stdout
 
 
 def test_blas_threads_respect_user_choice(monkeypatch):

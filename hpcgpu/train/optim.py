@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from .. import _blas
+
 __all__ = ["SGD", "LRSchedule"]
 
 
@@ -55,10 +57,12 @@ class SGD:
     With the summed gradient ``g`` and ``scale`` (1 / global batch):
     ``v = momentum * v + scale * g + weight_decay * p``; ``p -= lr * v``
     (the PyTorch form, Sutskever et al., ICML 2013). On one flat buffer,
-    identically on every rank. On the host it is three or four BLAS axpy/scal
-    passes over the buffer and no temporary (the update is memory-bound: a
+    identically on every rank. On the host it is two or three BLAS passes
+    over the buffer (axpby, axpy) and no temporary (the update is memory-bound: a
     naive NumPy form made eight passes and cost as much as a fifth of a
-    step's GEMMs).
+    step's GEMMs), by NumPy's own BLAS, the one that runs the GEMMs: a
+    second library would keep a second thread pool spinning
+    (``hpcgpu._blas``).
 
     Parameters
     ----------
@@ -74,11 +78,7 @@ class SGD:
     def __init__(self, params, momentum=0.9, weight_decay=0.0):
         self.params, self.momentum, self.weight_decay = params, float(momentum), float(weight_decay)
         self.velocity = params * 0
-        self._blas = None
-        if isinstance(params, np.ndarray) and params.dtype in (np.float32, np.float64):
-            from scipy.linalg.blas import get_blas_funcs
-
-            self._blas = get_blas_funcs(("axpy", "scal"), (params,))
+        self._host = isinstance(params, np.ndarray) and _blas.scal(1.0, self.velocity)  # NumPy's BLAS binds
 
     def step(self, grad, lr: float, scale: float = 1.0) -> None:
         """Apply one update with the gradient ``scale * grad`` (n,). Not collective.
@@ -98,16 +98,15 @@ class SGD:
             gradient into a mean).
         """
         p, v, mu = self.params, self.velocity, self.momentum
-        if self._blas is not None:
-            axpy, scal = self._blas
-            if mu:
-                scal(mu, v)
-            else:
+        if self._host and grad.dtype == p.dtype and grad.flags.c_contiguous:
+            if not mu:
                 v[...] = 0
-            axpy(grad, v, a=scale)
+            if not _blas.axpby(scale, grad, mu, v):  # v = scale * g + mu * v in one pass where the BLAS has it
+                _blas.scal(mu, v)
+                _blas.axpy(scale, grad, v)
             if self.weight_decay:
-                axpy(p, v, a=self.weight_decay)
-            axpy(v, p, a=-lr)
+                _blas.axpy(self.weight_decay, p, v)
+            _blas.axpy(-lr, v, p)
             return
         v *= mu
         grad *= scale

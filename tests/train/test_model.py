@@ -88,7 +88,7 @@ def test_sgd_matches_the_closed_form(dtype, blas, momentum, wd):
     p = p0.astype(dtype)
     opt = SGD(p, momentum=momentum, weight_decay=wd)
     if not blas:
-        opt._blas = None  # the device path's plain array arithmetic, run on NumPy
+        opt._host = False  # the device path's plain array arithmetic, run on NumPy
     v = np.zeros(3)
     for _ in range(3):
         before = p.astype(np.float64)

@@ -1,0 +1,173 @@
+"""The host BLAS of a rank: NumPy's own library, one thread pool.
+
+NumPy's and SciPy's wheels each bring their own OpenBLAS, each with its own
+pool of worker threads, and an OpenBLAS worker spins for a while after every
+call before it sleeps. A rank that calls both (NumPy's ``matmul`` for the
+GEMMs, SciPy's ``gemm``/``axpy`` for an update in place) keeps two pools
+busy: with t threads each, 2t - 1 workers compete for t cores, and every
+GEMM waits for workers the scheduler has parked behind the other pool's
+spinners (issue 23: the trainer ran 4 to 26 times slower with t threads than
+with one). Here every host GEMM of hpcgpu goes to NumPy's BLAS: ``np.matmul``
+where no accumulation is needed, and that library's own ``cblas_?gemm``
+(through ctypes, found with threadpoolctl) for ``c = alpha a b + beta c``.
+SciPy's BLAS is used only where NumPy's library cannot be bound (then
+SUMMA's accumulation runs on it, as before).
+
+How many threads: the rank's limit (``hpcgpu.runtime``), for NumPy's
+library as for SciPy's, and OpenBLAS's own rule runs GEMMs too small to
+share on one thread. Measured with one pool per rank (NumPy's OpenBLAS
+0.3.31, 2 cores): a second thread pays 1.3 to 2.7 times on the trainer's
+GEMMs of 0.1 ms and more, and nothing or less below that; a GEMM whose inner
+or output dimension is the 10 classes can be slower with two (0.56 to 0.9).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_TYPES = {np.dtype(np.float32): ("s", ctypes.c_float), np.dtype(np.float64): ("d", ctypes.c_double),
+          np.dtype(np.complex64): ("c", None), np.dtype(np.complex128): ("z", None)}
+
+
+class _Library:
+    """NumPy's BLAS (threadpoolctl's controller of it), bound by ctypes: its CBLAS GEMMs, axpy, axpby, scal."""
+
+    def __init__(self, controller):
+        self.controller = controller
+        self.filepath = controller.filepath
+        lib = controller.dynlib
+        self.gemms, self.axpys, self.scals, self.axpbys, self.int_t = {}, {}, {}, {}, ctypes.c_int
+        for prefix in ("scipy_", ""):
+            for suffix, int_t in (("64_", ctypes.c_int64), ("_64", ctypes.c_int64), ("", ctypes.c_int)):
+                found = {t: getattr(lib, f"{prefix}cblas_{t}gemm{suffix}", None) for t in "sdcz"}
+                if all(found.values()):
+                    self.gemms, self.int_t = found, int_t
+                    self.axpys = {t: getattr(lib, f"{prefix}cblas_{t}axpy{suffix}", None) for t in "sd"}
+                    self.scals = {t: getattr(lib, f"{prefix}cblas_{t}scal{suffix}", None) for t in "sd"}
+                    self.axpbys = {t: getattr(lib, f"{prefix}cblas_{t}axpby{suffix}", None) for t in "sd"}
+                    break
+            if self.gemms:
+                break
+
+
+_LOCK = threading.Lock()
+_LIB: _Library | None | bool = False  # False: not looked up yet; None: none found
+
+
+def numpy_blas() -> _Library | None:
+    """NumPy's BLAS library, or None when threadpoolctl cannot see one. Not collective."""
+    global _LIB
+    if _LIB is False:
+        with _LOCK:
+            if _LIB is False:
+                _LIB = _find()
+    return _LIB
+
+
+def _find() -> _Library | None:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+    here = os.path.dirname(os.path.dirname(os.path.realpath(np.__file__)))
+    mine = [c for c in blas if os.path.realpath(c.filepath).startswith(os.path.join(here, "numpy"))]
+    if not mine:  # a system NumPy: the BLAS no other wheel brought
+        mine = [c for c in blas if f"{os.sep}scipy" not in c.filepath]
+    if len(mine) != 1 or not hasattr(mine[0], "dynlib"):
+        return None
+    return _Library(mine[0])
+
+
+def describe() -> str:
+    """NumPy's BLAS as ``info`` shows it: library file, version, and whether hpcgpu calls only it."""
+    lib = numpy_blas()
+    if lib is None:
+        return "not found (SciPy's BLAS for accumulation)"
+    c = lib.controller
+    only = "all GEMMs" if lib.gemms else "matmul only; SciPy's BLAS accumulates"
+    return f"{os.path.basename(c.filepath)} {c.internal_api} {c.version} ({only})"
+
+
+def gemm(a, b, c, alpha, beta) -> bool:
+    """``c[...] = alpha * a @ b + beta * c`` by NumPy's CBLAS GEMM, in place; False when it cannot.
+
+    Not collective. ``a``, ``b``, ``c``: 2-D, one dtype of float32, float64,
+    complex64, complex128; ``c`` C-contiguous; ``a`` and ``b`` C- or
+    Fortran-contiguous (a transposed view is passed as a transpose).
+    """
+    lib = numpy_blas()
+    if lib is None or not lib.gemms or c.dtype not in _TYPES or not (a.dtype == b.dtype == c.dtype):
+        return False
+    if not c.flags.c_contiguous:
+        return False
+    ops = []
+    for x in (a, b):
+        if x.flags.c_contiguous:
+            ops.append((_NO_TRANS, max(1, x.shape[1]), x))
+        elif x.flags.f_contiguous:
+            ops.append((_TRANS, max(1, x.shape[0]), x))
+        else:
+            return False
+    (ta, lda, a), (tb, ldb, b) = ops
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    t, scalar = _TYPES[c.dtype]
+    I = lib.int_t  # noqa: E741
+    if scalar is not None:
+        al, be = scalar(alpha), scalar(beta)
+    else:  # complex: alpha and beta by pointer
+        buf = np.array([alpha, beta], dtype=c.dtype)
+        al, be = ctypes.c_void_p(buf.ctypes.data), ctypes.c_void_p(buf.ctypes.data + buf.itemsize)
+    lib.gemms[t](_ROW_MAJOR, ta, tb, I(m), I(n), I(k), al, ctypes.c_void_p(a.ctypes.data), I(lda),
+                 ctypes.c_void_p(b.ctypes.data), I(ldb), be, ctypes.c_void_p(c.ctypes.data), I(max(1, n)))
+    return True
+
+
+def _vector_op(table, x):
+    lib = numpy_blas()
+    if lib is None or x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous:
+        return None, None
+    f = getattr(lib, table).get(_TYPES[x.dtype][0])
+    return (f, lib) if f is not None else (None, None)
+
+
+def axpy(alpha, x, y) -> bool:
+    """``y += alpha * x`` in place by NumPy's BLAS; False when it cannot (then nothing is done).
+
+    Not collective. ``x``, ``y``: C-contiguous float32 or float64 of one
+    dtype and size. One memory pass over each, no temporary, threaded by the
+    BLAS for long vectors.
+    """
+    f, lib = _vector_op("axpys", y)
+    if f is None or x.dtype != y.dtype or x.size != y.size or not x.flags.c_contiguous:
+        return False
+    scalar = _TYPES[y.dtype][1]
+    f(lib.int_t(y.size), scalar(alpha), ctypes.c_void_p(x.ctypes.data), lib.int_t(1),
+      ctypes.c_void_p(y.ctypes.data), lib.int_t(1))
+    return True
+
+
+def axpby(alpha, x, beta, y) -> bool:
+    """``y = alpha * x + beta * y`` in place, one pass, by NumPy's BLAS (the OpenBLAS and MKL
+    extension); False when it cannot (then nothing is done). Not collective. As :func:`axpy`."""
+    f, lib = _vector_op("axpbys", y)
+    if f is None or x.dtype != y.dtype or x.size != y.size or not x.flags.c_contiguous:
+        return False
+    scalar = _TYPES[y.dtype][1]
+    f(lib.int_t(y.size), scalar(alpha), ctypes.c_void_p(x.ctypes.data), lib.int_t(1), scalar(beta),
+      ctypes.c_void_p(y.ctypes.data), lib.int_t(1))
+    return True
+
+
+def scal(alpha, x) -> bool:
+    """``x *= alpha`` in place by NumPy's BLAS; False when it cannot. Not collective."""
+    f, lib = _vector_op("scals", x)
+    if f is None:
+        return False
+    f(lib.int_t(x.size), _TYPES[x.dtype][1](alpha), ctypes.c_void_p(x.ctypes.data), lib.int_t(1))
+    return True
