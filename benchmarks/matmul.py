@@ -1,15 +1,18 @@
-"""SUMMA against the local GEMM, N x N float64, at 1, 2 and 4 ranks, in one run.
+"""SUMMA against the local GEMM, N x N float64, over ranks x threads splits, in one run.
 
-    python benchmarks/matmul.py [--n 4096] [--ranks 1,2,4] [--dtype float64]
+    python benchmarks/matmul.py [--n 4096] [--splits 1x1,1x2,2x1,d1,d2] [--dtype float64]
 
-Each SUMMA run uses one BLAS thread per rank (OMP_NUM_THREADS=1). Two ratios
-are reported, both "reference time / SUMMA time" (higher is better, 1.0 =
-as fast as the reference):
+A split ``RxT`` is R ranks with OMP_NUM_THREADS=T; ``dR`` is R ranks with no
+thread variable at all, what a user gets by default (hpcgpu gives each rank
+its share of the cores). The default splits: 1 x 1, every R x T with R * T =
+the cores here, and dR for R = 1 and R = cores. Two ratios are reported, both
+"reference time / SUMMA time" (higher is better, 1.0 = as fast as the
+reference):
 
 - ratio_in_run: against one process doing the same GEMM with all the ranks'
   threads together (capped at the cores), measured inside the same mpiexec
   run (``python -m hpcgpu matmul --bench``);
-- ratio_numpy_2t: against single-process NumPy with 2 BLAS threads,
+- ratio_numpy_all: against single-process NumPy with a thread per core,
   measured by this script in the same invocation.
 """
 
@@ -52,31 +55,40 @@ def _timed(f):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--splits", help="RxT and dR items, comma-separated (default: from the cores here)")
     ap.add_argument("--dtype", default="float64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "bench-matmul.json"))
     a = ap.parse_args()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cores = len(os.sched_getaffinity(0))
+    splits = a.splits.split(",") if a.splits else list(dict.fromkeys(
+        ["1x1"] + [f"{r}x{cores // r}" for r in range(1, cores + 1) if cores % r == 0] + ["d1", f"d{cores}"]))
     flops = (8 if "complex" in a.dtype else 2) * a.n**3
-    ref2 = numpy_gemm(a.n, a.dtype, 2, a.repeat)
+    ref = numpy_gemm(a.n, a.dtype, cores, a.repeat)
     rows = []
-    for P in (int(p) for p in a.ranks.split(",")):
+    for split in splits:
+        P, T = (int(split[1:]), None) if split.startswith("d") else map(int, split.split("x"))
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
+        env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+        if T is not None:
+            env["OMP_NUM_THREADS"] = str(T)
         cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "hpcgpu", "matmul", "--bench", str(a.n), "--dtype",
                a.dtype, "--repeat", str(a.repeat), "--json", "--device", "cpu"]
         out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, timeout=1800).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        r["ratio_numpy_2t"] = ref2 / r["seconds"]
+        r["split"] = split
+        r["ratio_numpy_all"] = ref / r["seconds"]
         rows.append(r)
-    print(f"N={a.n} {a.dtype}; NumPy 1 process 2 threads: {ref2:.3f} s, {flops / ref2 / 1e9:.1f} GFLOP/s")
-    print(f"{'P':>2} {'grid':>5} {'panel':>6} {'seconds':>8} {'GFLOP/s':>8} {'ref thr':>7} {'ratio_in_run':>12} "
-          f"{'ratio_numpy_2t':>14}")
+    print(f"N={a.n} {a.dtype}; NumPy, 1 process, {cores} threads: {ref:.3f} s, {flops / ref / 1e9:.1f} GFLOP/s")
+    print(f"{'split':>5} {'grid':>5} {'panel':>6} {'seconds':>8} {'GFLOP/s':>8} {'ref thr':>7} {'ratio_in_run':>12} "
+          f"{'ratio_numpy_all':>15}")
     for r in rows:
-        print(f"{r['ranks']:>2} {'x'.join(map(str, r['grid'])):>5} {r['panel']:>6} {r['seconds']:>8.3f} "
-              f"{r['gflops']:>8.1f} {r['local_gemm_threads']:>7} {r['ratio']:>12.3f} {r['ratio_numpy_2t']:>14.3f}")
+        print(f"{r['split']:>5} {'x'.join(map(str, r['grid'])):>5} {r['panel']:>6} {r['seconds']:>8.3f} "
+              f"{r['gflops']:>8.1f} {r['local_gemm_threads']:>7} {r['ratio']:>12.3f} {r['ratio_numpy_all']:>15.3f}")
     os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
-        json.dump({"numpy_2_threads_seconds": ref2, "runs": rows}, f, indent=1)
+        json.dump({"numpy_all_threads_seconds": ref, "cores": cores, "runs": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

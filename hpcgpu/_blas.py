@@ -153,8 +153,11 @@ def axpy(alpha, x, y) -> bool:
 
 
 def axpby(alpha, x, beta, y) -> bool:
-    """``y = alpha * x + beta * y`` in place, one pass, by NumPy's BLAS (the OpenBLAS and MKL
-    extension); False when it cannot (then nothing is done). Not collective. As :func:`axpy`."""
+    """``y = alpha * x + beta * y`` in place, one pass, by NumPy's BLAS; False when it cannot.
+
+    Not collective. An extension of OpenBLAS and MKL; where the library
+    lacks it, nothing is done. Operands as for :func:`axpy`.
+    """
     f, lib = _vector_op("axpbys", y)
     if f is None or x.dtype != y.dtype or x.size != y.size or not x.flags.c_contiguous:
         return False

@@ -137,8 +137,8 @@ def test_checkpoint_written_on_device_resumes_on_cpu_and_back(backend, tmp_path)
     assert c.returncode == 0, c.stdout + c.stderr
     (_, mf, _), (_, mc, dev) = _history(tmp_path / "full.h5"), _history(tmp_path / "c.h5")
     assert dev == "gpu"
-    for k in mf:
-        np.testing.assert_allclose(mc[k], mf[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    for k in mf:  # float32 on two paths (the host's fused BLAS update, the device's array arithmetic): last bits
+        np.testing.assert_allclose(mc[k], mf[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 # -- defect 1 and 2: no usable GPU is one line, exit 2; auto says why it fell back ------------------
