@@ -144,15 +144,15 @@ def test_library_query_reads_the_loaded_mpi():
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2])
 def test_blas_thread_pools_agree_after_init(nprocs):
-    """Issue 23: NumPy's and SciPy's OpenBLAS each keep a pool; after init() both have the rank's share
-    of the cores, and hpcgpu computes on NumPy's alone, so a step never wakes the other pool."""
+    """Issue 23: NumPy's and SciPy's OpenBLAS (wheels) each keep a pool; after init() every BLAS pool has
+    the rank's share of the cores, and hpcgpu computes on NumPy's alone, so a step never wakes another."""
     code = ("import hpcgpu, numpy as np\n"
             "rt = hpcgpu.init('cpu')\n"
             "from threadpoolctl import threadpool_info\n"
             "from hpcgpu import _blas\n"
             "blas = [p for p in threadpool_info() if p['user_api'] == 'blas']\n"
             "n = int(rt.blas_threads.split()[0])\n"
-            "assert len(blas) == 2 and {p['num_threads'] for p in blas} == {n}, (rt.blas_threads, blas)\n"
+            "assert blas and {p['num_threads'] for p in blas} == {n}, (rt.blas_threads, blas)\n"
             "assert _blas.numpy_blas() is not None and _blas.numpy_blas().gemms, blas\n"
             "print('ok', n, flush=True)\n")
     env = {v: None for v in runtime._THREAD_VARS}
