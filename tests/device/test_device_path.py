@@ -212,8 +212,10 @@ import hpcgpu                      # chooses the GPU from the launcher's local r
 import cupy
 rt = hpcgpu.init("gpu")
 import json
-print(json.dumps(dict(rank=rt.rank, local=rt.local_rank, device=rt.device_id, current=cupy.cuda.runtime.getDevice(),
-                      contexts=cupy._standin.contexts(), binding=rt.binding)), flush=True)
+row = dict(rank=rt.rank, local=rt.local_rank, device=rt.device_id, current=cupy.cuda.runtime.getDevice(),
+           contexts=cupy._standin.contexts(), binding=rt.binding)
+sys.stdout.write(json.dumps(row) + "\\n")  # one write: two ranks' lines must not interleave (print writes twice)
+sys.stdout.flush()
 """
 
 LATE = "from mpi4py import MPI\n" + BINDING  # MPI initialized first: the binding comes after it
