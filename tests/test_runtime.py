@@ -1,4 +1,3 @@
-import os
 import re
 
 import numpy as np
@@ -154,12 +153,14 @@ def test_blas_thread_pools_agree_after_init(nprocs):
             "n = int(rt.blas_threads.split()[0])\n"
             "assert blas and {p['num_threads'] for p in blas} == {n}, (rt.blas_threads, blas)\n"
             "assert _blas.numpy_blas() is not None and _blas.numpy_blas().gemms, blas\n"
+            "import os\n"  # the rank's share: its CPU set when the launcher bound it (Open MPI 4 does), else cores / ranks
+            "mine, total = len(os.sched_getaffinity(0)), os.cpu_count()\n"
+            "assert n == (mine if mine < total else max(1, total // rt.size)), (n, mine, total)\n"
             "print('ok', n, flush=True)\n")
     env = {v: None for v in runtime._THREAD_VARS}
     p = _mpi.run(nprocs, ["-c", code], env=env, timeout=60)
     assert p.returncode == 0, p.stderr
-    cores = len(os.sched_getaffinity(0))
-    assert p.stdout.count(f"ok {max(1, cores // nprocs)}") == nprocs, p.stdout
+    assert p.stdout.count("ok ") == nprocs, p.stdout
 
 
 def test_blas_threads_respect_user_choice(monkeypatch):
