@@ -153,7 +153,8 @@ def test_blas_thread_pools_agree_after_init(nprocs):
             "n = int(rt.blas_threads.split()[0])\n"
             "assert blas and {p['num_threads'] for p in blas} == {n}, (rt.blas_threads, blas)\n"
             "assert _blas.numpy_blas() is not None and _blas.numpy_blas().gemms, blas\n"
-            "import os\n"  # the rank's share: its CPU set when the launcher bound it (Open MPI 4 does), else cores / ranks
+            # the rank's share: its CPU set when the launcher bound it (Open MPI 4 does), else cores / ranks
+            "import os\n"
             "mine, total = len(os.sched_getaffinity(0)), os.cpu_count()\n"
             "assert n == (mine if mine < total else max(1, total // rt.size)), (n, mine, total)\n"
             "print('ok', n, flush=True)\n")
