@@ -128,11 +128,17 @@ def gemm(a, b, c, alpha, beta) -> bool:
     return True
 
 
-def _vector_op(table, x):
+def _vector_op(table, y, x=None):
+    """``(routine, library)`` of NumPy's BLAS for ``y`` (and ``x``), or ``(None, None)``.
+
+    ``y`` and ``x`` must be C-contiguous float32 or float64 of one dtype and size.
+    """
     lib = numpy_blas()
-    if lib is None or x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous:
+    if lib is None or y.dtype not in (np.float32, np.float64) or not y.flags.c_contiguous:
         return None, None
-    f = getattr(lib, table).get(_TYPES[x.dtype][0])
+    if x is not None and (x.dtype != y.dtype or x.size != y.size or not x.flags.c_contiguous):
+        return None, None
+    f = getattr(lib, table).get(_TYPES[y.dtype][0])
     return (f, lib) if f is not None else (None, None)
 
 
@@ -143,12 +149,11 @@ def axpy(alpha, x, y) -> bool:
     dtype and size. One memory pass over each, no temporary, threaded by the
     BLAS for long vectors.
     """
-    f, lib = _vector_op("axpys", y)
-    if f is None or x.dtype != y.dtype or x.size != y.size or not x.flags.c_contiguous:
+    f, lib = _vector_op("axpys", y, x)
+    if f is None:
         return False
-    scalar = _TYPES[y.dtype][1]
-    f(lib.int_t(y.size), scalar(alpha), ctypes.c_void_p(x.ctypes.data), lib.int_t(1),
-      ctypes.c_void_p(y.ctypes.data), lib.int_t(1))
+    I, s = lib.int_t, _TYPES[y.dtype][1]  # noqa: E741
+    f(I(y.size), s(alpha), ctypes.c_void_p(x.ctypes.data), I(1), ctypes.c_void_p(y.ctypes.data), I(1))
     return True
 
 
@@ -158,12 +163,11 @@ def axpby(alpha, x, beta, y) -> bool:
     Not collective. An extension of OpenBLAS and MKL; where the library
     lacks it, nothing is done. Operands as for :func:`axpy`.
     """
-    f, lib = _vector_op("axpbys", y)
-    if f is None or x.dtype != y.dtype or x.size != y.size or not x.flags.c_contiguous:
+    f, lib = _vector_op("axpbys", y, x)
+    if f is None:
         return False
-    scalar = _TYPES[y.dtype][1]
-    f(lib.int_t(y.size), scalar(alpha), ctypes.c_void_p(x.ctypes.data), lib.int_t(1), scalar(beta),
-      ctypes.c_void_p(y.ctypes.data), lib.int_t(1))
+    I, s = lib.int_t, _TYPES[y.dtype][1]  # noqa: E741
+    f(I(y.size), s(alpha), ctypes.c_void_p(x.ctypes.data), I(1), s(beta), ctypes.c_void_p(y.ctypes.data), I(1))
     return True
 
 

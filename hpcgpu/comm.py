@@ -66,8 +66,7 @@ def movable(a):
     return a.view(np.uint16) if a.dtype.name in _HALF else a
 
 
-def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False, slot: str | None = None,
-              reduce: bool = False):
+def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False, slot: str | None = None):
     """Call ``call(*buffers)`` with buffers MPI can take: the one CPU / CUDA-aware / staged branch.
 
     ``bufs`` is ``[(array, IN | OUT | INOUT), ...]``. Host arrays go as they
@@ -80,8 +79,7 @@ def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False,
     held until then). Returns ``call``'s result, or a :class:`Request` when
     ``nonblocking``.
     """
-    if not reduce:  # moving data: 16-bit floats as bit patterns; a reduction needs the real datatype
-        bufs = [(movable(a), role) for a, role in bufs]
+    bufs = [(movable(a), role) for a, role in bufs]  # Allreduce widens 16-bit floats before it gets here
     arrays = [a for a, _ in bufs]
     on_device = [_device.is_device_array(a) for a in arrays]
     if not any(on_device):
@@ -208,14 +206,12 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
         return out
     if recvbuf is None:
         if comm.Get_size() > 1:
-            _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware,
-                      reduce=True)
+            _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware)
         return sendbuf
     if comm.Get_size() == 1:
         recvbuf[...] = sendbuf
         return recvbuf
-    _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware,
-              reduce=True)
+    _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
     return recvbuf
 
 

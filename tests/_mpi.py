@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ _LIBRARY = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI
             "print(MPI.Get_library_version())")
 
 
+@functools.lru_cache(maxsize=None)
 def flavor(python: str | None = None) -> str:
     """``"openmpi"``, ``"impi"`` or ``"mpich"``: the MPI that mpi4py loads here (and so in the ranks),
     or under another environment's ``python`` (asked without starting MPI)."""

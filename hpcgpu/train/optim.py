@@ -83,8 +83,9 @@ class SGD:
     def step(self, grad, lr: float, scale: float = 1.0) -> None:
         """Apply one update with the gradient ``scale * grad`` (n,). Not collective.
 
-        ``grad`` is left unchanged on the host path and may be overwritten
-        on the device path.
+        ``grad`` is left unchanged on the host path (NumPy's BLAS) and may be
+        overwritten on the device path, or on a host whose NumPy BLAS
+        cannot be bound (then plain array arithmetic does the update).
 
         Parameters
         ----------
