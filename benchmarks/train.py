@@ -24,6 +24,8 @@ training samples, and prints samples/s per split with its ratio to 1 x 1:
 
 ``RxT`` is R ranks with OMP_NUM_THREADS=T; ``dR`` is R ranks with no thread
 variable at all, what a user gets by default (hpcgpu's split of the cores).
+A split ending in ``all`` (``1x2all``) runs with ``--gemm-threads all``: every
+GEMM on the rank's threads instead of the timed choice per GEMM.
 The default splits are every R x T with R * T = the cores here, 1 x 1, and
 dR for R = 1 and R = cores. ``--peer`` also runs the plain NumPy + mpi4py
 loop at every RxT split of the model it has (784-256-256-10, its batch).
@@ -134,17 +136,19 @@ def subset(data: str, n: int, out: str) -> str:
 
 
 def sweep_run(split: str, hidden: str, batch: int, data: str, epochs: int, out: str) -> float:
+    extra = ["--gemm-threads", "all"] if split.endswith("all") else []
+    split = split.removesuffix("all")
     ranks, threads = (int(split[1:]), None) if split.startswith("d") else map(int, split.split("x"))
     cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcgpu.train", "--data", data, "--out", out,
            "--hidden", hidden, "--batch-size", str(batch), "--epochs", str(epochs), "--lr", "0.05",
-           "--weight-decay", "0", "--device", "cpu", "--progress", "none"]  # the peer's update: no decay
+           "--weight-decay", "0", "--device", "cpu", "--progress", "none", *extra]  # the peer's update: no decay
     subprocess.run(cmd, check=True, env=split_env(threads), timeout=3600)
     with h5py.File(out) as f:
         return float(np.median(f["metrics/samples_per_second"][1:]))
 
 
 def peer_run(peer: str, split: str, data: str, epochs: int) -> float | None:
-    if split.startswith("d"):
+    if split.startswith("d") or split.endswith("all"):
         return None
     ranks, threads = map(int, split.split("x"))
     cmd = [mpiexec(), "-n", str(ranks), sys.executable, peer, "--data", data, "--threads", str(threads),
@@ -165,7 +169,8 @@ def sweep(a, data: str) -> int:
                 for split in splits:
                     r = runs.setdefault((hidden, batch, split), {"ours": [], "peer": []})
                     r["ours"].append(sweep_run(split, hidden, batch, small, a.epochs, os.path.join(tmp, "o.h5")))
-                    if a.peer and hidden == "256,256" and batch == 256 and not split.startswith("d"):
+                    if a.peer and hidden == "256,256" and batch == 256 and not split.startswith("d") \
+                            and not split.endswith("all"):
                         r["peer"].append(peer_run(a.peer, split, small, a.epochs))
                     print(f"round {rnd + 1}: {hidden}@{batch} {split}: {r}", file=sys.stderr, flush=True)
     res = [{"hidden": h, "batch": b, "split": sp, "samples_per_second": float(np.median(r["ours"])),
@@ -177,7 +182,7 @@ def sweep(a, data: str) -> int:
           f"rounds of the median of epochs 2..{a.epochs}; RxT: R ranks x T threads (OMP_NUM_THREADS=T), "
           "dR: R ranks, no thread variable (the default)")
     print("median and best of the rounds (a shared machine loses CPU time in bursts: compare best with best)")
-    print(f"{'model':>18} {'batch':>5} {'split':>5} {'median/s':>9} {'best/s':>8} {'vs 1x1':>13} "
+    print(f"{'model':>18} {'batch':>5} {'split':>6} {'median/s':>9} {'best/s':>8} {'vs 1x1':>13} "
           f"{'peer med/best':>15} {'vs peer':>11}")
     for r in res:
         base = next((q for q in res if q["hidden"] == r["hidden"] and q["batch"] == r["batch"]
@@ -191,7 +196,7 @@ def sweep(a, data: str) -> int:
         def pair(x, y, f=".2f"):
             return "-" if x is None else f"{x:{f}}/{y:{f}}"
 
-        print(f"{'784-' + r['hidden'].replace(',', '-') + '-10':>18} {r['batch']:>5} {r['split']:>5} "
+        print(f"{'784-' + r['hidden'].replace(',', '-') + '-10':>18} {r['batch']:>5} {r['split']:>6} "
               f"{r['samples_per_second']:>9.0f} {r['best_samples_per_second']:>8.0f} "
               f"{pair(r['ratio_to_1x1'], r['best_ratio_to_1x1']):>13} {pair(peer, peer_best, '.0f'):>15} "
               f"{pair(r['ratio_to_peer'], r['best_ratio_to_peer']):>11}")

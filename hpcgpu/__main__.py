@@ -1,8 +1,10 @@
 """``[mpiexec -n P] python -m hpcgpu COMMAND``: hpcgpu's command lines.
 
 ``info`` prints one line per rank: rank/size, host, node-local rank, device,
-array module, MPI library and version, and whether MPI is CUDA-aware and
-why: the first thing to run when a job is off. ``matmul`` multiplies two
+array module, MPI library and version, BLAS and its threads, and whether MPI
+is CUDA-aware and why: the first thing to run when a job is off. With
+``--hidden`` it also times the trainer's GEMMs for that model and batch and
+prints which run on the rank's BLAS threads and which on one. ``matmul`` multiplies two
 HDF5 matrices with SUMMA (``python -m hpcgpu matmul --help``). The trainer
 is ``python -m hpcgpu.train``.
 """
@@ -10,6 +12,8 @@ is ``python -m hpcgpu.train``.
 from __future__ import annotations
 
 import argparse
+
+import numpy as np
 
 from . import _matmul_cli
 from ._cli import ArgumentParser, run
@@ -21,18 +25,55 @@ def parser() -> ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = sub.add_parser("info", help="print what each rank sees", description="One line per rank: what it sees.")
     info.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    g = info.add_argument_group("the trainer's GEMM threads (CPU): which GEMMs of its step run on the rank's "
+                                "BLAS threads, timed here as python -m hpcgpu.train does at start")
+    g.add_argument("--hidden", type=_widths, default=None, help="hidden widths of the MLP, e.g. 256,256")
+    g.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch, split among the ranks")
+    g.add_argument("--features", type=int, default=784, help="input features D")
+    g.add_argument("--classes", type=int, default=10, help="classes C")
+    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     info.set_defaults(main=_info)
     _matmul_cli.add_parser(sub)
     return p
 
 
+def _widths(text: str) -> tuple:
+    try:
+        sizes = tuple(int(t) for t in text.split(",")) if text.strip() not in ("", "none") else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected widths like 256,256, got {text!r}") from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"widths must be >= 1, got {text!r}")
+    return sizes
+
+
 def _info(args: argparse.Namespace) -> int:
+    from .errors import agreed
     from .runtime import init
 
+    if args.hidden is not None and min(args.batch_size, args.features, args.classes) < 1:
+        raise agreed(ValueError("--batch-size, --features and --classes must be >= 1"))  # same args everywhere
     rt = init(args.device)
     lines = rt.comm.gather(rt.describe(), root=0)
     if rt.rank == 0:
         print("\n".join(lines), flush=True)
+    if args.hidden is None:
+        return 0
+    from .train.model import MLP
+    from .train.threads import MARGIN, plan_gemm_threads
+
+    sizes = [args.features, *args.hidden, args.classes]
+    local = args.batch_size // rt.size + (rt.rank < args.batch_size % rt.size)
+    model = MLP(sizes, rt.xp, args.dtype)
+    plan = plan_gemm_threads(model, max(1, local), rt.comm)
+    if rt.rank == 0:
+        head = f"GEMM threads of the trainer's step, MLP {'-'.join(map(str, sizes))}, global batch {args.batch_size}"
+        if plan is None:
+            why = "on a GPU" if rt.xp is not np else "one BLAS thread per rank"
+            print(f"{head}: {why}, nothing to choose", flush=True)
+        else:
+            print(f"{head} (local {local} on rank 0): {plan.summary()}, kept where at least "
+                  f"{1 / MARGIN:.2f}x faster\n{plan.describe()}", flush=True)
     return 0
 
 

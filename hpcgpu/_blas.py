@@ -42,6 +42,14 @@ class _Library:
         self.filepath = controller.filepath
         lib = controller.dynlib
         self.gemms, self.axpys, self.scals, self.axpbys, self.int_t = {}, {}, {}, {}, ctypes.c_int
+        self.set_threads = self.get_threads = None  # OpenBLAS's own setter, a C call of 0.5 us
+        for prefix in ("scipy_", ""):
+            for suffix in ("64_", "_64", ""):
+                f = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                g = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                if f is not None and g is not None and self.set_threads is None:
+                    f.argtypes, f.restype, g.argtypes, g.restype = [ctypes.c_int], None, [], ctypes.c_int
+                    self.set_threads, self.get_threads = f, g
         for prefix in ("scipy_", ""):
             for suffix, int_t in (("64_", ctypes.c_int64), ("_64", ctypes.c_int64), ("", ctypes.c_int)):
                 found = {t: getattr(lib, f"{prefix}cblas_{t}gemm{suffix}", None) for t in "sdcz"}
@@ -82,6 +90,34 @@ def _find() -> _Library | None:
     if len(mine) != 1 or not hasattr(mine[0], "dynlib"):
         return None
     return _Library(mine[0])
+
+
+def threads() -> int | None:
+    """How many threads NumPy's BLAS now runs a call on; None when it cannot be known. Not collective."""
+    lib = numpy_blas()
+    if lib is None:
+        return None
+    if lib.get_threads is not None:
+        return int(lib.get_threads())
+    return int(lib.controller.num_threads)
+
+
+def set_threads(n: int) -> bool:
+    """Run NumPy's BLAS calls on ``n`` threads from now on (this process); False when it cannot.
+
+    Not collective. OpenBLAS's setter is called directly (a C call: cheap
+    enough between two GEMMs of a step); another library through
+    threadpoolctl (slower). ``n`` must not exceed the rank's limit set by
+    :func:`hpcgpu.init` (the caller's duty: this does not check).
+    """
+    lib = numpy_blas()
+    if lib is None:
+        return False
+    if lib.set_threads is not None:
+        lib.set_threads(int(n))
+    else:
+        lib.controller.set_num_threads(int(n))
+    return True
 
 
 def describe() -> str:

@@ -62,6 +62,10 @@ def parser() -> ArgumentParser:
     p.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="floating-point type")
     p.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default=d.progress,
                    help="rank 0's output: bar on a terminal, one line per epoch otherwise")
+    p.add_argument("--gemm-threads", choices=("auto", "all"), default=d.gemm_threads,
+                   help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
+                        "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
+                        "all: every GEMM on the rank's threads")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort the job, naming the ranks that have not arrived, when a collective waits this "
                         "long (default: $HPCGPU_STALL_TIMEOUT, else off)")

@@ -57,6 +57,9 @@ class CheckpointState:
     config : dict
         The options of the run that wrote it.
     world_size : int
+    gemm_threads : str
+        The run's GEMM thread plan as JSON (:class:`hpcgpu.train.threads.GemmPlan`);
+        empty when it had none.
     """
 
     params: np.ndarray
@@ -69,6 +72,7 @@ class CheckpointState:
     history: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     world_size: int = 1
+    gemm_threads: str = ""
 
 
 def candidates(path: str) -> list[str]:
@@ -159,7 +163,8 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
                 h.create_dataset(k, data=np.asarray(v, dtype=np.float64))
             f.attrs.update(dict(format=FORMAT, epoch=state.epoch, step=state.step,
                                 step_in_epoch=state.step_in_epoch, epoch_seconds=state.epoch_seconds,
-                                config=json.dumps(state.config, sort_keys=True), world_size=state.world_size))
+                                config=json.dumps(state.config, sort_keys=True), world_size=state.world_size,
+                                gemm_threads=state.gemm_threads))
             write_attrs(f, attrs or {})
         with open(tmp, "rb") as fh:  # on disk before it can replace the previous checkpoint
             os.fsync(fh.fileno())
@@ -206,6 +211,7 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 epoch_seconds=float(a["epoch_seconds"]),
                 history={k: f["history"][k][()].tolist() for k in f["history"]},
                 config=json.loads(a["config"]), world_size=int(a["world_size"]),
+                gemm_threads=str(a.get("gemm_threads", "")),
             )
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None

@@ -14,6 +14,8 @@ from types import ModuleType
 
 import numpy as np
 
+from .. import _blas
+
 __all__ = ["MLP"]
 
 
@@ -47,6 +49,11 @@ class MLP:
         all in the same message.
     param_grad : xp.ndarray, shape (n_params,)
         The gradient part of ``grad`` (a view).
+    gemm_threads : dict of str to int, or None
+        Host BLAS threads for each GEMM of :meth:`loss_and_grad`, by the keys
+        of :meth:`gemm_shapes` (see :func:`hpcgpu.train.threads.plan_gemm_threads`);
+        ``None`` (the default): every GEMM on the rank's BLAS threads.
+        Ignored on a GPU.
 
     References
     ----------
@@ -67,6 +74,7 @@ class MLP:
         self.param_grad = self.grad[: self.n_params]
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
+        self.gemm_threads: dict[str, int] | None = None
         self.reset(seed)
 
     def _views(self, flat):
@@ -109,6 +117,40 @@ class MLP:
     def named_parameters(self):
         """``[(name, view)]`` in a stable order; views into :attr:`params`."""
         return [(name, self._p[name]) for name, _ in self.shapes]
+
+    def gemm_shapes(self, n: int) -> list[tuple[str, tuple[int, int, int], bool, bool]]:
+        """The GEMMs of one :meth:`loss_and_grad` over ``n`` samples, in the order it runs them.
+
+        Not collective. Layer ``i`` has ``fc{i}.forward`` (``a @ W``),
+        ``fc{i}.wgrad`` (``a.T @ dz``, the weight gradient) and, except the
+        first, ``fc{i}.dgrad`` (``dz @ W.T``, the input gradient).
+
+        Parameters
+        ----------
+        n : int
+            Samples of the local batch.
+
+        Returns
+        -------
+        list of (key, (m, k, n), trans_a, trans_b)
+            ``C (m x n) = op(A) (m x k) @ op(B) (k x n)``; ``trans_a``:
+            ``A`` is stored ``(k, m)`` and used transposed, likewise ``trans_b``.
+        """
+        out = []
+        for i, (d_in, d_out) in enumerate(itertools.pairwise(self.sizes)):
+            out.append((f"fc{i}.forward", (n, d_in, d_out), False, False))
+        for i in reversed(range(self.n_layers)):
+            d_in, d_out = self.sizes[i], self.sizes[i + 1]
+            out.append((f"fc{i}.wgrad", (d_in, n, d_out), True, False))
+            if i > 0:
+                out.append((f"fc{i}.dgrad", (n, d_out, d_in), False, True))
+        return out
+
+    def _threads(self, key: str) -> None:
+        n = self.gemm_threads.get(key)
+        if n is not None and n != self._now:
+            _blas.set_threads(n)
+            self._now = n
 
     def forward(self, X):
         """Logits of a batch. ``X``: (n, D) -> (n, C). Not collective.
@@ -160,12 +202,26 @@ class MLP:
         samples of the cross-entropy loss (so that summing over ranks and
         dividing by the global batch gives the mean), and the two slots
         after it with the loss sum and the number of correct predictions.
+        With :attr:`gemm_threads`, each GEMM runs on its planned number of
+        host BLAS threads, and the rank's number is restored on return.
         """
+        if self.gemm_threads and self.xp is np:
+            before = self._now = _blas.threads()
+            try:
+                self._loss_and_grad(X, y, self._threads)
+            finally:
+                if self._now != before:
+                    _blas.set_threads(before)
+        else:
+            self._loss_and_grad(X, y, lambda key: None)
+
+    def _loss_and_grad(self, X, y, threads) -> None:
         xp = self.xp
         acts = [X]
         a = X
         L = self.n_layers
         for i in range(L):
+            threads(f"fc{i}.forward")
             z = a @ self._p[f"fc{i}.weight"]
             z += self._p[f"fc{i}.bias"]
             if i < L - 1:
@@ -179,9 +235,11 @@ class MLP:
         dz[xp.arange(dz.shape[0]), y] -= 1
         for i in reversed(range(L)):
             a_in = acts[i]
+            threads(f"fc{i}.wgrad")
             xp.matmul(a_in.T, dz, out=self._g[f"fc{i}.weight"])
             dz.sum(axis=0, out=self._g[f"fc{i}.bias"])
             if i > 0:
+                threads(f"fc{i}.dgrad")
                 da = dz @ self._p[f"fc{i}.weight"].T
                 da *= a_in > 0  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
                 dz = da

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from .. import _device
+from .. import _blas, _device
 from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..errors import agreed
@@ -32,6 +32,7 @@ from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP
 from .optim import SGD, LRSchedule
+from .threads import GemmPlan, plan_gemm_threads
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]
 
@@ -164,6 +165,12 @@ class TrainConfig:
         report of the ranks that have not arrived (0: off; ``None``:
         ``$HPCGPU_STALL_TIMEOUT``, else off; see
         :class:`hpcgpu.watchdog.Watchdog`).
+    gemm_threads : {"auto", "all"}
+        On the CPU with more than one BLAS thread per rank: ``auto`` times
+        each GEMM of the step at one thread and at the rank's threads at
+        start and keeps the threads only where they pay (a resumed run
+        reuses the checkpoint's choice); ``all`` runs every GEMM on the
+        rank's threads (see :mod:`hpcgpu.train.threads`).
     """
 
     data: str | None = None
@@ -188,6 +195,7 @@ class TrainConfig:
     resume: bool = False
     stop_file: str | None = None
     stall_timeout: float | None = None
+    gemm_threads: str = "auto"
 
     @property
     def checkpoint_path(self) -> str | None:
@@ -216,6 +224,7 @@ class TrainConfig:
             (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
+            (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -270,6 +279,10 @@ class Trainer:
         ``"SIGTERM"``, ``"stop file PATH"``); ``None`` when it ran to the end.
     resumed_from : str or None
         The checkpoint file this run continued from.
+    gemm_plan : GemmPlan or None
+        Which GEMMs of the step run on the rank's BLAS threads (CPU, more
+        than one thread per rank, ``gemm_threads="auto"``); ``None``: all
+        on the rank's threads.
     """
 
     METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
@@ -325,9 +338,33 @@ class Trainer:
         self.stopped_by: str | None = None
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
-        if c.resume:
-            self._resume()
+        self.gemm_plan: GemmPlan | None = None
+        plan = self._resume() if c.resume else None
+        self._plan_gemm_threads(plan)
         self.watchdog = Watchdog(comm, c.stall_timeout)
+
+    def _plan_gemm_threads(self, stored: tuple | None) -> None:
+        """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective."""
+        if self.config.gemm_threads == "all" or self.xp is not np:
+            return
+        mine = _blas.threads() or 1
+        root_threads = self.rt.comm.bcast(mine, root=0)
+        plan = None
+        if stored is not None:
+            text, path, world_size = stored
+            try:
+                plan = GemmPlan.from_json(text) if text else None
+            except ValueError:
+                plan = None
+            # the same bits need the same threads on the same shapes
+            if plan is not None and (world_size != self.rt.size or plan.blas_threads != root_threads):
+                plan = None
+            if plan is not None:
+                plan.source = f"checkpoint {path}"
+        if plan is None:
+            plan = plan_gemm_threads(self.model, self.sampler.local_batch, self.rt.comm)
+        self.gemm_plan = plan
+        self.model.gemm_threads = plan.counts(mine) if plan is not None else None
 
     def close(self) -> None:
         """Stop the stall watchdog. Collective."""
@@ -474,7 +511,8 @@ class Trainer:
             epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
             epoch_totals=self._epoch_totals.copy(), epoch_seconds=self._epoch_seconds,
             history={k: list(v) for k, v in self.history.items()},
-            config=json.loads(self.config.to_json()), world_size=self.rt.size)
+            config=json.loads(self.config.to_json()), world_size=self.rt.size,
+            gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
@@ -546,8 +584,12 @@ class Trainer:
         self.resumed_from = p
         return state
 
-    def _resume(self) -> None:
-        """Load the newest readable checkpoint on rank 0 and broadcast it. Collective."""
+    def _resume(self) -> tuple | None:
+        """Load the newest readable checkpoint on rank 0 and broadcast it. Collective.
+
+        Returns its GEMM thread plan ``(json, path, world_size)``, or None
+        when there was no checkpoint.
+        """
         path, comm = self.config.checkpoint_path, self.rt.comm
         notes: list[str] = []
         state = on_root(lambda: self._newest_checkpoint(path, notes), comm=comm, catch=(ValueError,))
@@ -561,10 +603,11 @@ class Trainer:
             else:
                 meta = dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
                             epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
-                            history=state.history, path=self.resumed_from, world_size=state.world_size)
+                            history=state.history, path=self.resumed_from, world_size=state.world_size,
+                            gemm_threads=state.gemm_threads)
         meta = comm.bcast(meta, root=0)
         if meta is None:
-            return
+            return None
         if self.rt.rank == 0:
             self.model.params[...] = self.xp.asarray(state.params)
             self.optimizer.velocity[...] = self.xp.asarray(state.velocity)
@@ -578,6 +621,7 @@ class Trainer:
         if self.rt.rank == 0 and self.config.progress != "none":
             print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): "
                   f"epoch {self.epoch + 1}, step {self.step}", flush=True)
+        return meta["gemm_threads"], meta["path"], meta["world_size"]
 
     # -- output -----------------------------------------------------------
     def save(self, path: str | None = None) -> str:
@@ -588,7 +632,9 @@ class Trainer:
         ``units``), ``/model/<fc{i}.weight|fc{i}.bias>`` (weights are
         ``(in, out)``), root attributes ``config`` (JSON), ``world_size``,
         ``device``, ``mpi_library``, ``hpcgpu_version``, ``data``,
-        ``num_classes``, ``epochs_done``, ``steps_done``, ``resumed_from``.
+        ``num_classes``, ``epochs_done``, ``steps_done``, ``resumed_from``,
+        ``blas_threads`` and ``gemm_threads`` (the :class:`GemmPlan` as
+        JSON; empty when every GEMM ran on the rank's threads).
 
         Parameters
         ----------
@@ -623,7 +669,9 @@ class Trainer:
                 write_attrs(f, dict(config=self.config.to_json(), world_size=rt.size, device=rt.device,
                                     mpi_library=rt.mpi_library, hpcgpu_version=__version__,
                                     data=os.path.abspath(self.data_path), num_classes=self.num_classes,
-                                    epochs_done=self.epoch, steps_done=self.step, resumed_from=self.resumed_from))
+                                    epochs_done=self.epoch, steps_done=self.step, resumed_from=self.resumed_from,
+                                    blas_threads=rt.blas_threads,
+                                    gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else ""))
 
         on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
         return path
@@ -648,7 +696,8 @@ class Trainer:
             f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
             f"({self.model.n_params} parameters), global batch {s.B} "
-            f"(local {s.local_batch} on rank 0), {s.steps} steps/epoch",
+            f"(local {s.local_batch} on rank 0), {s.steps} steps/epoch"
+            + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else ""),
             flush=True,
         )
 

@@ -152,6 +152,8 @@ BAD_INPUTS = {
     "out unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--out", "{tmp}/afile/out.h5"], "cannot write in"),
     "bad lr": (lambda t: _bad(t, train__X=X, train__y=Y), ["--lr", "-1"], "--lr must be a positive number"),
     "bad hidden": (lambda t: _bad(t, train__X=X, train__y=Y), ["--hidden", "8,0"], "argument --hidden"),
+    "bad gemm threads": (lambda t: _bad(t, train__X=X, train__y=Y), ["--gemm-threads", "some"],
+                         "argument --gemm-threads"),
 }
 
 
