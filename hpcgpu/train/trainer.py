@@ -331,6 +331,8 @@ class Trainer:
         )
         if test is not None:
             self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
+        # each step's loss sum and correct count, kept on the device at one rank (train_epoch)
+        self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype)
         self.epoch = self.step = self.step_in_epoch = 0
         self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
         self._epoch_seconds = 0.0
@@ -339,7 +341,9 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
         self.gemm_plan: GemmPlan | None = None
+        self._drained = 0  # steps of the epoch whose loss is in _epoch_totals
         plan = self._resume() if c.resume else None
+        self._drained = self.step_in_epoch
         self._plan_gemm_threads(plan)
         self.watchdog = Watchdog(comm, c.stall_timeout)
 
@@ -402,7 +406,10 @@ class Trainer:
         ------
         FloatingPointError
             The reduced loss of a step is NaN or infinite (every rank; no
-            checkpoint is written, so the last one stays good).
+            checkpoint is written, so the last one stays good). At one rank
+            on a GPU the losses are read at the end of the epoch, before a
+            checkpoint and at a stop, so it is raised then, naming the same
+            first step.
         """
         model, comm = self.model, self.rt.comm
         B, n = self.sampler.B, model.n_params
@@ -410,30 +417,60 @@ class Trainer:
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             self.sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
+        # One rank on a GPU: nothing to reduce, and the step's loss and correct count stay on the
+        # device (a row of _stats each) until the epoch ends, a checkpoint or a stop needs them,
+        # so no step waits for the GPU. Otherwise the reduced slots are read every step: free on
+        # the host, and with several ranks the reduction has synchronized the stream already.
+        deferred = self.rt.size == 1 and self.xp is not np
+        self._drained = self.step_in_epoch
         for s in range(self.step_in_epoch, self.sampler.steps):
             model.loss_and_grad(*self.sampler.batch(s))
-            model.grad[n + 2] = 1.0 if self.stop_request is not None and self.stop_request.requested() else 0.0
-            with self.watchdog.watch("gradient Allreduce", f"step {self.step + 1}"):
-                Allreduce(model.grad, comm=comm)
-            loss_sum, correct, stop = (float(v) for v in _device.asnumpy(model.grad[n:]))
-            if not math.isfinite(loss_sum):
-                # the reduced loss is the same on every rank
-                raise agreed(FloatingPointError(
-                    f"training diverged: the loss of step {self.step + 1} (epoch {self.epoch + 1}) is "
-                    f"{loss_sum / B}; the last checkpoint is kept; try a smaller --lr"))
-            self._epoch_totals += (loss_sum, correct)
+            stop = self.stop_request is not None and self.stop_request.requested()
+            if deferred:
+                self._stats[s] = model.grad[n : n + 2]
+            else:
+                model.grad[n + 2] = 1.0 if stop else 0.0
+                with self.watchdog.watch("gradient Allreduce", f"step {self.step + 1}"):
+                    Allreduce(model.grad, comm=comm)
+                loss_sum, correct, flag = (float(v) for v in _device.asnumpy(model.grad[n:]))
+                stop = bool(flag)  # any rank's request: every rank stops after this step
+                self._add_step(loss_sum, correct, self.step)
+                self._drained = s + 1
             self.optimizer.step(model.param_grad, self.schedule(self.step), scale=1.0 / B)
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:
                 bar.update(1)
             if stop:
+                self._drain()
                 self._epoch_seconds += MPI.Wtime() - t0
                 return False
             if every and self.step % every == 0:
                 self.save_checkpoint()
+        self._drain()
         self._epoch_seconds += MPI.Wtime() - t0
         return True
+
+    def _add_step(self, loss_sum: float, correct: float, step: int) -> None:
+        """Add a finished step's reduced loss sum and correct count to the epoch's (0-based ``step``)."""
+        if not math.isfinite(loss_sum):
+            # the reduced loss is the same on every rank
+            raise agreed(FloatingPointError(
+                f"training diverged: the loss of step {step + 1} (epoch {self.epoch + 1}) is "
+                f"{loss_sum / self.sampler.B}; the last checkpoint is kept; try a smaller --lr"))
+        self._epoch_totals += (loss_sum, correct)
+
+    def _drain(self) -> None:
+        """Add the steps whose loss is still on the device (one copy to the host), in step order.
+
+        Raises FloatingPointError naming the first step whose loss was not finite.
+        """
+        lo, hi = self._drained, self.step_in_epoch
+        if hi > lo:
+            first = self.step - (hi - lo)
+            for i, (loss_sum, correct) in enumerate(_device.asnumpy(self._stats[lo:hi]).tolist()):
+                self._add_step(loss_sum, correct, first + i)
+        self._drained = hi
 
     def evaluate(self) -> tuple[float, float]:
         """Mean loss and accuracy on the test split (NaN without one, or an empty one). Collective."""
@@ -542,6 +579,7 @@ class Trainer:
         from .checkpoint import write_checkpoint
 
         path = path or self.config.checkpoint_path
+        self._drain()  # the steps' losses: a diverged step raises here, and nothing is written
         if not bool(_device.asnumpy(self.xp.isfinite(self.model.params).all())):
             # The same parameters on every rank: all raise, and the last good checkpoint stays.
             raise agreed(FloatingPointError(

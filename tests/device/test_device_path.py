@@ -93,7 +93,7 @@ def _history(path):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_trainer_on_device_matches_the_cpu_run(backend, nprocs, tmp_path):
     X, y = blobs(240, d=10, c=4)
     Xt, yt = blobs(61, d=10, c=4, seed=1)
@@ -112,6 +112,97 @@ def test_trainer_on_device_matches_the_cpu_run(backend, nprocs, tmp_path):
         np.testing.assert_allclose(hg[k], hc[k], rtol=2e-4, atol=1e-5, err_msg=k)
     for k in mc:
         np.testing.assert_allclose(mg[k], mc[k], rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+STEP_COST = """
+import json, sys, cupy, hpcgpu
+from hpcgpu.train.trainer import Trainer, TrainConfig
+rt = hpcgpu.init("gpu")
+out = {}
+for hidden in [(16,), (16, 8, 8)]:
+    tr = Trainer(TrainConfig(data=sys.argv[1], out=sys.argv[2], hidden=hidden, batch_size=24, epochs=1,
+                             progress="none"), rt)
+    cupy._standin.reset_counters()
+    tr.sampler.start_epoch(0)  # the epoch's start, counted apart from its steps
+    start = cupy._standin.counters()["launches"]
+    cupy._standin.reset_counters()
+    tr.train_epoch()
+    c = cupy._standin.counters()
+    out[len(hidden) + 1] = dict(c, launches=(c["launches"] - start) / tr.sampler.steps, steps=tr.sampler.steps)
+print(json.dumps(out))
+"""
+
+# Kernel launches (and cuBLAS calls, host-to-device copies) of one training step on a GPU, as the
+# stand-in counts them: today's unfused kernels, so that the count can only go down (issue 24, item 2).
+LAUNCHES_FIXED = 26  # the batch gather, the loss and its gradient, the step's bookkeeping, the update
+LAUNCHES_PER_LAYER = 8  # forward: GEMM, bias, ReLU; backward: 2 GEMMs, bias gradient, ReLU mask and product
+
+
+@pytest.mark.mpi
+def test_a_step_at_one_rank_never_waits_for_the_gpu(tmp_path):
+    """Issue 24, items 1 and 4: one rank on a GPU: no host synchronization and no copy to the host in a step
+    (the losses are read once, at the epoch's end), and no more launches than the budget."""
+    X, y = blobs(240, d=10, c=4)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    p = run_standin(1, ["-c", STEP_COST, data, str(tmp_path / "o.h5")])
+    assert p.returncode == 0, p.stderr
+    for layers, c in json.loads(p.stdout.strip().splitlines()[-1]).items():
+        assert c["steps"] == 10 and c["host_syncs"] == 1 and c["device_to_host"] == 1, (layers, c)
+        assert c["launches"] <= LAUNCHES_FIXED + LAUNCHES_PER_LAYER * int(layers), (layers, c)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("checkpoints", [True, False])
+def test_divergence_at_one_rank_on_a_gpu_names_the_step(checkpoints, tmp_path):
+    """lr = 1e200: step 2's loss is NaN. The losses stay on the device, yet the error names step 2, and
+    a checkpoint after step 2 is never written."""
+    X, y = blobs(240, d=6)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    ck = tmp_path / "ck.h5"
+    extra = ["--checkpoint", str(ck), "--checkpoint-every", "1"] if checkpoints else []
+    p = run_standin(1, ["-m", "hpcgpu.train", "--data", data, "--out", str(tmp_path / "o.h5"), "--device", "gpu",
+                        "--progress", "none", "--dtype", "float64", "--hidden", "16,8", "--epochs", "3",
+                        "--batch-size", "20", "--lr", "1e200", "--warmup-epochs", "0", *extra])
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "hpcgpu.train: error: training diverged: the loss of step 2 (epoch 1) is nan; "
+        "the last checkpoint is kept; try a smaller --lr"], p.stderr
+    assert not (tmp_path / "o.h5").exists()
+    if checkpoints:
+        from hpcgpu.train.checkpoint import read_checkpoint
+
+        good = read_checkpoint(str(ck), 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3)
+        assert good.step == 1 and np.isfinite(good.params).all()
+
+
+@pytest.mark.mpi
+def test_stop_at_one_rank_on_a_gpu_checkpoints_every_step_and_resumes_exactly(tmp_path):
+    """The stop file is there from the start: the run stops after step 1 with the loss of that step in the
+    checkpoint (read from the device at the stop), and the resumed run ends where an uninterrupted one does."""
+    X, y = blobs(240, d=6)
+    Xt, yt = blobs(61, d=6, seed=1)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+    opts = ["-m", "hpcgpu.train", "--data", data, "--device", "gpu", "--progress", "none", "--hidden", "16,8",
+            "--epochs", "2", "--batch-size", "20"]
+    full = run_standin(1, [*opts, "--out", str(tmp_path / "full.h5")])
+    assert full.returncode == 0, full.stderr
+    stop = tmp_path / "STOP"
+    stop.write_text("")
+    ck = tmp_path / "ck.h5"
+    p = run_standin(1, [*opts, "--out", str(tmp_path / "part.h5"), "--checkpoint", str(ck), "--stop-file", str(stop)])
+    assert p.returncode == 3, p.stderr
+    from hpcgpu.train.checkpoint import read_checkpoint
+
+    state = read_checkpoint(str(ck), 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3)
+    assert state.step == 1 and state.epoch_totals[0] > 0 and np.isfinite(state.epoch_totals).all()
+    stop.unlink()
+    p = run_standin(1, [*opts, "--out", str(tmp_path / "part.h5"), "--checkpoint", str(ck), "--resume"])
+    assert p.returncode == 0, p.stderr
+    (h1, m1, _), (h2, m2, _) = _history(tmp_path / "full.h5"), _history(tmp_path / "part.h5")
+    for k in m1:
+        np.testing.assert_array_equal(m1[k], m2[k], err_msg=k)
+    for k in h1:
+        np.testing.assert_array_equal(h1[k], h2[k], err_msg=k)
 
 
 @pytest.mark.mpi

@@ -63,6 +63,7 @@ def _begin(arrays, compile: bool = True) -> None:
 def _end(written) -> None:
     """After a kernel: queue its writes on the current stream."""
     q = _standin.launch_queue(_stream.get_current_stream())
+    _standin.count("launches")
     _standin.record_writes(q, [w for w in written if w is not None])
 
 
@@ -550,6 +551,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
             else:
                 src = self
             host = numpy.empty(self.shape, dtype=self.dtype, order=order)
+        _standin.count("device_to_host")
         if blocking:
             stream.synchronize()
             host[...] = src._landed()

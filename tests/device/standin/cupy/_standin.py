@@ -73,7 +73,7 @@ Not modeled
 The public helpers of this module are for tests: :func:`contexts`,
 :func:`pinned_stats`, :func:`pinned_allocations_total`,
 :func:`peak_device_bytes`, :func:`reset_peak`, :func:`gemm_log`,
-:func:`clear_gemm_log`.
+:func:`clear_gemm_log`, :func:`counters`, :func:`reset_counters`.
 """
 
 from __future__ import annotations
@@ -406,6 +406,7 @@ def launch_queue(stream) -> Queue:
 
 def device_synchronize(dev: int) -> None:
     """Land the work of every stream of device ``dev``."""
+    count("host_syncs")
     for (_, d), q in list(_queues.items()):
         if d == dev:
             q.land()
@@ -450,6 +451,31 @@ def peak_device_bytes() -> int:
 def reset_peak() -> None:
     """Start a new peak at the current use."""
     _device_bytes["peak"] = device_bytes_in_use()
+
+
+# ---------------------------------------------------------------------------
+# what a step costs: launches, host synchronizations, copies to the host
+# ---------------------------------------------------------------------------
+
+_counts = {"launches": 0, "host_syncs": 0, "device_to_host": 0}
+
+
+def count(kind: str) -> None:
+    """Add one to counter ``kind``."""
+    _counts[kind] += 1
+
+
+def counters() -> dict:
+    """``launches`` (kernels, cuBLAS calls and host-to-device copies enqueued), ``host_syncs``
+    (stream, event or device synchronizations the host waited for, blocking ``get`` included)
+    and ``device_to_host`` (``get`` calls that copied bytes), since :func:`reset_counters`."""
+    return dict(_counts)
+
+
+def reset_counters() -> None:
+    """Set every counter to 0."""
+    for k in _counts:
+        _counts[k] = 0
 
 
 # ---------------------------------------------------------------------------

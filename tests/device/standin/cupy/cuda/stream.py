@@ -83,6 +83,7 @@ class Stream:
     def synchronize(self) -> None:
         """Wait for the stream: its kernels land (become visible to MPI and host reads)."""
         _standin.ensure_context(self.device_id)
+        _standin.count("host_syncs")
         self._queue().land()
 
     @property
@@ -185,6 +186,7 @@ class Event:
 
     def synchronize(self) -> None:
         """Wait for the event: the work recorded before it lands."""
+        _standin.count("host_syncs")
         for ref, wid in self._entries:
             alloc = ref()
             if alloc is not None:
