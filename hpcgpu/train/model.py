@@ -18,6 +18,27 @@ from .. import _blas
 
 __all__ = ["MLP"]
 
+_KERNELS: dict = {}
+
+
+def _fused(xp):
+    """``(bias_relu, relu_backward)`` elementwise kernels of ``xp`` (CuPy), built once; None on NumPy.
+
+    ``bias_relu(b, z)``: ``z = max(z + b, 0)`` in place, ``b`` broadcast over
+    the rows, NaN kept (as ``numpy.maximum``): one launch instead of two.
+    ``relu_backward(a, d)``: ``d = d`` where ``a > 0``, else 0, in place:
+    one launch instead of a comparison and a product (issue 24).
+    """
+    if xp is np or not hasattr(xp, "ElementwiseKernel"):
+        return None
+    k = _KERNELS.get(xp)
+    if k is None:
+        k = _KERNELS[xp] = (
+            xp.ElementwiseKernel("T b", "T z", "T v = z + b; z = v <= (T)0 ? (T)0 : v", "hpcgpu_bias_relu"),
+            xp.ElementwiseKernel("T a", "T d", "d = a > (T)0 ? d : (T)0", "hpcgpu_relu_backward"),
+        )
+    return k
+
 
 class MLP:
     """ReLU multilayer perceptron with a softmax cross-entropy loss.
@@ -166,13 +187,21 @@ class MLP:
             Logits (before the softmax), a new array.
         """
         a = X
+        fused = _fused(self.xp)
         for i in range(self.n_layers):
             z = a @ self._p[f"fc{i}.weight"]
-            z += self._p[f"fc{i}.bias"]
-            if i < self.n_layers - 1:
-                self.xp.maximum(z, 0, out=z)
+            self._bias_relu(z, i, i < self.n_layers - 1, fused)
             a = z
         return a
+
+    def _bias_relu(self, z, i: int, relu: bool, fused) -> None:
+        """``z += b_i``, then ``z = max(z, 0)`` for a hidden layer: one kernel on a GPU."""
+        if relu and fused is not None:
+            fused[0](self._p[f"fc{i}.bias"], z)
+            return
+        z += self._p[f"fc{i}.bias"]
+        if relu:
+            self.xp.maximum(z, 0, out=z)
 
     def _loss_terms(self, logits, y):
         """Per-sample softmax probabilities (in place of logits), loss sum, correct count."""
@@ -217,15 +246,15 @@ class MLP:
 
     def _loss_and_grad(self, X, y, threads) -> None:
         xp = self.xp
+        fused = _fused(xp)
         acts = [X]
         a = X
         L = self.n_layers
         for i in range(L):
             threads(f"fc{i}.forward")
             z = a @ self._p[f"fc{i}.weight"]
-            z += self._p[f"fc{i}.bias"]
+            self._bias_relu(z, i, i < L - 1, fused)
             if i < L - 1:
-                xp.maximum(z, 0, out=z)
                 acts.append(z)
             a = z
         probs, loss, correct = self._loss_terms(a, y)
@@ -241,7 +270,10 @@ class MLP:
             if i > 0:
                 threads(f"fc{i}.dgrad")
                 da = dz @ self._p[f"fc{i}.weight"].T
-                da *= a_in > 0  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
+                if fused is not None:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
+                    fused[1](a_in, da)
+                else:
+                    da *= a_in > 0
                 dz = da
 
     def evaluate(self, X, y, chunk: int = 8192):

@@ -555,3 +555,20 @@ def test_mpi_reads_only_landed_memory():
     p = _mpi.run(2, [os.path.join(HERE, "mpi_standin_check.py")], timeout=60, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(re.findall(r"OK (\d)", p.stdout)) == ["0", "1"], p.stdout  # the ranks' lines may interleave
+
+
+def test_elementwise_kernel_runs_the_modeled_c_and_refuses_the_rest(cp):
+    """The stand-in interprets a small C subset (hpcgpu's fused kernels) and fails loudly on anything else."""
+    z = cp.asarray(np.array([[1.0, -2.0, np.nan], [0.5, -0.1, 3.0]], np.float32))
+    b = cp.asarray(np.array([0.1, 0.2, 0.3], np.float32))
+    k = cp.ElementwiseKernel("T b", "T z", "T v = z + b; z = v <= (T)0 ? (T)0 : v", "bias_relu")
+    cp._standin.reset_counters()
+    k(b, z)
+    assert cp._standin.counters()["launches"] == 1
+    want = np.maximum(np.array([[1.1, -1.8, np.nan], [0.6, 0.1, 3.3]], np.float32), 0)
+    np.testing.assert_allclose(z.get(), want, rtol=1e-6)  # NaN kept, as numpy.maximum
+    out = cp.ElementwiseKernel("T a, T c", "T y", "y = a * c + (T)1", "axpb")(z, b)
+    assert out.shape == (2, 3) and out.dtype == np.float32
+    for bad in ("y = sqrt(a)", "y = a ? c ? 1 : 2 : 3", "y = !a", "w = a", "y = a; return"):
+        with pytest.raises(NotImplementedError):
+            cp.ElementwiseKernel("T a, T c", "T y", bad, "bad")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 import warnings
 
 import numpy
@@ -1627,3 +1628,102 @@ def dot(a, b, out=None) -> ndarray:
     m = math.prod(a.shape[:-1])
     n = b.size // kb if kb else 0
     return _product("dot", numpy.dot, a, b, out, shape, m, n, ka, m == 1 and n == 1)
+
+
+# ---------------------------------------------------------------------------
+# ElementwiseKernel: CUDA C of a small subset, interpreted over NumPy arrays
+# ---------------------------------------------------------------------------
+
+_C_FUNCS = {"max": numpy.maximum, "min": numpy.minimum, "exp": numpy.exp, "log": numpy.log}
+
+
+def _c_expr(text: str, names: set) -> str:
+    """One C expression of the subset as Python: ``?:`` (not nested), comparisons, arithmetic,
+    ``max``/``min``/``exp``/``log``, ``(T)`` casts, parameter and local names. Anything else raises."""
+    text = re.sub(r"\(\s*[A-Z]\w*\s*\)", "", text)  # (T)0 -> 0: the stand-in keeps NumPy's types
+    if "?" in text:
+        cond, rest = text.split("?", 1)
+        if "?" in rest or ":" not in rest:
+            raise NotImplementedError(f"stand-in ElementwiseKernel: nested or incomplete ?: in {text!r}")
+        a, b = rest.split(":", 1)
+        return f"_where({_c_expr(cond, names)}, {_c_expr(a, names)}, {_c_expr(b, names)})"
+    for tok in re.findall(r"[A-Za-z_]\w*|!=|\S", text):
+        if tok[0].isalpha() or tok[0] == "_":
+            ok = tok in names or tok in _C_FUNCS
+        else:
+            ok = tok == "!=" or tok in "+-*/<>=().,0123456789"
+        if not ok:
+            raise NotImplementedError(f"stand-in ElementwiseKernel: {tok!r} in {text!r} is not modeled")
+    return text
+
+
+class ElementwiseKernel:
+    """Stand-in for ``cupy.ElementwiseKernel``: the operation, a few C statements, is interpreted.
+
+    Modeled: parameters ``T name`` (one type placeholder per letter, bound from
+    the arguments); statements ``T v = expr;``, ``name = expr;``, ``name op= expr;``
+    over :func:`_c_expr`'s subset; inputs broadcast to the output shape;
+    outputs given as arguments are written in place (and read, as CUDA may),
+    else allocated with their placeholder's type. One launch. Anything outside
+    the subset raises ``NotImplementedError`` at construction: a kernel the
+    stand-in cannot check must not pass silently.
+    """
+
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel", **kwargs):
+        def params(text):
+            out = []
+            for p in (x.strip() for x in text.split(",") if x.strip()):
+                parts = p.split()
+                if len(parts) != 2 or not parts[0][0].isupper():
+                    raise NotImplementedError(f"stand-in ElementwiseKernel: parameter {p!r} is not modeled")
+                out.append((parts[0], parts[1]))
+            return out
+
+        self.ins, self.outs, self.name = params(in_params), params(out_params), name
+        names = {n for _, n in self.ins + self.outs}
+        self.code = []
+        for stmt in (s.strip() for s in operation.split(";") if s.strip()):
+            m = re.fullmatch(r"(?:([A-Z]\w*)\s+)?([A-Za-z_]\w*)\s*([-+*/]?=)\s*(.+)", stmt, re.S)
+            if m is None:
+                raise NotImplementedError(f"stand-in ElementwiseKernel: statement {stmt!r} is not modeled")
+            decl, target, op, expr = m.groups()
+            if decl is None and target not in {n for _, n in self.outs} and target not in names:
+                raise NotImplementedError(f"stand-in ElementwiseKernel: {target!r} is not an output or a local")
+            names.add(target)
+            self.code.append((target, op, compile(_c_expr(expr, names), name, "eval"), decl is not None))
+
+    def __call__(self, *args):
+        if len(args) not in (len(self.ins), len(self.ins) + len(self.outs)):
+            raise TypeError(f"Wrong number of arguments for {self.name!r}")
+        arrays = [a for a in args if isinstance(a, ndarray)]
+        for a in args:
+            if not isinstance(a, ndarray) and not _is_scalar(a):
+                raise _unsupported(a)
+        types = {}
+        for (t, _), a in zip(self.ins + self.outs, args, strict=False):
+            if isinstance(a, ndarray):
+                types.setdefault(t, a.dtype)
+        shape = numpy.broadcast_shapes(*[a.shape for a in arrays]) if arrays else ()
+        outs = list(args[len(self.ins):])
+        if not outs:
+            outs = [ndarray(shape, types[t]) for t, _ in self.outs]
+        for o in outs:
+            if not isinstance(o, ndarray):
+                raise TypeError("Output arguments must be cupy.ndarray")
+        _begin(arrays + outs)
+        env = {"_where": numpy.where, **_C_FUNCS}
+        for (_, n), a in zip(self.ins, args, strict=False):
+            env[n] = numpy.broadcast_to(_farg(a), shape) if isinstance(a, ndarray) else a
+        for (_, n), o in zip(self.outs, outs, strict=True):
+            env[n] = o._f
+        for target, op, code, local in self.code:
+            value = eval(code, env)  # noqa: S307 - our own kernels' C, translated above
+            if local:
+                env[target] = numpy.asarray(value)
+            elif op == "=":
+                env[target][...] = value
+            else:
+                env[target][...] = {"+=": numpy.add, "-=": numpy.subtract, "*=": numpy.multiply,
+                                    "/=": numpy.divide}[op](env[target], value)
+        _end(outs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
