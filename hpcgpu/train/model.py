@@ -15,30 +15,9 @@ from types import ModuleType
 import numpy as np
 
 from .. import _blas
+from ._kernels import kernels as _fused
 
 __all__ = ["MLP"]
-
-_KERNELS: dict = {}
-
-
-def _fused(xp):
-    """``(bias_relu, relu_backward)`` elementwise kernels of ``xp`` (CuPy), built once; None on NumPy.
-
-    ``bias_relu(b, z)``: ``z = max(z + b, 0)`` in place, ``b`` broadcast over
-    the rows, NaN kept (as ``numpy.maximum``): one launch instead of two.
-    ``relu_backward(a, d)``: ``d = d`` where ``a > 0``, else 0, in place:
-    one launch instead of a comparison and a product (issue 24).
-    """
-    if xp is np or not hasattr(xp, "ElementwiseKernel"):
-        return None
-    k = _KERNELS.get(xp)
-    if k is None:
-        k = _KERNELS[xp] = (
-            xp.ElementwiseKernel("T b", "T z", "T v = z + b; z = v <= (T)0 ? (T)0 : v", "hpcgpu_bias_relu"),
-            xp.ElementwiseKernel("T a", "T d", "d = a > (T)0 ? d : (T)0", "hpcgpu_relu_backward"),
-        )
-    return k
-
 
 class MLP:
     """ReLU multilayer perceptron with a softmax cross-entropy loss.
@@ -96,6 +75,7 @@ class MLP:
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
         self.gemm_threads: dict[str, int] | None = None
+        self._aranges: dict = {}
         self.reset(seed)
 
     def _views(self, flat):
@@ -167,6 +147,15 @@ class MLP:
                 out.append((f"fc{i}.dgrad", (n, d_out, d_in), False, True))
         return out
 
+    def _rows(self, n: int):
+        """``xp.arange(n)``, made once per ``n`` (a launch fewer per use on a GPU)."""
+        r = self._aranges.get(n)
+        if r is None:
+            if len(self._aranges) > 8:  # evaluation's last chunks: keep a few sizes only
+                self._aranges.clear()
+            r = self._aranges[n] = self.xp.arange(n)
+        return r
+
     def _threads(self, key: str) -> None:
         n = self.gemm_threads.get(key)
         if n is not None and n != self._now:
@@ -197,7 +186,7 @@ class MLP:
     def _bias_relu(self, z, i: int, relu: bool, fused) -> None:
         """``z += b_i``, then ``z = max(z, 0)`` for a hidden layer: one kernel on a GPU."""
         if relu and fused is not None:
-            fused[0](self._p[f"fc{i}.bias"], z)
+            fused.bias_relu(self._p[f"fc{i}.bias"], z)
             return
         z += self._p[f"fc{i}.bias"]
         if relu:
@@ -207,14 +196,22 @@ class MLP:
         """Per-sample softmax probabilities (in place of logits), loss sum, correct count."""
         xp = self.xp
         n = logits.shape[0]
-        rows = xp.arange(n)
+        rows = self._rows(n)
         correct = (xp.argmax(logits, axis=1) == y).sum()
-        logits -= logits.max(axis=1, keepdims=True)
-        xp.exp(logits, out=logits)
+        fused = _fused(xp)
+        if fused is not None:
+            fused.exp_shifted(logits.max(axis=1, keepdims=True), logits)
+        else:
+            logits -= logits.max(axis=1, keepdims=True)
+            xp.exp(logits, out=logits)
         s = logits.sum(axis=1, keepdims=True)
         logits /= s
         # loss_i = log(sum_j exp(z_j)) - z_y, with z shifted; p_y = exp(z_y) / s
-        loss = -xp.log(xp.maximum(logits[rows, y], xp.finfo(self.dtype).tiny)).sum()
+        tiny = xp.finfo(self.dtype).tiny
+        if fused is not None:
+            loss = fused.neg_log(logits[rows, y], self.dtype.type(tiny)).sum()
+        else:
+            loss = -xp.log(xp.maximum(logits[rows, y], tiny)).sum()
         return logits, loss, correct
 
     def loss_and_grad(self, X, y) -> None:
@@ -261,7 +258,7 @@ class MLP:
         self.grad[self.n_params] = loss
         self.grad[self.n_params + 1] = correct
         dz = probs
-        dz[xp.arange(dz.shape[0]), y] -= 1
+        dz[self._rows(dz.shape[0]), y] -= 1
         for i in reversed(range(L)):
             a_in = acts[i]
             threads(f"fc{i}.wgrad")
@@ -271,7 +268,7 @@ class MLP:
                 threads(f"fc{i}.dgrad")
                 da = dz @ self._p[f"fc{i}.weight"].T
                 if fused is not None:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
-                    fused[1](a_in, da)
+                    fused.relu_backward(a_in, da)
                 else:
                     da *= a_in > 0
                 dz = da
