@@ -113,7 +113,8 @@ class SGD:
             return
         fused = _kernels(_device.cupy_or_none()) if _device.is_device_array(p) else None
         if fused is not None and grad.dtype == p.dtype:  # one kernel on a GPU
-            fused.sgd(grad, mu, scale, self.weight_decay, lr, v, p)
+            t = p.dtype.type  # scalars of the arrays' own type: no type inference to trust
+            fused.sgd(grad, t(mu), t(scale), t(self.weight_decay), t(lr), v, p)
             return
         v *= mu
         grad *= scale
