@@ -4,8 +4,11 @@ Each is one ``cupy.ElementwiseKernel``, built once per array module, where
 the plain CuPy form takes two to seven launches; on NumPy there are none
 (:func:`kernels` returns None) and the callers keep their NumPy form. The C
 of each stays inside the subset the CuPy stand-in of ``tests/device``
-interprets (assignments, arithmetic, comparisons, ``?:``, ``max``, ``exp``,
-``log``, ``(T)`` casts), so the suite runs them here too.
+interprets (assignments, arithmetic, comparisons, ``?:``, ``exp``, ``log``,
+``(T)`` casts), so the suite runs them here too. NaN must survive every
+kernel as it survives NumPy's form (the trainer detects divergence from a NaN
+loss): CUDA's ``max``/``min`` on floats drop a NaN (``fmax``), so they are
+not used.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ def kernels(xp) -> SimpleNamespace | None:
     types.SimpleNamespace or None
         ``bias_relu(b, z)``: ``z = max(z + b, 0)`` in place, ``b`` broadcast
         over the rows, NaN kept as ``numpy.maximum`` keeps it (one launch
-        for two). ``relu_backward(a, d)``: ``d`` where ``a > 0``, else 0, in
-        place (one for two). ``exp_shifted(m, z)``: ``z = exp(z - m)`` in
+        for two). ``relu_backward(a, d)``: ``d`` where ``a > 0``, else
+        ``d * 0``, in place (one for two). ``exp_shifted(m, z)``: ``z = exp(z - m)`` in
         place, ``m`` the row maxima (one for two). ``neg_log(p, tiny)``: a
-        new array ``-log(max(p, tiny))`` (one for three).
+        new array ``-log(max(p, tiny))``, NaN kept (one for three).
         ``sgd(g, mu, scale, wd, lr, v, p)``: ``v = mu v + scale g + wd p``,
         ``p = p - lr v``, in place (one for five to seven; the form of
         :class:`hpcgpu.train.optim.SGD`).
@@ -45,9 +48,11 @@ def kernels(xp) -> SimpleNamespace | None:
         E = xp.ElementwiseKernel  # noqa: N806
         k = _BUILT[xp] = SimpleNamespace(
             bias_relu=E("T b", "T z", "T v = z + b; z = v <= (T)0 ? (T)0 : v", "hpcgpu_bias_relu"),
-            relu_backward=E("T a", "T d", "d = a > (T)0 ? d : (T)0", "hpcgpu_relu_backward"),
+            # d * 0, not 0: a NaN or inf in d stays NaN and a negative d gives -0, as NumPy's d *= a > 0
+            relu_backward=E("T a", "T d", "d = a > (T)0 ? d : d * (T)0", "hpcgpu_relu_backward"),
             exp_shifted=E("T m", "T z", "z = exp(z - m)", "hpcgpu_exp_shifted"),
-            neg_log=E("T p, T tiny", "T l", "l = -log(max(p, tiny))", "hpcgpu_neg_log"),
+            # not max(p, tiny): CUDA's max is fmax, which drops a NaN, and a diverged loss must stay NaN
+            neg_log=E("T p, T tiny", "T l", "T q = p < tiny ? tiny : p; l = -log(q)", "hpcgpu_neg_log"),
             sgd=E("T g, T mu, T scale, T wd, T lr", "T v, T p", "v = mu * v + scale * g + wd * p; p = p - lr * v",
                   "hpcgpu_sgd"),
         )

@@ -25,7 +25,7 @@ bits on one thread than on two (measured; double precision agreed). A
 checkpoint therefore stores the plan and a resumed run reuses it, so
 resuming stays bitwise exact; ``--gemm-threads all`` skips the timing and
 runs every GEMM on ``t`` threads, for fresh runs that must agree bit for
-bit with each other.
+bit with each other (and a checkpoint without a plan is resumed that way).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class GemmPlan:
         (``"per GEMM"``), with every GEMM on ``t`` (``"all"``); the fastest
         made :attr:`threaded`. Empty when not timed.
     source : str
-        ``"timed"``, ``"--gemm-threads all"`` or ``"checkpoint PATH"``.
+        ``"timed"``, or ``"checkpoint PATH"`` when a resumed run reuses it.
     """
 
     blas_threads: int

@@ -348,7 +348,13 @@ class Trainer:
         self.watchdog = Watchdog(comm, c.stall_timeout)
 
     def _plan_gemm_threads(self, stored: tuple | None) -> None:
-        """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective."""
+        """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective.
+
+        A checkpoint without a plan (a GPU run, ``--gemm-threads all``, one
+        thread per rank, or hpcgpu before plans) means every GEMM on the
+        rank's threads, and nothing is timed: the resume stays exact where
+        the thread count is the same.
+        """
         if self.config.gemm_threads == "all" or self.xp is not np:
             return
         mine = _blas.threads() or 1
@@ -356,8 +362,10 @@ class Trainer:
         plan = None
         if stored is not None:
             text, path, world_size = stored
+            if not text:  # the run that wrote it ran every GEMM on its threads: so does this one
+                return
             try:
-                plan = GemmPlan.from_json(text) if text else None
+                plan = GemmPlan.from_json(text)
             except ValueError:
                 plan = None
             # the same bits need the same threads on the same shapes

@@ -184,6 +184,14 @@ def test_resume_reuses_the_checkpoints_plan_and_is_exact(tmp_path):
                threads_per_rank="1")
     assert p.returncode == 0, p.stderr
     assert _model(tmp_path / "one.h5")[1] is None and "GEMMs on" not in p.stdout
+    # a checkpoint without a plan (--gemm-threads all, or written before plans): all threads, nothing timed
+    (tmp_path / "none").mkdir()
+    shutil.copy(mid, tmp_path / "none" / "ck.h5")
+    with h5py.File(tmp_path / "none" / "ck.h5", "a") as f:
+        f.attrs["gemm_threads"] = ""
+    p = _train(data, tmp_path / "none.h5", "--checkpoint", tmp_path / "none" / "ck.h5", "--resume")
+    assert p.returncode == 0, p.stderr
+    assert _model(tmp_path / "none.h5")[1] is None and "GEMMs on" not in p.stdout
 
 
 @pytest.mark.mpi

@@ -1634,7 +1634,8 @@ def dot(a, b, out=None) -> ndarray:
 # ElementwiseKernel: CUDA C of a small subset, interpreted over NumPy arrays
 # ---------------------------------------------------------------------------
 
-_C_FUNCS = {"max": numpy.maximum, "min": numpy.minimum, "exp": numpy.exp, "log": numpy.log}
+# CUDA's max/min on floats are fmax/fmin: a NaN operand gives the other one (numpy.maximum would keep it)
+_C_FUNCS = {"max": numpy.fmax, "min": numpy.fmin, "exp": numpy.exp, "log": numpy.log}
 
 
 def _c_expr(text: str, names: set) -> str:
@@ -1646,6 +1647,8 @@ def _c_expr(text: str, names: set) -> str:
         if "?" in rest or ":" not in rest:
             raise NotImplementedError(f"stand-in ElementwiseKernel: nested or incomplete ?: in {text!r}")
         a, b = rest.split(":", 1)
+        if any(part.count("(") != part.count(")") for part in (cond, a, b)):
+            raise NotImplementedError(f"stand-in ElementwiseKernel: ?: inside parentheses in {text!r}")
         return f"_where({_c_expr(cond, names)}, {_c_expr(a, names)}, {_c_expr(b, names)})"
     for tok in re.findall(r"[A-Za-z_]\w*|!=|\S", text):
         if tok[0].isalpha() or tok[0] == "_":
@@ -1670,6 +1673,8 @@ class ElementwiseKernel:
     """
 
     def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel", **kwargs):
+        if kwargs:
+            raise NotImplementedError(f"stand-in ElementwiseKernel: {sorted(kwargs)} are not modeled")
         def params(text):
             out = []
             for p in (x.strip() for x in text.split(",") if x.strip()):
@@ -1689,8 +1694,14 @@ class ElementwiseKernel:
             decl, target, op, expr = m.groups()
             if decl is None and target not in {n for _, n in self.outs} and target not in names:
                 raise NotImplementedError(f"stand-in ElementwiseKernel: {target!r} is not an output or a local")
+            if decl is not None and (target in names or op != "="):
+                raise NotImplementedError(f"stand-in ElementwiseKernel: {stmt!r} redeclares {target!r}")
             names.add(target)
-            self.code.append((target, op, compile(_c_expr(expr, names), name, "eval"), decl is not None))
+            try:
+                code = compile(_c_expr(expr, names), name, "eval")
+            except SyntaxError:
+                raise NotImplementedError(f"stand-in ElementwiseKernel: {expr!r} is not modeled") from None
+            self.code.append((target, op, code, decl is not None))
 
     def __call__(self, *args):
         if len(args) not in (len(self.ins), len(self.ins) + len(self.outs)):
@@ -1702,7 +1713,10 @@ class ElementwiseKernel:
         types = {}
         for (t, _), a in zip(self.ins + self.outs, args, strict=False):
             if isinstance(a, ndarray):
-                types.setdefault(t, a.dtype)
+                if types.setdefault(t, a.dtype) != a.dtype:
+                    raise TypeError(f"Type is mismatched. {t} {types[t]} {a.dtype}")  # CuPy's message
+            elif numpy.dtype(type(a)).kind not in "biufc":
+                raise _unsupported(a)
         shape = numpy.broadcast_shapes(*[a.shape for a in arrays]) if arrays else ()
         outs = list(args[len(self.ins):])
         if not outs:
@@ -1712,8 +1726,9 @@ class ElementwiseKernel:
                 raise TypeError("Output arguments must be cupy.ndarray")
         _begin(arrays + outs)
         env = {"_where": numpy.where, **_C_FUNCS}
-        for (_, n), a in zip(self.ins, args, strict=False):
-            env[n] = numpy.broadcast_to(_farg(a), shape) if isinstance(a, ndarray) else a
+        for (t, n), a in zip(self.ins, args, strict=False):
+            # a scalar takes its placeholder's type, as CuPy casts it
+            env[n] = numpy.broadcast_to(_farg(a), shape) if isinstance(a, ndarray) else types[t].type(a)
         for (_, n), o in zip(self.outs, outs, strict=True):
             env[n] = o._f
         for target, op, code, local in self.code:
