@@ -17,6 +17,9 @@ from hpcgpu.train.model import MLP
 from hpcgpu.train.threads import GemmPlan, plan_gemm_threads
 
 SIZES = [6, 5, 4, 3]
+# Two BLAS threads per rank need two cores per rank: Open MPI 4 and Intel MPI bind each rank to one
+# by default (OpenBLAS then runs one thread whatever OMP_NUM_THREADS says); these turn that off.
+UNBOUND = {"OMPI_MCA_hwloc_base_binding_policy": "none", "I_MPI_PIN": "0"}
 KEYS = ["fc0.forward", "fc1.forward", "fc2.forward", "fc2.wgrad", "fc2.dgrad", "fc1.wgrad", "fc1.dgrad", "fc0.wgrad"]
 
 
@@ -129,25 +132,34 @@ def test_real_timing_leaves_the_blas_as_it_was():
 
 @pytest.mark.mpi
 def test_every_rank_gets_the_same_plan():
-    """3 ranks with 2 threads each, timed for real: one plan, summed over the ranks, on every rank."""
-    code = ("import hpcgpu, sys\n"
+    """3 ranks with 2 threads each, timed for real: one plan, summed over the ranks, on every rank.
+
+    A launcher that binds each rank to one core (Intel MPI, Open MPI 4) leaves OpenBLAS one thread
+    whatever OMP_NUM_THREADS says: then no rank has a plan, and none times anything."""
+    code = ("import hpcgpu, json, os, sys\n"
+            "from hpcgpu import _blas\n"
             "from hpcgpu.train.model import MLP\n"
             "from hpcgpu.train.threads import plan_gemm_threads\n"
             "rt = hpcgpu.init('cpu')\n"
             "plan = plan_gemm_threads(MLP([20, 16, 3]), 10 + rt.rank, rt.comm)\n"  # unequal local batches
-            "sys.stdout.write('PLAN ' + plan.to_json() + '\\n')\n")
-    p = _mpi.run(3, ["-c", code], env={"OMP_NUM_THREADS": "2"}, timeout=120)
+            "row = dict(plan=plan.to_json() if plan else None, threads=_blas.threads())\n"
+            "sys.stdout.write('PLAN ' + json.dumps(row) + '\\n')\n")
+    p = _mpi.run(3, ["-c", code], env={"OMP_NUM_THREADS": "2", **UNBOUND}, timeout=120)
     assert p.returncode == 0, p.stderr
-    plans = [json.loads(ln[5:]) for ln in p.stdout.splitlines() if ln.startswith("PLAN ")]
-    assert len(plans) == 3 and plans[0] == plans[1] == plans[2], plans
-    assert set(plans[0]["threaded"]) == {"fc0.forward", "fc1.forward", "fc1.wgrad", "fc1.dgrad", "fc0.wgrad"}
-    assert plans[0]["blas_threads"] == 2 and set(plans[0]["step_seconds"]) >= {"one", "all"}
+    rows = [json.loads(ln[5:]) for ln in p.stdout.splitlines() if ln.startswith("PLAN ")]
+    assert len(rows) == 3 and rows[0]["plan"] == rows[1]["plan"] == rows[2]["plan"], rows
+    if max(r["threads"] for r in rows) == 1:
+        assert rows[0]["plan"] is None, rows
+        return
+    plan = json.loads(rows[0]["plan"])
+    assert set(plan["threaded"]) == {"fc0.forward", "fc1.forward", "fc1.wgrad", "fc1.dgrad", "fc0.wgrad"}
+    assert plan["blas_threads"] == rows[0]["threads"] and set(plan["step_seconds"]) >= {"one", "all"}
 
 
 def _train(data, out, *extra, threads_per_rank="2"):
     return _mpi.run(1, ["-m", "hpcgpu.train", "--data", data, "--out", str(out), "--progress", "lines",
                         "--device", "cpu", "--hidden", "128,128", "--batch-size", "128", "--epochs", "2",
-                        *map(str, extra)], env={"OMP_NUM_THREADS": threads_per_rank}, timeout=180)
+                        *map(str, extra)], env={"OMP_NUM_THREADS": threads_per_rank, **UNBOUND}, timeout=180)
 
 
 def _model(path):
@@ -197,7 +209,7 @@ def test_resume_reuses_the_checkpoints_plan_and_is_exact(tmp_path):
 @pytest.mark.mpi
 def test_info_says_what_it_decided():
     p = _mpi.run(1, ["-m", "hpcgpu", "info", "--device", "cpu", "--hidden", "32", "--batch-size", "16"],
-                 env={"OMP_NUM_THREADS": "2"}, timeout=60, check=True)
+                 env={"OMP_NUM_THREADS": "2", **UNBOUND}, timeout=60, check=True)
     lines = p.stdout.strip().splitlines()
     assert "blas_threads=2" in lines[0]
     assert lines[1].startswith("GEMM threads of the trainer's step, MLP 784-32-10, global batch 16 (local 16")
