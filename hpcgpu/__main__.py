@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 from . import _matmul_cli
-from ._cli import ArgumentParser, run
+from ._cli import ArgumentParser, hidden_widths, run
 
 
 def parser() -> ArgumentParser:
@@ -27,7 +27,7 @@ def parser() -> ArgumentParser:
     info.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     g = info.add_argument_group("the trainer's GEMM threads (CPU): which GEMMs of its step run on the rank's "
                                 "BLAS threads, timed here as python -m hpcgpu.train does at start")
-    g.add_argument("--hidden", type=_widths, default=None, help="hidden widths of the MLP, e.g. 256,256")
+    g.add_argument("--hidden", type=hidden_widths, default=None, help="hidden widths of the MLP, e.g. 256,256")
     g.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch, split among the ranks")
     g.add_argument("--features", type=int, default=784, help="input features D")
     g.add_argument("--classes", type=int, default=10, help="classes C")
@@ -35,16 +35,6 @@ def parser() -> ArgumentParser:
     info.set_defaults(main=_info)
     _matmul_cli.add_parser(sub)
     return p
-
-
-def _widths(text: str) -> tuple:
-    try:
-        sizes = tuple(int(t) for t in text.split(",")) if text.strip() not in ("", "none") else ()
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected widths like 256,256, got {text!r}") from None
-    if any(s < 1 for s in sizes):
-        raise argparse.ArgumentTypeError(f"widths must be >= 1, got {text!r}")
-    return sizes
 
 
 def _info(args: argparse.Namespace) -> int:

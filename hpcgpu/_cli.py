@@ -21,6 +21,20 @@ from .errors import AgreedError
 from .runtime import abort
 
 
+def hidden_widths(text: str) -> tuple:
+    """``--hidden``'s type: ``"256,256"`` -> ``(256, 256)``; ``""`` or ``"none"`` -> ``()``."""
+    text = text.strip()
+    if text in ("", "none"):
+        return ()
+    try:
+        sizes = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected widths like 256,256, got {text!r}") from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"widths must be >= 1, got {text!r}")
+    return sizes
+
+
 def world_rank() -> int:
     """This process's rank in ``MPI.COMM_WORLD``."""
     return MPI.COMM_WORLD.Get_rank()

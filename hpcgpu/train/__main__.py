@@ -14,21 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from .._cli import ArgumentParser, run
+from .._cli import ArgumentParser, hidden_widths, run
 from .trainer import StopRequest, TrainConfig, Trainer
-
-
-def _hidden(text: str) -> tuple:
-    text = text.strip()
-    if text in ("", "none"):
-        return ()
-    try:
-        sizes = tuple(int(t) for t in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected widths like 256,256, got {text!r}") from None
-    if any(s < 1 for s in sizes):
-        raise argparse.ArgumentTypeError(f"widths must be >= 1, got {text!r}")
-    return sizes
 
 
 def parser() -> ArgumentParser:
@@ -48,7 +35,7 @@ def parser() -> ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (mean-loss gradient)")
     p.add_argument("--momentum", type=float, default=d.momentum, help="SGD momentum")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2 coefficient")
-    p.add_argument("--hidden", type=_hidden, default=d.hidden,
+    p.add_argument("--hidden", type=hidden_widths, default=d.hidden,
                    help="hidden layer widths, comma-separated ('none' for softmax regression)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of initial weights and sample order")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default=d.device,

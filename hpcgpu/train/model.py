@@ -19,6 +19,7 @@ from ._kernels import kernels as _fused
 
 __all__ = ["MLP"]
 
+
 class MLP:
     """ReLU multilayer perceptron with a softmax cross-entropy loss.
 
@@ -76,6 +77,7 @@ class MLP:
         self._g = self._views(self.grad)
         self.gemm_threads: dict[str, int] | None = None
         self._aranges: dict = {}
+        self._fused = _fused(xp)  # one kernel where CuPy's form takes several; None on NumPy
         self.reset(seed)
 
     def _views(self, flat):
@@ -176,17 +178,16 @@ class MLP:
             Logits (before the softmax), a new array.
         """
         a = X
-        fused = _fused(self.xp)
         for i in range(self.n_layers):
             z = a @ self._p[f"fc{i}.weight"]
-            self._bias_relu(z, i, i < self.n_layers - 1, fused)
+            self._bias_relu(z, i, i < self.n_layers - 1)
             a = z
         return a
 
-    def _bias_relu(self, z, i: int, relu: bool, fused) -> None:
+    def _bias_relu(self, z, i: int, relu: bool) -> None:
         """``z += b_i``, then ``z = max(z, 0)`` for a hidden layer: one kernel on a GPU."""
-        if relu and fused is not None:
-            fused.bias_relu(self._p[f"fc{i}.bias"], z)
+        if relu and self._fused is not None:
+            self._fused.bias_relu(self._p[f"fc{i}.bias"], z)
             return
         z += self._p[f"fc{i}.bias"]
         if relu:
@@ -198,7 +199,7 @@ class MLP:
         n = logits.shape[0]
         rows = self._rows(n)
         correct = (xp.argmax(logits, axis=1) == y).sum()
-        fused = _fused(xp)
+        fused = self._fused
         if fused is not None:
             fused.exp_shifted(logits.max(axis=1, keepdims=True), logits)
         else:
@@ -243,14 +244,14 @@ class MLP:
 
     def _loss_and_grad(self, X, y, threads) -> None:
         xp = self.xp
-        fused = _fused(xp)
+        fused = self._fused
         acts = [X]
         a = X
         L = self.n_layers
         for i in range(L):
             threads(f"fc{i}.forward")
             z = a @ self._p[f"fc{i}.weight"]
-            self._bias_relu(z, i, i < L - 1, fused)
+            self._bias_relu(z, i, i < L - 1)
             if i < L - 1:
                 acts.append(z)
             a = z

@@ -81,6 +81,7 @@ class SGD:
         self.params, self.momentum, self.weight_decay = params, float(momentum), float(weight_decay)
         self.velocity = params * 0
         self._host = isinstance(params, np.ndarray) and _blas.scal(1.0, self.velocity)  # NumPy's BLAS binds
+        self._fused = _kernels(_device.cupy_or_none()) if _device.is_device_array(params) else None
 
     def step(self, grad, lr: float, scale: float = 1.0) -> None:
         """Apply one update with the gradient ``scale * grad`` (n,). Not collective.
@@ -111,10 +112,9 @@ class SGD:
                 _blas.axpy(self.weight_decay, p, v)
             _blas.axpy(-lr, v, p)
             return
-        fused = _kernels(_device.cupy_or_none()) if _device.is_device_array(p) else None
-        if fused is not None and grad.dtype == p.dtype:  # one kernel on a GPU
+        if self._fused is not None and grad.dtype == p.dtype:  # one kernel on a GPU
             t = p.dtype.type  # scalars of the arrays' own type: no type inference to trust
-            fused.sgd(grad, t(mu), t(scale), t(self.weight_decay), t(lr), v, p)
+            self._fused.sgd(grad, t(mu), t(scale), t(self.weight_decay), t(lr), v, p)
             return
         v *= mu
         grad *= scale

@@ -41,7 +41,7 @@ from mpi4py import MPI
 from .. import _blas
 from ..comm import agree
 
-__all__ = ["MARGIN", "GemmPlan", "plan_gemm_threads", "time_gemms"]
+__all__ = ["MARGIN", "GemmPlan", "plan_gemm_threads", "time_gemms", "time_steps"]
 
 MARGIN = 0.9
 """A GEMM keeps t threads when its time on t is at most MARGIN times its time on one."""

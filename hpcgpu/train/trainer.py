@@ -331,8 +331,12 @@ class Trainer:
         )
         if test is not None:
             self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
-        # each step's loss sum and correct count, kept on the device at one rank (train_epoch)
-        self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype)
+        # One rank on a GPU: nothing to reduce, and each step's loss sum and correct count stay on
+        # the device (a row of _stats) until the epoch ends, a checkpoint or a stop needs them, so no
+        # step waits for the GPU. Otherwise the reduced slots are read every step: free on the host,
+        # and with several ranks the reduction has synchronized the stream already.
+        self._deferred = rt.size == 1 and self.xp is not np
+        self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype) if self._deferred else None
         self.epoch = self.step = self.step_in_epoch = 0
         self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
         self._epoch_seconds = 0.0
@@ -341,9 +345,8 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
         self.gemm_plan: GemmPlan | None = None
-        self._drained = 0  # steps of the epoch whose loss is in _epoch_totals
         plan = self._resume() if c.resume else None
-        self._drained = self.step_in_epoch
+        self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
         self.watchdog = Watchdog(comm, c.stall_timeout)
 
@@ -425,11 +428,7 @@ class Trainer:
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             self.sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
-        # One rank on a GPU: nothing to reduce, and the step's loss and correct count stay on the
-        # device (a row of _stats each) until the epoch ends, a checkpoint or a stop needs them,
-        # so no step waits for the GPU. Otherwise the reduced slots are read every step: free on
-        # the host, and with several ranks the reduction has synchronized the stream already.
-        deferred = self.rt.size == 1 and self.xp is not np
+        deferred = self._deferred  # see __init__
         self._drained = self.step_in_epoch
         for s in range(self.step_in_epoch, self.sampler.steps):
             model.loss_and_grad(*self.sampler.batch(s))
