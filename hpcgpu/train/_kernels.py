@@ -2,13 +2,12 @@
 
 Each is one ``cupy.ElementwiseKernel``, built once per array module, where
 the plain CuPy form takes two to seven launches; on NumPy there are none
-(:func:`kernels` returns None) and the callers keep their NumPy form. The C
-of each stays inside the subset the CuPy stand-in of ``tests/device``
-interprets (assignments, arithmetic, comparisons, ``?:``, ``exp``, ``log``,
-``(T)`` casts), so the suite runs them here too. NaN must survive every
-kernel as it survives NumPy's form (the trainer detects divergence from a NaN
-loss): CUDA's ``max``/``min`` on floats drop a NaN (``fmax``), so they are
-not used.
+(:func:`kernels` returns None) and the callers keep their NumPy form. Each
+body is plain C++ (no CUDA-only intrinsics), so the CuPy stand-in of
+``tests/device`` compiles it for the host and runs it: the suite checks the
+kernels here as written. NaN must survive every kernel as it survives
+NumPy's form (the trainer detects divergence from a NaN loss): CUDA's
+``max``/``min`` on floats drop a NaN (``fmax``), so they are not used.
 """
 
 from __future__ import annotations
@@ -18,6 +17,27 @@ from types import SimpleNamespace
 import numpy as np
 
 _BUILT: dict = {}
+
+# One row i of z (n, c): z_j += b_j; m, k = the max and its first index (a NaN is the max, as in
+# numpy.max and numpy.argmax); e_j = exp(z_j - m); p_j = e_j / sum e; z_j = p_j - (j == y);
+# loss = -log(p_y), p_y clamped to tiny below (not max(): CUDA's max is fmax and drops a NaN).
+_SOFTMAX_XENT = """
+ptrdiff_t r = i * c;
+T m = z[r] + b[0];
+z[r] = m;
+ptrdiff_t k = 0;
+for (ptrdiff_t j = 1; j < c; ++j) {
+  T v = z[r + j] + b[j];
+  z[r + j] = v;
+  if (v > m || (v != v && m == m)) { m = v; k = j; }
+}
+T s = (T)0;
+for (ptrdiff_t j = 0; j < c; ++j) { T e = exp(z[r + j] - m); z[r + j] = e; s += e; }
+T p = z[r + y] / s;
+for (ptrdiff_t j = 0; j < c; ++j) { z[r + j] = z[r + j] / s - (j == y ? (T)1 : (T)0); }
+loss = -log(p < tiny ? tiny : p);
+hit = k == y ? (T)1 : (T)0;
+"""
 
 
 def kernels(xp) -> SimpleNamespace | None:
@@ -34,9 +54,15 @@ def kernels(xp) -> SimpleNamespace | None:
         ``bias_relu(b, z)``: ``z = max(z + b, 0)`` in place, ``b`` broadcast
         over the rows, NaN kept as ``numpy.maximum`` keeps it (one launch
         for two). ``relu_backward(a, d)``: ``d`` where ``a > 0``, else
-        ``d * 0``, in place (one for two). ``exp_shifted(m, z)``: ``z = exp(z - m)`` in
-        place, ``m`` the row maxima (one for two). ``neg_log(p, tiny)``: a
-        new array ``-log(max(p, tiny))``, NaN kept (one for three).
+        ``d * 0``, in place (one for two).
+        ``softmax_xent(b, y, c, tiny, z, loss, hit)``: for each row ``r`` of
+        ``z`` (n, c), C-contiguous: ``z[r] += b`` (the last layer's bias),
+        then ``z[r] = softmax(z[r]) - onehot(y[r])`` in place (the gradient of
+        the row's loss with respect to its logits), ``loss[r] = -log(max(p_y,
+        tiny))`` and ``hit[r] = 1`` where the row's first maximum is at
+        ``y[r]`` (``numpy.argmax``'s tie and NaN rule), else 0; one thread a
+        row (one launch for some fifteen: bias, max, argmax, compare, exp,
+        sum, divide, gather, log, one-hot, and their sums' operands).
         ``sgd(g, mu, scale, wd, lr, v, p)``: ``v = mu v + scale g + wd p``,
         ``p = p - lr v``, in place (one for five to seven; the form of
         :class:`hpcgpu.train.optim.SGD`).
@@ -50,9 +76,11 @@ def kernels(xp) -> SimpleNamespace | None:
             bias_relu=E("T b", "T z", "T v = z + b; z = v <= (T)0 ? (T)0 : v", "hpcgpu_bias_relu"),
             # d * 0, not 0: a NaN or inf in d stays NaN and a negative d gives -0, as NumPy's d *= a > 0
             relu_backward=E("T a", "T d", "d = a > (T)0 ? d : d * (T)0", "hpcgpu_relu_backward"),
-            exp_shifted=E("T m", "T z", "z = exp(z - m)", "hpcgpu_exp_shifted"),
-            # not max(p, tiny): CUDA's max is fmax, which drops a NaN, and a diverged loss must stay NaN
-            neg_log=E("T p, T tiny", "T l", "T q = p < tiny ? tiny : p; l = -log(q)", "hpcgpu_neg_log"),
+            # softmax cross-entropy and its gradient, one thread a row (issue 24: one launch for some
+            # fifteen): adds the last layer's bias, keeps the row's logits' first maximum (NaN first,
+            # as numpy.argmax) and overwrites the logits with softmax - onehot
+            softmax_xent=E("raw T b, I y, int64 c, T tiny", "raw T z, T loss, T hit", _SOFTMAX_XENT,
+                           "hpcgpu_softmax_xent"),
             sgd=E("T g, T mu, T scale, T wd, T lr", "T v, T p", "v = mu * v + scale * g + wd * p; p = p - lr * v",
                   "hpcgpu_sgd"),
         )

@@ -76,7 +76,7 @@ class MLP:
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
         self.gemm_threads: dict[str, int] | None = None
-        self._aranges: dict = {}
+        self._scratch: dict = {}  # per batch size: the loss kernel's (n, 2) per-row loss and hit
         self._fused = _fused(xp)  # one kernel where CuPy's form takes several; None on NumPy
         self.reset(seed)
 
@@ -149,15 +149,6 @@ class MLP:
                 out.append((f"fc{i}.dgrad", (n, d_out, d_in), False, True))
         return out
 
-    def _rows(self, n: int):
-        """``xp.arange(n)``, made once per ``n`` (a launch fewer per use on a GPU)."""
-        r = self._aranges.get(n)
-        if r is None:
-            if len(self._aranges) > 8:  # evaluation's last chunks: keep a few sizes only
-                self._aranges.clear()
-            r = self._aranges[n] = self.xp.arange(n)
-        return r
-
     def _threads(self, key: str) -> None:
         n = self.gemm_threads.get(key)
         if n is not None and n != self._now:
@@ -177,10 +168,25 @@ class MLP:
         xp.ndarray, shape (n, C)
             Logits (before the softmax), a new array.
         """
-        a = X
-        for i in range(self.n_layers):
+        z = self._last(X)
+        if self._fused is not None:
+            z += self._p[f"fc{self.n_layers - 1}.bias"]
+        return z
+
+    def _last(self, X, acts=None, threads=None):
+        """The last layer's output of ``X``: without its bias on a GPU (the loss kernel adds it).
+
+        The hidden activations are appended to ``acts`` when given.
+        """
+        a, L = X, self.n_layers
+        for i in range(L):
+            if threads is not None:
+                threads(f"fc{i}.forward")
             z = a @ self._p[f"fc{i}.weight"]
-            self._bias_relu(z, i, i < self.n_layers - 1)
+            if i < L - 1 or self._fused is None:
+                self._bias_relu(z, i, i < L - 1)
+            if acts is not None and i < L - 1:
+                acts.append(z)
             a = z
         return a
 
@@ -193,27 +199,34 @@ class MLP:
         if relu:
             self.xp.maximum(z, 0, out=z)
 
-    def _loss_terms(self, logits, y):
-        """Per-sample softmax probabilities (in place of logits), loss sum, correct count."""
-        xp = self.xp
-        n = logits.shape[0]
-        rows = self._rows(n)
-        correct = (xp.argmax(logits, axis=1) == y).sum()
-        fused = self._fused
+    def _loss_terms(self, z, y, slots):
+        """Softmax cross-entropy of the last layer's output ``z`` (n, C); returns its gradient, in ``z``.
+
+        The loss sum and correct count go to ``slots`` (2,). On a GPU ``z`` is
+        before the last bias, which the fused kernel adds: one launch and one
+        sum for the whole of it.
+        """
+        xp, fused = self.xp, self._fused
+        n = z.shape[0]
+        tiny = self.dtype.type(xp.finfo(self.dtype).tiny)
         if fused is not None:
-            fused.exp_shifted(logits.max(axis=1, keepdims=True), logits)
-        else:
-            logits -= logits.max(axis=1, keepdims=True)
-            xp.exp(logits, out=logits)
-        s = logits.sum(axis=1, keepdims=True)
-        logits /= s
+            lh = self._scratch.get(n)
+            if lh is None:
+                if len(self._scratch) > 8:  # evaluation's last chunks: keep a few sizes only
+                    self._scratch.clear()
+                lh = self._scratch[n] = xp.empty((n, 2), dtype=self.dtype)
+            fused.softmax_xent(self._p[f"fc{self.n_layers - 1}.bias"], y, z.shape[1], tiny, z, lh[:, 0], lh[:, 1])
+            lh.sum(axis=0, out=slots)
+            return z
+        rows = xp.arange(n)
+        slots[1] = (z.argmax(axis=1) == y).sum()
+        z -= z.max(axis=1, keepdims=True)
+        xp.exp(z, out=z)
+        z /= z.sum(axis=1, keepdims=True)
         # loss_i = log(sum_j exp(z_j)) - z_y, with z shifted; p_y = exp(z_y) / s
-        tiny = xp.finfo(self.dtype).tiny
-        if fused is not None:
-            loss = fused.neg_log(logits[rows, y], self.dtype.type(tiny)).sum()
-        else:
-            loss = -xp.log(xp.maximum(logits[rows, y], tiny)).sum()
-        return logits, loss, correct
+        slots[0] = -xp.log(xp.maximum(z[rows, y], tiny)).sum()
+        z[rows, y] -= 1
+        return z
 
     def loss_and_grad(self, X, y) -> None:
         """Forward and backward pass over a local batch. Not collective.
@@ -246,20 +259,9 @@ class MLP:
         xp = self.xp
         fused = self._fused
         acts = [X]
-        a = X
         L = self.n_layers
-        for i in range(L):
-            threads(f"fc{i}.forward")
-            z = a @ self._p[f"fc{i}.weight"]
-            self._bias_relu(z, i, i < L - 1)
-            if i < L - 1:
-                acts.append(z)
-            a = z
-        probs, loss, correct = self._loss_terms(a, y)
-        self.grad[self.n_params] = loss
-        self.grad[self.n_params + 1] = correct
-        dz = probs
-        dz[self._rows(dz.shape[0]), y] -= 1
+        n = self.n_params
+        dz = self._loss_terms(self._last(X, acts, threads), y, self.grad[n : n + 2])
         for i in reversed(range(L)):
             a_in = acts[i]
             threads(f"fc{i}.wgrad")
@@ -298,8 +300,8 @@ class MLP:
         """
         xp = self.xp
         tot = xp.zeros(2, dtype=np.float64)
+        slots = xp.zeros(2, dtype=self.dtype)
         for s in range(0, X.shape[0], chunk):
-            _, loss, correct = self._loss_terms(self.forward(X[s : s + chunk]), y[s : s + chunk])
-            tot[0] += loss
-            tot[1] += correct
+            self._loss_terms(self._last(X[s : s + chunk]), y[s : s + chunk], slots)
+            tot += slots
         return tot

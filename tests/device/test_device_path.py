@@ -134,8 +134,11 @@ print(json.dumps(out))
 
 # Kernel launches (and cuBLAS calls, host-to-device copies) of one training step on a GPU, as the
 # stand-in counts them, so that the count can only go down (issue 24, item 2). Before the fused
-# kernels of hpcgpu/train/_kernels.py: 26 + 8 per layer.
-LAUNCHES_FIXED = 18  # the batch gather (2), softmax, loss, their gradient and slots (13), the loss's row, the update
+# kernels of hpcgpu/train/_kernels.py: 26 + 8 per layer; with the elementwise ones, 18 + 6.
+# Fixed: the batch gather (2), the softmax cross-entropy kernel and its sum (2), the loss's row (1), the
+# update (1); less the first layer's input gradient and ReLU backward (2) and the last layer's bias (1,
+# in the loss kernel).
+LAUNCHES_FIXED = 3
 LAUNCHES_PER_LAYER = 6  # forward: GEMM, bias+ReLU; backward: 2 GEMMs, bias gradient, ReLU backward
 
 
@@ -333,6 +336,49 @@ def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
 
 
 # -- in this process: defects 3, 7 and 9 on the stand-in ------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_loss_kernel_is_numpys_softmax_cross_entropy(cp, dtype):
+    """The one-launch softmax cross-entropy (hpcgpu/train/_kernels.py, compiled from its C++ by the stand-in)
+    against the model's NumPy form: gradient, loss sum and correct count, with a tie (the first maximum
+    wins, as numpy.argmax), a NaN logit (the loss stays NaN: divergence is still seen), an infinite one,
+    and a saturated row (p_y below the smallest normal: the loss is clamped, not infinite)."""
+    from hpcgpu.train.model import MLP
+
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((9, 5)).astype(dtype) * 3
+    y = rng.integers(0, 5, 9)
+    z[1] = [2, 7, 7, 1, 0]
+    y[1] = 2  # a tie at 1 and 2: not correct
+    z[2, 3] = np.nan
+    z[3, 0] = np.inf
+    z[4] = [0, 0, 0, 0, 1e4]
+    y[4] = 0
+    host, dev = MLP([4, 5], np, dtype), MLP([4, 5], cp, dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    host._p["fc0.bias"][...] = b
+    dev._p["fc0.bias"][...] = cp.asarray(b)
+    want_slots = np.zeros(2, dtype)
+    with np.errstate(invalid="ignore"):
+        want = host._loss_terms(z + b, y, want_slots)
+    slots = cp.zeros(2, dtype)
+    cp._standin.reset_counters()
+    got = dev._loss_terms(cp.asarray(z), cp.asarray(y), slots).get()
+    assert cp._standin.counters()["launches"] <= 4  # two copies in, the kernel, the sum
+    tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)  # NaN where NumPy has NaN
+    ok = np.isfinite(want).all(axis=1)
+    assert not ok[2] and not ok[3] and ok[[0, 1, 4, 5, 6, 7, 8]].all()
+    g = slots.get()
+    assert np.isnan(g[0]) and np.isnan(want_slots[0])
+    assert g[1] == want_slots[1]
+    finite = np.delete(np.arange(9), [2, 3])
+    fs, ws = cp.zeros(2, dtype), np.zeros(2, dtype)
+    host._loss_terms((z + b)[finite], y[finite], ws)
+    dev._loss_terms(cp.asarray(z[finite]), cp.asarray(y[finite]), fs)
+    np.testing.assert_allclose(fs.get(), ws, rtol=tol)
+    assert np.isfinite(fs.get()).all()  # the saturated row: -log(tiny), not inf
+
 
 def test_empty_blocks_never_reach_cublas(cp):
     from hpcgpu import _gemm

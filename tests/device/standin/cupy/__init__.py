@@ -46,8 +46,8 @@ import numpy as _numpy  # noqa: E402
 
 from cupy import _standin  # noqa: E402,F401
 from cupy import cuda  # noqa: E402
+from cupy._kernel import ElementwiseKernel  # noqa: E402,F401
 from cupy._core import (  # noqa: E402,F401
-    ElementwiseKernel,
     _reduction_table,
     _ufunc_table,
     arange,
