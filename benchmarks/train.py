@@ -99,7 +99,7 @@ def compute_only(steps: int) -> None:
     t0 = MPI.Wtime()
     for _ in range(steps):
         m.loss_and_grad(X, y)
-        opt.step(m.param_grad, 0.01, scale=1 / 256)
+        opt.step(m.grad, 0.01, scale=1 / 256)
     dt = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     if rt.rank == 0:
         print(json.dumps({"samples_per_second": steps * 256 / dt}))

@@ -32,6 +32,8 @@ def parser() -> ArgumentParser:
     p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help="GLOBAL batch size in samples, split among the ranks (uneven splits are exact)")
+    p.add_argument("--grad-accum-steps", type=int, default=d.grad_accum_steps, metavar="K",
+                   help="gradient accumulation: each step is K micro-batches of BATCH_SIZE/K samples, reduced once")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (mean-loss gradient)")
     p.add_argument("--momentum", type=float, default=d.momentum, help="SGD momentum")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2 coefficient")

@@ -4,8 +4,10 @@ Each rank reads only its contiguous shard of ``/train`` (rows
 ``block_range(N, P, rank)``) and of ``/test``. Every epoch the global order
 of the training samples is a permutation drawn from ``(seed, epoch)``; global
 batch ``b`` is positions ``b*B .. (b+1)*B`` of that order, and rank ``r``
-takes positions ``block_range(B, P, r)`` of each global batch. The samples
-of a global batch are therefore the same whatever the number of ranks P.
+takes positions ``block_range(B, P, r)`` of each global batch (with K
+micro-batches of gradient accumulation: ``block_range(B/K, P, r)`` of each
+of the batch's K consecutive micro-batches). The samples of a global batch
+are therefore the same whatever the number of ranks P and of micro-batches.
 
 The rows a rank needs for an epoch mostly lie in other ranks' shards: one
 ``Alltoallv`` per epoch moves them, so the data set stays distributed (each
@@ -201,25 +203,35 @@ class GlobalBatchSampler:
     comm : mpi4py.MPI.Intracomm
     xp : module
         Where batches are made (``numpy`` or ``cupy``).
+    micro_batches : int
+        K: each global batch is K global micro-batches of B / K samples
+        (consecutive in the epoch's order), each split among the ranks as
+        a global batch is; K divides B and B / K >= P (checked by the
+        trainer). K = 1: the global batch itself.
 
     Attributes
     ----------
     steps : int
         Global batches per epoch, ``N // B`` (the last partial batch is
         dropped, so every step averages over exactly B samples).
+    local_micro_batch : int
+        ``len(block_range(B / K, P, rank))``: B/(K P), rounded up on the
+        last ``(B / K) mod P`` ranks. Uneven local batches are exact: the
+        gradient is summed over ranks and divided by B.
     local_batch : int
-        ``len(block_range(B, P, rank))``: B/P, rounded up on the last
-        ``B mod P`` ranks. Uneven local batches are exact: the gradient is
-        summed over ranks and divided by B.
+        ``K * local_micro_batch``: this rank's samples of one step.
     """
 
-    def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm, xp=np):
+    def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm, xp=np,
+                 micro_batches: int = 1):
         self.train, self.B, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
+        self.K = int(micro_batches)
         self.N, self.P = train.n_global, comm.size
         self.steps = self.N // self.B
-        self.bounds = [block_range(self.B, self.P, r) for r in range(self.P)]
+        self.bounds = [block_range(self.B // self.K, self.P, r) for r in range(self.P)]
         lo, hi = self.bounds[comm.rank]
-        self.local_batch = hi - lo
+        self.local_micro_batch = hi - lo
+        self.local_batch = self.K * self.local_micro_batch
         self.shard_starts = np.asarray(block_starts(self.N, self.P))
         self._rowtype = from_numpy_dtype(train.X.dtype).Create_contiguous(train.dim).Commit()
         n_local = train.stop - train.start
@@ -275,12 +287,34 @@ class GlobalBatchSampler:
 
         Returns
         -------
-        numpy.ndarray, shape (steps * lb,)
-            With ``lb = len(block_range(B, P, rank))``: the rows of step ``s``
-            are elements ``s * lb .. (s + 1) * lb``.
+        numpy.ndarray, shape (steps * K * lm,)
+            With ``lm = len(block_range(B / K, P, rank))``: the rows of step
+            ``s`` are elements ``s * K * lm .. (s + 1) * K * lm``, micro-batch
+            by micro-batch.
         """
         lo, hi = self.bounds[rank]
-        return perm[: self.steps * self.B].reshape(self.steps, self.B)[:, lo:hi].ravel()
+        b = self.B // self.K
+        return perm[: self.steps * self.B].reshape(self.steps, self.K, b)[:, :, lo:hi].ravel()
+
+    def state_dict(self) -> dict:
+        """What decides the sample order: ``seed``, ``batch_size``, ``micro_batches``.
+
+        The order of epoch ``e`` is a pure function of these and ``e``
+        (:meth:`order`), so there is no generator state to save.
+        """
+        return dict(seed=self.seed, batch_size=self.B, micro_batches=self.K)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Check that ``state`` gives this sampler's order. Not collective.
+
+        Raises
+        ------
+        ValueError
+            ``state`` is another sampler's (its order would differ).
+        """
+        mine = self.state_dict()
+        if {k: state.get(k, mine[k]) for k in mine} != mine:
+            raise ValueError(f"a sampler of {state} cannot continue as {mine}")
 
     def _owner(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.shard_starts, rows, side="right") - 1
@@ -353,7 +387,8 @@ class GlobalBatchSampler:
         Returns
         -------
         X : xp.ndarray, shape (local_batch, D)
-            Features, of the training data's dtype.
+            Features, of the training data's dtype; micro-batch ``k`` is rows
+            ``k * local_micro_batch .. (k + 1) * local_micro_batch``.
         y : xp.ndarray, shape (local_batch,), int64
             Labels. Both arrays are buffers reused (overwritten) by the next call.
         """

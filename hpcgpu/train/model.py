@@ -14,7 +14,7 @@ from types import ModuleType
 
 import numpy as np
 
-from .. import _blas
+from .. import _blas, _gemm
 from ._kernels import kernels as _fused
 
 __all__ = ["MLP"]
@@ -35,6 +35,13 @@ class MLP:
         Initial weights: He-uniform (bound ``sqrt(6 / fan_in)``), biases 0,
         drawn on the host with NumPy's PCG64 so every rank and every device
         gets the same values.
+    grad : xp.ndarray, shape (n_params,), optional
+        Where :meth:`loss_and_grad` writes the gradient: a view the caller
+        owns (the trainer's :class:`~hpcgpu.train.reducer.GradientReducer`
+        buffer); allocated when omitted.
+    stats : xp.ndarray, shape (2,), optional
+        Where :meth:`loss_and_grad` writes the loss sum and the number of
+        correct predictions; allocated when omitted.
 
     Attributes
     ----------
@@ -42,14 +49,12 @@ class MLP:
         All parameters, layer by layer: ``fc{i}.weight`` of shape
         ``(sizes[i], sizes[i+1])`` (input-major, so a layer is ``x @ W + b``),
         then ``fc{i}.bias`` of shape ``(sizes[i+1],)``.
-    grad : xp.ndarray, shape (n_params + 3,)
-        Gradient of the SUM of per-sample losses, laid out like ``params``,
-        followed by three slots: the loss sum and the number of correct
-        predictions of the last :meth:`loss_and_grad`, and one the caller
-        may use (the trainer's stop flag). Reducing ``grad`` reduces them
-        all in the same message.
-    param_grad : xp.ndarray, shape (n_params,)
-        The gradient part of ``grad`` (a view).
+    grad : xp.ndarray, shape (n_params,)
+        Gradient of the SUM of per-sample losses of the last
+        :meth:`loss_and_grad`, laid out like ``params``.
+    stats : xp.ndarray, shape (2,)
+        The loss sum and the number of correct predictions of the last
+        :meth:`loss_and_grad`, of the model's dtype.
     gemm_threads : dict of str to int, or None
         Host BLAS threads for each GEMM of :meth:`loss_and_grad`, by the keys
         of :meth:`gemm_shapes` (see :func:`hpcgpu.train.threads.plan_gemm_threads`);
@@ -61,7 +66,7 @@ class MLP:
     K. He et al., "Delving Deep into Rectifiers", ICCV 2015 (initialization).
     """
 
-    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0):
+    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None, stats=None):
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
@@ -71,11 +76,16 @@ class MLP:
             self.shapes += [(f"fc{i}.weight", (a, b)), (f"fc{i}.bias", (b,))]
         self.n_params = sum(math.prod(s) for _, s in self.shapes)
         self.params = xp.zeros(self.n_params, dtype=self.dtype)
-        self.grad = xp.zeros(self.n_params + 3, dtype=self.dtype)
-        self.param_grad = self.grad[: self.n_params]
+        for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2)):
+            if view is not None and (view.shape != (n,) or view.dtype != self.dtype):
+                raise ValueError(f"{name} must be of shape ({n},) and dtype {self.dtype}, "
+                                 f"got {view.shape} {view.dtype}")
+        self.grad = xp.zeros(self.n_params, dtype=self.dtype) if grad is None else grad
+        self.stats = xp.zeros(2, dtype=self.dtype) if stats is None else stats
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
         self.gemm_threads: dict[str, int] | None = None
+        self._part = None  # a micro-batch's loss sum and correct count, before they are added
         self._scratch: dict = {}  # per batch size: the loss kernel's (n, 2) per-row loss and hit
         self._fused = _fused(xp)  # one kernel where CuPy's form takes several; None on NumPy
         self.reset(seed)
@@ -116,6 +126,25 @@ class MLP:
                 host[off : off + n] = rng.uniform(-bound, bound, n)
             off += n
         self.params[...] = self.xp.asarray(host)
+
+    def state_dict(self) -> dict:
+        """``{"params": host copy of params}`` (numpy, (n_params,)). Not collective."""
+        from .. import _device
+
+        return {"params": _device.asnumpy(self.params).copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Copy ``state["params"]`` (n_params,) into :attr:`params` in place. Not collective.
+
+        Raises
+        ------
+        ValueError
+            The array is not of shape ``(n_params,)``.
+        """
+        p = np.asarray(state["params"])
+        if p.shape != (self.n_params,):
+            raise ValueError(f"params of shape {p.shape} for a model of {self.n_params} parameters")
+        self.params[...] = self.xp.asarray(p.astype(self.dtype, copy=False))
 
     def named_parameters(self):
         """``[(name, view)]`` in a stable order; views into :attr:`params`."""
@@ -228,45 +257,62 @@ class MLP:
         z[rows, y] -= 1
         return z
 
-    def loss_and_grad(self, X, y) -> None:
+    def loss_and_grad(self, X, y, accumulate: bool = False) -> None:
         """Forward and backward pass over a local batch. Not collective.
 
         Parameters
         ----------
         X : xp.ndarray, shape (n, D), dtype of the model
         y : xp.ndarray, shape (n,), int64 labels in ``0..C-1``
+        accumulate : bool
+            Add to :attr:`grad` and :attr:`stats` instead of overwriting
+            them: a micro-batch of gradient accumulation (the weight
+            gradients by the GEMM's ``beta = 1``, no gradient-sized
+            temporary).
 
         Notes
         -----
         Fills :attr:`grad` with the gradient of the SUM over the ``n``
         samples of the cross-entropy loss (so that summing over ranks and
-        dividing by the global batch gives the mean), and the two slots
-        after it with the loss sum and the number of correct predictions.
+        dividing by the global batch gives the mean), and :attr:`stats` with
+        the loss sum and the number of correct predictions.
         With :attr:`gemm_threads`, each GEMM runs on its planned number of
         host BLAS threads, and the rank's number is restored on return.
         """
         if self.gemm_threads and self.xp is np:
             before = self._now = _blas.threads()
             try:
-                self._loss_and_grad(X, y, self._threads)
+                self._loss_and_grad(X, y, self._threads, accumulate)
             finally:
                 if self._now != before:
                     _blas.set_threads(before)
         else:
-            self._loss_and_grad(X, y, lambda key: None)
+            self._loss_and_grad(X, y, lambda key: None, accumulate)
 
-    def _loss_and_grad(self, X, y, threads) -> None:
+    def _loss_and_grad(self, X, y, threads, accumulate: bool) -> None:
         xp = self.xp
         fused = self._fused
         acts = [X]
         L = self.n_layers
-        n = self.n_params
-        dz = self._loss_terms(self._last(X, acts, threads), y, self.grad[n : n + 2])
+        if accumulate:
+            if self._part is None:
+                self._part = xp.zeros(2, dtype=self.dtype)
+            part = self._part
+        else:
+            part = self.stats
+        dz = self._loss_terms(self._last(X, acts, threads), y, part)
+        if accumulate:
+            self.stats += part
         for i in reversed(range(L)):
             a_in = acts[i]
             threads(f"fc{i}.wgrad")
-            xp.matmul(a_in.T, dz, out=self._g[f"fc{i}.weight"])
-            dz.sum(axis=0, out=self._g[f"fc{i}.bias"])
+            gw, gb = self._g[f"fc{i}.weight"], self._g[f"fc{i}.bias"]
+            if accumulate:
+                _gemm.gemm(a_in.T, dz, gw, beta=1.0)
+                gb += dz.sum(axis=0)
+            else:
+                xp.matmul(a_in.T, dz, out=gw)
+                dz.sum(axis=0, out=gb)
             if i > 0:
                 threads(f"fc{i}.dgrad")
                 da = dz @ self._p[f"fc{i}.weight"].T

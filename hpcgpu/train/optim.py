@@ -39,6 +39,15 @@ class LRSchedule:
         self.lr, self.total, self.warmup = float(lr), int(total_steps), int(warmup_steps)
         self.kind, self.step_size, self.gamma = kind, max(1, int(step_size)), float(gamma)
 
+    def state_dict(self) -> dict:
+        """The schedule's settings (it has no other state: the rate is a function of the step)."""
+        return dict(lr=self.lr, total_steps=self.total, warmup_steps=self.warmup, kind=self.kind,
+                    step_size=self.step_size, gamma=self.gamma)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take the settings of :meth:`state_dict`."""
+        self.__init__(**state)
+
     def __call__(self, step: int) -> float:
         """The learning rate of global step ``step`` (0-based)."""
         if step < self.warmup:
@@ -82,6 +91,24 @@ class SGD:
         self.velocity = params * 0
         self._host = isinstance(params, np.ndarray) and _blas.scal(1.0, self.velocity)  # NumPy's BLAS binds
         self._fused = _kernels(_device.cupy_or_none()) if _device.is_device_array(params) else None
+
+    def state_dict(self) -> dict:
+        """``{"velocity": host copy}`` (numpy, (n,)). Not collective."""
+        return {"velocity": _device.asnumpy(self.velocity).copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Copy ``state["velocity"]`` (n,) into :attr:`velocity` in place. Not collective.
+
+        Raises
+        ------
+        ValueError
+            The array is not of the parameters' shape.
+        """
+        v = np.asarray(state["velocity"])
+        if v.shape != self.velocity.shape:
+            raise ValueError(f"velocity of shape {v.shape} for parameters of shape {self.velocity.shape}")
+        v = v.astype(self.velocity.dtype, copy=False)
+        self.velocity[...] = _device.cupy_or_none().asarray(v) if _device.is_device_array(self.velocity) else v
 
     def step(self, grad, lr: float, scale: float = 1.0) -> None:
         """Apply one update with the gradient ``scale * grad`` (n,). Not collective.

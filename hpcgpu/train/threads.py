@@ -238,7 +238,7 @@ def time_steps(model, local_batch: int, candidates, comm: MPI.Intracomm, seconds
     Times :meth:`~hpcgpu.train.model.MLP.loss_and_grad` on a random local
     batch (no communication, no update), the candidates in alternating
     rounds, every rank at once; the fastest round of each is kept.
-    ``model.grad`` is left overwritten, ``model.params`` untouched.
+    ``model.grad`` and ``model.stats`` are left overwritten, ``model.params`` untouched.
 
     Parameters
     ----------

@@ -1,23 +1,27 @@
 """The data-parallel SGD trainer.
 
 One step (Goyal et al., "Accurate, Large Minibatch SGD", 2017, section 2):
-every rank runs forward and backward on its local batch, which gives the SUM
-of its per-sample gradients in the model's flat gradient buffer; one
-``Allreduce(SUM)`` of that buffer (with the loss sum and correct count riding
-in its last two slots) gives the global sum; dividing by the global batch
-size gives the mean gradient, and every rank applies the same SGD update, so
-the parameters stay identical without ever being broadcast again.
+every rank runs forward and backward on its local batch (as K micro-batches
+with gradient accumulation), which gives the SUM of its per-sample gradients
+in the gradient reducer's flat buffer (:mod:`hpcgpu.train.reducer`); one
+``Allreduce(SUM)`` of that buffer (with the loss sum, correct count and stop
+request riding in named slots after the gradient) gives the global sum;
+dividing by the global batch size gives the mean gradient, and every rank
+applies the same SGD update, so the parameters stay identical without ever
+being broadcast again.
+
+Each part keeps its own state (``state_dict`` / ``load_state_dict``: the
+model, the optimizer, the schedule, the sampler); a checkpoint is written
+from them and :meth:`Trainer.broadcast_state` makes every rank agree
+(Horovod's ``TorchState.sync``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import sys
-import time
-from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
@@ -26,220 +30,19 @@ from .. import _blas, _device
 from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..errors import agreed
-from ..watchdog import Watchdog, stall_timeout
+from ..watchdog import Watchdog
 from ..io import atomic_path, on_root, writable_error, write_attrs
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP
 from .optim import SGD, LRSchedule
+from .reducer import GradientReducer
+from .report import Report
+from .config import TrainConfig
+from .stop import StopRequest
 from .threads import GemmPlan, plan_gemm_threads
 
-__all__ = ["TrainConfig", "Trainer", "StopRequest"]
-
-
-class StopRequest:
-    """A request to stop at the next step: SIGUSR1, SIGTERM, or a stop file.
-
-    Not collective: each rank records its own requests; the trainer agrees
-    on them in the step's Allreduce, so all ranks stop after the same step.
-    A second signal of the same kind takes its default action (the process
-    ends), for a user who really means it.
-
-    Parameters
-    ----------
-    stop_file : str, optional
-        A file whose appearance asks for a stop. Job scripts prefer it to
-        forwarding a signal: it cannot kill a process that has not yet
-        installed its handlers, and it needs no launcher to pass it on.
-    check_file : bool
-        Whether this rank looks for the file (rank 0 only, so a parallel
-        file system sees one metadata request per second, not one per rank
-        and step).
-    interval : float
-        Seconds between looks at the file.
-
-    Attributes
-    ----------
-    reason : str or None
-        ``"SIGUSR1"``, ``"SIGTERM"`` or ``"stop file PATH"`` once requested.
-    """
-
-    SIGNALS = ("SIGUSR1", "SIGTERM")
-
-    def __init__(self, stop_file: str | None = None, check_file: bool = True, interval: float = 1.0):
-        self.reason: str | None = None
-        self.stop_file, self.check_file, self.interval = stop_file, check_file, interval
-        self._next_look = 0.0
-        self._old: dict = {}
-
-    def _handler(self, signum, frame):
-        import signal
-
-        name = signal.Signals(signum).name
-        if self.reason == name:
-            signal.signal(signum, self._old.get(name, signal.SIG_DFL))
-            signal.raise_signal(signum)
-            return
-        self.reason = self.reason or name
-
-    def requested(self) -> bool:
-        """Whether a stop was asked for on this rank (looks at the file now and then)."""
-        if self.reason is None and self.stop_file and self.check_file:
-            now = time.monotonic()
-            if now >= self._next_look:
-                self._next_look = now + self.interval
-                if os.path.exists(self.stop_file):
-                    self.reason = f"stop file {self.stop_file}"
-        return self.reason is not None
-
-    def install(self) -> "StopRequest":
-        """Install the signal handlers (main thread only; elsewhere a no-op)."""
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                self._old[name] = signal.signal(getattr(signal, name), self._handler)
-        return self
-
-    def uninstall(self) -> None:
-        """Put the previous handlers back."""
-        import signal
-
-        for name, h in self._old.items():
-            signal.signal(getattr(signal, name), h)
-        self._old.clear()
-
-
-@dataclass
-class TrainConfig:
-    """Every option of a training run (the command line's, one to one).
-
-    Attributes
-    ----------
-    data : str or None
-        HDF5 file in the layout of :mod:`hpcgpu.datasets`; ``None`` means the
-        bundled digits set, written on first use to
-        :func:`hpcgpu.datasets.default_data_path`.
-    out : str
-        HDF5 file for metrics and model, written atomically by rank 0.
-    epochs : int
-        Passes over the training set.
-    batch_size : int
-        GLOBAL batch size B (samples per step over all ranks).
-    lr : float
-        Peak learning rate (per mean-loss gradient).
-    momentum, weight_decay : float
-        SGD momentum and L2 coefficient.
-    hidden : tuple of int
-        Hidden layer widths; empty for softmax regression.
-    seed : int
-        Seeds initial weights and every epoch's sample order.
-    device : {"auto", "cpu", "gpu"}
-    schedule : {"cosine", "step", "constant"}
-    warmup_epochs : float
-        Linear warm-up length, in epochs.
-    lr_step_epochs : int
-        Epochs between decays (``schedule="step"``).
-    lr_gamma : float
-        Decay factor (``schedule="step"``).
-    dtype : {"float32", "float64"}
-    progress : {"auto", "bar", "lines", "none"}
-        Rank 0's output: a bar on a terminal, one line per epoch otherwise.
-    checkpoint : str or None
-        Checkpoint file (HDF5). ``None``: ``<out without .h5>.ckpt.h5`` when
-        ``checkpoint_every`` or ``resume`` asks for checkpoints, else none.
-    checkpoint_every : int
-        Write a checkpoint every this many global steps (0: only when
-        stopped by a signal and at the end).
-    keep_checkpoints : int
-        How many checkpoint files to keep (``PATH``, ``PATH.1``, ...).
-    resume : bool
-        Continue from the newest readable checkpoint (falling back to older
-        ones); start from scratch when there is none.
-    stop_file : str or None
-        When this file appears, checkpoint after the current step and stop
-        (see :class:`StopRequest`).
-    stall_timeout : float or None
-        Seconds a collective may wait before the job is aborted with a
-        report of the ranks that have not arrived (0: off; ``None``:
-        ``$HPCGPU_STALL_TIMEOUT``, else off; see
-        :class:`hpcgpu.watchdog.Watchdog`).
-    gemm_threads : {"auto", "all"}
-        On the CPU with more than one BLAS thread per rank: ``auto`` times
-        each GEMM of the step at one thread and at the rank's threads at
-        start and keeps the threads only where they pay (a resumed run
-        reuses the checkpoint's choice); ``all`` runs every GEMM on the
-        rank's threads (see :mod:`hpcgpu.train.threads`).
-    """
-
-    data: str | None = None
-    out: str = os.path.join("results", "train.h5")
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    hidden: tuple = (256, 256)
-    seed: int = 0
-    device: str = "auto"
-    schedule: str = "cosine"
-    warmup_epochs: float = 1.0
-    lr_step_epochs: int = 10
-    lr_gamma: float = 0.1
-    dtype: str = "float32"
-    progress: str = "auto"
-    checkpoint: str | None = None
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 2
-    resume: bool = False
-    stop_file: str | None = None
-    stall_timeout: float | None = None
-    gemm_threads: str = "auto"
-
-    @property
-    def checkpoint_path(self) -> str | None:
-        """The checkpoint file, from ``checkpoint`` or ``out``; ``None`` when none is asked for."""
-        if self.checkpoint:
-            return self.checkpoint
-        if self.checkpoint_every or self.resume:
-            base = self.out[:-3] if self.out.endswith(".h5") else self.out
-            return base + ".ckpt.h5"
-        return None
-
-    def validate(self) -> ValueError | None:
-        """The first bad option, as an error naming it; ``None`` when all are fine."""
-        checks = [
-            (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
-            (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
-            (self.lr > 0 and math.isfinite(self.lr), f"--lr must be a positive number, got {self.lr}"),
-            (0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}"),
-            (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
-            (all(int(h) >= 1 for h in self.hidden), f"--hidden widths must be >= 1, got {self.hidden}"),
-            (self.device in ("auto", "cpu", "gpu"), f"--device must be auto, cpu or gpu, got {self.device!r}"),
-            (self.schedule in ("cosine", "step", "constant"), f"--schedule: unknown {self.schedule!r}"),
-            (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
-            (self.lr_step_epochs >= 1, f"--lr-step-epochs must be >= 1, got {self.lr_step_epochs}"),
-            (self.dtype in ("float32", "float64"), f"--dtype must be float32 or float64, got {self.dtype!r}"),
-            (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
-            (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
-            (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
-            (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                return ValueError(msg)
-        try:
-            stall_timeout(self.stall_timeout)
-        except ValueError as e:
-            return e
-        return None
-
-    def to_json(self) -> str:
-        """Every option as JSON (sorted keys), as written to outputs and checkpoints."""
-        d = dataclasses.asdict(self)
-        d["hidden"] = list(d["hidden"])
-        return json.dumps(d, sort_keys=True)
+__all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest stop.py's
 
 
 class Trainer:
@@ -314,16 +117,25 @@ class Trainer:
             err = ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
         elif c.batch_size < rt.size:
             err = ValueError(f"--batch-size {c.batch_size} is smaller than the number of ranks ({rt.size})")
+        elif c.batch_size // c.grad_accum_steps < rt.size:
+            err = ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
+                             f"{c.batch_size // c.grad_accum_steps} samples is smaller than the number of ranks "
+                             f"({rt.size})")
         agree(err, comm=comm)
         self.num_classes = check_labels(self.data_path, [train, test], nc, comm)
         self.train_split, self.test_split = train, test
 
-        self.model = MLP([train.dim, *c.hidden, self.num_classes], self.xp, c.dtype, c.seed)
+        sizes = [train.dim, *c.hidden, self.num_classes]
+        n_params = sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+        self.watchdog = Watchdog(comm, c.stall_timeout)
+        self.reducer = GradientReducer(n_params, self.xp, c.dtype, comm, watchdog=self.watchdog)
+        self.model = MLP(sizes, self.xp, c.dtype, c.seed, grad=self.reducer.grad,
+                         stats=self.reducer.view("loss_sum", 2))
         # Same seed gives the same weights everywhere; the Bcast makes sure even
         # with different NumPy builds on different nodes.
         Bcast(self.model.params, root=0, comm=comm)
         self.optimizer = SGD(self.model.params, c.momentum, c.weight_decay)
-        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm, self.xp)
+        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm, self.xp, c.grad_accum_steps)
         steps = self.sampler.steps
         self.schedule = LRSchedule(
             c.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
@@ -337,6 +149,7 @@ class Trainer:
         # and with several ranks the reduction has synchronized the stream already.
         self._deferred = rt.size == 1 and self.xp is not np
         self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype) if self._deferred else None
+        self.report = Report(rt.rank, c.progress, c.epochs, steps)
         self.epoch = self.step = self.step_in_epoch = 0
         self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
         self._epoch_seconds = 0.0
@@ -348,7 +161,6 @@ class Trainer:
         plan = self._resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
-        self.watchdog = Watchdog(comm, c.stall_timeout)
 
     def _plan_gemm_threads(self, stored: tuple | None) -> None:
         """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective.
@@ -377,7 +189,7 @@ class Trainer:
             if plan is not None:
                 plan.source = f"checkpoint {path}"
         if plan is None:
-            plan = plan_gemm_threads(self.model, self.sampler.local_batch, self.rt.comm)
+            plan = plan_gemm_threads(self.model, self.sampler.local_micro_batch, self.rt.comm)
         self.gemm_plan = plan
         self.model.gemm_threads = plan.counts(mine) if plan is not None else None
 
@@ -422,28 +234,32 @@ class Trainer:
             checkpoint and at a stop, so it is raised then, naming the same
             first step.
         """
-        model, comm = self.model, self.rt.comm
-        B, n = self.sampler.B, model.n_params
+        model, red, sampler = self.model, self.reducer, self.sampler
+        B, K, lm = sampler.B, sampler.K, sampler.local_micro_batch
         t0 = MPI.Wtime()
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
-            self.sampler.start_epoch(self.epoch)
+            sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
         deferred = self._deferred  # see __init__
         self._drained = self.step_in_epoch
-        for s in range(self.step_in_epoch, self.sampler.steps):
-            model.loss_and_grad(*self.sampler.batch(s))
+        for s in range(self.step_in_epoch, sampler.steps):
+            X, y = sampler.batch(s)
+            if K == 1:
+                model.loss_and_grad(X, y)
+            else:  # gradient accumulation: one reduction per step, not per micro-batch
+                for k in range(K):
+                    model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0)
             stop = self.stop_request is not None and self.stop_request.requested()
             if deferred:
-                self._stats[s] = model.grad[n : n + 2]
+                self._stats[s] = model.stats
             else:
-                model.grad[n + 2] = 1.0 if stop else 0.0
-                with self.watchdog.watch("gradient Allreduce", f"step {self.step + 1}"):
-                    Allreduce(model.grad, comm=comm)
-                loss_sum, correct, flag = (float(v) for v in _device.asnumpy(model.grad[n:]))
-                stop = bool(flag)  # any rank's request: every rank stops after this step
-                self._add_step(loss_sum, correct, self.step)
+                red.set("stop", 1.0 if stop else 0.0)
+                red.reduce(f"step {self.step + 1}")
+                slots = red.read()
+                stop = bool(slots["stop"])  # any rank's request: every rank stops after this step
+                self._add_step(slots["loss_sum"], slots["correct"], self.step)
                 self._drained = s + 1
-            self.optimizer.step(model.param_grad, self.schedule(self.step), scale=1.0 / B)
+            self.optimizer.step(red.grad, self.schedule(self.step), scale=1.0 / B)
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:
@@ -519,8 +335,9 @@ class Trainer:
             :attr:`history`.
         """
         c, rt = self.config, self.rt
-        bar = self._progress_bar()
-        self._log_header()
+        report = self.report
+        report.say(self._header())
+        bar = report.open_bar(self.step)
         own = self.stop_request is None
         if own:
             self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
@@ -533,30 +350,92 @@ class Trainer:
                     if not self.train_epoch(bar):
                         self.stopped_by = self.stop_request.reason or "a stop request on another rank"
                         break
-                    row = self._finish_epoch(lr)
-                    if rt.rank == 0:
-                        self._log_epoch(row, bar)
+                    report.epoch(self._finish_epoch(lr))
         finally:
             if own:
                 self.stop_request.uninstall()
-            if bar is not None:
-                bar.close()
+            report.close_bar()
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
         if c.checkpoint_path and not just_written:
             self.save_checkpoint()
         return self.history
 
     # -- checkpoints ----------------------------------------------------------
-    def _state(self):
+    def state_dict(self) -> dict:
+        """Everything a run needs to continue exactly, as host values. Not collective.
+
+        Returns
+        -------
+        dict
+            ``model``, ``optimizer``, ``schedule``, ``sampler`` (each part's
+            own ``state_dict()``), ``progress`` (``epoch``, ``step``,
+            ``step_in_epoch``, ``epoch_totals`` (loss sum, correct count of
+            the unfinished epoch), ``epoch_seconds``, ``history``) and
+            ``gemm_threads`` (the :class:`GemmPlan` as JSON, or "").
+        """
+        return dict(
+            model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            schedule=self.schedule.state_dict(), sampler=self.sampler.state_dict(),
+            progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
+                          epoch_totals=self._epoch_totals.tolist(), epoch_seconds=self._epoch_seconds,
+                          history={k: list(v) for k, v in self.history.items()}),
+            gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take the parts of ``state`` (as :meth:`state_dict` gives them) that it has. Not collective.
+
+        The GEMM thread plan is not taken here: it is chosen at
+        construction (see ``gemm_threads`` of :class:`TrainConfig`).
+
+        Raises
+        ------
+        ValueError
+            A part does not fit this run (another model size, another
+            sample order).
+        """
+        if "model" in state:
+            self.model.load_state_dict(state["model"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if "schedule" in state:
+            self.schedule.load_state_dict(state["schedule"])
+        if "sampler" in state:
+            self.sampler.load_state_dict(state["sampler"])
+        if "progress" in state:
+            p = state["progress"]
+            self.epoch, self.step, self.step_in_epoch = int(p["epoch"]), int(p["step"]), int(p["step_in_epoch"])
+            self._epoch_totals[:] = p["epoch_totals"]
+            self._epoch_seconds = float(p["epoch_seconds"])
+            self.history = {k: list(p["history"].get(k, [])) for k in self.METRICS}
+            self._drained = self.step_in_epoch
+
+    def broadcast_state(self, root: int = 0) -> None:
+        """Make every rank's state rank ``root``'s. Collective.
+
+        The parameters and the momentum go by ``Bcast`` (device to device
+        where MPI can), the rest as one pickled object (Horovod's
+        ``TorchState.sync``).
+        """
+        comm = self.rt.comm
+        Bcast(self.model.params, root=root, comm=comm)
+        Bcast(self.optimizer.velocity, root=root, comm=comm)
+        small = None
+        if self.rt.rank == root:
+            small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
+        small = comm.bcast(small, root=root)
+        if self.rt.rank != root:
+            self.load_state_dict(small)
+
+    def _checkpoint_state(self):
         from .checkpoint import CheckpointState
 
+        st = self.state_dict()
+        p = st["progress"]
         return CheckpointState(
-            params=_device.asnumpy(self.model.params), velocity=_device.asnumpy(self.optimizer.velocity),
-            epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
-            epoch_totals=self._epoch_totals.copy(), epoch_seconds=self._epoch_seconds,
-            history={k: list(v) for k, v in self.history.items()},
-            config=json.loads(self.config.to_json()), world_size=self.rt.size,
-            gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
+            params=st["model"]["params"], velocity=st["optimizer"]["velocity"],
+            epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
+            epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
+            config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"])
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
@@ -592,7 +471,7 @@ class Trainer:
             raise agreed(FloatingPointError(
                 f"training diverged: parameters are not finite after step {self.step} "
                 f"(epoch {self.epoch + 1}); not writing a checkpoint; try a smaller --lr"))
-        on_root(lambda: write_checkpoint(path, self._state(), self.config.keep_checkpoints,
+        on_root(lambda: write_checkpoint(path, self._checkpoint_state(), self.config.keep_checkpoints,
                                          attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path))),
                 comm=self.rt.comm, error=lambda e: OSError(f"--checkpoint {path}: cannot write ({e})"))
         return path
@@ -646,22 +525,16 @@ class Trainer:
             if state is None:
                 print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
             else:
-                meta = dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
-                            epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
-                            history=state.history, path=self.resumed_from, world_size=state.world_size,
-                            gemm_threads=state.gemm_threads)
+                meta = dict(path=self.resumed_from, world_size=state.world_size, gemm_threads=state.gemm_threads)
+                self.load_state_dict(dict(
+                    model=dict(params=state.params), optimizer=dict(velocity=state.velocity),
+                    progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
+                                  epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
+                                  history=state.history)))
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None
-        if self.rt.rank == 0:
-            self.model.params[...] = self.xp.asarray(state.params)
-            self.optimizer.velocity[...] = self.xp.asarray(state.velocity)
-        Bcast(self.model.params, root=0, comm=comm)
-        Bcast(self.optimizer.velocity, root=0, comm=comm)
-        self.epoch, self.step, self.step_in_epoch = meta["epoch"], meta["step"], meta["step_in_epoch"]
-        self._epoch_totals[:] = meta["epoch_totals"]
-        self._epoch_seconds = meta["epoch_seconds"]
-        self.history = {k: list(meta["history"].get(k, [])) for k in self.METRICS}
+        self.broadcast_state(0)
         self.resumed_from = meta["path"]
         if self.rt.rank == 0 and self.config.progress != "none":
             print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): "
@@ -722,39 +595,13 @@ class Trainer:
         return path
 
     # -- rank 0's voice -----------------------------------------------------
-    def _progress_bar(self):
-        mode = self.config.progress
-        if self.rt.rank != 0 or mode in ("lines", "none"):
-            return None
-        if mode == "auto" and not sys.stdout.isatty():
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=self.config.epochs * self.sampler.steps, unit="step", dynamic_ncols=True,
-                    initial=self.step)
-
-    def _log_header(self) -> None:
-        if self.rt.rank != 0 or self.config.progress == "none":
-            return
+    def _header(self) -> str:
         s = self.sampler
-        print(
+        accum = f", {s.K} micro-batches of {s.B // s.K}" if s.K > 1 else ""
+        return (
             f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
             f"({self.model.n_params} parameters), global batch {s.B} "
-            f"(local {s.local_batch} on rank 0), {s.steps} steps/epoch"
-            + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else ""),
-            flush=True,
+            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch"
+            + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
         )
-
-    def _log_epoch(self, row, bar) -> None:
-        if self.config.progress == "none":
-            return
-        line = (
-            f"epoch {row['epoch']:>3}/{self.config.epochs}  train_loss {row['train_loss']:.4f}  "
-            f"test_loss {row['test_loss']:.4f}  test_accuracy {row['test_accuracy']:.4f}  "
-            f"{row['seconds']:.2f} s  {row['samples_per_second']:.0f} samples/s"
-        )
-        if bar is not None:
-            bar.write(line)
-        else:
-            print(line, flush=True)

@@ -20,8 +20,8 @@ def test_gradient_matches_central_differences(sizes):
     X = rng.normal(size=(9, sizes[0]))
     y = rng.integers(0, sizes[-1], 9)
     m.loss_and_grad(X, y)
-    analytic = m.param_grad.copy()
-    assert m.grad[m.n_params] == pytest.approx(_loss(m, X, y), rel=1e-12)
+    analytic = m.grad.copy()
+    assert m.stats[0] == pytest.approx(_loss(m, X, y), rel=1e-12)
     h = 1e-6
     numeric = np.empty(m.n_params)
     for i in range(m.n_params):
@@ -44,8 +44,14 @@ def test_parameters_are_views_of_one_flat_buffer():
         assert np.shares_memory(v, m.params)
     m.params[:] = 7
     assert all((v == 7).all() for _, v in m.named_parameters())
-    assert m.grad.shape == (m.n_params + 3,)
-    assert np.shares_memory(m.param_grad, m.grad) and m.param_grad.shape == (m.n_params,)
+    assert m.grad.shape == (m.n_params,) and m.stats.shape == (2,)
+    # the gradient and the step's statistics can live in a buffer the caller owns (the trainer's reducer)
+    flat = np.zeros(m.n_params + 3)
+    mm = MLP([4, 3, 2], dtype="float64", seed=0, grad=flat[: m.n_params], stats=flat[m.n_params : m.n_params + 2])
+    mm.loss_and_grad(np.ones((2, 4)), np.array([0, 1]))
+    assert flat[: m.n_params].any() and flat[m.n_params] > 0 and flat[-1] == 0
+    with pytest.raises(ValueError, match="grad must be of shape"):
+        MLP([4, 3, 2], grad=np.zeros(m.n_params + 1, np.float32))
 
 
 def test_same_seed_same_init_and_he_bound():
@@ -66,9 +72,25 @@ def test_loss_sum_and_correct_count_slots():
     y = np.array([1, 0, 0])
     m.loss_and_grad(X, y)
     # logits: [0, 50, 0], [0, 50, 0], [0, -50, 0] -> predictions 1, 1, 0: two right
-    assert m.grad[m.n_params + 1] == 2
+    assert m.stats[1] == 2
     expected = 2 * math.log(1 + 2 * math.exp(-50)) + (50 + math.log(2 + math.exp(-50)))
-    assert m.grad[m.n_params] == pytest.approx(expected, rel=1e-12)
+    assert m.stats[0] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_accumulated_micro_batches_give_the_whole_batch(dtype):
+    """loss_and_grad over K micro-batches with accumulate=True: the gradient and the statistics of the whole
+    batch, up to summation order (issue 12, item 2)."""
+    rng = np.random.default_rng(2)
+    whole, parts = MLP([6, 9, 7, 4], dtype=dtype, seed=1), MLP([6, 9, 7, 4], dtype=dtype, seed=1)
+    X, y = rng.normal(size=(24, 6)).astype(dtype), rng.integers(0, 4, 24)
+    whole.loss_and_grad(X, y)
+    parts.grad[:] = np.nan  # overwritten by the first micro-batch, never read
+    for k, (lo, hi) in enumerate([(0, 5), (5, 13), (13, 24)]):
+        parts.loss_and_grad(X[lo:hi], y[lo:hi], accumulate=k > 0)
+    tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    np.testing.assert_allclose(parts.grad, whole.grad, rtol=tol, atol=tol)
+    np.testing.assert_allclose(parts.stats, whole.stats, rtol=tol)
 
 
 def test_evaluate_matches_loss_and_grad_in_chunks():
@@ -77,7 +99,7 @@ def test_evaluate_matches_loss_and_grad_in_chunks():
     X, y = rng.normal(size=(50, 6)), rng.integers(0, 4, 50)
     m.loss_and_grad(X, y)
     tot = m.evaluate(X, y, chunk=7)
-    assert tot[0] == pytest.approx(m.grad[m.n_params], rel=1e-12) and tot[1] == m.grad[m.n_params + 1]
+    assert tot[0] == pytest.approx(m.stats[0], rel=1e-12) and tot[1] == m.stats[1]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

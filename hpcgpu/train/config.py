@@ -1,0 +1,153 @@
+"""The options of a training run: :class:`TrainConfig`, one field per command-line option."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+
+from ..watchdog import stall_timeout
+
+__all__ = ["TrainConfig"]
+
+
+@dataclass
+class TrainConfig:
+    """Every option of a training run (the command line's, one to one).
+
+    Attributes
+    ----------
+    data : str or None
+        HDF5 file in the layout of :mod:`hpcgpu.datasets`; ``None`` means the
+        bundled digits set, written on first use to
+        :func:`hpcgpu.datasets.default_data_path`.
+    out : str
+        HDF5 file for metrics and model, written atomically by rank 0.
+    epochs : int
+        Passes over the training set.
+    batch_size : int
+        GLOBAL batch size B (samples per step over all ranks).
+    grad_accum_steps : int
+        K: each step runs K micro-batches of B / K samples (over all ranks)
+        and reduces once (PyTorch DDP's ``no_sync``, Horovod's
+        ``backward_passes_per_step``); activations take 1/K of the memory.
+        K must divide B, and B / K must be at least the number of ranks.
+    lr : float
+        Peak learning rate (per mean-loss gradient).
+    momentum, weight_decay : float
+        SGD momentum and L2 coefficient.
+    hidden : tuple of int
+        Hidden layer widths; empty for softmax regression.
+    seed : int
+        Seeds initial weights and every epoch's sample order.
+    device : {"auto", "cpu", "gpu"}
+    schedule : {"cosine", "step", "constant"}
+    warmup_epochs : float
+        Linear warm-up length, in epochs.
+    lr_step_epochs : int
+        Epochs between decays (``schedule="step"``).
+    lr_gamma : float
+        Decay factor (``schedule="step"``).
+    dtype : {"float32", "float64"}
+    progress : {"auto", "bar", "lines", "none"}
+        Rank 0's output: a bar on a terminal, one line per epoch otherwise.
+    checkpoint : str or None
+        Checkpoint file (HDF5). ``None``: ``<out without .h5>.ckpt.h5`` when
+        ``checkpoint_every`` or ``resume`` asks for checkpoints, else none.
+    checkpoint_every : int
+        Write a checkpoint every this many global steps (0: only when
+        stopped by a signal and at the end).
+    keep_checkpoints : int
+        How many checkpoint files to keep (``PATH``, ``PATH.1``, ...).
+    resume : bool
+        Continue from the newest readable checkpoint (falling back to older
+        ones); start from scratch when there is none.
+    stop_file : str or None
+        When this file appears, checkpoint after the current step and stop
+        (see :class:`StopRequest`).
+    stall_timeout : float or None
+        Seconds a collective may wait before the job is aborted with a
+        report of the ranks that have not arrived (0: off; ``None``:
+        ``$HPCGPU_STALL_TIMEOUT``, else off; see
+        :class:`hpcgpu.watchdog.Watchdog`).
+    gemm_threads : {"auto", "all"}
+        On the CPU with more than one BLAS thread per rank: ``auto`` times
+        each GEMM of the step at one thread and at the rank's threads at
+        start and keeps the threads only where they pay (a resumed run
+        reuses the checkpoint's choice); ``all`` runs every GEMM on the
+        rank's threads (see :mod:`hpcgpu.train.threads`).
+    """
+
+    data: str | None = None
+    out: str = os.path.join("results", "train.h5")
+    epochs: int = 20
+    batch_size: int = 64
+    grad_accum_steps: int = 1
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    hidden: tuple = (256, 256)
+    seed: int = 0
+    device: str = "auto"
+    schedule: str = "cosine"
+    warmup_epochs: float = 1.0
+    lr_step_epochs: int = 10
+    lr_gamma: float = 0.1
+    dtype: str = "float32"
+    progress: str = "auto"
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    resume: bool = False
+    stop_file: str | None = None
+    stall_timeout: float | None = None
+    gemm_threads: str = "auto"
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """The checkpoint file, from ``checkpoint`` or ``out``; ``None`` when none is asked for."""
+        if self.checkpoint:
+            return self.checkpoint
+        if self.checkpoint_every or self.resume:
+            base = self.out[:-3] if self.out.endswith(".h5") else self.out
+            return base + ".ckpt.h5"
+        return None
+
+    def validate(self) -> ValueError | None:
+        """The first bad option, as an error naming it; ``None`` when all are fine."""
+        checks = [
+            (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
+            (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
+            (self.grad_accum_steps >= 1 and self.batch_size % self.grad_accum_steps == 0,
+             f"--grad-accum-steps must be a positive divisor of --batch-size {self.batch_size}, "
+             f"got {self.grad_accum_steps}"),
+            (self.lr > 0 and math.isfinite(self.lr), f"--lr must be a positive number, got {self.lr}"),
+            (0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}"),
+            (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
+            (all(int(h) >= 1 for h in self.hidden), f"--hidden widths must be >= 1, got {self.hidden}"),
+            (self.device in ("auto", "cpu", "gpu"), f"--device must be auto, cpu or gpu, got {self.device!r}"),
+            (self.schedule in ("cosine", "step", "constant"), f"--schedule: unknown {self.schedule!r}"),
+            (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
+            (self.lr_step_epochs >= 1, f"--lr-step-epochs must be >= 1, got {self.lr_step_epochs}"),
+            (self.dtype in ("float32", "float64"), f"--dtype must be float32 or float64, got {self.dtype!r}"),
+            (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
+            (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
+            (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
+            (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                return ValueError(msg)
+        try:
+            stall_timeout(self.stall_timeout)
+        except ValueError as e:
+            return e
+        return None
+
+    def to_json(self) -> str:
+        """Every option as JSON (sorted keys), as written to outputs and checkpoints."""
+        d = dataclasses.asdict(self)
+        d["hidden"] = list(d["hidden"])
+        return json.dumps(d, sort_keys=True)
