@@ -380,6 +380,24 @@ def test_fused_loss_kernel_is_numpys_softmax_cross_entropy(cp, dtype):
     assert np.isfinite(fs.get()).all()  # the saturated row: -log(tiny), not inf
 
 
+def test_accumulated_micro_batches_on_the_device(cp):
+    """Gradient accumulation on a GPU: the weight gradients accumulate through cuBLAS's beta = 1, the bias
+    gradients and statistics by small kernels; the sum equals the host's whole-batch gradient."""
+    from hpcgpu.train.model import MLP
+
+    rng = np.random.default_rng(5)
+    X, y = rng.normal(size=(21, 6)), rng.integers(0, 3, 21)
+    host, dev = MLP([6, 8, 3], np, "float64", seed=2), MLP([6, 8, 3], cp, "float64", seed=2)
+    host.loss_and_grad(X, y)
+    cp._standin.clear_gemm_log()
+    for k, (lo, hi) in enumerate([(0, 7), (7, 14), (14, 21)]):
+        dev.loss_and_grad(cp.asarray(X[lo:hi]), cp.asarray(y[lo:hi]), accumulate=k > 0)
+    np.testing.assert_allclose(dev.grad.get(), host.grad, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(dev.stats.get(), host.stats, rtol=1e-12)
+    betas = [g.get("beta") for g in cp._standin.gemm_log()]
+    assert betas.count(1.0) == 2 * 2, betas  # micro-batches 2 and 3: both weight gradients accumulate
+
+
 def test_empty_blocks_never_reach_cublas(cp):
     from hpcgpu import _gemm
 

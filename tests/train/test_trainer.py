@@ -82,6 +82,43 @@ def test_same_model_whatever_the_number_of_ranks(small_h5, tmp_path):
 
 
 @pytest.mark.mpi
+def test_gradient_accumulation_gives_the_same_model(small_h5, tmp_path):
+    """--grad-accum-steps K: the same model as K = 1 up to summation order (float64, relative 1e-10), at 1, 2
+    and 3 ranks, with micro-batches that split unevenly among the ranks (B = 20, K = 2 at 3 ranks: 4 + 3 + 3;
+    K = 5 at 3 ranks: 2 + 1 + 1), and one reduction per step whatever K (issue 12, item 2)."""
+    def train(n, k):
+        out = str(tmp_path / f"p{n}k{k}.h5")
+        p = _train_cli(n, small_h5, out, "--epochs", "2", "--batch-size", "20", "--hidden", "16,8",
+                       "--dtype", "float64", "--lr", "0.1", "--grad-accum-steps", str(k))
+        assert p.returncode == 0, p.stderr
+        with h5py.File(out) as f:
+            assert json.loads(f.attrs["config"])["grad_accum_steps"] == k
+            return p.stdout, {k_: f["model"][k_][()] for k_ in f["model"]}, f["metrics/train_loss"][()]
+
+    _, ref, ref_loss = train(1, 1)
+    for n, k in ((1, 4), (2, 2), (3, 2), (3, 5)):
+        stdout, got, loss = train(n, k)
+        assert f"{k} micro-batches of {20 // k}" in stdout.splitlines()[0], stdout
+        for name, want in ref.items():
+            np.testing.assert_allclose(got[name], want, rtol=1e-10, atol=1e-12, err_msg=f"{name}, {n} ranks, K={k}")
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
+
+
+def test_accumulation_reduces_once_per_step(small_h5, monkeypatch):
+    """K micro-batches, one gradient reduction: the reducer is called once a step, whatever K."""
+    from hpcgpu.train.reducer import GradientReducer
+
+    calls = []
+    monkeypatch.setattr(GradientReducer, "reduce", lambda self, what="": calls.append(what))
+    rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
+    tr = Trainer(TrainConfig(data=small_h5, out="unused.h5", epochs=1, batch_size=24, grad_accum_steps=3,
+                             hidden=(8,), progress="none"), rt)
+    tr.train_epoch()
+    tr.close()
+    assert len(calls) == tr.sampler.steps == 10 and calls[0] == "step 1"
+
+
+@pytest.mark.mpi
 def test_progress_bar_from_rank_0_only(small_h5, tmp_path):
     p = _mpi.run(3, ["-m", "hpcgpu.train", "--data", small_h5, "--out", str(tmp_path / "o.h5"), "--epochs", "2",
                      "--batch-size", "20", "--progress", "bar"], timeout=120)
@@ -154,6 +191,12 @@ BAD_INPUTS = {
     "bad hidden": (lambda t: _bad(t, train__X=X, train__y=Y), ["--hidden", "8,0"], "argument --hidden"),
     "bad gemm threads": (lambda t: _bad(t, train__X=X, train__y=Y), ["--gemm-threads", "some"],
                          "argument --gemm-threads"),
+    "accumulation not a divisor": (lambda t: _bad(t, train__X=X, train__y=Y), ["--grad-accum-steps", "3"],
+                                   "--grad-accum-steps must be a positive divisor of --batch-size 8, got 3"),
+    "accumulation 0": (lambda t: _bad(t, train__X=X, train__y=Y), ["--grad-accum-steps", "0"],
+                       "--grad-accum-steps must be a positive divisor"),
+    "micro-batch < ranks": (lambda t: _bad(t, train__X=X, train__y=Y), ["--grad-accum-steps", "4"],
+                            "--grad-accum-steps 4: a micro-batch of 2 samples is smaller than the number of ranks (3)"),
 }
 
 

@@ -101,7 +101,8 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
         "api": "gemm", "dtype": str(numpy.dtype(char)), "m": user[0], "n": user[1], "k": user[2],
         "compute_type": ("CUBLAS_COMPUTE_64F" if char in "dD" else
                          "CUBLAS_COMPUTE_32F_FAST_TF32" if tf32 else "CUBLAS_COMPUTE_32F"),
-        "math_mode": cublas.MATH_NAMES[mode],
+        "math_mode": cublas.MATH_NAMES[mode], "alpha": complex(alpha).real if char in "fd" else alpha,
+        "beta": complex(beta).real if char in "fd" else beta,
         "call": (f"cublas{char.lower() if char in 'fd' else {'F': 'c', 'D': 'z'}[char]}gemm",
                  _OP_NAMES[transa], _OP_NAMES[transb], m, n, k, lda, ldb, ldc),
     })
