@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from .._cli import ArgumentParser, hidden_widths, run
+from .precision import PRECISIONS
 from .trainer import StopRequest, TrainConfig, Trainer
 
 
@@ -48,7 +49,11 @@ def parser() -> ArgumentParser:
     p.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs,
                    help="epochs between decays (--schedule step)")
     p.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="decay factor (--schedule step)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="floating-point type")
+    p.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype,
+                   help="floating-point type (an alias of --precision 32-true / 64-true)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="64-true, 32-true (default: from --dtype), bf16-mixed or 16-mixed: float32 weights and "
+                        "reduction, 16-bit GEMMs; 16-mixed with dynamic loss scaling")
     p.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default=d.progress,
                    help="rank 0's output: bar on a terminal, one line per epoch otherwise")
     p.add_argument("--gemm-threads", choices=("auto", "all"), default=d.gemm_threads,
@@ -89,6 +94,7 @@ def main(argv=None) -> int:
     # kill the job, and one that comes after the last step is simply late.
     stop = StopRequest().install()
     args = parser().parse_args(argv)
+    args.precision = args.precision or ""
     trainer = Trainer(TrainConfig(**vars(args)))
     stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
     trainer.stop_request = stop

@@ -60,6 +60,12 @@ class CheckpointState:
     gemm_threads : str
         The run's GEMM thread plan as JSON (:class:`hpcgpu.train.threads.GemmPlan`);
         empty when it had none.
+    skipped_steps : int
+        Steps of the unfinished epoch skipped for a gradient overflow (16-mixed).
+    loss_scale : float
+        The dynamic loss scale (16-mixed; 1 otherwise).
+    clean_steps : int
+        Clean steps since the loss scale last changed.
     """
 
     params: np.ndarray
@@ -73,6 +79,9 @@ class CheckpointState:
     config: dict = field(default_factory=dict)
     world_size: int = 1
     gemm_threads: str = ""
+    skipped_steps: int = 0
+    loss_scale: float = 1.0
+    clean_steps: int = 0
 
 
 def candidates(path: str) -> list[str]:
@@ -164,7 +173,8 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
             f.attrs.update(dict(format=FORMAT, epoch=state.epoch, step=state.step,
                                 step_in_epoch=state.step_in_epoch, epoch_seconds=state.epoch_seconds,
                                 config=json.dumps(state.config, sort_keys=True), world_size=state.world_size,
-                                gemm_threads=state.gemm_threads))
+                                gemm_threads=state.gemm_threads, skipped_steps=state.skipped_steps,
+                                loss_scale=state.loss_scale, clean_steps=state.clean_steps))
             write_attrs(f, attrs or {})
         with open(tmp, "rb") as fh:  # on disk before it can replace the previous checkpoint
             os.fsync(fh.fileno())
@@ -211,7 +221,8 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 epoch_seconds=float(a["epoch_seconds"]),
                 history={k: f["history"][k][()].tolist() for k in f["history"]},
                 config=json.loads(a["config"]), world_size=int(a["world_size"]),
-                gemm_threads=str(a.get("gemm_threads", "")),
+                gemm_threads=str(a.get("gemm_threads", "")), skipped_steps=int(a.get("skipped_steps", 0)),
+                loss_scale=float(a.get("loss_scale", 1.0)), clean_steps=int(a.get("clean_steps", 0)),
             )
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None

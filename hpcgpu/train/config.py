@@ -51,6 +51,14 @@ class TrainConfig:
     lr_gamma : float
         Decay factor (``schedule="step"``).
     dtype : {"float32", "float64"}
+        The alias of ``precision`` ``32-true`` / ``64-true`` (and the type of
+        the data as read).
+    precision : {"", "64-true", "32-true", "bf16-mixed", "16-mixed"}
+        PyTorch Lightning's names (:mod:`hpcgpu.train.precision`); "" (the
+        default): from ``dtype``. The mixed ones keep float32 weights,
+        optimizer state and gradient reduction, and multiply in 16 bits;
+        ``16-mixed`` scales the loss dynamically (``torch.amp.GradScaler``'s
+        constants).
     progress : {"auto", "bar", "lines", "none"}
         Rank 0's output: a bar on a terminal, one line per epoch otherwise.
     checkpoint : str or None
@@ -96,6 +104,7 @@ class TrainConfig:
     lr_step_epochs: int = 10
     lr_gamma: float = 0.1
     dtype: str = "float32"
+    precision: str = ""
     progress: str = "auto"
     checkpoint: str | None = None
     checkpoint_every: int = 0
@@ -141,10 +150,20 @@ class TrainConfig:
             if not ok:
                 return ValueError(msg)
         try:
+            self.resolved_precision()
+        except ValueError as e:
+            return e
+        try:
             stall_timeout(self.stall_timeout)
         except ValueError as e:
             return e
         return None
+
+    def resolved_precision(self):
+        """``(name, master dtype, compute dtype or None)`` of :func:`hpcgpu.train.precision.resolve`."""
+        from .precision import resolve
+
+        return resolve(self.precision, self.dtype)
 
     def to_json(self) -> str:
         """Every option as JSON (sorted keys), as written to outputs and checkpoints."""

@@ -307,6 +307,11 @@ class GlobalBatchSampler:
     def load_state_dict(self, state: dict) -> None:
         """Check that ``state`` gives this sampler's order. Not collective.
 
+        Parameters
+        ----------
+        state : dict
+            A :meth:`state_dict`.
+
         Raises
         ------
         ValueError

@@ -42,6 +42,13 @@ class MLP:
     stats : xp.ndarray, shape (2,), optional
         Where :meth:`loss_and_grad` writes the loss sum and the number of
         correct predictions; allocated when omitted.
+    compute_dtype : numpy.dtype, optional
+        float16 or bfloat16 for mixed precision (:mod:`hpcgpu.train.precision`):
+        the GEMMs multiply 16-bit copies of the weights (refreshed from
+        :attr:`params` at each :meth:`loss_and_grad` that does not
+        accumulate, and each :meth:`evaluate`) with 16-bit activations,
+        accumulating in float32; bias, ReLU and the loss stay in ``dtype``
+        (float32). ``None``: everything in ``dtype``.
 
     Attributes
     ----------
@@ -66,7 +73,8 @@ class MLP:
     K. He et al., "Delving Deep into Rectifiers", ICCV 2015 (initialization).
     """
 
-    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None, stats=None):
+    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None, stats=None,
+                 compute_dtype=None):
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
@@ -85,6 +93,13 @@ class MLP:
         self._p = self._views(self.params)
         self._g = self._views(self.grad)
         self.gemm_threads: dict[str, int] | None = None
+        self.compute_dtype = None if compute_dtype is None else np.dtype(compute_dtype)
+        if self.compute_dtype is not None:
+            if self.dtype != np.float32 or self.compute_dtype not in _gemm.HALF:
+                raise ValueError(f"mixed precision is float32 weights with float16 or bfloat16 GEMMs, "
+                                 f"not {self.dtype} with {self.compute_dtype}")
+            self._params16 = xp.zeros(self.n_params, dtype=self.compute_dtype)
+            self._p16 = self._views(self._params16)
         self._part = None  # a micro-batch's loss sum and correct count, before they are added
         self._scratch: dict = {}  # per batch size: the loss kernel's (n, 2) per-row loss and hit
         self._fused = _fused(xp)  # one kernel where CuPy's form takes several; None on NumPy
@@ -135,6 +150,11 @@ class MLP:
 
     def load_state_dict(self, state: dict) -> None:
         """Copy ``state["params"]`` (n_params,) into :attr:`params` in place. Not collective.
+
+        Parameters
+        ----------
+        state : dict
+            A :meth:`state_dict` (the array may be of another float dtype).
 
         Raises
         ------
@@ -197,7 +217,9 @@ class MLP:
         xp.ndarray, shape (n, C)
             Logits (before the softmax), a new array.
         """
-        z = self._last(X)
+        if self.compute_dtype is not None:
+            self._refresh16()
+        z = self._last_mixed(X, None) if self.compute_dtype is not None else self._last(X)
         if self._fused is not None:
             z += self._p[f"fc{self.n_layers - 1}.bias"]
         return z
@@ -257,7 +279,7 @@ class MLP:
         z[rows, y] -= 1
         return z
 
-    def loss_and_grad(self, X, y, accumulate: bool = False) -> None:
+    def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0) -> None:
         """Forward and backward pass over a local batch. Not collective.
 
         Parameters
@@ -269,6 +291,10 @@ class MLP:
             them: a micro-batch of gradient accumulation (the weight
             gradients by the GEMM's ``beta = 1``, no gradient-sized
             temporary).
+        loss_scale : float
+            Multiplies the gradient (not :attr:`stats`): the dynamic loss
+            scale of float16 mixed precision, applied to the loss gradient
+            before the backward pass.
 
         Notes
         -----
@@ -282,45 +308,93 @@ class MLP:
         if self.gemm_threads and self.xp is np:
             before = self._now = _blas.threads()
             try:
-                self._loss_and_grad(X, y, self._threads, accumulate)
+                self._loss_and_grad(X, y, self._threads, accumulate, loss_scale)
             finally:
                 if self._now != before:
                     _blas.set_threads(before)
         else:
-            self._loss_and_grad(X, y, lambda key: None, accumulate)
+            self._loss_and_grad(X, y, lambda key: None, accumulate, loss_scale)
 
-    def _loss_and_grad(self, X, y, threads, accumulate: bool) -> None:
+    def _loss_and_grad(self, X, y, threads, accumulate: bool, loss_scale: float) -> None:
         xp = self.xp
-        fused = self._fused
-        acts = [X]
-        L = self.n_layers
+        mixed = self.compute_dtype is not None
+        acts = []
         if accumulate:
             if self._part is None:
                 self._part = xp.zeros(2, dtype=self.dtype)
             part = self._part
         else:
             part = self.stats
-        dz = self._loss_terms(self._last(X, acts, threads), y, part)
+            if mixed:
+                self._refresh16()
+        if mixed:
+            dz = self._loss_terms(self._last_mixed(X, acts, threads), y, part)
+        else:
+            acts.append(X)
+            dz = self._loss_terms(self._last(X, acts, threads), y, part)
         if accumulate:
             self.stats += part
-        for i in reversed(range(L)):
+        if loss_scale != 1:
+            dz *= self.dtype.type(loss_scale)
+        self._backward(acts, dz, threads, accumulate)
+
+    def _backward(self, acts, dz, threads, accumulate: bool) -> None:
+        """The gradient from the loss gradient ``dz`` (n, C) and every layer's input ``acts``."""
+        xp, fused = self.xp, self._fused
+        mixed = self.compute_dtype is not None
+        weights = self._p16 if mixed else self._p
+        for i in reversed(range(self.n_layers)):
             a_in = acts[i]
             threads(f"fc{i}.wgrad")
             gw, gb = self._g[f"fc{i}.weight"], self._g[f"fc{i}.bias"]
+            d = dz.astype(self.compute_dtype) if mixed else dz  # the GEMMs' operand; the bias gradient from dz
+            if accumulate or mixed:
+                _gemm.gemm(a_in.T, d, gw, beta=1.0 if accumulate else 0.0)
+            else:
+                xp.matmul(a_in.T, d, out=gw)
             if accumulate:
-                _gemm.gemm(a_in.T, dz, gw, beta=1.0)
                 gb += dz.sum(axis=0)
             else:
-                xp.matmul(a_in.T, dz, out=gw)
                 dz.sum(axis=0, out=gb)
             if i > 0:
                 threads(f"fc{i}.dgrad")
-                da = dz @ self._p[f"fc{i}.weight"].T
-                if fused is not None:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
+                w = weights[f"fc{i}.weight"]
+                if mixed:
+                    da = xp.empty((d.shape[0], w.shape[0]), dtype=self.dtype)
+                    _gemm.gemm(d, w.T, da)
+                else:
+                    da = d @ w.T
+                if fused is not None and not mixed:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
                     fused.relu_backward(a_in, da)
                 else:
                     da *= a_in > 0
                 dz = da
+
+    def _refresh16(self) -> None:
+        """The 16-bit copy of the parameters, from the float32 master (one pass)."""
+        self._params16[...] = self.params.astype(self.compute_dtype)
+
+    def _last_mixed(self, X, acts, threads=None):
+        """:meth:`_last` in mixed precision: 16-bit GEMM operands, float32 accumulation and outputs.
+
+        ``acts`` receives the 16-bit input of every layer (the GEMMs' and
+        the ReLU masks' operand in the backward pass).
+        """
+        xp, c16, L = self.xp, self.compute_dtype, self.n_layers
+        a = X.astype(c16)
+        for i in range(L):
+            if threads is not None:
+                threads(f"fc{i}.forward")
+            if acts is not None:
+                acts.append(a)
+            w = self._p16[f"fc{i}.weight"]
+            z = xp.empty((a.shape[0], w.shape[1]), dtype=self.dtype)
+            _gemm.gemm(a, w, z)
+            if i < L - 1 or self._fused is None:
+                self._bias_relu(z, i, i < L - 1)
+            if i == L - 1:
+                return z
+            a = z.astype(c16)
 
     def evaluate(self, X, y, chunk: int = 8192):
         """Loss sum and correct count over ``X`` (n, D), ``y`` (n,), in chunks.
@@ -347,7 +421,11 @@ class MLP:
         xp = self.xp
         tot = xp.zeros(2, dtype=np.float64)
         slots = xp.zeros(2, dtype=self.dtype)
+        mixed = self.compute_dtype is not None
+        if mixed:
+            self._refresh16()
         for s in range(0, X.shape[0], chunk):
-            self._loss_terms(self._last(X[s : s + chunk]), y[s : s + chunk], slots)
+            z = self._last_mixed(X[s : s + chunk], None) if mixed else self._last(X[s : s + chunk])
+            self._loss_terms(z, y[s : s + chunk], slots)
             tot += slots
         return tot

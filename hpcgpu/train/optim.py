@@ -45,7 +45,13 @@ class LRSchedule:
                     step_size=self.step_size, gamma=self.gamma)
 
     def load_state_dict(self, state: dict) -> None:
-        """Take the settings of :meth:`state_dict`."""
+        """Take the settings of :meth:`state_dict`.
+
+        Parameters
+        ----------
+        state : dict
+            A :meth:`state_dict`.
+        """
         self.__init__(**state)
 
     def __call__(self, step: int) -> float:
@@ -98,6 +104,11 @@ class SGD:
 
     def load_state_dict(self, state: dict) -> None:
         """Copy ``state["velocity"]`` (n,) into :attr:`velocity` in place. Not collective.
+
+        Parameters
+        ----------
+        state : dict
+            A :meth:`state_dict`.
 
         Raises
         ------

@@ -57,6 +57,22 @@ class GradientReducer:
         """The slots ``first`` and the ``count - 1`` after it, as a view of :attr:`buffer` (count,).
 
         Not collective.
+
+        Parameters
+        ----------
+        first : str
+            The first slot's name.
+        count : int
+            How many consecutive slots.
+
+        Returns
+        -------
+        xp.ndarray, shape (count,)
+
+        Raises
+        ------
+        ValueError
+            The slots run past the end of the buffer.
         """
         i = self._index[first]
         if i + count > self.buffer.size:
@@ -64,7 +80,14 @@ class GradientReducer:
         return self.buffer[i : i + count]
 
     def set(self, name: str, value: float) -> None:
-        """Write one slot (not collective; on a GPU a small kernel, no synchronization)."""
+        """Write one slot (not collective; on a GPU a small kernel, no synchronization).
+
+        Parameters
+        ----------
+        name : str
+            One of the slots' names.
+        value : float
+        """
         self.buffer[self._index[name]] = value
 
     def reduce(self, what: str = "") -> None:

@@ -28,7 +28,17 @@ class Report:
         self.bar = None
 
     def open_bar(self, done: int):
-        """Start the progress bar at ``done`` steps (rank 0, ``bar`` or ``auto`` on a terminal); returns it or None."""
+        """Start the progress bar (rank 0, ``bar``, or ``auto`` on a terminal).
+
+        Parameters
+        ----------
+        done : int
+            Steps already done (a resumed run's bar starts there).
+
+        Returns
+        -------
+        tqdm.tqdm or None
+        """
         if not self.talk or self.progress == "lines":
             return None
         if self.progress == "auto" and not sys.stdout.isatty():
@@ -45,7 +55,12 @@ class Report:
             self.bar = None
 
     def say(self, line: str) -> None:
-        """Print one line (above the bar when there is one)."""
+        """Print one line (above the bar when there is one).
+
+        Parameters
+        ----------
+        line : str
+        """
         if not self.talk:
             return
         if self.bar is not None:
@@ -54,7 +69,13 @@ class Report:
             print(line, flush=True)
 
     def epoch(self, row: dict) -> None:
-        """The line of a finished epoch: losses, test accuracy, seconds, samples/s."""
+        """The line of a finished epoch: losses, test accuracy, seconds, samples/s.
+
+        Parameters
+        ----------
+        row : dict
+            The epoch's metrics (:attr:`hpcgpu.train.Trainer.history`'s names).
+        """
         self.say(
             f"epoch {row['epoch']:>3}/{self.epochs}  train_loss {row['train_loss']:.4f}  "
             f"test_loss {row['test_loss']:.4f}  test_accuracy {row['test_accuracy']:.4f}  "

@@ -36,6 +36,7 @@ from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP
 from .optim import SGD, LRSchedule
+from .precision import LossScaler
 from .reducer import GradientReducer
 from .report import Report
 from .config import TrainConfig
@@ -90,6 +91,7 @@ class Trainer:
 
     METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
                "lr", "seconds", "samples_per_second")
+    MIXED_METRICS = ("loss_scale", "skipped_steps")  # bf16-mixed and 16-mixed only
     UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1"}
 
     def __init__(self, config: TrainConfig, runtime: Runtime | None = None):
@@ -108,8 +110,9 @@ class Trainer:
         agree(err, comm=comm)
         self.data_path = self._data_path(c.data, comm)
 
-        train, nc = load_split(self.data_path, "train", comm, dtype=c.dtype, min_rows=rt.size)
-        test, _ = load_split(self.data_path, "test", comm, required=False, dtype=c.dtype, min_rows=0)
+        self.precision, master, compute = c.resolved_precision()
+        train, nc = load_split(self.data_path, "train", comm, dtype=master.name, min_rows=rt.size)
+        test, _ = load_split(self.data_path, "test", comm, required=False, dtype=master.name, min_rows=0)
         err = None
         if test is not None and test.dim != train.dim:
             err = ValueError(f"--data {self.data_path}: /test/X has {test.dim} features, /train/X has {train.dim}")
@@ -128,9 +131,12 @@ class Trainer:
         sizes = [train.dim, *c.hidden, self.num_classes]
         n_params = sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
         self.watchdog = Watchdog(comm, c.stall_timeout)
-        self.reducer = GradientReducer(n_params, self.xp, c.dtype, comm, watchdog=self.watchdog)
-        self.model = MLP(sizes, self.xp, c.dtype, c.seed, grad=self.reducer.grad,
-                         stats=self.reducer.view("loss_sum", 2))
+        self.reducer = GradientReducer(n_params, self.xp, master, comm, watchdog=self.watchdog)
+        self.model = MLP(sizes, self.xp, master, c.seed, grad=self.reducer.grad,
+                         stats=self.reducer.view("loss_sum", 2), compute_dtype=compute)
+        self.scaler = LossScaler() if self.precision == "16-mixed" else None
+        self.metrics = self.METRICS + (self.MIXED_METRICS if compute is not None else ())
+        self._skipped = 0  # steps of the current epoch skipped for an overflow (16-mixed)
         # Same seed gives the same weights everywhere; the Bcast makes sure even
         # with different NumPy builds on different nodes.
         Bcast(self.model.params, root=0, comm=comm)
@@ -147,13 +153,13 @@ class Trainer:
         # the device (a row of _stats) until the epoch ends, a checkpoint or a stop needs them, so no
         # step waits for the GPU. Otherwise the reduced slots are read every step: free on the host,
         # and with several ranks the reduction has synchronized the stream already.
-        self._deferred = rt.size == 1 and self.xp is not np
+        self._deferred = rt.size == 1 and self.xp is not np and self.scaler is None
         self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype) if self._deferred else None
         self.report = Report(rt.rank, c.progress, c.epochs, steps)
         self.epoch = self.step = self.step_in_epoch = 0
         self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
         self._epoch_seconds = 0.0
-        self.history: dict[str, list] = {k: [] for k in self.METRICS}
+        self.history: dict[str, list] = {k: [] for k in self.metrics}
         self.stopped_by: str | None = None
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
@@ -244,11 +250,13 @@ class Trainer:
         self._drained = self.step_in_epoch
         for s in range(self.step_in_epoch, sampler.steps):
             X, y = sampler.batch(s)
+            scale = self.scaler.scale if self.scaler is not None else 1.0
             if K == 1:
-                model.loss_and_grad(X, y)
+                model.loss_and_grad(X, y, loss_scale=scale)
             else:  # gradient accumulation: one reduction per step, not per micro-batch
                 for k in range(K):
-                    model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0)
+                    model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0,
+                                        loss_scale=scale)
             stop = self.stop_request is not None and self.stop_request.requested()
             if deferred:
                 self._stats[s] = model.stats
@@ -259,7 +267,15 @@ class Trainer:
                 stop = bool(slots["stop"])  # any rank's request: every rank stops after this step
                 self._add_step(slots["loss_sum"], slots["correct"], self.step)
                 self._drained = s + 1
-            self.optimizer.step(red.grad, self.schedule(self.step), scale=1.0 / B)
+            if self.scaler is None:
+                self.optimizer.step(red.grad, self.schedule(self.step), scale=1.0 / B)
+            else:  # the reduced gradient is the same on every rank: so is the verdict
+                overflow = not bool(_device.asnumpy(self.xp.isfinite(red.grad).all()))
+                if overflow:
+                    self._skipped += 1  # no update of weights or momentum
+                else:
+                    self.optimizer.step(red.grad, self.schedule(self.step), scale=1.0 / (B * scale))
+                self.scaler.update(overflow)
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:
@@ -312,10 +328,11 @@ class Trainer:
         self.epoch += 1
         row = dict(epoch=self.epoch, train_loss=self._epoch_totals[0] / n, train_accuracy=self._epoch_totals[1] / n,
                    test_loss=test_loss, test_accuracy=test_acc, lr=lr, seconds=self._epoch_seconds,
-                   samples_per_second=n / self._epoch_seconds if self._epoch_seconds > 0 else math.nan)
-        for k in self.METRICS:
+                   samples_per_second=n / self._epoch_seconds if self._epoch_seconds > 0 else math.nan,
+                   loss_scale=self.scaler.scale if self.scaler is not None else 1.0, skipped_steps=self._skipped)
+        for k in self.metrics:
             self.history[k].append(row[k])
-        self.step_in_epoch, self._epoch_totals[:], self._epoch_seconds = 0, 0.0, 0.0
+        self.step_in_epoch, self._epoch_totals[:], self._epoch_seconds, self._skipped = 0, 0.0, 0.0, 0
         return row
 
     def fit(self) -> dict[str, list]:
@@ -378,7 +395,8 @@ class Trainer:
             schedule=self.schedule.state_dict(), sampler=self.sampler.state_dict(),
             progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
                           epoch_totals=self._epoch_totals.tolist(), epoch_seconds=self._epoch_seconds,
-                          history={k: list(v) for k, v in self.history.items()}),
+                          skipped_steps=self._skipped, history={k: list(v) for k, v in self.history.items()}),
+            scaler=self.scaler.state_dict() if self.scaler is not None else None,
             gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
 
     def load_state_dict(self, state: dict) -> None:
@@ -386,6 +404,11 @@ class Trainer:
 
         The GEMM thread plan is not taken here: it is chosen at
         construction (see ``gemm_threads`` of :class:`TrainConfig`).
+
+        Parameters
+        ----------
+        state : dict
+            Some or all of :meth:`state_dict`'s keys.
 
         Raises
         ------
@@ -401,12 +424,15 @@ class Trainer:
             self.schedule.load_state_dict(state["schedule"])
         if "sampler" in state:
             self.sampler.load_state_dict(state["sampler"])
+        if state.get("scaler") is not None and self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
         if "progress" in state:
             p = state["progress"]
             self.epoch, self.step, self.step_in_epoch = int(p["epoch"]), int(p["step"]), int(p["step_in_epoch"])
             self._epoch_totals[:] = p["epoch_totals"]
             self._epoch_seconds = float(p["epoch_seconds"])
-            self.history = {k: list(p["history"].get(k, [])) for k in self.METRICS}
+            self._skipped = int(p.get("skipped_steps", 0))
+            self.history = {k: list(p["history"].get(k, [])) for k in self.metrics}
             self._drained = self.step_in_epoch
 
     def broadcast_state(self, root: int = 0) -> None:
@@ -415,6 +441,11 @@ class Trainer:
         The parameters and the momentum go by ``Bcast`` (device to device
         where MPI can), the rest as one pickled object (Horovod's
         ``TorchState.sync``).
+
+        Parameters
+        ----------
+        root : int
+            The rank whose state every rank takes.
         """
         comm = self.rt.comm
         Bcast(self.model.params, root=root, comm=comm)
@@ -435,7 +466,9 @@ class Trainer:
             params=st["model"]["params"], velocity=st["optimizer"]["velocity"],
             epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
             epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
-            config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"])
+            config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
+            skipped_steps=p["skipped_steps"], loss_scale=(st["scaler"] or {}).get("scale", 1.0),
+            clean_steps=(st["scaler"] or {}).get("clean_steps", 0))
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
@@ -501,6 +534,10 @@ class Trainer:
                 raise ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
             return None
         mine = json.loads(self.config.to_json())
+        theirs = TrainConfig(**{k: v for k, v in state.config.items() if k in mine})
+        if theirs.resolved_precision()[0] != self.precision:
+            raise ValueError(f"--resume: {p} was written with --precision {theirs.resolved_precision()[0]}, "
+                             f"this run has {self.precision}")
         for k in MUST_MATCH:
             if state.config.get(k) != mine[k]:
                 raise ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "
@@ -530,7 +567,8 @@ class Trainer:
                     model=dict(params=state.params), optimizer=dict(velocity=state.velocity),
                     progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
                                   epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
-                                  history=state.history)))
+                                  skipped_steps=state.skipped_steps, history=state.history),
+                    scaler=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None
@@ -578,7 +616,7 @@ class Trainer:
         def write():
             with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
                 m = f.create_group("metrics")
-                for k in self.METRICS:
+                for k in self.metrics:
                     ds = m.create_dataset(k, data=np.asarray(self.history[k]))
                     ds.attrs["units"] = self.UNITS.get(k, "1")
                 g = f.create_group("model")
@@ -602,6 +640,6 @@ class Trainer:
             f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
             f"({self.model.n_params} parameters), global batch {s.B} "
-            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch"
+            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}"
             + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
         )

@@ -114,6 +114,31 @@ def test_trainer_on_device_matches_the_cpu_run(backend, nprocs, tmp_path):
         np.testing.assert_allclose(mg[k], mc[k], rtol=1e-3, atol=1e-5, err_msg=k)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("precision, nprocs", [("bf16-mixed", 1), ("16-mixed", 2)])
+def test_mixed_precision_on_device_matches_the_cpu_run(backend, precision, nprocs, tmp_path):
+    """bf16-mixed and 16-mixed on a GPU (16-bit GEMM operands to cublasGemmEx, float32 compute): the host's
+    run up to rounding, the same loss scales and skipped steps."""
+    X, y = blobs(240, d=10, c=4)
+    Xt, yt = blobs(61, d=10, c=4, seed=1)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+    opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "2", "--batch-size", "24", "--hidden", "16,8",
+            "--progress", "lines", "--precision", precision, "--lr", "0.02"]
+    cpu = _mpi.run(nprocs, [*opts, "--device", "cpu", "--out", str(tmp_path / "cpu.h5")], timeout=120)
+    assert cpu.returncode == 0, cpu.stderr
+    gpu = run(backend, nprocs, [*opts, "--device", "gpu", "--out", str(tmp_path / "gpu.h5")], timeout=120)
+    assert gpu.returncode == 0, gpu.stdout + gpu.stderr
+    assert f"precision {precision}" in gpu.stdout.splitlines()[0]
+    with h5py.File(tmp_path / "cpu.h5") as c, h5py.File(tmp_path / "gpu.h5") as g:
+        for k in ("loss_scale", "skipped_steps"):
+            np.testing.assert_array_equal(g["metrics"][k][()], c["metrics"][k][()], err_msg=k)
+        np.testing.assert_allclose(g["metrics/train_loss"][()], c["metrics/train_loss"][()], rtol=2e-2)
+        for k in c["model"]:
+            assert g["model"][k].dtype == np.float32
+            np.testing.assert_allclose(g["model"][k][()], c["model"][k][()], rtol=5e-2, atol=5e-3, err_msg=k)
+
+
 STEP_COST = """
 import json, sys, cupy, hpcgpu
 from hpcgpu.train.trainer import Trainer, TrainConfig

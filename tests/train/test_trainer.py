@@ -195,6 +195,11 @@ BAD_INPUTS = {
                                    "--grad-accum-steps must be a positive divisor of --batch-size 8, got 3"),
     "accumulation 0": (lambda t: _bad(t, train__X=X, train__y=Y), ["--grad-accum-steps", "0"],
                        "--grad-accum-steps must be a positive divisor"),
+    "unknown precision": (lambda t: _bad(t, train__X=X, train__y=Y), ["--precision", "8-mixed"],
+                          "argument --precision: invalid choice"),
+    "precision against dtype": (lambda t: _bad(t, train__X=X, train__y=Y),
+                                ["--precision", "bf16-mixed", "--dtype", "float64"],
+                                "--precision bf16-mixed keeps float32 weights, but --dtype is float64"),
     "micro-batch < ranks": (lambda t: _bad(t, train__X=X, train__y=Y), ["--grad-accum-steps", "4"],
                             "--grad-accum-steps 4: a micro-batch of 2 samples is smaller than the number of ranks (3)"),
 }
