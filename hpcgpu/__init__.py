@@ -18,7 +18,7 @@ from . import _device
 _device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
 
 from ._version import __version__  # noqa: E402
-from .comm import Allgather, Allreduce, Bcast, Ibcast, agree  # noqa: E402
+from .comm import Allgather, Allreduce, Bcast, Iallreduce, Ibcast, agree  # noqa: E402
 from .distmatrix import DistMatrix  # noqa: E402
 from .errors import AgreedError, agreed  # noqa: E402
 from .grid import ProcessGrid, default_grid  # noqa: E402
@@ -28,7 +28,7 @@ from .train import MLP, SGD, LRSchedule, TrainConfig, Trainer  # noqa: E402
 
 __all__ = [
     "__version__",
-    "Allgather", "Allreduce", "Bcast", "Ibcast", "agree",
+    "Allgather", "Allreduce", "Bcast", "Iallreduce", "Ibcast", "agree",
     "AgreedError", "agreed",
     "Runtime", "current_runtime", "detect_cuda_aware", "get_runtime", "init",
     "DistMatrix", "ProcessGrid", "default_grid", "matmul",

@@ -22,7 +22,7 @@ from mpi4py import MPI
 from . import _device
 from .errors import agreed, plain_type
 
-__all__ = ["Allreduce", "Bcast", "Ibcast", "Allgather", "Request", "agree", "default_comm"]
+__all__ = ["Allreduce", "Iallreduce", "Bcast", "Ibcast", "Allgather", "Request", "agree", "default_comm"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
 _HALF = ("float16", "bfloat16")
@@ -213,6 +213,50 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
         return recvbuf
     _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
     return recvbuf
+
+
+def Iallreduce(buf, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None, slot: str | None = None,
+               cuda_aware: bool | None = None) -> Request:
+    """Start an in-place reduction of ``buf`` over all ranks; returns a :class:`Request`.
+
+    Collective (non-blocking): all ranks of ``comm`` must call it, in the
+    same order as their other collectives on ``comm``. ``buf`` must not be
+    touched until ``Wait``; it holds the reduction after ``Wait``.
+
+    Parameters
+    ----------
+    buf : xp.ndarray
+        C-contiguous, any shape; float16 and bfloat16 are refused (no MPI
+        sums them: use :func:`Allreduce`, which widens them).
+    op : mpi4py.MPI.Op
+        ``MPI.SUM`` by default.
+    comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+    slot : str, optional
+        Staging-buffer name for a device buffer that must be staged (see
+        :func:`Ibcast`).
+    cuda_aware : bool, optional
+        As in :func:`Ibcast`.
+
+    Returns
+    -------
+    Request
+
+    Raises
+    ------
+    ValueError
+        As in :func:`Allreduce`, and for a 16-bit float ``buf``.
+    RuntimeError
+        ``slot`` is held by a request not yet waited for.
+    """
+    comm = default_comm() if comm is None else comm
+    _check_contiguous("buf", buf)
+    if buf.dtype.name in _HALF:
+        raise ValueError(f"Iallreduce: no MPI sums {buf.dtype.name}; use Allreduce, which reduces it in float32")
+    if comm.Get_size() == 1:
+        return Request(None)
+    return _dispatch(lambda b: comm.Iallreduce(MPI.IN_PLACE, b, op=op), [(buf, INOUT)], cuda_aware=cuda_aware,
+                     nonblocking=True, slot=slot)
 
 
 def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, cuda_aware: bool | None = None):

@@ -60,6 +60,9 @@ def parser() -> ArgumentParser:
                    help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
                         "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
                         "all: every GEMM on the rank's threads")
+    p.add_argument("--bucket-mb", type=float, default=d.bucket_mb, metavar="MB",
+                   help="gradient bucket size (MB): several buckets are reduced by Iallreduce while the backward "
+                        "pass goes on (PyTorch DDP's default 25); one bucket is one Allreduce after it")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort the job, naming the ranks that have not arrived, when a collective waits this "
                         "long (default: $HPCGPU_STALL_TIMEOUT, else off)")

@@ -80,6 +80,11 @@ class TrainConfig:
         report of the ranks that have not arrived (0: off; ``None``:
         ``$HPCGPU_STALL_TIMEOUT``, else off; see
         :class:`hpcgpu.watchdog.Watchdog`).
+    bucket_mb : float
+        Gradient bucket size in MB (10**6 bytes; PyTorch DDP's default 25):
+        with more than one bucket, each bucket's ``Iallreduce`` is posted as
+        soon as the backward pass has written it, overlapping the rest of
+        the backward pass; one bucket is one ``Allreduce`` after it.
     gemm_threads : {"auto", "all"}
         On the CPU with more than one BLAS thread per rank: ``auto`` times
         each GEMM of the step at one thread and at the rank's threads at
@@ -113,6 +118,7 @@ class TrainConfig:
     stop_file: str | None = None
     stall_timeout: float | None = None
     gemm_threads: str = "auto"
+    bucket_mb: float = 25.0
 
     @property
     def checkpoint_path(self) -> str | None:
@@ -144,6 +150,7 @@ class TrainConfig:
             (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
+            (self.bucket_mb > 0 and math.isfinite(self.bucket_mb), f"--bucket-mb must be > 0, got {self.bucket_mb}"),
             (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),
         ]
         for ok, msg in checks:

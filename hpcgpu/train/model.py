@@ -142,6 +142,31 @@ class MLP:
             off += n
         self.params[...] = self.xp.asarray(host)
 
+    def layer_ranges(self) -> list[tuple[int, int]]:
+        """Each layer's ``[lo, hi)`` in :attr:`params` and :attr:`grad` (weight, then bias), in forward order.
+
+        Not collective.
+        """
+        return self.ranges_of(self.sizes)
+
+    @staticmethod
+    def ranges_of(sizes) -> list[tuple[int, int]]:
+        """:meth:`layer_ranges` of a model of layer sizes ``sizes`` ``[D, h_1, ..., C]``. Not collective.
+
+        Parameters
+        ----------
+        sizes : sequence of int
+
+        Returns
+        -------
+        list of (int, int)
+        """
+        out, off = [], 0
+        for a, b in itertools.pairwise(int(s) for s in sizes):
+            out.append((off, off + a * b + b))
+            off += a * b + b
+        return out
+
     def state_dict(self) -> dict:
         """``{"params": host copy of params}`` (numpy, (n_params,)). Not collective."""
         from .. import _device
@@ -279,7 +304,7 @@ class MLP:
         z[rows, y] -= 1
         return z
 
-    def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0) -> None:
+    def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0, on_layer=None) -> None:
         """Forward and backward pass over a local batch. Not collective.
 
         Parameters
@@ -295,6 +320,10 @@ class MLP:
             Multiplies the gradient (not :attr:`stats`): the dynamic loss
             scale of float16 mixed precision, applied to the loss gradient
             before the backward pass.
+        on_layer : callable, optional
+            Called as ``on_layer(i)`` as soon as layer ``i``'s gradient is
+            complete, last layer first (a bucketed reduction posts its
+            buckets from it: :meth:`hpcgpu.train.reducer.GradientReducer.ready`).
 
         Notes
         -----
@@ -308,14 +337,14 @@ class MLP:
         if self.gemm_threads and self.xp is np:
             before = self._now = _blas.threads()
             try:
-                self._loss_and_grad(X, y, self._threads, accumulate, loss_scale)
+                self._loss_and_grad(X, y, self._threads, accumulate, loss_scale, on_layer)
             finally:
                 if self._now != before:
                     _blas.set_threads(before)
         else:
-            self._loss_and_grad(X, y, lambda key: None, accumulate, loss_scale)
+            self._loss_and_grad(X, y, lambda key: None, accumulate, loss_scale, on_layer)
 
-    def _loss_and_grad(self, X, y, threads, accumulate: bool, loss_scale: float) -> None:
+    def _loss_and_grad(self, X, y, threads, accumulate: bool, loss_scale: float, on_layer) -> None:
         xp = self.xp
         mixed = self.compute_dtype is not None
         acts = []
@@ -336,9 +365,9 @@ class MLP:
             self.stats += part
         if loss_scale != 1:
             dz *= self.dtype.type(loss_scale)
-        self._backward(acts, dz, threads, accumulate)
+        self._backward(acts, dz, threads, accumulate, on_layer)
 
-    def _backward(self, acts, dz, threads, accumulate: bool) -> None:
+    def _backward(self, acts, dz, threads, accumulate: bool, on_layer=None) -> None:
         """The gradient from the loss gradient ``dz`` (n, C) and every layer's input ``acts``."""
         xp, fused = self.xp, self._fused
         mixed = self.compute_dtype is not None
@@ -356,6 +385,8 @@ class MLP:
                 gb += dz.sum(axis=0)
             else:
                 dz.sum(axis=0, out=gb)
+            if on_layer is not None:
+                on_layer(i)
             if i > 0:
                 threads(f"fc{i}.dgrad")
                 w = weights[f"fc{i}.weight"]

@@ -5,6 +5,15 @@ the model computes its gradient into the view it is given and knows nothing
 of communication; the reducer owns the buffer, the named scalars that ride
 in the same message (the step's loss sum and correct count, a rank's stop
 request), and the reduction, watched for stalls.
+
+With several buckets the reduction overlaps the backward pass (DDP's
+bucketed ``Reducer``, Li et al., "PyTorch Distributed", VLDB 2020, section
+3.2.3): the gradient is cut into buckets of about ``bucket_bytes`` in reverse
+layer order (the order backward completes them), and each bucket's
+``Iallreduce`` is posted as soon as its last layer's gradient is written;
+:meth:`GradientReducer.finish` waits for all of them before the update. One
+bucket (the default for models under 25 MB) is one blocking ``Allreduce``
+after the backward pass.
 """
 
 from __future__ import annotations
@@ -12,9 +21,10 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+from mpi4py import MPI
 
 from .. import _device
-from ..comm import Allreduce
+from ..comm import Allreduce, Iallreduce
 
 __all__ = ["GradientReducer"]
 
@@ -38,6 +48,13 @@ class GradientReducer:
     watchdog : hpcgpu.watchdog.Watchdog, optional
         Watches each reduction (named ``"gradient Allreduce"``, with the
         step) for stalls.
+    layers : sequence of (int, int), optional
+        Each layer's ``[lo, hi)`` in the gradient, in forward order,
+        contiguous and covering it (:meth:`hpcgpu.train.MLP.layer_ranges`).
+        Needed for more than one bucket.
+    bucket_bytes : float, optional
+        Bucket size in bytes (PyTorch DDP's default: 25 MB); a bucket closes
+        at the first layer boundary at or past it. ``None``: one bucket.
 
     Attributes
     ----------
@@ -45,13 +62,42 @@ class GradientReducer:
         Everything that is reduced, in one C-contiguous array.
     grad : xp.ndarray, shape (n_params,)
         The gradient part of :attr:`buffer` (a view), for the model to fill.
+    buckets : list of (int, int)
+        ``[lo, hi)`` of each bucket in :attr:`buffer`, in the order they are
+        reduced (the last layers' first; the first bucket holds the slots).
+    exposed_seconds : float
+        Wall time the host waited for reductions after the backward pass
+        (s), summed since construction: the communication not hidden by
+        computation.
     """
 
-    def __init__(self, n_params: int, xp, dtype, comm, slots=("loss_sum", "correct", "stop"), watchdog=None):
+    def __init__(self, n_params: int, xp, dtype, comm, slots=("loss_sum", "correct", "stop"), watchdog=None,
+                 layers=None, bucket_bytes=None):
         self.n_params, self.xp, self.comm, self.watchdog = int(n_params), xp, comm, watchdog
         self.buffer = xp.zeros(self.n_params + len(slots), dtype=dtype)
         self.grad = self.buffer[: self.n_params]
         self._index = {name: self.n_params + i for i, name in enumerate(slots)}
+        self.buckets, self._last_layer = [(0, self.buffer.size)], {}
+        if layers is not None and bucket_bytes is not None:
+            self._plan(list(layers), float(bucket_bytes))
+        self._pending: list = []
+        self.exposed_seconds = 0.0
+
+    def _plan(self, layers, bucket_bytes: float) -> None:
+        """Buckets of whole layers in reverse order; layer i's gradient completes bucket ``_last_layer[i]``."""
+        if not layers or layers[0][0] != 0 or layers[-1][1] != self.n_params or any(
+                a[1] != b[0] for a, b in zip(layers, layers[1:], strict=False)):
+            raise ValueError(f"layers {layers} do not cover the gradient of {self.n_params} in order")
+        item = self.buffer.itemsize
+        buckets, hi, size = [], self.buffer.size, 0
+        for i in reversed(range(len(layers))):
+            lo = layers[i][0]
+            size += (layers[i][1] - lo) * item
+            if size >= bucket_bytes or i == 0:
+                buckets.append((lo, hi))
+                self._last_layer[i] = len(buckets) - 1  # backward finishes the bucket with layer i
+                hi, size = lo, 0
+        self.buckets = buckets
 
     def view(self, first: str, count: int = 1):
         """The slots ``first`` and the ``count - 1`` after it, as a view of :attr:`buffer` (count,).
@@ -90,8 +136,55 @@ class GradientReducer:
         """
         self.buffer[self._index[name]] = value
 
+    def ready(self, layer: int) -> None:
+        """Layer ``layer``'s gradient is complete: post its bucket's reduction if the layer closes one.
+
+        Collective in effect (every rank's backward calls it for the same
+        layers in the same order, posting the same ``Iallreduce`` calls);
+        nothing is posted at one rank or with one bucket. Tests the
+        reductions already posted, which lets an MPI without a progress
+        thread move them on.
+
+        Parameters
+        ----------
+        layer : int
+            The layer, in forward order (0 is the first).
+        """
+        if len(self.buckets) == 1 or self.comm.size == 1:
+            return
+        b = self._last_layer.get(layer)
+        if b is not None:
+            lo, hi = self.buckets[b]
+            self._pending.append(Iallreduce(self.buffer[lo:hi], comm=self.comm))
+        for r in self._pending:
+            r.Test()
+
+    def finish(self, what: str = "") -> None:
+        """Complete the step's reduction: wait for the posted buckets, or reduce the one bucket. Collective.
+
+        Parameters
+        ----------
+        what : str
+            Where the run is (``"step 12"``), named in a stall report.
+        """
+        if self.comm.size == 1:
+            return
+        t0 = MPI.Wtime()
+        watch = self.watchdog.watch("gradient Allreduce", what) if self.watchdog else contextlib.nullcontext()
+        with watch:
+            if len(self.buckets) == 1:
+                Allreduce(self.buffer, comm=self.comm)
+            else:
+                if len(self._pending) != len(self.buckets):
+                    raise RuntimeError(f"{len(self._pending)} of {len(self.buckets)} buckets were posted: "
+                                       "ready() was not called for every layer")
+                for r in self._pending:
+                    r.Wait()
+                self._pending.clear()
+        self.exposed_seconds += MPI.Wtime() - t0
+
     def reduce(self, what: str = "") -> None:
-        """Sum :attr:`buffer` over the ranks, in place; nothing at one rank. Collective.
+        """Sum :attr:`buffer` over the ranks in place, all of it now (no overlap). Collective.
 
         Parameters
         ----------

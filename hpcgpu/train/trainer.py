@@ -131,7 +131,8 @@ class Trainer:
         sizes = [train.dim, *c.hidden, self.num_classes]
         n_params = sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
         self.watchdog = Watchdog(comm, c.stall_timeout)
-        self.reducer = GradientReducer(n_params, self.xp, master, comm, watchdog=self.watchdog)
+        self.reducer = GradientReducer(n_params, self.xp, master, comm, watchdog=self.watchdog,
+                                       layers=MLP.ranges_of(sizes), bucket_bytes=c.bucket_mb * 1e6)
         self.model = MLP(sizes, self.xp, master, c.seed, grad=self.reducer.grad,
                          stats=self.reducer.view("loss_sum", 2), compute_dtype=compute)
         self.scaler = LossScaler() if self.precision == "16-mixed" else None
@@ -247,22 +248,25 @@ class Trainer:
             sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
         deferred = self._deferred  # see __init__
+        overlap = not deferred and len(red.buckets) > 1 and self.rt.size > 1
         self._drained = self.step_in_epoch
         for s in range(self.step_in_epoch, sampler.steps):
             X, y = sampler.batch(s)
             scale = self.scaler.scale if self.scaler is not None else 1.0
+            stop = self.stop_request is not None and self.stop_request.requested()
+            if not deferred:
+                red.set("stop", 1.0 if stop else 0.0)  # before the backward pass posts the bucket that holds it
+            hook = red.ready if overlap else None
             if K == 1:
-                model.loss_and_grad(X, y, loss_scale=scale)
+                model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook)
             else:  # gradient accumulation: one reduction per step, not per micro-batch
                 for k in range(K):
                     model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0,
-                                        loss_scale=scale)
-            stop = self.stop_request is not None and self.stop_request.requested()
+                                        loss_scale=scale, on_layer=hook if k == K - 1 else None)
             if deferred:
                 self._stats[s] = model.stats
             else:
-                red.set("stop", 1.0 if stop else 0.0)
-                red.reduce(f"step {self.step + 1}")
+                red.finish(f"step {self.step + 1}")
                 slots = red.read()
                 stop = bool(slots["stop"])  # any rank's request: every rank stops after this step
                 self._add_step(slots["loss_sum"], slots["correct"], self.step)

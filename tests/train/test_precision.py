@@ -96,13 +96,13 @@ from hpcgpu.train.__main__ import main
 
 BAD = int(sys.argv[1])  # the global step (1-based) whose gradient overflows, on rank 1 only
 seen, verdicts = [0], []
-reduce = reducer.GradientReducer.reduce
+finish = reducer.GradientReducer.finish
 def poisoned(self, what=""):
     seen[0] += 1
     if seen[0] == BAD and MPI.COMM_WORLD.rank == 1:
         self.grad[7] = np.inf
-    reduce(self, what)
-reducer.GradientReducer.reduce = poisoned
+    finish(self, what)
+reducer.GradientReducer.finish = poisoned
 update = trainer.LossScaler.update
 def record(self, found_inf):
     verdicts.append(found_inf)

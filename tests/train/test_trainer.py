@@ -109,7 +109,7 @@ def test_accumulation_reduces_once_per_step(small_h5, monkeypatch):
     from hpcgpu.train.reducer import GradientReducer
 
     calls = []
-    monkeypatch.setattr(GradientReducer, "reduce", lambda self, what="": calls.append(what))
+    monkeypatch.setattr(GradientReducer, "finish", lambda self, what="": calls.append(what))
     rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
     tr = Trainer(TrainConfig(data=small_h5, out="unused.h5", epochs=1, batch_size=24, grad_accum_steps=3,
                              hidden=(8,), progress="none"), rt)
