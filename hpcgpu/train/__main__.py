@@ -60,6 +60,10 @@ def parser() -> ArgumentParser:
                    help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
                         "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
                         "all: every GEMM on the rank's threads")
+    p.add_argument("--data-placement", choices=("auto", "sharded", "replicated"), default=d.data_placement,
+                   help="sharded: 1/P of the training set a rank, rows exchanged every epoch (Alltoallv); "
+                        "replicated: all of it on every rank; auto: replicated when it is small (<= 2 GiB, "
+                        "<= 1/8 of the node's memory over its ranks)")
     p.add_argument("--bucket-mb", type=float, default=d.bucket_mb, metavar="MB",
                    help="gradient bucket size (MB): several buckets are reduced by Iallreduce while the backward "
                         "pass goes on (PyTorch DDP's default 25); one bucket is one Allreduce after it")

@@ -80,6 +80,13 @@ class TrainConfig:
         report of the ranks that have not arrived (0: off; ``None``:
         ``$HPCGPU_STALL_TIMEOUT``, else off; see
         :class:`hpcgpu.watchdog.Watchdog`).
+    data_placement : {"auto", "sharded", "replicated"}
+        ``sharded``: each rank holds its ``1/P`` of the training set and the
+        rows each epoch needs arrive by one ``Alltoallv`` per epoch;
+        ``replicated``: every rank holds all of it (gathered once), and an
+        epoch starts without communication; ``auto``: replicated when the
+        set takes at most 2 GiB and all the node's ranks' copies at most an
+        eighth of its memory. The batches, and so the model, are the same.
     bucket_mb : float
         Gradient bucket size in MB (10**6 bytes; PyTorch DDP's default 25):
         with more than one bucket, each bucket's ``Iallreduce`` is posted as
@@ -119,6 +126,7 @@ class TrainConfig:
     stall_timeout: float | None = None
     gemm_threads: str = "auto"
     bucket_mb: float = 25.0
+    data_placement: str = "auto"
 
     @property
     def checkpoint_path(self) -> str | None:
@@ -151,6 +159,8 @@ class TrainConfig:
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
             (self.bucket_mb > 0 and math.isfinite(self.bucket_mb), f"--bucket-mb must be > 0, got {self.bucket_mb}"),
+            (self.data_placement in ("auto", "sharded", "replicated"),
+             f"--data-placement must be auto, sharded or replicated, got {self.data_placement!r}"),
             (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),
         ]
         for ok, msg in checks:

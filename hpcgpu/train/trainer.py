@@ -142,7 +142,8 @@ class Trainer:
         # with different NumPy builds on different nodes.
         Bcast(self.model.params, root=0, comm=comm)
         self.optimizer = SGD(self.model.params, c.momentum, c.weight_decay)
-        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm, self.xp, c.grad_accum_steps)
+        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm, self.xp, c.grad_accum_steps,
+                                          replicate=self._replicate(train, comm))
         steps = self.sampler.steps
         self.schedule = LRSchedule(
             c.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
@@ -168,6 +169,22 @@ class Trainer:
         plan = self._resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
+
+    def _replicate(self, train, comm) -> bool:
+        """Whether every rank holds the whole training set (``data_placement``; ``auto``: when small). Collective."""
+        mode = self.config.data_placement
+        if mode != "auto":
+            return mode == "replicated"
+        nbytes = train.n_global * (train.dim * train.X.dtype.itemsize + 8)
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        ranks_here = node.size
+        node.Free()
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            memory = 0
+        ok = nbytes <= 2**31 and nbytes * ranks_here <= memory // 8
+        return bool(comm.allreduce(ok, op=MPI.LAND))  # every rank the same way
 
     def _plan_gemm_threads(self, stored: tuple | None) -> None:
         """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective.
@@ -644,6 +661,7 @@ class Trainer:
             f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
             f"({self.model.n_params} parameters), global batch {s.B} "
-            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}"
+            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}, "
+            f"data {'replicated' if s.replicated else 'sharded'}"
             + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
         )

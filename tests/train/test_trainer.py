@@ -104,6 +104,25 @@ def test_gradient_accumulation_gives_the_same_model(small_h5, tmp_path):
         np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
 
 
+@pytest.mark.mpi
+def test_sharded_and_replicated_data_give_the_same_bits(small_h5, tmp_path):
+    """--data-placement sharded (an Alltoallv each epoch) and replicated (every rank holds all, no exchange):
+    the same batches, so the same bits; auto replicates a small set and says so."""
+    models = {}
+    for placement in ("sharded", "replicated", "auto"):
+        out = str(tmp_path / f"{placement}.h5")
+        p = _train_cli(3, small_h5, out, "--epochs", "2", "--batch-size", "20", "--hidden", "8",
+                       "--data-placement", placement)
+        assert p.returncode == 0, p.stderr
+        want = "sharded" if placement == "sharded" else "replicated"
+        assert p.stdout.splitlines()[0].endswith(f"data {want}"), p.stdout
+        with h5py.File(out) as f:
+            models[placement] = {k: f["model"][k][()] for k in f["model"]}
+    for placement in ("replicated", "auto"):
+        for k, want in models["sharded"].items():
+            np.testing.assert_array_equal(models[placement][k], want, err_msg=f"{k} {placement}")
+
+
 def test_accumulation_reduces_once_per_step(small_h5, monkeypatch):
     """K micro-batches, one gradient reduction: the reducer is called once a step, whatever K."""
     from hpcgpu.train.reducer import GradientReducer
@@ -195,6 +214,9 @@ BAD_INPUTS = {
                                    "--grad-accum-steps must be a positive divisor of --batch-size 8, got 3"),
     "accumulation 0": (lambda t: _bad(t, train__X=X, train__y=Y), ["--grad-accum-steps", "0"],
                        "--grad-accum-steps must be a positive divisor"),
+    "bad placement": (lambda t: _bad(t, train__X=X, train__y=Y), ["--data-placement", "everywhere"],
+                      "argument --data-placement: invalid choice"),
+    "bucket 0": (lambda t: _bad(t, train__X=X, train__y=Y), ["--bucket-mb", "0"], "--bucket-mb must be > 0, got 0.0"),
     "unknown precision": (lambda t: _bad(t, train__X=X, train__y=Y), ["--precision", "8-mixed"],
                           "argument --precision: invalid choice"),
     "precision against dtype": (lambda t: _bad(t, train__X=X, train__y=Y),
