@@ -53,6 +53,21 @@ def ibcast_overlaps():
     np.testing.assert_array_equal(b, np.arange(5.0) + 100)
 
 
+def iallreduces_in_flight():
+    a = np.full(7, r, dtype=np.float64)
+    b = np.full((3, 2), 2 * r + 1, dtype=np.float32)
+    reqs = [C.Iallreduce(a), C.Iallreduce(b, op=MPI.MAX)]
+    for q in reversed(reqs):
+        q.Wait()
+    assert (a == P * (P - 1) / 2).all() and (b == 2 * P - 1).all()
+    try:
+        C.Iallreduce(np.zeros(3, np.float16))
+    except ValueError as e:
+        assert "use Allreduce" in str(e)
+    else:
+        raise AssertionError("a float16 Iallreduce was posted")
+
+
 def allgather():
     s = np.array([r, 10 * r], dtype=np.int32)
     out = np.empty((P, 2), dtype=np.int32)

@@ -81,6 +81,16 @@ def two_ibcasts_in_flight_with_default_slots():
     np.testing.assert_array_equal(host(b), 2.0 * np.arange(N // 2 + 1) + 1000 * (P - 1))
 
 
+def two_iallreduces_in_flight():
+    """The device buffers hold the sums only after Wait (staged: copied back there), each request its own slot."""
+    a, b = fresh(N, r), fresh(N // 2 + 1, 10 * r)
+    reqs = [C.Iallreduce(a), C.Iallreduce(b)]
+    for q in reqs:
+        q.Wait()
+    np.testing.assert_array_equal(host(a), P * 2.0 * np.arange(N) + P * (P - 1) / 2)
+    np.testing.assert_array_equal(host(b), P * 2.0 * np.arange(N // 2 + 1) + 10 * P * (P - 1) / 2)
+
+
 def named_slot_reused_in_flight_is_an_error():
     if (rt.cuda_aware and rt.nonblocking_device) or P == 1:
         return  # nothing is staged on this path (at one rank no MPI call is made)
