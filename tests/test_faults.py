@@ -215,6 +215,23 @@ def test_resume_with_gradient_accumulation_is_exact(tmp_path):
     np.testing.assert_array_equal(loss, ref_loss)
 
 
+def test_resume_from_a_malformed_checkpoint_is_one_line_at_every_rank(tmp_path):
+    """A readable checkpoint whose epoch sums have the wrong shape: rank 0 finds out alone, but every rank
+    exits 2 with the same line (no rank left waiting for the broadcast of the state)."""
+    data = _data(tmp_path)
+    ck = tmp_path / "ck.h5"
+    opts = ("--epochs", "2", "--batch-size", "20", "--checkpoint", ck)
+    assert _train(3, data, tmp_path / "a.h5", *opts, "--checkpoint-every", "5").returncode == 0
+    with h5py.File(ck, "a") as f:
+        del f["epoch_totals"]
+        f["epoch_totals"] = np.zeros(3)
+    p = _train(3, data, tmp_path / "b.h5", *opts, "--resume", timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--resume: {ck}:" in lines[0], p.stderr
+    assert not (tmp_path / "b.h5").exists()
+
+
 def test_resume_refuses_changed_options(tmp_path):
     data = _data(tmp_path)
     ck = tmp_path / "ck.h5"

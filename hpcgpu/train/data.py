@@ -250,8 +250,15 @@ class GlobalBatchSampler:
         D, dt = train.dim, train.X.dtype
         if self.replicated:  # the whole set, gathered once: row r of the pool is global row r
             counts, displs = np.diff(self.shard_starts), self.shard_starts[:-1]  # shard_starts ends with N
-            self._pool_X = np.empty((self.N, D), dt)
-            self._pool_y = np.empty(self.N, np.int64)
+            err = None
+            try:
+                self._pool_X = np.empty((self.N, D), dt)
+                self._pool_y = np.empty(self.N, np.int64)
+            except MemoryError:
+                err = MemoryError(f"--data-placement replicated: no room for the training set "
+                                  f"({self.N * (D * dt.itemsize + 8) / 2**20:.0f} MiB) on rank {comm.rank}; "
+                                  "use --data-placement sharded")
+            agree(err, comm=comm)
             comm.Allgatherv([train.X, n_local, self._rowtype], [self._pool_X, (counts, displs), self._rowtype])
             comm.Allgatherv([train.y, n_local, MPI.INT64_T], [self._pool_y, (counts, displs), MPI.INT64_T])
             train.X, train.y = self._pool_X[train.start : train.stop], self._pool_y[train.start : train.stop]
@@ -263,7 +270,13 @@ class GlobalBatchSampler:
         if xp is np:
             self._dev_X, self._dev_y = self._pool_X, self._pool_y
         else:
-            self._dev_X, self._dev_y = xp.asarray(self._pool_X), xp.asarray(self._pool_y)
+            err = None
+            try:
+                self._dev_X, self._dev_y = xp.asarray(self._pool_X), xp.asarray(self._pool_y)
+            except Exception as e:  # noqa: BLE001 - CuPy's OutOfMemoryError: every rank must hear of it
+                err = MemoryError(f"training data on the GPU of rank {comm.rank}: {e}"
+                                  + ("; use --data-placement sharded" if self.replicated else ""))
+            agree(err, comm=comm)
         self._bX = xp.empty((self.local_batch, D), dt)
         self._by = xp.empty(self.local_batch, np.int64)
         self._index = None
@@ -359,7 +372,7 @@ class GlobalBatchSampler:
         perm = self.order(epoch)
         if self.replicated:  # every row is here: the epoch's rows are their own pool indices
             index = self.wanted(perm, me)
-            self._index = index if self.xp is np else self.xp.asarray(index)
+            self._set_index(index)
             return
         # What I send: to every other rank, its wanted rows that live in my shard.
         send_idx, send_counts = [], np.zeros(self.P, dtype=np.int64)
@@ -393,12 +406,19 @@ class GlobalBatchSampler:
         grouped = np.empty(remote.size, np.int64)
         grouped[np.argsort(owners[remote], kind="stable")] = np.arange(remote.size)
         index[remote] = n_local + grouped
-        if self.xp is np:
-            self._index = index
-        else:
+        if self.xp is not np:
             self._dev_X[n_local : n_local + n_recv] = self.xp.asarray(rX)
             self._dev_y[n_local : n_local + n_recv] = self.xp.asarray(ry)
-            self._index = self.xp.asarray(index)
+        self._set_index(index)
+
+    def _set_index(self, index: np.ndarray) -> None:
+        """Set the epoch's pool rows, checked once here.
+
+        :meth:`batch` gathers with ``mode="clip"``, which would hide an index out of range.
+        """
+        if index.size and not (0 <= index.min() and index.max() < self._pool_X.shape[0]):
+            raise AssertionError(f"sampler: pool index out of range [{index.min()}, {index.max()}]")
+        self._index = index if self.xp is np else self.xp.asarray(index)
 
     def batch(self, step: int):
         """This rank's local batch of step ``step`` of the current epoch.

@@ -46,6 +46,23 @@ from .threads import GemmPlan, plan_gemm_threads
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest stop.py's
 
 
+def _host_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit (Slurm, containers) if lower."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            memory = min(memory, int(text))
+    return memory
+
+
 class Trainer:
     """Data-parallel SGD of an MLP on an HDF5 data set.
 
@@ -111,6 +128,8 @@ class Trainer:
         self.data_path = self._data_path(c.data, comm)
 
         self.precision, master, compute = c.resolved_precision()
+        c.dtype = master.name  # --precision 64-true with --dtype's default: float64 in outputs and checkpoints
+        agree(self._compute_dtype_error(compute), comm=comm)
         train, nc = load_split(self.data_path, "train", comm, dtype=master.name, min_rows=rt.size)
         test, _ = load_split(self.data_path, "test", comm, required=False, dtype=master.name, min_rows=0)
         err = None
@@ -170,6 +189,19 @@ class Trainer:
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
 
+    def _compute_dtype_error(self, compute) -> ValueError | None:
+        """Why this array module cannot hold the 16-bit type of mixed precision (None when it can)."""
+        if compute is None:
+            return None
+        try:
+            a = self.xp.zeros(2, dtype=compute)
+            bool((a > 0).any())
+        except Exception as e:  # noqa: BLE001 - CuPy < 14 (no bfloat16), NumPy too old for ml_dtypes, ...
+            where = "CuPy (>= 14 has bfloat16)" if self.xp is not np else "NumPy"
+            return ValueError(f"--precision {self.precision}: {where} cannot compute in {compute.name} here "
+                              f"({type(e).__name__}: {e})")
+        return None
+
     def _replicate(self, train, comm) -> bool:
         """Whether every rank holds the whole training set (``data_placement``; ``auto``: when small). Collective."""
         mode = self.config.data_placement
@@ -179,11 +211,12 @@ class Trainer:
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         ranks_here = node.size
         node.Free()
-        try:
-            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            memory = 0
-        ok = nbytes <= 2**31 and nbytes * ranks_here <= memory // 8
+        ok = nbytes <= 2**31 and nbytes * ranks_here <= _host_memory() // 8
+        if ok and self.xp is not np:  # the pool is on the GPU too
+            try:
+                ok = nbytes <= self.xp.cuda.Device().mem_info[0] // 8
+            except Exception:  # noqa: BLE001 - unknown free memory: do not bet the run on it
+                ok = False
         return bool(comm.allreduce(ok, op=MPI.LAND))  # every rank the same way
 
     def _plan_gemm_threads(self, stored: tuple | None) -> None:
@@ -575,7 +608,7 @@ class Trainer:
         path, comm = self.config.checkpoint_path, self.rt.comm
         notes: list[str] = []
         state = on_root(lambda: self._newest_checkpoint(path, notes), comm=comm, catch=(ValueError,))
-        meta = None
+        meta, err = None, None
         if self.rt.rank == 0:
             for note in notes:
                 print(f"hpcgpu.train: warning: {note}; falling back to an older checkpoint", file=sys.stderr,
@@ -584,12 +617,16 @@ class Trainer:
                 print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
             else:
                 meta = dict(path=self.resumed_from, world_size=state.world_size, gemm_threads=state.gemm_threads)
-                self.load_state_dict(dict(
-                    model=dict(params=state.params), optimizer=dict(velocity=state.velocity),
-                    progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
-                                  epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
-                                  skipped_steps=state.skipped_steps, history=state.history),
-                    scaler=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
+                try:  # a readable file with a malformed field must not leave the other ranks waiting below
+                    self.load_state_dict(dict(
+                        model=dict(params=state.params), optimizer=dict(velocity=state.velocity),
+                        progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
+                                      epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
+                                      skipped_steps=state.skipped_steps, history=state.history),
+                        scaler=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
+                except (ValueError, TypeError, KeyError) as e:
+                    err = ValueError(f"--resume: {self.resumed_from}: {e}")
+        agree(err, comm=comm)
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None

@@ -87,6 +87,19 @@ def test_mixed_precision_learns_digits(precision, nprocs, tmp_path):
         assert scales[-1] == 2.0**16 / 2 ** skipped.sum()
 
 
+@pytest.mark.mpi
+def test_64_true_is_float64_in_the_output(tmp_path):
+    """--precision 64-true with --dtype left at its default: float64 weights, and "float64" in the recorded
+    options, so a resume given as --dtype float64 matches."""
+    p = _train(1, tmp_path / "o.h5", "--precision", "64-true", "--epochs", "1", "--hidden", "16",
+               env={"HPCGPU_DATA_DIR": str(tmp_path / "cache")})
+    assert p.returncode == 0, p.stderr
+    with h5py.File(tmp_path / "o.h5") as f:
+        assert f["model/fc0.weight"].dtype == np.float64
+        assert json.loads(f.attrs["config"])["dtype"] == "float64"
+    assert "loss_scale" not in h5py.File(tmp_path / "o.h5")["metrics"]
+
+
 INJECT = r"""
 import sys
 import numpy as np

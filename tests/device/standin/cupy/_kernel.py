@@ -85,26 +85,54 @@ def _compiler() -> str:
 
 
 _LIBS: dict[str, ctypes.CDLL] = {}
+_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC")
+_IDENTITY: list = []
+
+
+def _identity() -> str:
+    """The compiler's path and version: part of the cache key (another compiler, another library)."""
+    if not _IDENTITY:
+        cxx = _compiler()
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+        _IDENTITY.append(f"{cxx}\n{version}\n{' '.join(_FLAGS)}")
+    return _IDENTITY[0]
+
+
+def _cache_dir() -> str:
+    """``$XDG_CACHE_HOME/hpcgpu/standin-kernels`` (else ``~/.cache/...``): this user's, mode 0700.
+
+    Not the temporary directory: many CI runners mount it ``noexec``, and a
+    shared one would let another user plant a library the tests load.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "hpcgpu", "standin-kernels")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.stat(path)
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise RuntimeError(f"the stand-in's kernel cache {path} is not this user's alone: remove it")
+    return path
 
 
 def _build(source: str) -> ctypes.CDLL:
-    """Compile ``source`` to a shared library, cached in-process and on disk by its hash."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    """Compile ``source`` to a shared library, cached in-process and on disk by its hash and the compiler."""
+    digest = hashlib.sha256((_identity() + "\n" + source).encode()).hexdigest()[:24]
     lib = _LIBS.get(digest)
     if lib is not None:
         return lib
-    cache = os.path.join(tempfile.gettempdir(), f"hpcgpu-standin-kernels-{os.getuid()}")
-    os.makedirs(cache, exist_ok=True)
+    cache = _cache_dir()
     path = os.path.join(cache, f"{digest}.so")
     if not os.path.exists(path):
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
         os.close(fd)
-        p = subprocess.run([_compiler(), "-std=c++17", "-O1", "-shared", "-fPIC", "-x", "c++", "-", "-o", tmp],
-                           input=source, capture_output=True, text=True)
-        if p.returncode != 0:
-            os.unlink(tmp)
-            raise CompileException(p.stderr.strip() + "\n\n" + source)
-        os.replace(tmp, path)  # atomic: ranks compiling the same kernel at once all get a whole library
+        try:
+            p = subprocess.run([_compiler(), *_FLAGS, "-x", "c++", "-", "-o", tmp], input=source,
+                               capture_output=True, text=True, timeout=300)
+            if p.returncode != 0:
+                raise CompileException(p.stderr.strip() + "\n\n" + source)
+            os.replace(tmp, path)  # atomic: ranks compiling the same kernel at once all get a whole library
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     lib = _LIBS[digest] = ctypes.CDLL(path)
     return lib
 
