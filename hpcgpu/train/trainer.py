@@ -195,7 +195,7 @@ class Trainer:
             return None
         try:
             a = self.xp.zeros(2, dtype=compute)
-            bool((a > 0).any())
+            (a > 0).astype(np.float32)  # what the mixed step does with it: compare (ReLU masks), widen
         except Exception as e:  # noqa: BLE001 - CuPy < 14 (no bfloat16), NumPy too old for ml_dtypes, ...
             where = "CuPy (>= 14 has bfloat16)" if self.xp is not np else "NumPy"
             return ValueError(f"--precision {self.precision}: {where} cannot compute in {compute.name} here "
