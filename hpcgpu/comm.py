@@ -22,7 +22,8 @@ from mpi4py import MPI
 from . import _device
 from .errors import agreed, plain_type
 
-__all__ = ["Allreduce", "Iallreduce", "Bcast", "Ibcast", "Allgather", "Request", "agree", "default_comm"]
+__all__ = ["Allreduce", "Iallreduce", "Reduce_scatter_block", "Bcast", "Ibcast", "Allgather", "Request", "agree",
+           "default_comm"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
 _HALF = ("float16", "bfloat16")
@@ -257,6 +258,58 @@ def Iallreduce(buf, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None, 
         return Request(None)
     return _dispatch(lambda b: comm.Iallreduce(MPI.IN_PLACE, b, op=op), [(buf, INOUT)], cuda_aware=cuda_aware,
                      nonblocking=True, slot=slot)
+
+
+def Reduce_scatter_block(sendbuf, recvbuf, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None,
+                         cuda_aware: bool | None = None):
+    """Reduce ``sendbuf`` over all ranks and leave block ``rank`` of the result in ``recvbuf``.
+
+    Collective: all ranks of ``comm`` must call it, ``sendbuf`` of ``P``
+    times ``recvbuf``'s size on every rank (the first block goes to rank 0).
+    float16 and bfloat16 are refused (no MPI sums them).
+
+    Parameters
+    ----------
+    sendbuf : xp.ndarray, shape (P * m,)
+        C-contiguous; the local contribution.
+    recvbuf : xp.ndarray, shape (m,)
+        C-contiguous, same dtype and side (host or device).
+    op : mpi4py.MPI.Op
+        ``MPI.SUM`` by default.
+    comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+    cuda_aware : bool, optional
+        As in :func:`Allreduce`.
+
+    Returns
+    -------
+    xp.ndarray
+        ``recvbuf``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`Allreduce`; sizes that do not match; a 16-bit float.
+
+    References
+    ----------
+    ZeRO stage 1 (Rajbhandari et al., SC 2020, section 5.1) reduces the
+    gradient this way, each rank keeping the block it updates.
+    """
+    comm = default_comm() if comm is None else comm
+    _check_contiguous("sendbuf", sendbuf)
+    _check_contiguous("recvbuf", recvbuf)
+    if sendbuf.size != comm.Get_size() * recvbuf.size:
+        raise ValueError(f"Reduce_scatter_block: sendbuf of {sendbuf.size} elements is not {comm.Get_size()} "
+                         f"blocks of {recvbuf.size}")
+    if sendbuf.dtype.name in _HALF:
+        raise ValueError(f"Reduce_scatter_block: no MPI sums {sendbuf.dtype.name}")
+    if comm.Get_size() == 1:
+        recvbuf[...] = sendbuf.reshape(recvbuf.shape)
+        return recvbuf
+    _dispatch(lambda s, r: comm.Reduce_scatter_block(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)],
+              cuda_aware=cuda_aware)
+    return recvbuf
 
 
 def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, cuda_aware: bool | None = None):

@@ -60,6 +60,11 @@ def parser() -> ArgumentParser:
                    help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
                         "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
                         "all: every GEMM on the rank's threads")
+    p.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="T",
+                   help="split the layers over T ranks (Megatron-LM's column/row pattern): P/T data-parallel "
+                        "replicas of T consecutive ranks")
+    p.add_argument("--zero-stage", type=int, default=d.zero_stage, metavar="{0,1}",
+                   help="1: shard the optimizer's momentum over the data-parallel ranks (ZeRO stage 1)")
     p.add_argument("--data-placement", choices=("auto", "sharded", "replicated"), default=d.data_placement,
                    help="sharded: 1/P of the training set a rank, rows exchanged every epoch (Alltoallv); "
                         "replicated: all of it on every rank; auto: replicated when it is small (<= 2 GiB, "

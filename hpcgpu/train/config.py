@@ -80,6 +80,16 @@ class TrainConfig:
         report of the ranks that have not arrived (0: off; ``None``:
         ``$HPCGPU_STALL_TIMEOUT``, else off; see
         :class:`hpcgpu.watchdog.Watchdog`).
+    tensor_parallel : int
+        T: the ranks form a data x tensor grid of ``P / T`` replicas of T
+        ranks each (consecutive ranks: a node's, under block placement);
+        each tensor group splits the layers in Megatron-LM's pattern
+        (:func:`hpcgpu.train.model.layer_plan`). T must divide P and be at
+        most the smallest hidden width.
+    zero_stage : {0, 1}
+        1: ZeRO stage 1, the momentum sharded over the data-parallel ranks
+        (a ``Reduce_scatter`` of the gradient, each rank's block updated,
+        an ``Allgather`` of the parameters).
     data_placement : {"auto", "sharded", "replicated"}
         ``sharded``: each rank holds its ``1/P`` of the training set and the
         rows each epoch needs arrive by one ``Alltoallv`` per epoch;
@@ -127,6 +137,8 @@ class TrainConfig:
     gemm_threads: str = "auto"
     bucket_mb: float = 25.0
     data_placement: str = "auto"
+    tensor_parallel: int = 1
+    zero_stage: int = 0
 
     @property
     def checkpoint_path(self) -> str | None:
@@ -159,6 +171,8 @@ class TrainConfig:
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints >= 1, f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}"),
             (self.bucket_mb > 0 and math.isfinite(self.bucket_mb), f"--bucket-mb must be > 0, got {self.bucket_mb}"),
+            (self.tensor_parallel >= 1, f"--tensor-parallel must be >= 1, got {self.tensor_parallel}"),
+            (self.zero_stage in (0, 1), f"--zero-stage must be 0 or 1, got {self.zero_stage}"),
             (self.data_placement in ("auto", "sharded", "replicated"),
              f"--data-placement must be auto, sharded or replicated, got {self.data_placement!r}"),
             (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),

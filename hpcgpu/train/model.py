@@ -17,7 +17,96 @@ import numpy as np
 from .. import _blas, _gemm
 from ._kernels import kernels as _fused
 
-__all__ = ["MLP"]
+__all__ = ["MLP", "layer_plan"]
+
+
+def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
+    """Each layer's slice on tensor-parallel rank ``rank`` of ``tensor`` (Megatron-LM's pattern). Not collective.
+
+    With ``tensor > 1`` the layers pair up, ``(0, 1), (2, 3), ...``: the first
+    of a pair is column-parallel (its output features split, with its bias),
+    the second row-parallel (its input features split, its output summed
+    over the tensor group, its bias whole); a last unpaired layer (the
+    classifier of an odd number of layers) is whole on every rank. Splits
+    are ``block_range``: a width that does not divide by ``tensor`` splits
+    unevenly, with nothing lost. With ``tensor == 1`` every layer is whole.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``[D, h_1, ..., C]``.
+    tensor : int
+        T, the tensor-parallel degree.
+    rank : int
+        This rank in the tensor group, ``0 <= rank < T``.
+
+    Returns
+    -------
+    list of dict
+        Per layer: ``kind`` (``"col"``, ``"row"`` or ``"full"``), ``rows``
+        and ``cols`` (the ``[lo, hi)`` of the global weight ``(in, out)``
+        held here), ``bias`` (the bias's ``[lo, hi)``), ``start`` (offset of
+        the global weight in the global flat parameters: weight row-major,
+        then bias, layer by layer).
+
+    References
+    ----------
+    M. Shoeybi et al., "Megatron-LM", arXiv:1909.08053, 2019, section 3.
+    """
+    from .._partition import block_range
+
+    sizes = [int(s) for s in sizes]
+    L = len(sizes) - 1
+    plan, start = [], 0
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        kind = "full"
+        if tensor > 1 and i % 2 == 0 and i + 1 < L:
+            kind = "col"
+        elif tensor > 1 and i % 2 == 1:
+            kind = "row"
+        rows, cols = (0, a), (0, b)
+        if kind == "col":
+            cols = block_range(b, tensor, rank)
+        elif kind == "row":
+            rows = block_range(a, tensor, rank)
+        plan.append(dict(kind=kind, rows=rows, cols=cols, bias=cols, start=start, shape=(a, b)))
+        start += a * b + b
+    return plan
+
+
+def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np.ndarray:
+    """Block ``[rows, cols]`` of a ``shape`` matrix of U(-bound, bound) draws, made alone. Not collective.
+
+    Element ``(r, c)`` is draw ``r * shape[1] + c`` of a Philox stream keyed
+    by ``(seed, stream)`` (counter-based: a draw is a function of its index),
+    so a rank that holds a slice of a layer draws only that slice, and any
+    split gives the unsplit matrix's values.
+
+    Parameters
+    ----------
+    seed, stream : int
+    shape : (int, int)
+    rows, cols : (int, int)
+        ``[lo, hi)`` of the block.
+    bound : float
+
+    Returns
+    -------
+    numpy.ndarray, shape (rows[1] - rows[0], cols[1] - cols[0]), float64
+    """
+    def draws(first: int, count: int) -> np.ndarray:
+        bg = np.random.Philox(key=((int(seed) % 2**64) << 64) | int(stream), counter=first // 4)
+        if first % 4:
+            bg.random_raw(first % 4)  # one 64-bit draw a double: skip to the first
+        return np.random.Generator(bg).uniform(-bound, bound, count)
+
+    (r0, r1), (c0, c1), n = rows, cols, shape[1]
+    if c0 == 0 and c1 == n:
+        return draws(r0 * n, (r1 - r0) * n).reshape(r1 - r0, n)
+    out = np.empty((r1 - r0, c1 - c0))
+    for k, r in enumerate(range(r0, r1)):
+        out[k] = draws(r * n + c0, c1 - c0)
+    return out
 
 
 class MLP:
@@ -74,20 +163,27 @@ class MLP:
     """
 
     def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None, stats=None,
-                 compute_dtype=None):
+                 compute_dtype=None, tensor: tuple = (1, 0), tensor_allreduce=None, params=None):
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
         self.sizes, self.xp, self.dtype = sizes, xp, np.dtype(dtype)
+        self.tensor = (int(tensor[0]), int(tensor[1]))
+        if self.tensor[0] > 1 and tensor_allreduce is None:
+            raise ValueError("a tensor-parallel model needs tensor_allreduce")
+        self._tp_reduce = tensor_allreduce
+        self.plan = layer_plan(sizes, *self.tensor)
         self.shapes: list[tuple[str, tuple[int, ...]]] = []
-        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-            self.shapes += [(f"fc{i}.weight", (a, b)), (f"fc{i}.bias", (b,))]
+        for i, lay in enumerate(self.plan):
+            (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
+            self.shapes += [(f"fc{i}.weight", (r1 - r0, c1 - c0)), (f"fc{i}.bias", (b1 - b0,))]
         self.n_params = sum(math.prod(s) for _, s in self.shapes)
-        self.params = xp.zeros(self.n_params, dtype=self.dtype)
-        for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2)):
+        self.n_global = sum(a * b + b for a, b in itertools.pairwise(sizes))
+        for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2), ("params", params, self.n_params)):
             if view is not None and (view.shape != (n,) or view.dtype != self.dtype):
                 raise ValueError(f"{name} must be of shape ({n},) and dtype {self.dtype}, "
                                  f"got {view.shape} {view.dtype}")
+        self.params = xp.zeros(self.n_params, dtype=self.dtype) if params is None else params
         self.grad = xp.zeros(self.n_params, dtype=self.dtype) if grad is None else grad
         self.stats = xp.zeros(2, dtype=self.dtype) if stats is None else stats
         self._p = self._views(self.params)
@@ -121,50 +217,108 @@ class MLP:
     def reset(self, seed: int) -> None:
         """Draw new initial parameters from ``seed`` (not collective).
 
-        Weights He-uniform, biases 0, drawn on the host and copied into
-        :attr:`params` in place (views and the optimizer stay valid);
-        :attr:`grad` is left as it is.
+        Weights He-uniform (bound ``sqrt(6 / fan_in)``), biases 0, drawn on
+        the host and copied into :attr:`params` in place (views and the
+        optimizer stay valid); :attr:`grad` is left as it is. Layer ``i``'s
+        weight element ``(r, c)`` is draw ``r * out + c`` of the counter-based
+        stream ``(seed, i)`` (:func:`uniform_block`): a tensor-parallel rank
+        draws only its slice, and every split has the unsplit model's values.
 
         Parameters
         ----------
         seed : int
-            Seed of NumPy's ``default_rng`` (PCG64): the same values on every
-            rank and device.
+            The same values on every rank and device, at any tensor degree.
         """
-        rng = np.random.default_rng(seed)
         host = np.zeros(self.n_params, dtype=self.dtype)
-        off = 0
-        for name, shape in self.shapes:
-            n = math.prod(shape)
-            if name.endswith("weight"):
-                bound = math.sqrt(6.0 / shape[0])
-                host[off : off + n] = rng.uniform(-bound, bound, n)
-            off += n
+        views = self._views(host)
+        for i, lay in enumerate(self.plan):
+            views[f"fc{i}.weight"][...] = uniform_block(seed, i, lay["shape"], lay["rows"], lay["cols"],
+                                                        math.sqrt(6.0 / lay["shape"][0]))
         self.params[...] = self.xp.asarray(host)
+
+    def local_of(self, full: np.ndarray) -> np.ndarray:
+        """This rank's slice of the global flat parameters ``full`` (n_global,): (n_params,). Not collective.
+
+        Parameters
+        ----------
+        full : numpy.ndarray, shape (n_global,)
+            Laid out as the unsplit model's :attr:`params`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n_params,)
+        """
+        out = np.empty(self.n_params, dtype=full.dtype)
+        mine = self._views(out)
+        for i, lay in enumerate(self.plan):
+            a, b = lay["shape"]
+            w = full[lay["start"] : lay["start"] + a * b].reshape(a, b)
+            bias = full[lay["start"] + a * b : lay["start"] + a * b + b]
+            mine[f"fc{i}.weight"][...] = w[slice(*lay["rows"]), slice(*lay["cols"])]
+            mine[f"fc{i}.bias"][...] = bias[slice(*lay["bias"])]
+        return out
+
+    def global_of(self, pieces) -> np.ndarray:
+        """The global flat parameters from every tensor rank's local flat ``pieces`` (in tensor-rank order).
+
+        Not collective (the caller gathers the pieces).
+
+        Parameters
+        ----------
+        pieces : sequence of numpy.ndarray
+            ``T`` arrays, tensor rank ``t``'s :attr:`params` (or anything
+            laid out alike: the momentum).
+
+        Returns
+        -------
+        numpy.ndarray, shape (n_global,)
+        """
+        T = self.tensor[0]
+        full = np.empty(self.n_global, dtype=pieces[0].dtype)
+        for t, piece in enumerate(pieces):
+            plan = layer_plan(self.sizes, T, t)
+            off = 0
+            for lay in plan:
+                a, b = lay["shape"]
+                (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
+                w = full[lay["start"] : lay["start"] + a * b].reshape(a, b)
+                n = (r1 - r0) * (c1 - c0)
+                w[r0:r1, c0:c1] = piece[off : off + n].reshape(r1 - r0, c1 - c0)
+                off += n
+                full[lay["start"] + a * b + b0 : lay["start"] + a * b + b1] = piece[off : off + b1 - b0]
+                off += b1 - b0
+        return full
 
     def layer_ranges(self) -> list[tuple[int, int]]:
         """Each layer's ``[lo, hi)`` in :attr:`params` and :attr:`grad` (weight, then bias), in forward order.
 
         Not collective.
         """
-        return self.ranges_of(self.sizes)
+        return self.ranges_of(self.sizes, *self.tensor)
 
     @staticmethod
-    def ranges_of(sizes) -> list[tuple[int, int]]:
-        """:meth:`layer_ranges` of a model of layer sizes ``sizes`` ``[D, h_1, ..., C]``. Not collective.
+    def ranges_of(sizes, tensor: int = 1, rank: int = 0) -> list[tuple[int, int]]:
+        """:meth:`layer_ranges` of a model of layer sizes ``sizes`` on tensor rank ``rank`` of ``tensor``.
+
+        Not collective.
 
         Parameters
         ----------
         sizes : sequence of int
+            ``[D, h_1, ..., C]``.
+        tensor, rank : int
+            As in :func:`layer_plan`.
 
         Returns
         -------
         list of (int, int)
         """
         out, off = [], 0
-        for a, b in itertools.pairwise(int(s) for s in sizes):
-            out.append((off, off + a * b + b))
-            off += a * b + b
+        for lay in layer_plan(sizes, tensor, rank):
+            (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
+            n = (r1 - r0) * (c1 - c0) + (b1 - b0)
+            out.append((off, off + n))
+            off += n
         return out
 
     def state_dict(self) -> dict:
@@ -213,11 +367,12 @@ class MLP:
             ``C (m x n) = op(A) (m x k) @ op(B) (k x n)``; ``trans_a``:
             ``A`` is stored ``(k, m)`` and used transposed, likewise ``trans_b``.
         """
+        dims = [dict(self.shapes)[f"fc{i}.weight"] for i in range(self.n_layers)]  # this rank's slices
         out = []
-        for i, (d_in, d_out) in enumerate(itertools.pairwise(self.sizes)):
+        for i, (d_in, d_out) in enumerate(dims):
             out.append((f"fc{i}.forward", (n, d_in, d_out), False, False))
         for i in reversed(range(self.n_layers)):
-            d_in, d_out = self.sizes[i], self.sizes[i + 1]
+            d_in, d_out = dims[i]
             out.append((f"fc{i}.wgrad", (d_in, n, d_out), True, False))
             if i > 0:
                 out.append((f"fc{i}.dgrad", (n, d_out, d_in), False, True))
@@ -259,6 +414,8 @@ class MLP:
             if threads is not None:
                 threads(f"fc{i}.forward")
             z = a @ self._p[f"fc{i}.weight"]
+            if self.plan[i]["kind"] == "row":  # partial products of the split input features: sum them
+                self._tp_reduce(z)
             if i < L - 1 or self._fused is None:
                 self._bias_relu(z, i, i < L - 1)
             if acts is not None and i < L - 1:
@@ -395,6 +552,8 @@ class MLP:
                     _gemm.gemm(d, w.T, da)
                 else:
                     da = d @ w.T
+                if self.plan[i]["kind"] == "col":  # each rank's part of the input gradient: sum them
+                    self._tp_reduce(da)
                 if fused is not None and not mixed:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
                     fused.relu_backward(a_in, da)
                 else:
@@ -421,6 +580,8 @@ class MLP:
             w = self._p16[f"fc{i}.weight"]
             z = xp.empty((a.shape[0], w.shape[1]), dtype=self.dtype)
             _gemm.gemm(a, w, z)
+            if self.plan[i]["kind"] == "row":
+                self._tp_reduce(z)
             if i < L - 1 or self._fused is None:
                 self._bias_relu(z, i, i < L - 1)
             if i == L - 1:

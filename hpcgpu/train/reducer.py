@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _device
-from ..comm import Allreduce, Iallreduce
+from ..comm import Allgather, Allreduce, Iallreduce, Reduce_scatter_block
 
 __all__ = ["GradientReducer"]
 
@@ -55,6 +55,13 @@ class GradientReducer:
     bucket_bytes : float, optional
         Bucket size in bytes (PyTorch DDP's default: 25 MB); a bucket closes
         at the first layer boundary at or past it. ``None``: one bucket.
+    shards : int
+        ZeRO stage 1 (Rajbhandari et al., SC 2020, section 5.1) over the
+        ``shards`` ranks of ``comm`` when above 1: the gradient (padded to a
+        multiple of ``shards``) is reduce-scattered, each rank receiving the
+        block of the parameters it updates (:attr:`shard`), and the slots
+        are summed apart; :meth:`allgather` then brings every rank the
+        updated parameters. One bucket.
 
     Attributes
     ----------
@@ -69,19 +76,40 @@ class GradientReducer:
         Wall time the host waited for reductions after the backward pass
         (s), summed since construction: the communication not hidden by
         computation.
+    bytes_sent : int
+        Bytes this rank has passed to collectives on ``comm`` since
+        construction (the message sizes: the reduced buffer, and with ZeRO
+        the scattered gradient, the slots and the gathered parameters).
+    shard : xp.ndarray or None
+        With ``shards > 1``: this rank's block of the reduced gradient,
+        elements ``shard_range`` of the (padded) gradient.
+    shard_range : (int, int)
+        ``[lo, hi)`` of this rank's block (the whole gradient without ZeRO).
+    padded : int
+        The gradient's length rounded up to a multiple of ``shards``.
     """
 
     def __init__(self, n_params: int, xp, dtype, comm, slots=("loss_sum", "correct", "stop"), watchdog=None,
-                 layers=None, bucket_bytes=None):
+                 layers=None, bucket_bytes=None, shards: int = 1):
         self.n_params, self.xp, self.comm, self.watchdog = int(n_params), xp, comm, watchdog
-        self.buffer = xp.zeros(self.n_params + len(slots), dtype=dtype)
+        self.shards = int(shards)
+        self.padded = -(-self.n_params // self.shards) * self.shards
+        self.buffer = xp.zeros(self.padded + len(slots), dtype=dtype)
         self.grad = self.buffer[: self.n_params]
-        self._index = {name: self.n_params + i for i, name in enumerate(slots)}
+        self._index = {name: self.padded + i for i, name in enumerate(slots)}
         self.buckets, self._last_layer = [(0, self.buffer.size)], {}
-        if layers is not None and bucket_bytes is not None:
+        if layers is not None and bucket_bytes is not None and self.shards == 1:
             self._plan(list(layers), float(bucket_bytes))
+        self.shard, self.shard_range = None, (0, self.n_params)
+        if self.shards > 1:
+            if comm.size != self.shards:
+                raise ValueError(f"{self.shards} shards over {comm.size} ranks")
+            m = self.padded // self.shards
+            self.shard_range = (comm.rank * m, (comm.rank + 1) * m)
+            self.shard = xp.zeros(m, dtype=dtype)
         self._pending: list = []
         self.exposed_seconds = 0.0
+        self.bytes_sent = 0
 
     def _plan(self, layers, bucket_bytes: float) -> None:
         """Buckets of whole layers in reverse order; layer i's gradient completes bucket ``_last_layer[i]``."""
@@ -168,11 +196,16 @@ class GradientReducer:
             Where the run is (``"step 12"``), named in a stall report.
         """
         if self.comm.size == 1:
+            if self.shards > 1:
+                self.shard[...] = self.buffer[: self.padded]
             return
         t0 = MPI.Wtime()
         watch = self.watchdog.watch("gradient Allreduce", what) if self.watchdog else contextlib.nullcontext()
         with watch:
-            if len(self.buckets) == 1:
+            if self.shards > 1:
+                Reduce_scatter_block(self.buffer[: self.padded], self.shard, comm=self.comm)
+                Allreduce(self.buffer[self.padded :], comm=self.comm)
+            elif len(self.buckets) == 1:
                 Allreduce(self.buffer, comm=self.comm)
             else:
                 if len(self._pending) != len(self.buckets):
@@ -182,6 +215,23 @@ class GradientReducer:
                     r.Wait()
                 self._pending.clear()
         self.exposed_seconds += MPI.Wtime() - t0
+        self.bytes_sent += self.buffer.nbytes
+
+    def allgather(self, params) -> None:
+        """ZeRO: every rank's updated block of ``params`` to every rank. Collective.
+
+        Parameters
+        ----------
+        params : xp.ndarray, shape (padded,)
+            The (padded) parameters; this rank's block, ``shard_range``, is
+            sent, the others are overwritten.
+        """
+        if self.shards == 1 or self.comm.size == 1:
+            return
+        lo, hi = self.shard_range
+        mine = params[lo:hi].copy()  # MPI's send and receive buffers must not overlap
+        Allgather(mine, params.reshape(self.shards, hi - lo), comm=self.comm)
+        self.bytes_sent += params.nbytes
 
     def reduce(self, what: str = "") -> None:
         """Sum :attr:`buffer` over the ranks in place, all of it now (no overlap). Collective.
@@ -199,5 +249,5 @@ class GradientReducer:
 
     def read(self) -> dict[str, float]:
         """Every slot's value, by name, as host floats (one copy from a device). Not collective."""
-        values = _device.asnumpy(self.buffer[self.n_params :]).astype(np.float64).tolist()
+        values = _device.asnumpy(self.buffer[self.padded :]).astype(np.float64).tolist()
         return dict(zip(self._index, values, strict=True))

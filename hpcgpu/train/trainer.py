@@ -18,6 +18,7 @@ from them and :meth:`Trainer.broadcast_state` makes every rank agree
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..errors import agreed
 from ..watchdog import Watchdog
+from ..grid import ProcessGrid
 from ..io import atomic_path, on_root, writable_error, write_attrs
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
@@ -130,38 +132,42 @@ class Trainer:
         self.precision, master, compute = c.resolved_precision()
         c.dtype = master.name  # --precision 64-true with --dtype's default: float64 in outputs and checkpoints
         agree(self._compute_dtype_error(compute), comm=comm)
-        train, nc = load_split(self.data_path, "train", comm, dtype=master.name, min_rows=rt.size)
-        test, _ = load_split(self.data_path, "test", comm, required=False, dtype=master.name, min_rows=0)
-        err = None
-        if test is not None and test.dim != train.dim:
-            err = ValueError(f"--data {self.data_path}: /test/X has {test.dim} features, /train/X has {train.dim}")
-        elif c.batch_size > train.n_global:
-            err = ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
-        elif c.batch_size < rt.size:
-            err = ValueError(f"--batch-size {c.batch_size} is smaller than the number of ranks ({rt.size})")
-        elif c.batch_size // c.grad_accum_steps < rt.size:
-            err = ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
-                             f"{c.batch_size // c.grad_accum_steps} samples is smaller than the number of ranks "
-                             f"({rt.size})")
-        agree(err, comm=comm)
-        self.num_classes = check_labels(self.data_path, [train, test], nc, comm)
+        T = c.tensor_parallel
+        agree(self._layout_error(T), comm=comm)
+        self._setup_grid(T)
+        dcomm, D = self.data_comm, self.data_comm.size
+        # A tensor group's ranks see the same samples: the data is split among the D replicas.
+        train, nc = load_split(self.data_path, "train", dcomm, dtype=master.name, min_rows=D)
+        test, _ = load_split(self.data_path, "test", dcomm, required=False, dtype=master.name, min_rows=0)
+        agree(self._batch_error(train, test, D, T), comm=comm)
+        self.num_classes = check_labels(self.data_path, [train, test], nc, dcomm)
         self.train_split, self.test_split = train, test
 
         sizes = [train.dim, *c.hidden, self.num_classes]
-        n_params = sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+        layers = MLP.ranges_of(sizes, T, self.tensor_rank)
         self.watchdog = Watchdog(comm, c.stall_timeout)
-        self.reducer = GradientReducer(n_params, self.xp, master, comm, watchdog=self.watchdog,
-                                       layers=MLP.ranges_of(sizes), bucket_bytes=c.bucket_mb * 1e6)
+        self.reducer = GradientReducer(layers[-1][1], self.xp, master, dcomm, watchdog=self.watchdog, layers=layers,
+                                       bucket_bytes=c.bucket_mb * 1e6, shards=D if c.zero_stage == 1 else 1)
+        self.tensor_bytes = 0  # bytes this rank passed to tensor-group Allreduces in training steps
+        self._steps_run = 0  # steps this process ran (not those of a checkpoint it resumed from)
+        # With ZeRO the parameters live in a buffer padded to D equal blocks, for the Allgather.
+        self._params_pad = self.xp.zeros(self.reducer.padded, dtype=master) if c.zero_stage == 1 else None
         self.model = MLP(sizes, self.xp, master, c.seed, grad=self.reducer.grad,
-                         stats=self.reducer.view("loss_sum", 2), compute_dtype=compute)
+                         stats=self.reducer.view("loss_sum", 2), compute_dtype=compute,
+                         tensor=(T, self.tensor_rank), tensor_allreduce=self._tensor_allreduce if T > 1 else None,
+                         params=None if self._params_pad is None else self._params_pad[: layers[-1][1]])
         self.scaler = LossScaler() if self.precision == "16-mixed" else None
         self.metrics = self.METRICS + (self.MIXED_METRICS if compute is not None else ())
         self._skipped = 0  # steps of the current epoch skipped for an overflow (16-mixed)
         # Same seed gives the same weights everywhere; the Bcast makes sure even
-        # with different NumPy builds on different nodes.
-        Bcast(self.model.params, root=0, comm=comm)
-        self.optimizer = SGD(self.model.params, c.momentum, c.weight_decay)
-        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, comm, self.xp, c.grad_accum_steps,
+        # with different NumPy builds on different nodes (a tensor slice: over the replicas).
+        Bcast(self.model.params, root=0, comm=dcomm)
+        if self._params_pad is None:
+            self.optimizer = SGD(self.model.params, c.momentum, c.weight_decay)
+        else:  # ZeRO-1: this rank's momentum covers its block only
+            lo, hi = self.reducer.shard_range
+            self.optimizer = SGD(self._params_pad[lo:hi], c.momentum, c.weight_decay)
+        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, dcomm, self.xp, c.grad_accum_steps,
                                           replicate=self._replicate(train, comm))
         steps = self.sampler.steps
         self.schedule = LRSchedule(
@@ -188,6 +194,55 @@ class Trainer:
         plan = self._resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
+
+    def _layout_error(self, T: int) -> ValueError | None:
+        """What is wrong with ``--tensor-parallel T`` at this number of ranks (None: nothing)."""
+        c, P = self.config, self.rt.size
+        if P % T:
+            return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
+        if T > 1 and not c.hidden:
+            return ValueError(f"--tensor-parallel {T} needs hidden layers to split")
+        if T > 1 and T > min(c.hidden):
+            return ValueError(f"--tensor-parallel {T} is larger than the smallest hidden width ({min(c.hidden)})")
+        return None
+
+    def _batch_error(self, train, test, D: int, T: int) -> ValueError | None:
+        """What is wrong with the data and the batch at D data-parallel ranks (None: nothing)."""
+        c = self.config
+        ranks = f"number of ranks ({D})" if T == 1 else f"number of data-parallel ranks ({D})"
+        if test is not None and test.dim != train.dim:
+            return ValueError(f"--data {self.data_path}: /test/X has {test.dim} features, /train/X has {train.dim}")
+        if c.batch_size > train.n_global:
+            return ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
+        if c.batch_size < D:
+            return ValueError(f"--batch-size {c.batch_size} is smaller than the {ranks}")
+        if c.batch_size // c.grad_accum_steps < D:
+            return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
+                              f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
+        return None
+
+    def _setup_grid(self, T: int) -> None:
+        """The data x tensor grid (collective): tensor groups of T consecutive ranks, data groups across them."""
+        comm = self.rt.comm
+        self.grid = None
+        if T == 1:
+            self.data_comm, self.tensor_comm, self.tensor_rank = comm, None, 0
+            return
+        # Row-major: rank = d * T + t, so under the usual block placement a tensor group shares a node.
+        self.grid = ProcessGrid((comm.size // T, T), comm=comm)
+        self.tensor_comm, self.data_comm = self.grid.row_comm, self.grid.col_comm
+        self.tensor_rank = self.grid.col
+
+    def _tensor_allreduce(self, buf) -> None:
+        """Sum ``buf`` over the tensor group (the row-parallel output, the column-parallel input gradient)."""
+        Allreduce(buf, comm=self.tensor_comm)
+        self.tensor_bytes += buf.nbytes
+
+    def _any(self, flag: bool, comm) -> bool:
+        """Whether ``flag`` holds on any rank of ``comm`` (one small Allreduce; none without ``comm``)."""
+        if comm is None or comm.size == 1:
+            return flag
+        return bool(comm.allreduce(bool(flag), op=MPI.LOR))
 
     def _compute_dtype_error(self, compute) -> ValueError | None:
         """Why this array module cannot hold the 16-bit type of mixed precision (None when it can)."""
@@ -292,7 +347,7 @@ class Trainer:
             first step.
         """
         model, red, sampler = self.model, self.reducer, self.sampler
-        B, K, lm = sampler.B, sampler.K, sampler.local_micro_batch
+        K, lm = sampler.K, sampler.local_micro_batch
         t0 = MPI.Wtime()
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             sampler.start_epoch(self.epoch)
@@ -318,18 +373,12 @@ class Trainer:
             else:
                 red.finish(f"step {self.step + 1}")
                 slots = red.read()
-                stop = bool(slots["stop"])  # any rank's request: every rank stops after this step
+                # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
+                stop = self._any(bool(slots["stop"]), self.tensor_comm)
                 self._add_step(slots["loss_sum"], slots["correct"], self.step)
                 self._drained = s + 1
-            if self.scaler is None:
-                self.optimizer.step(red.grad, self.schedule(self.step), scale=1.0 / B)
-            else:  # the reduced gradient is the same on every rank: so is the verdict
-                overflow = not bool(_device.asnumpy(self.xp.isfinite(red.grad).all()))
-                if overflow:
-                    self._skipped += 1  # no update of weights or momentum
-                else:
-                    self.optimizer.step(red.grad, self.schedule(self.step), scale=1.0 / (B * scale))
-                self.scaler.update(overflow)
+            self._update(scale)
+            self._steps_run += 1
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:
@@ -343,6 +392,26 @@ class Trainer:
         self._drain()
         self._epoch_seconds += MPI.Wtime() - t0
         return True
+
+    def _update(self, scale: float) -> None:
+        """The optimizer's step on this rank's parameters (its ZeRO block), and the Allgather of ZeRO."""
+        red, B = self.reducer, self.sampler.B
+        grad = red.grad if red.shard is None else red.shard
+        if self.scaler is None:
+            self.optimizer.step(grad, self.schedule(self.step), scale=1.0 / B)
+        else:
+            overflow = not bool(_device.asnumpy(self.xp.isfinite(grad).all()))
+            if self.tensor_comm is not None or red.shard is not None:  # slices differ: agree on the verdict
+                overflow = self._any(overflow, self.rt.comm)
+            if overflow:
+                self._skipped += 1  # no update of weights or momentum
+            else:
+                self.optimizer.step(grad, self.schedule(self.step), scale=1.0 / (B * scale))
+            self.scaler.update(overflow)
+            if overflow:
+                return
+        if red.shard is not None:
+            red.allgather(self._params_pad)
 
     def _add_step(self, loss_sum: float, correct: float, step: int) -> None:
         """Add a finished step's reduced loss sum and correct count to the epoch's (0-based ``step``)."""
@@ -369,9 +438,11 @@ class Trainer:
         """Mean loss and accuracy on the test split (NaN without one, or an empty one). Collective."""
         if self.test_split is None or self.test_split.n_global == 0:
             return math.nan, math.nan
+        counted = self.tensor_bytes
         tot = self.model.evaluate(self._Xt, self._yt)
+        self.tensor_bytes = counted  # training steps' bytes only
         with self.watchdog.watch("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
-            Allreduce(tot, comm=self.rt.comm)
+            Allreduce(tot, comm=self.data_comm)  # a tensor group's ranks hold the same totals
         loss_sum, correct = (float(v) for v in _device.asnumpy(tot))
         n = self.test_split.n_global
         return loss_sum / n, correct / n
@@ -494,30 +565,96 @@ class Trainer:
 
         The parameters and the momentum go by ``Bcast`` (device to device
         where MPI can), the rest as one pickled object (Horovod's
-        ``TorchState.sync``).
+        ``TorchState.sync``). With tensor parallelism or ZeRO the ranks hold
+        different slices: the unsplit state is gathered on rank 0 and each
+        rank takes its slice of it (``root`` must then be 0).
 
         Parameters
         ----------
         root : int
             The rank whose state every rank takes.
+
+        Raises
+        ------
+        ValueError
+            ``root`` is not 0 with tensor parallelism or ZeRO (every rank).
         """
         comm = self.rt.comm
-        Bcast(self.model.params, root=root, comm=comm)
-        Bcast(self.optimizer.velocity, root=root, comm=comm)
         small = None
         if self.rt.rank == root:
             small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
+        if self.tensor_comm is None and self.reducer.shard is None:
+            Bcast(self.model.params, root=root, comm=comm)
+            Bcast(self.optimizer.velocity, root=root, comm=comm)
+        else:
+            if root != 0:
+                raise agreed(ValueError("broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO"))
+            params, velocity = self.gather_global()
+            self._bcast_global(params, velocity)
         small = comm.bcast(small, root=root)
         if self.rt.rank != root:
             self.load_state_dict(small)
 
-    def _checkpoint_state(self):
+    def _bcast_global(self, params, velocity) -> None:
+        """Rank 0's unsplit ``params`` and ``velocity`` to every rank, each taking its slice. Collective."""
+        n, dt = self.model.n_global, self.model.dtype
+        bufs = [np.asarray(params, dt) if self.rt.rank == 0 else np.empty(n, dt),
+                np.asarray(velocity, dt) if self.rt.rank == 0 else np.empty(n, dt)]
+        for b in bufs:
+            Bcast(b, root=0, comm=self.rt.comm)
+        self.load_global(*bufs)
+
+    def gather_global(self) -> tuple:
+        """The unsplit model's parameters and momentum, on rank 0. Collective.
+
+        With tensor parallelism each rank holds slices and with ZeRO a block
+        of the momentum: the blocks come together over the data group, the
+        slices over the tensor group of replica 0, in the global layout
+        (:attr:`MLP.params` of the unsplit model).
+
+        Returns
+        -------
+        (numpy.ndarray, numpy.ndarray) or (None, None)
+            ``params`` and ``velocity``, shape (n_global,), on rank 0; None
+            elsewhere.
+        """
+        params = _device.asnumpy(self.model.params)
+        velocity = _device.asnumpy(self.optimizer.velocity)
+        n = self.model.n_params
+        if self.reducer.shard is not None:  # ZeRO: the momentum's blocks, over the data group
+            blocks = self.data_comm.gather(velocity, root=0)
+            velocity = np.concatenate(blocks)[:n] if blocks is not None else None
+        if self.tensor_comm is None:
+            return (params, velocity) if self.rt.rank == 0 else (None, None)
+        if self.grid.row != 0:  # replicas hold the same slices: replica 0's are gathered
+            return None, None
+        pieces = self.tensor_comm.gather((params, velocity), root=0)
+        if pieces is None:
+            return None, None
+        return self.model.global_of([p for p, _ in pieces]), self.model.global_of([v for _, v in pieces])
+
+    def load_global(self, params, velocity) -> None:
+        """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and ``velocity``. Not collective.
+
+        Parameters
+        ----------
+        params, velocity : numpy.ndarray, shape (n_global,)
+            In the layout of :meth:`gather_global`.
+        """
+        self.model.load_state_dict({"params": self.model.local_of(np.asarray(params))})
+        v = self.model.local_of(np.asarray(velocity))
+        if self.reducer.shard is not None:
+            lo, hi = self.reducer.shard_range
+            v = np.concatenate([v, np.zeros(self.reducer.padded - v.size, v.dtype)])[lo:hi]
+        self.optimizer.load_state_dict({"velocity": v})
+
+    def _checkpoint_state(self, params, velocity):
         from .checkpoint import CheckpointState
 
         st = self.state_dict()
         p = st["progress"]
         return CheckpointState(
-            params=st["model"]["params"], velocity=st["optimizer"]["velocity"],
+            params=params, velocity=velocity,
             epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
             epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
             config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
@@ -553,12 +690,14 @@ class Trainer:
 
         path = path or self.config.checkpoint_path
         self._drain()  # the steps' losses: a diverged step raises here, and nothing is written
-        if not bool(_device.asnumpy(self.xp.isfinite(self.model.params).all())):
+        finite = bool(_device.asnumpy(self.xp.isfinite(self.model.params).all()))
+        if not self.rt.comm.allreduce(finite, op=MPI.LAND):  # tensor slices differ: every rank must know
             # The same parameters on every rank: all raise, and the last good checkpoint stays.
             raise agreed(FloatingPointError(
                 f"training diverged: parameters are not finite after step {self.step} "
                 f"(epoch {self.epoch + 1}); not writing a checkpoint; try a smaller --lr"))
-        on_root(lambda: write_checkpoint(path, self._checkpoint_state(), self.config.keep_checkpoints,
+        full = self.gather_global()  # collective: the unsplit parameters and momentum on rank 0
+        on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), self.config.keep_checkpoints,
                                          attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path))),
                 comm=self.rt.comm, error=lambda e: OSError(f"--checkpoint {path}: cannot write ({e})"))
         return path
@@ -579,7 +718,7 @@ class Trainer:
         found = candidates(path)
         for p in found:
             try:
-                state = read_checkpoint(p, self.model.n_params)
+                state = read_checkpoint(p, self.model.n_global)
                 break
             except ValueError as e:
                 notes.append(str(e))
@@ -619,7 +758,6 @@ class Trainer:
                 meta = dict(path=self.resumed_from, world_size=state.world_size, gemm_threads=state.gemm_threads)
                 try:  # a readable file with a malformed field must not leave the other ranks waiting below
                     self.load_state_dict(dict(
-                        model=dict(params=state.params), optimizer=dict(velocity=state.velocity),
                         progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
                                       epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
                                       skipped_steps=state.skipped_steps, history=state.history),
@@ -630,7 +768,11 @@ class Trainer:
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None
-        self.broadcast_state(0)
+        self._bcast_global(state.params if self.rt.rank == 0 else None, state.velocity if self.rt.rank == 0 else None)
+        small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
+        small = comm.bcast(small if self.rt.rank == 0 else None, root=0)
+        if self.rt.rank != 0:
+            self.load_state_dict(small)
         self.resumed_from = meta["path"]
         if self.rt.rank == 0 and self.config.progress != "none":
             print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): "
@@ -670,6 +812,8 @@ class Trainer:
 
         path = self.config.out if path is None else path
         rt = self.rt
+        params, _ = self.gather_global()  # collective: the unsplit model on rank 0
+        comm_stats = self.comm_stats()
 
         def write():
             with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -678,8 +822,11 @@ class Trainer:
                     ds = m.create_dataset(k, data=np.asarray(self.history[k]))
                     ds.attrs["units"] = self.UNITS.get(k, "1")
                 g = f.create_group("model")
-                for name, view in self.model.named_parameters():
-                    g.create_dataset(name, data=_device.asnumpy(view))
+                for lay, (i, (a, b)) in zip(self.model.plan, enumerate(itertools.pairwise(self.model.sizes)),
+                                            strict=True):
+                    g.create_dataset(f"fc{i}.weight", data=params[lay["start"] : lay["start"] + a * b].reshape(a, b))
+                    g.create_dataset(f"fc{i}.bias", data=params[lay["start"] + a * b : lay["start"] + a * b + b])
+                write_attrs(f.create_group("comm"), comm_stats)
                 write_attrs(f, dict(config=self.config.to_json(), world_size=rt.size, device=rt.device,
                                     mpi_library=rt.mpi_library, hpcgpu_version=__version__,
                                     data=os.path.abspath(self.data_path), num_classes=self.num_classes,
@@ -689,6 +836,24 @@ class Trainer:
 
         on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
         return path
+
+    def comm_stats(self) -> dict:
+        """This rank's communication per training step, and its optimizer state. Not collective.
+
+        Returns
+        -------
+        dict
+            ``data_parallel`` (D), ``tensor_parallel`` (T), ``zero_stage``;
+            ``tensor_bytes_per_step`` and ``data_bytes_per_step``: the bytes
+            this rank passed to tensor-group and data-group collectives, per
+            step of this run (message sizes: evaluation excluded);
+            ``optimizer_state_bytes``: the momentum this rank holds.
+        """
+        steps = max(1, self._steps_run)
+        return dict(data_parallel=self.data_comm.size, tensor_parallel=self.config.tensor_parallel,
+                    zero_stage=self.config.zero_stage, tensor_bytes_per_step=self.tensor_bytes / steps,
+                    data_bytes_per_step=self.reducer.bytes_sent / steps,
+                    optimizer_state_bytes=int(self.optimizer.velocity.nbytes))
 
     # -- rank 0's voice -----------------------------------------------------
     def _header(self) -> str:
@@ -700,5 +865,8 @@ class Trainer:
             f"({self.model.n_params} parameters), global batch {s.B} "
             f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}, "
             f"data {'replicated' if s.replicated else 'sharded'}"
+            + (f", {self.data_comm.size} data x {self.config.tensor_parallel} tensor parallel"
+               if self.config.tensor_parallel > 1 else "")
+            + (", ZeRO-1 (momentum sharded)" if self.config.zero_stage == 1 else "")
             + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
         )
