@@ -22,6 +22,12 @@ training samples, and prints samples/s per split with its ratio to 1 x 1:
     python benchmarks/train.py --sweep [--splits 1x1,1x2,2x1,d1,d2] [--models "256,256@256;1024,1024@1024"]
                                [--peer ../shared/peers/sgd/numpy_mpi_mlp.py]
 
+``--tensor-parallel`` runs data x tensor grids (``--grids 2x1,1x2,4x1,2x2,1x4``)
+for each model of ``--models`` and prints samples/s with the ratio to the
+data-parallel run at the same number of ranks:
+
+    python benchmarks/train.py --tensor-parallel --models "256,256@256;2048,2048@256" --epochs 3
+
 ``RxT`` is R ranks with OMP_NUM_THREADS=T; ``dR`` is R ranks with no thread
 variable at all, what a user gets by default (hpcgpu's split of the cores).
 A split ending in ``all`` (``1x2all``) runs with ``--gemm-threads all``: every
@@ -206,6 +212,41 @@ def sweep(a, data: str) -> int:
     return 0
 
 
+def tensor_run(P: int, T: int, hidden: str, batch: int, data: str, epochs: int, out: str) -> float:
+    cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "hpcgpu.train", "--data", data, "--out", out,
+           "--hidden", hidden, "--batch-size", str(batch), "--epochs", str(epochs), "--tensor-parallel", str(T),
+           "--device", "cpu", "--progress", "none"]
+    subprocess.run(cmd, check=True, env=env1(), timeout=3600)
+    with h5py.File(out) as f:
+        return float(np.median(f["metrics/samples_per_second"][1:]))
+
+
+def tensor(a, data: str) -> int:
+    """(D, T) grids in one run, each model's samples/s and the ratio to its data-parallel run at the same P."""
+    grids = [tuple(int(x) for x in g.split("x")) for g in a.grids.split(",")]
+    models = [(m.split("@")[0], int(m.split("@")[1])) for m in a.models.split(";")]
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        small = subset(data, a.samples, os.path.join(tmp, "subset.h5"))
+        for r in range(a.repeat):
+            for hidden, batch in models:
+                for D, T in grids:
+                    sps = tensor_run(D * T, T, hidden, batch, small, a.epochs, os.path.join(tmp, "o.h5"))
+                    res.setdefault((hidden, batch, D, T), []).append(sps)
+                    print(f"round {r + 1}: {hidden}@{batch} {D}x{T}: {sps:.0f}/s", flush=True)
+    print(f"one BLAS thread a rank, {a.samples} samples, median of {a.repeat} rounds of the median of epochs 2..; "
+          "ratio: against D x 1 at the same number of ranks (oversubscribed beyond the cores here)")
+    print(f"{'model':>20} {'batch':>5} {'D x T':>6} {'samples/s':>10} {'vs data-parallel':>16}")
+    for hidden, batch in models:
+        for D, T in grids:
+            med = float(np.median(res[(hidden, batch, D, T)]))
+            dp = res.get((hidden, batch, D * T, 1))
+            ratio = f"{med / float(np.median(dp)):.2f}" if dp else "-"
+            print(f"{'784-' + hidden.replace(',', '-') + '-10':>20} {batch:>5} {f'{D}x{T}':>6} {med:>10.0f} "
+                  f"{ratio:>16}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", help="Fashion-MNIST HDF5 (written from Debian's IDX files when omitted)")
@@ -221,11 +262,16 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=16384, help="--sweep: training samples used")
     ap.add_argument("--repeat", type=int, default=3, help="--sweep: rounds over the splits; medians are kept")
     ap.add_argument("--peer", help="--sweep: the plain NumPy + mpi4py loop (numpy_mpi_mlp.py) to run beside")
+    ap.add_argument("--tensor-parallel", action="store_true",
+                    help="data x tensor grids instead: --grids of DxT, each model of --models")
+    ap.add_argument("--grids", default="2x1,1x2,4x1,2x2,1x4", help="--tensor-parallel: DxT items")
     a = ap.parse_args()
     if a.compute_only:
         compute_only(a.compute_only)
         return 0
     data = ensure_data(a.data)
+    if a.tensor_parallel:
+        return tensor(a, data)
     if a.sweep:
         if a.json.endswith("bench-train.json"):
             a.json = a.json.replace("bench-train.json", "bench-train-sweep.json")

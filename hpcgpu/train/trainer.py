@@ -862,7 +862,9 @@ class Trainer:
         return (
             f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
-            f"({self.model.n_params} parameters), global batch {s.B} "
+            f"({self.model.n_global} parameters"
+            + (f", {self.model.n_params} on rank 0" if self.model.n_params != self.model.n_global else "")
+            + f"), global batch {s.B} "
             f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}, "
             f"data {'replicated' if s.replicated else 'sharded'}"
             + (f", {self.data_comm.size} data x {self.config.tensor_parallel} tensor parallel"

@@ -142,6 +142,29 @@ def test_mixed_precision_on_device_matches_the_cpu_run(backend, precision, nproc
             np.testing.assert_allclose(g["model"][k][()], c["model"][k][()], rtol=5e-2, atol=5e-3, err_msg=k)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("path", list(PATHS))
+def test_tensor_parallel_and_zero_on_device_match_the_cpu_run(backend, path, tmp_path):
+    """2 data x 2 tensor with ZeRO-1 on GPUs: the tensor group's Allreduces, the Reduce_scatter and the
+    Allgather move device buffers (staged or CUDA-aware); the model is the host's."""
+    if "aware" in path:
+        _aware_cases(backend)
+    X, y = blobs(240, d=10, c=4)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "2", "--batch-size", "24", "--hidden", "16,8",
+            "--progress", "lines", "--tensor-parallel", "2", "--zero-stage", "1", "--dtype", "float64"]
+    cpu = _mpi.run(4, [*opts, "--device", "cpu", "--out", str(tmp_path / "cpu.h5")], timeout=120)
+    assert cpu.returncode == 0, cpu.stderr
+    gpu = run(backend, 4, [*opts, "--device", "gpu", "--out", str(tmp_path / "gpu.h5")], env=PATHS[path],
+              timeout=120)
+    assert gpu.returncode == 0, gpu.stdout + gpu.stderr
+    (_, mc, _), (_, mg, dg) = _history(tmp_path / "cpu.h5"), _history(tmp_path / "gpu.h5")
+    assert dg == "gpu"
+    for k in mc:
+        np.testing.assert_allclose(mg[k], mc[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
 STEP_COST = """
 import json, sys, cupy, hpcgpu
 from hpcgpu.train.trainer import Trainer, TrainConfig
