@@ -122,8 +122,9 @@ class MLP:
         ``float32`` or ``float64``.
     seed : int
         Initial weights: He-uniform (bound ``sqrt(6 / fan_in)``), biases 0,
-        drawn on the host with NumPy's PCG64 so every rank and every device
-        gets the same values.
+        drawn on the host from a counter-based Philox stream per layer
+        (:func:`uniform_block`), so every rank, device and tensor split gets
+        the same values.
     grad : xp.ndarray, shape (n_params,), optional
         Where :meth:`loss_and_grad` writes the gradient: a view the caller
         owns (the trainer's :class:`~hpcgpu.train.reducer.GradientReducer`
@@ -131,6 +132,19 @@ class MLP:
     stats : xp.ndarray, shape (2,), optional
         Where :meth:`loss_and_grad` writes the loss sum and the number of
         correct predictions; allocated when omitted.
+    tensor : (int, int)
+        ``(T, t)``: this model is tensor rank ``t``'s slice of a model split
+        over T ranks (:func:`layer_plan`); ``(1, 0)``: the whole model. Then
+        :attr:`params`, :attr:`grad` and :attr:`shapes` are the slice's, and
+        :attr:`n_global` the unsplit model's size.
+    tensor_allreduce : callable, optional
+        ``f(buf)`` sums ``buf`` (an ``xp`` array) in place over the tensor
+        group: required with ``T > 1`` (the trainer passes
+        :func:`hpcgpu.comm.Allreduce` on its tensor communicator, so the
+        forward and backward passes are collective over it).
+    params : xp.ndarray, shape (n_params,), optional
+        Where the parameters live (ZeRO keeps them in a padded buffer);
+        allocated when omitted.
     compute_dtype : numpy.dtype, optional
         float16 or bfloat16 for mixed precision (:mod:`hpcgpu.train.precision`):
         the GEMMs multiply 16-bit copies of the weights (refreshed from
