@@ -126,3 +126,25 @@ def test_bytes_per_step_are_the_analytic_count(data, tmp_path):
     _, _, d = _train(2, data, tmp_path / "c.h5", "--batch-size", B, "--tensor-parallel", 2, "--hidden", "12,9,5",
                      "--grad-accum-steps", 2)
     assert d["tensor_bytes_per_step"] == 2 * 8 * (B // 2) * (9 + 4 + 9), deep
+
+
+@pytest.mark.mpi
+def test_stop_request_reaches_every_rank_of_the_grid(data, tmp_path):
+    """A stop file seen by rank 0 alone, at 2 x 2 with ZeRO-1: the data groups' reduction carries it to rank 2,
+    the tensor groups' agreement to ranks 1 and 3; all stop after step 1 (exit 3, one checkpoint), and the
+    resumed run is bitwise the uninterrupted one."""
+    opts = ("--batch-size", 100, "--tensor-parallel", 2, "--zero-stage", 1)
+    _, ref, _ = _train(4, data, tmp_path / "full.h5", *opts)
+    stop = tmp_path / "STOP"
+    stop.write_text("")
+    ck = tmp_path / "ck.h5"
+    p = _mpi.run(4, ["-m", "hpcgpu.train", "--data", data, "--out", str(tmp_path / "part.h5"), "--progress", "none",
+                     "--dtype", "float64", "--hidden", HIDDEN, "--epochs", "2", "--lr", "0.1", *map(str, opts),
+                     "--checkpoint", str(ck), "--stop-file", str(stop)], timeout=120)
+    assert p.returncode == 3, p.stdout + p.stderr
+    n = sum(a * b + b for a, b in zip(SIZES, SIZES[1:], strict=False))
+    assert read_checkpoint(str(ck), n).step == 1
+    stop.unlink()
+    _, got, _ = _train(4, data, tmp_path / "part.h5", *opts, "--checkpoint", ck, "--resume")
+    for k, want in ref.items():
+        np.testing.assert_array_equal(got[k], want, err_msg=k)
