@@ -376,20 +376,34 @@ def _gemm_ex(a, b, c, alpha, beta) -> None:
     """Half-precision ``c = alpha * a @ b + beta * c`` by ``cublasGemmEx``, float32 compute.
 
     Row-major operands are the column-major transposes: ``c.T = b.T @ a.T``.
-    ``alpha`` and ``beta`` are float32 host scalars (the handle's default
-    pointer mode, which CuPy restores after every call of its own).
+    A C-contiguous operand is its own transpose in column-major order
+    (``CUBLAS_OP_N``); an F-contiguous one (a transposed view, as the
+    backward pass's ``a.T`` and ``w.T``) is passed as it lies with
+    ``CUBLAS_OP_T``, so no operand is copied; only other layouts are. ``alpha``
+    and ``beta`` are float32 host scalars (the handle's default pointer mode,
+    which CuPy restores after every call of its own).
     """
     import cupy
     from cupy.cuda import cublas as lib
     from cupy.cuda import device
 
-    a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
     if not c.flags.c_contiguous:
         raise ValueError("gemm: c must be C-contiguous")
+
+    def operand(x):
+        """(array, op, ld) of a row-major operand for the swapped column-major call."""
+        if x.flags.c_contiguous:
+            return x, lib.CUBLAS_OP_N, max(1, x.shape[1])
+        if x.flags.f_contiguous:
+            return x, lib.CUBLAS_OP_T, max(1, x.shape[0])
+        x = cupy.ascontiguousarray(x)
+        return x, lib.CUBLAS_OP_N, max(1, x.shape[1])
+
     m, k = a.shape
     n = b.shape[1]
+    (a, opa, lda), (b, opb, ldb) = operand(a), operand(b)
     al, be = numpy.array(alpha, numpy.float32), numpy.array(beta, numpy.float32)
-    lib.gemmEx(device.get_cublas_handle(), lib.CUBLAS_OP_N, lib.CUBLAS_OP_N, n, m, k,
-               al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), n, a.data.ptr, _cuda_type(a.dtype), k,
-               be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), n,
+    lib.gemmEx(device.get_cublas_handle(), opb, opa, n, m, k,
+               al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), ldb, a.data.ptr, _cuda_type(a.dtype), lda,
+               be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), max(1, n),
                _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT_TENSOR_OP)

@@ -568,6 +568,13 @@ def test_half_precision_goes_to_gemm_ex_with_float32_compute(load, dtype):
     want = ha.astype(np.float32) @ hb.astype(np.float32)
     np.testing.assert_allclose(acc.get(), 2 * want, rtol=1e-6)
     np.testing.assert_array_equal(half.get(), want.astype(dt))
+    # transposed views (the mixed-precision backward pass's a.T and w.T) go as CUBLAS_OP_T: one call, no copy
+    at, bt = cp.asarray(np.ascontiguousarray(ha.T)), cp.asarray(np.ascontiguousarray(hb.T))
+    for x, y in ((at.T, b), (a, bt.T), (at.T, bt.T)):
+        cp._standin.reset_counters()
+        _gemm.gemm(x, y, acc)
+        assert cp._standin.counters()["launches"] == 1, (x.flags.f_contiguous, y.flags.f_contiguous)
+        np.testing.assert_allclose(acc.get(), want, rtol=1e-6)
     g = hpcgpu.ProcessGrid((1, 1), comm=MPI.COMM_SELF)
     A = hpcgpu.DistMatrix(a, (6, 5), g)
     B = hpcgpu.DistMatrix(b, (5, 4), g)
