@@ -1,4 +1,4 @@
-"""``mpiexec -n P python -m hpcgpu matmul A B -o C``: distributed C = A @ B (SUMMA).
+"""``mpiexec -n P python -m hpcgpu matmul A B -o C``: distributed C = alpha op(A) op(B) + beta C (SUMMA).
 
 A, B and C are ``FILE[:DATASET]``: an input's dataset defaults to the file's
 only dataset, the output's to ``C``. Each rank reads only its blocks, and C
@@ -37,7 +37,8 @@ def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``matmul`` subcommand and its options to ``python -m hpcgpu``'s subparsers."""
-    p = subparsers.add_parser("matmul", help="distributed C = A @ B (SUMMA) of HDF5 matrices, or --bench N",
+    p = subparsers.add_parser("matmul", help="distributed C = alpha op(A) op(B) + beta C (SUMMA) of HDF5 matrices, "
+                                             "or --bench N",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("A", nargs="?", help="left matrix, FILE[:DATASET] (m x k)")
@@ -56,6 +57,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
                         "(default: $HPCGPU_STALL_TIMEOUT, else off)")
+    p.add_argument("--transa", choices=("N", "T", "C"), default="N",
+                   help="op(A): A, its transpose, or its conjugate transpose (PDGEMM's TRANSA)")
+    p.add_argument("--transb", choices=("N", "T", "C"), default="N", help="op(B), as --transa")
+    p.add_argument("--alpha", type=complex, default=1, help="C = alpha op(A) op(B) + beta C")
+    p.add_argument("--beta", type=complex, default=0, help="needs --c-in (beta = 0 ignores C, NaN included)")
+    p.add_argument("--c-in", metavar="FILE[:DATASET]", help="the C that beta multiplies (m x n)")
     p.add_argument("--bench", type=int, metavar="N", help="multiply random N x N matrices and time it")
     p.add_argument("--repeat", type=int, default=3, help="--bench: timed repetitions (best is reported)")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON line instead of text")
@@ -89,7 +96,6 @@ def main(a: argparse.Namespace) -> int:
     AgreedError
         Bad input, the same on every rank (the guard exits 2 with one line).
     """
-    from .distmatrix import DistMatrix
     from .io import writable_error
     from .runtime import init
     from .summa import DEFAULT_PANEL_MEMORY, matmul
@@ -104,6 +110,8 @@ def main(a: argparse.Namespace) -> int:
         err = ValueError(f"--panel must be >= 1, got {a.panel}")
     elif not a.panel_memory > 0:
         err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
+    elif a.beta != 0 and not a.c_in:
+        err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
     if err:
         raise agreed(err)  # the same arguments on every rank
     timeout = stall_timeout(a.stall_timeout)
@@ -117,6 +125,27 @@ def main(a: argparse.Namespace) -> int:
 
     out_path, out_name = split_spec(a.out, "C")
     agree(writable_error(out_path, "-o") if rt.rank == 0 else None, comm=rt.comm)
+    A, B, C, (m, k, n), alpha, beta = _inputs(a, grid)
+    wd = Watchdog(rt.comm, timeout)
+    t0 = MPI.Wtime()
+    C = matmul(A, B, C, alpha=alpha, beta=beta, transa=a.transa, transb=a.transb, panel=a.panel,
+               panel_memory=mem, precision=a.precision, watchdog=wd)
+    _sync(rt)
+    seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    wd.close()
+    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device))
+    if rt.rank == 0:
+        what = "C = A @ B" if (a.transa, a.transb, alpha, beta) == ("N", "N", 1, 0) else \
+            f"C = {alpha} op{a.transa}(A) op{a.transb}(B) + {beta} C"
+        print(f"{what}: {m} x {k} @ {k} x {n} {A.dtype} on grid {grid.shape[0]}x{grid.shape[1]}, "
+              f"{seconds:.3f} s, {_flops(m, n, k, A.dtype) / seconds / 1e9:.1f} GFLOP/s; wrote {out_path}:{out_name}")
+    return 0
+
+
+def _inputs(a, grid):
+    """A, B (and C) from their files in the compute dtype, the shapes after op, alpha, beta. Collective."""
+    from .distmatrix import DistMatrix
+
     (pa, na), (pb, nb) = split_spec(a.A, None), split_spec(a.B, None)
     A = DistMatrix.from_hdf5(pa, na, grid, dtype=a.dtype)
     B = DistMatrix.from_hdf5(pb, nb, grid, dtype=a.dtype)
@@ -124,22 +153,27 @@ def main(a: argparse.Namespace) -> int:
         wide = np.promote_types(A.dtype, B.dtype)
         A = DistMatrix.from_hdf5(pa, na, grid, dtype=wide) if A.dtype != wide else A
         B = DistMatrix.from_hdf5(pb, nb, grid, dtype=wide) if B.dtype != wide else B
-    if A.gshape[1] != B.gshape[0]:
-        raise agreed(ValueError(f"inner dimensions differ: {a.A} is {A.gshape[0]} x {A.gshape[1]}, "
-                                f"{a.B} is {B.gshape[0]} x {B.gshape[1]}"))
-    wd = Watchdog(rt.comm, timeout)
-    t0 = MPI.Wtime()
-    C = matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, watchdog=wd)
-    _sync(rt)
-    seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
-    wd.close()
-    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device))
-    if rt.rank == 0:
-        m, k = A.gshape
-        n = B.gshape[1]
-        print(f"C = A @ B: {m} x {k} @ {k} x {n} {A.dtype} on grid {grid.shape[0]}x{grid.shape[1]}, "
-              f"{seconds:.3f} s, {_flops(m, n, k, A.dtype) / seconds / 1e9:.1f} GFLOP/s; wrote {out_path}:{out_name}")
-    return 0
+    m, k = A.gshape if a.transa == "N" else A.gshape[::-1]
+    k2, n = B.gshape if a.transb == "N" else B.gshape[::-1]
+    if k != k2:
+        raise agreed(ValueError(f"inner dimensions differ: op({a.A}) is {m} x {k}, op({a.B}) is {k2} x {n}"))
+    alpha, beta = _scalar(a.alpha), _scalar(a.beta)
+    if A.dtype.kind != "c" and (isinstance(alpha, complex) or isinstance(beta, complex)):
+        raise agreed(ValueError(f"--alpha/--beta: complex values for {A.dtype} matrices"))
+    C = None
+    if a.c_in:
+        pc, nc = split_spec(a.c_in, None)
+        C = DistMatrix.from_hdf5(pc, nc, grid, dtype=A.dtype)
+        if C.gshape != (m, n):
+            raise agreed(ValueError(f"--c-in {a.c_in} is {C.gshape[0]} x {C.gshape[1]}, op(A) op(B) is {m} x {n}"))
+    return A, B, C, (m, k, n), alpha, beta
+
+
+def _scalar(z: complex):
+    """``--alpha``/``--beta`` as given: an int or float when real, else complex."""
+    if z.imag:
+        return z
+    return int(z.real) if z.real == int(z.real) else z.real
 
 
 def _flops(m, n, k, dtype) -> float:
@@ -176,10 +210,11 @@ def _bench(a, rt, grid, mem) -> int:
         _sync(rt)
         best = min(best, rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
     # Where the time goes, per rank: one more run with the phases timed (CUDA events on a GPU).
-    split = {}
+    split, stats = {}, {}
     rt.comm.Barrier()
-    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, timings=split)
+    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, timings=split, stats=stats)
     splits = rt.comm.gather(split, root=0)
+    comm_max = rt.comm.allreduce(stats["comm_bytes"], op=MPI.MAX)
     # The reference: one process (rank 0) multiplies the same global matrices
     # with all the threads the ranks had together; the others sleep.
     ref, threads = None, None
@@ -198,7 +233,7 @@ def _bench(a, rt, grid, mem) -> int:
                    device_summary=rt.summary(), precision=a.precision, panel=widest,
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
-                   ratio=ref / best, path=_path(rt), split=splits)
+                   ratio=ref / best, path=_path(rt), split=splits, comm_bytes_per_rank_max=comm_max)
         if a.json:
             print(json.dumps(res), flush=True)
         else:
@@ -212,6 +247,7 @@ def _bench(a, rt, grid, mem) -> int:
                   f"{'rank':>4} " + " ".join(f"{p:>8}" for p in PHASES), flush=True)
             for r, sp in enumerate(splits):
                 print(f"{r:>4} " + " ".join(f"{sp.get(p, 0.0):>8.4f}" for p in PHASES), flush=True)
+            print(f"comm_bytes_per_rank_max={comm_max}", flush=True)
     return 0
 
 

@@ -22,10 +22,44 @@ from mpi4py import MPI
 from . import _device
 from .errors import agreed, plain_type
 
-__all__ = ["Allreduce", "Iallreduce", "Reduce_scatter_block", "Bcast", "Ibcast", "Allgather", "Request", "agree",
-           "default_comm"]
+__all__ = ["Allreduce", "Iallreduce", "Reduce_scatter_block", "Bcast", "Ibcast", "Allgather", "Alltoallv",
+           "Request", "agree", "default_comm", "traffic", "reset_traffic"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
+
+_TRAFFIC = {"sent": 0, "received": 0}
+
+
+def traffic() -> dict:
+    """Bytes this rank's buffer collectives have moved since import or :func:`reset_traffic`. Not collective.
+
+    Counted in this module, per call, from the buffers (not from the MPI's
+    algorithm, which may forward data through other ranks): ``sent`` is the
+    data read from this rank's buffers for other ranks, once per buffer
+    (a broadcast's root: the buffer; an Allgather: this rank's block; an
+    Alltoallv: what goes to the others), ``received`` the data written into
+    this rank's buffers from other ranks (a broadcast's other ranks: the
+    buffer; an Allgather: the others' blocks). An Allreduce (blocking or
+    not) counts its buffer both ways, a Reduce_scatter the others' blocks
+    sent and this rank's block received. Nothing at one rank, and nothing
+    for ``agree``, object collectives and raw mpi4py calls.
+
+    Returns
+    -------
+    dict
+        ``{"sent": int, "received": int}``, bytes.
+    """
+    return dict(_TRAFFIC)
+
+
+def reset_traffic() -> None:
+    """Set :func:`traffic`'s counters to 0. Not collective."""
+    _TRAFFIC["sent"] = _TRAFFIC["received"] = 0
+
+
+def _count(sent: int, received: int) -> None:
+    _TRAFFIC["sent"] += int(sent)
+    _TRAFFIC["received"] += int(received)
 _HALF = ("float16", "bfloat16")
 
 
@@ -208,11 +242,13 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
     if recvbuf is None:
         if comm.Get_size() > 1:
             _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware)
+            _count(sendbuf.nbytes, sendbuf.nbytes)
         return sendbuf
     if comm.Get_size() == 1:
         recvbuf[...] = sendbuf
         return recvbuf
     _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
+    _count(sendbuf.nbytes, recvbuf.nbytes)
     return recvbuf
 
 
@@ -256,6 +292,7 @@ def Iallreduce(buf, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None, 
         raise ValueError(f"Iallreduce: no MPI sums {buf.dtype.name}; use Allreduce, which reduces it in float32")
     if comm.Get_size() == 1:
         return Request(None)
+    _count(buf.nbytes, buf.nbytes)
     return _dispatch(lambda b: comm.Iallreduce(MPI.IN_PLACE, b, op=op), [(buf, INOUT)], cuda_aware=cuda_aware,
                      nonblocking=True, slot=slot)
 
@@ -309,6 +346,7 @@ def Reduce_scatter_block(sendbuf, recvbuf, *, op: MPI.Op = MPI.SUM, comm: MPI.In
         return recvbuf
     _dispatch(lambda s, r: comm.Reduce_scatter_block(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)],
               cuda_aware=cuda_aware)
+    _count(sendbuf.nbytes - recvbuf.nbytes, recvbuf.nbytes)
     return recvbuf
 
 
@@ -344,6 +382,7 @@ def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, cuda_aware: 
     if comm.Get_size() > 1:
         role = IN if comm.Get_rank() == root else OUT
         _dispatch(lambda b: comm.Bcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware)
+        _count(buf.nbytes if role == IN else 0, buf.nbytes if role == OUT else 0)
     return buf
 
 
@@ -389,6 +428,7 @@ def Ibcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, slot: str |
     if comm.Get_size() == 1:
         return Request(None)
     role = IN if comm.Get_rank() == root else OUT
+    _count(buf.nbytes if role == IN else 0, buf.nbytes if role == OUT else 0)
     return _dispatch(lambda b: comm.Ibcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware,
                      nonblocking=True, slot=slot)
 
@@ -426,6 +466,58 @@ def Allgather(sendbuf, recvbuf, *, comm: MPI.Intracomm | None = None, cuda_aware
         recvbuf[0] = sendbuf
         return recvbuf
     _dispatch(lambda s, r: comm.Allgather(s, r), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
+    _count(sendbuf.nbytes, recvbuf.nbytes - sendbuf.nbytes)
+    return recvbuf
+
+
+def Alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, *, comm: MPI.Intracomm | None = None,
+              cuda_aware: bool | None = None):
+    """Every rank sends ``sendcounts[q]`` elements to rank ``q``, packed in rank order.
+
+    Collective: all ranks of ``comm`` must call it; ``sendcounts[q]`` on rank
+    ``p`` must equal ``recvcounts[p]`` on rank ``q``.
+
+    Parameters
+    ----------
+    sendbuf : xp.ndarray, 1-D
+        C-contiguous; rank ``q``'s elements at ``sum(sendcounts[:q])``.
+    sendcounts : sequence of int, length P
+        Elements for each rank (its own included: it is copied through MPI).
+    recvbuf : xp.ndarray, 1-D
+        C-contiguous, same dtype and side (host or device); rank ``p``'s
+        elements arrive at ``sum(recvcounts[:p])``.
+    recvcounts : sequence of int, length P
+    comm : mpi4py.MPI.Intracomm, keyword-only
+        The runtime's private communicator by default.
+    cuda_aware : bool, optional
+        As in :func:`Allreduce`.
+
+    Returns
+    -------
+    xp.ndarray
+        ``recvbuf``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`Allreduce`; counts that do not fit the buffers.
+    """
+    comm = default_comm() if comm is None else comm
+    _check_contiguous("sendbuf", sendbuf)
+    _check_contiguous("recvbuf", recvbuf)
+    sc, rc = np.asarray(sendcounts, np.int64), np.asarray(recvcounts, np.int64)
+    if sc.size != comm.Get_size() or rc.size != comm.Get_size() or sc.sum() > sendbuf.size \
+            or rc.sum() > recvbuf.size:
+        raise ValueError(f"Alltoallv: counts {sc.tolist()} / {rc.tolist()} do not fit buffers of {sendbuf.size} "
+                         f"and {recvbuf.size} elements over {comm.Get_size()} ranks")
+    sd, rd = np.concatenate([[0], np.cumsum(sc)[:-1]]), np.concatenate([[0], np.cumsum(rc)[:-1]])
+    if comm.Get_size() == 1:
+        recvbuf[: rc[0]] = sendbuf[: sc[0]]
+        return recvbuf
+    _dispatch(lambda s, r: comm.Alltoallv([s, (sc, sd)], [r, (rc, rd)]), [(sendbuf, IN), (recvbuf, OUT)],
+              cuda_aware=cuda_aware)
+    me, item = comm.Get_rank(), sendbuf.itemsize
+    _count((sc.sum() - sc[me]) * item, (rc.sum() - rc[me]) * item)
     return recvbuf
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from mpi4py import MPI
 
 from . import _device
 from ._gemm import bfloat16_dtype
 from ._version import __version__
-from .comm import agree, movable
+from .comm import Alltoallv, agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
 from .io import on_root, open_hdf5, publish, temp_beside, writable_error, write_attrs
@@ -123,6 +124,98 @@ class DistMatrix:
 
         return matmul(self, other)
 
+    # -- transposes and redistribution -----------------------------------------
+    @property
+    def T(self) -> DistMatrix:  # noqa: N802 - NumPy's name
+        """The transpose, ``(n, m)``, on the same grid. Collective over ``grid.cart`` (one ``Alltoallv``).
+
+        Each rank sends every other the part of its block that falls in that
+        rank's block of the transpose, and receives its own the same way:
+        no rank holds more than its blocks and one send and one receive
+        buffer of its block's size.
+        """
+        return self._move(self.grid, transpose=True, conj=False)
+
+    @property
+    def H(self) -> DistMatrix:  # noqa: N802 - the conjugate transpose's usual name
+        """The conjugate transpose, ``(n, m)``, on the same grid (:attr:`T` for real dtypes). Collective."""
+        return self._move(self.grid, transpose=True, conj=self.dtype.kind == "c")
+
+    def redistribute(self, grid: ProcessGrid) -> DistMatrix:
+        """The same matrix on another process grid of the same ranks. Collective (one ``Alltoallv``).
+
+        Parameters
+        ----------
+        grid : ProcessGrid
+            Made from the same communicator as :attr:`grid` (the same ranks
+            in the same order), any shape: a 1 x P grid that suits a
+            row-wise read onto the square grid SUMMA prefers, for instance.
+
+        Returns
+        -------
+        DistMatrix
+            Global shape and dtype unchanged; this rank's block of ``grid``.
+
+        Raises
+        ------
+        ValueError
+            ``grid`` is not over the same ranks (every rank, before any
+            communication).
+        """
+        if grid.size != self.grid.size or MPI.Comm.Compare(grid.cart, self.grid.cart) not in (
+                MPI.IDENT, MPI.CONGRUENT):
+            raise agreed(ValueError(f"redistribute: grid {grid.shape} is not over the ranks of grid {self.grid.shape}"))
+        return self._move(grid, transpose=False, conj=False)
+
+    def _move(self, grid: ProcessGrid, transpose: bool, conj: bool) -> DistMatrix:
+        """This matrix (or its transpose) in ``grid``'s blocks: pack, one Alltoallv, unpack."""
+        xp, P = self.xp, self.grid.size
+        m, n = self.gshape
+        tshape = (n, m) if transpose else (m, n)
+        rs, cs = self.rows, self.cols
+
+        def overlap(a: slice, b: slice) -> slice:
+            return slice(max(a.start, b.start), max(max(a.start, b.start), min(a.stop, b.stop)))
+
+        def piece_rows_cols(trows, tcols, srows, scols):
+            """The target rows and columns a source block ``srows x scols`` has of a target block."""
+            if transpose:
+                return overlap(trows, scols), overlap(tcols, srows)
+            return overlap(trows, srows), overlap(tcols, scols)
+
+        sends, counts = [], []
+        for q in range(P):
+            tr, tc = grid.block(tshape, q)
+            r, c = piece_rows_cols(tr, tc, rs, cs)
+            if transpose:  # target (r, c) is source (c, r)
+                piece = self.local[c.start - rs.start : c.stop - rs.start, r.start - cs.start : r.stop - cs.start].T
+            else:
+                piece = self.local[r.start - rs.start : r.stop - rs.start, c.start - cs.start : c.stop - cs.start]
+            if conj:
+                piece = piece.conj()
+            sends.append(piece)
+            counts.append(piece.size)
+        sendbuf = xp.empty(sum(counts), dtype=self.dtype)
+        off = 0
+        for piece in sends:
+            sendbuf[off : off + piece.size].reshape(piece.shape)[...] = piece
+            off += piece.size
+        mine_r, mine_c = grid.block(tshape)
+        recv_pieces = []
+        for p in range(P):
+            sr, sc = self.grid.block(self.gshape, p)
+            recv_pieces.append(piece_rows_cols(mine_r, mine_c, sr, sc))
+        rcounts = [(r.stop - r.start) * (c.stop - c.start) for r, c in recv_pieces]
+        recvbuf = xp.empty(sum(rcounts), dtype=self.dtype)
+        Alltoallv(sendbuf, counts, recvbuf, rcounts, comm=self.grid.cart)
+        out = xp.empty(grid.block_shape(tshape), dtype=self.dtype)
+        off = 0
+        for (r, c), k in zip(recv_pieces, rcounts, strict=True):
+            out[r.start - mine_r.start : r.stop - mine_r.start, c.start - mine_c.start : c.stop - mine_c.start] = \
+                recvbuf[off : off + k].reshape(r.stop - r.start, c.stop - c.start)
+            off += k
+        return DistMatrix(out, tshape, grid)
+
     # -- constructors ---------------------------------------------------------
     @classmethod
     def zeros(cls, gshape, grid: ProcessGrid | None = None, dtype="float64", xp=None) -> DistMatrix:
@@ -197,7 +290,7 @@ class DistMatrix:
                     rows, cols = grid.block(gshape, r)
                     comm.Send(movable(np.ascontiguousarray(a[rows, cols])), dest=r, tag=11)
             rows, cols = grid.block(gshape)
-            local = np.ascontiguousarray(a[rows, cols])
+            local = np.array(a[rows, cols], order="C")  # a copy: never a view of the caller's array
         else:
             local = np.empty(grid.block_shape(gshape), dtype=dtype)
             comm.Recv(movable(local), source=root, tag=11)

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _device
 from ._gemm import PRECISIONS, accumulator_dtype, gemm
-from .comm import Ibcast, movable
+from .comm import Ibcast, movable, traffic
 from .comm import _awareness as _comm_awareness
 from .distmatrix import DistMatrix
 from .errors import agreed
@@ -128,19 +128,37 @@ def plan_panels(k: int, grid, width: int) -> list[Panel]:
     return out
 
 
-def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
+def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1.0, beta=0.0,
+           transa: str = "N", transb: str = "N", panel: int | None = None,
            panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None,
-           timings: dict | None = None) -> DistMatrix:
-    """``C = A @ B`` for distributed matrices, by SUMMA with lookahead.
+           timings: dict | None = None, stats: dict | None = None) -> DistMatrix:
+    """``C = alpha * op(A) @ op(B) + beta * C`` for distributed matrices (PDGEMM's), by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
 
     Parameters
     ----------
     a : DistMatrix
-        Global shape ``(m, k)``.
+        ``op(A)`` has global shape ``(m, k)``: ``A`` is ``(m, k)`` for
+        ``transa="N"``, ``(k, m)`` otherwise.
     b : DistMatrix
-        Global shape ``(k, n)``, same grid and dtype as ``a``.
+        ``op(B)`` has global shape ``(k, n)``; same grid and dtype as ``a``.
+    c : DistMatrix, optional
+        ``(m, n)``, same grid and dtype: the result goes into it, in place,
+        and with ``beta != 0`` it is read first. Without it a new matrix is
+        returned.
+    alpha, beta : scalar, keyword-only
+        As BLAS: ``beta = 0`` ignores what ``c`` held (NaN included);
+        ``beta != 0`` needs ``c``. Complex values for complex dtypes only.
+    transa, transb : {"N", "T", "C"}, keyword-only
+        ``op(X)`` is ``X``, its transpose, or its conjugate transpose. A
+        transposed operand is first redistributed to its transpose
+        (:attr:`DistMatrix.T`, one ``Alltoallv`` of the local block, about
+        ``m k / P`` elements a rank), never formed globally: SUMMA itself moves
+        ``m k / pr`` elements of A a rank along the grid rows, ``pc`` times
+        more, so the redistribution adds at most ``1 / pc`` to the traffic and
+        keeps one broadcast schedule (a broadcast of transposed panels would
+        need a gather across the grid column for every panel).
     panel : int, optional
         Panel width (columns of A / rows of B per broadcast). By default the
         widest that fits ``panel_memory``; wide panels keep the local GEMM
@@ -164,6 +182,14 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
         clock) and ``total``. Device phases are timed with CUDA events and
         may overlap each other; ``total`` waits for the device. Phases of a
         one-rank grid: ``gemm`` and ``total``.
+    stats : dict, optional
+        Filled with the bytes this rank's collectives moved in this call,
+        counted in :mod:`hpcgpu.comm` (:func:`hpcgpu.comm.traffic`):
+        ``comm_bytes_sent``, ``comm_bytes_received`` and ``comm_bytes``
+        (their sum). SUMMA's is ``(m_l k [pc > 1] + k n_l [pr > 1]) *
+        itemsize``: every panel of A along a grid row and of B along a grid
+        column is sent once by its root and received once by each other
+        rank; a transposed operand adds its ``Alltoallv``.
 
     Returns
     -------
@@ -176,8 +202,10 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
     Raises
     ------
     ValueError
-        Inner dimensions differ, dtypes differ, the grids differ, or
-        ``panel < 1`` (on every rank, before any communication).
+        Inner dimensions differ after ``op``, dtypes differ, the grids differ,
+        ``c`` of the wrong shape, dtype or grid, ``beta != 0`` without ``c``,
+        a complex ``alpha`` or ``beta`` for a real dtype, an unknown ``trans``,
+        or ``panel < 1`` (on every rank, before any communication).
 
     Notes
     -----
@@ -191,38 +219,86 @@ def matmul(a: DistMatrix, b: DistMatrix, *, panel: int | None = None,
     R. A. van de Geijn and J. Watts, "SUMMA: Scalable Universal Matrix
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
-    if not isinstance(a, DistMatrix) or not isinstance(b, DistMatrix):
-        raise _error(f"matmul: expected two DistMatrix, got {type(a).__name__} and {type(b).__name__}")
-    (m, k), (k2, n) = a.gshape, b.gshape
-    if k != k2:
-        raise _error(f"matmul: inner dimensions differ: A is {m} x {k}, B is {k2} x {n}")
-    if a.dtype != b.dtype:
-        raise _error(f"matmul: dtypes differ: A is {a.dtype}, B is {b.dtype}")
-    if a.grid is not b.grid:
-        raise _error(f"matmul: A and B are on different process grids ({a.grid.shape} and {b.grid.shape})")
-    if panel is not None and panel < 1:
-        raise _error(f"matmul: panel must be >= 1, got {panel}")
-    if precision not in PRECISIONS:
-        raise _error(f"matmul: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision)
+    before = traffic()
+    out = _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings)
+    if stats is not None:
+        after = traffic()
+        sent, received = after["sent"] - before["sent"], after["received"] - before["received"]
+        stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received)
+    return out
+
+
+def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings):
+    if transa != "N":
+        a = a.T if transa == "T" else a.H
+    if transb != "N":
+        b = b.T if transb == "T" else b.H
+    (m, k), n = a.gshape, b.gshape[1]
     grid, xp = a.grid, a.xp
-    if k == 0:
-        return DistMatrix.zeros((m, n), grid, a.dtype, xp)
-    # The first panel's GEMM has beta = 0 and overwrites every element: no memset.
-    c = DistMatrix(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
+    if c is None:  # beta is 0 here: the first GEMM overwrites every element, no memset
+        c = DistMatrix(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
+    if k == 0:  # alpha * (an empty sum) = 0
+        if beta == 0:
+            c.local.fill(0)
+        elif beta != 1:
+            c.local *= beta
+        return c
     timer = _Timer(timings is not None, None if xp is np else xp)
     if grid.size == 1:
         with timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
-            gemm(a.local, b.local, c.local, precision=precision)
+            gemm(a.local, b.local, c.local, alpha=alpha, beta=beta, precision=precision)
         timer.finish(timings)
         return c
     w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
     acc_dtype = accumulator_dtype(a.dtype)
-    acc = c.local if acc_dtype == a.dtype else xp.empty(c.lshape, acc_dtype)  # half: sum panels in float32
-    _summa(a, b, acc, plan_panels(k, grid, min(w, k)), precision, watchdog, timer)
+    if acc_dtype == a.dtype:
+        acc = c.local
+    else:  # half: sum the panels in float32, rounded once
+        acc = xp.empty(c.lshape, acc_dtype)
+        if beta != 0:
+            acc[...] = c.local
+    _summa(a, b, acc, plan_panels(k, grid, min(w, k)), precision, watchdog, timer, alpha=alpha, beta=beta)
     if acc is not c.local:
-        c.local[...] = acc  # one rounding to half precision
+        c.local[...] = acc
     timer.finish(timings)
     return c
+
+
+def _check_c(c, shape, a, beta) -> None:
+    if c is None:
+        if beta != 0:
+            raise _error(f"matmul: beta = {beta} needs a c to add to")
+        return
+    if not isinstance(c, DistMatrix):
+        raise _error(f"matmul: c must be a DistMatrix, got {type(c).__name__}")
+    if c.gshape != shape or c.dtype != a.dtype or c.grid is not a.grid:
+        raise _error(f"matmul: c is {c.gshape[0]} x {c.gshape[1]} {c.dtype} on grid {c.grid.shape}; "
+                     f"expected {shape[0]} x {shape[1]} {a.dtype} on grid {a.grid.shape}")
+
+
+def _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision) -> None:
+    """Every argument error of :func:`matmul`, raised alike on every rank before any communication."""
+    if not isinstance(a, DistMatrix) or not isinstance(b, DistMatrix):
+        raise _error(f"matmul: expected two DistMatrix, got {type(a).__name__} and {type(b).__name__}")
+    for name, t in (("transa", transa), ("transb", transb)):
+        if t not in ("N", "T", "C"):
+            raise _error(f"matmul: {name} must be N, T or C, got {t!r}")
+    m, k = a.gshape if transa == "N" else a.gshape[::-1]
+    k2, n = b.gshape if transb == "N" else b.gshape[::-1]
+    if k != k2:
+        raise _error(f"matmul: inner dimensions differ: op(A) is {m} x {k}, op(B) is {k2} x {n}")
+    if a.dtype != b.dtype:
+        raise _error(f"matmul: dtypes differ: A is {a.dtype}, B is {b.dtype}")
+    if a.grid is not b.grid:
+        raise _error(f"matmul: A and B are on different process grids ({a.grid.shape} and {b.grid.shape})")
+    _check_c(c, (m, n), a, beta)
+    if a.dtype.kind != "c" and any(isinstance(x, complex) or np.iscomplexobj(x) for x in (alpha, beta)):
+        raise _error(f"matmul: complex alpha or beta for {a.dtype} matrices")
+    if panel is not None and panel < 1:
+        raise _error(f"matmul: panel must be >= 1, got {panel}")
+    if precision not in PRECISIONS:
+        raise _error(f"matmul: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
 PHASES = ("gemm", "d2h", "h2d", "mpi", "total")
@@ -284,8 +360,8 @@ class _Timer:
 
 
 def _summa(a: DistMatrix, b: DistMatrix, c, panels: list[Panel], precision: str = "default",
-           watchdog=None, timer: _Timer | None = None) -> None:
-    """SUMMA's communication schedule: ``c = sum over panels of A_panel @ B_panel``.
+           watchdog=None, timer: _Timer | None = None, alpha=1.0, beta=0.0) -> None:
+    """SUMMA's communication schedule: ``c = alpha * sum over panels of A_panel @ B_panel + beta * c``.
 
     ``c`` is this rank's block of C (an xp array), or its float32
     accumulator for half-precision inputs. Collective over ``a.grid``. Two
@@ -307,7 +383,7 @@ def _summa(a: DistMatrix, b: DistMatrix, c, panels: list[Panel], precision: str 
                 req.Wait()
         ap, bp = sched.arrived(p, cur)
         with timer.device("gemm", sched.compute):
-            gemm(ap, bp, c, beta=0.0 if p == 0 else 1.0, precision=precision)
+            gemm(ap, bp, c, alpha=alpha, beta=beta if p == 0 else 1.0, precision=precision)
         sched.computed(p)
 
 

@@ -68,7 +68,7 @@ def test_one_rank_grid_and_errors():
         ProcessGrid((2, 2), comm=MPI.COMM_SELF)
     assert isinstance(e.value, hpcgpu.AgreedError)
     a = DistMatrix.random((3, 4), g, seed=0)
-    with pytest.raises(ValueError, match="inner dimensions differ: A is 3 x 4, B is 3 x 4"):
+    with pytest.raises(ValueError, match="inner dimensions differ: op\\(A\\) is 3 x 4, op\\(B\\) is 3 x 4"):
         hpcgpu.matmul(a, a)
     with pytest.raises(ValueError, match="dtypes differ"):
         hpcgpu.matmul(a, DistMatrix.random((4, 2), g, "float32"))
@@ -114,6 +114,23 @@ def test_cli_multiplies_hdf5_files(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.mpi
+def test_cli_transposes_alpha_beta_and_c_in(tmp_path):
+    """--transa T --transb C --alpha 2 --beta -1 --c-in: C = 2 A^T B^H - C0, from files, at 3 ranks."""
+    rng = np.random.default_rng(0)
+    A, B, C0 = rng.random((5, 4)), rng.random((3, 5)) + 1j * rng.random((3, 5)), rng.random((4, 3))
+    write_h5(tmp_path / "a.h5", A=A)
+    write_h5(tmp_path / "b.h5", B=B)
+    write_h5(tmp_path / "c.h5", C0=C0)
+    p = _mpi.run(3, ["-m", "hpcgpu", "matmul", str(tmp_path / "a.h5"), str(tmp_path / "b.h5"), "-o",
+                     str(tmp_path / "out.h5"), "--transa", "T", "--transb", "C", "--alpha", "2", "--beta", "-1",
+                     "--c-in", str(tmp_path / "c.h5"), "--dtype", "complex128"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "C = 2 opT(A) opC(B) + -1 C: 4 x 5 @ 5 x 3" in p.stdout, p.stdout
+    with h5py.File(tmp_path / "out.h5") as f:
+        np.testing.assert_allclose(f["C"][()], 2 * A.T @ B.conj().T - C0, rtol=1e-13)
+
+
 @pytest.mark.parametrize("dtype, stored, ulp", [("float16", "float16", 2.0**-11), ("bfloat16", "float32", 2.0**-8)])
 def test_cli_half_precision(tmp_path, dtype, stored, ulp):
     """--dtype float16 / bfloat16: float32 accumulation, one rounding; HDF5 has no bfloat16, so C is float32."""
@@ -158,6 +175,10 @@ def test_cli_bench_reports_ratio():
     assert res["N"] == 64 and res["ranks"] == 2 and res["gflops"] > 0 and res["ratio"] > 0
     # whatever --device auto picked: the GPU's own matmul, or one process with both ranks' BLAS threads
     assert res["local_gemm_threads"] == ("gpu" if res["device"] == "gpu" else 2), res
+    # a 2 x 1 grid: each rank sends or receives every panel of B (k x n_l = 64 x 64 float64) and none of A
+    assert res["comm_bytes_per_rank_max"] == 64 * 64 * 8, res
+    text = _cli(2, "--bench", 64, "--repeat", 1)
+    assert text.returncode == 0 and f"comm_bytes_per_rank_max={64 * 64 * 8}" in text.stdout.splitlines(), text.stdout
 
 
 def _mk(tmp_path):
@@ -180,6 +201,12 @@ BAD = {
     "grid product": (["a.h5", "b5.h5", "--grid", "2x2"], "2x2 has 4 places for 3 ranks"),
     "grid syntax": (["a.h5", "b5.h5", "--grid", "3"], "--grid must look like"),
     "unwritable": (["a.h5", "b5.h5", "-o", "{tmp}/afile/c.h5"], "cannot write in"),
+    "op shapes": (["a.h5", "b5.h5", "--transa", "T"], "inner dimensions differ: op("),
+    "beta without C": (["a.h5", "b5.h5", "--beta", "0.5"], "--beta 0.5 needs --c-in"),
+    "C of the wrong shape": (["a.h5", "b5.h5", "--beta", "1", "--c-in", "b.h5"],
+                             "is 6 x 3, op(A) op(B) is 4 x 3"),
+    "complex alpha, real data": (["a.h5", "b5.h5", "--alpha", "1+2j"], "complex values for float64"),
+    "unknown trans": (["a.h5", "b5.h5", "--transb", "X"], "argument --transb: invalid choice"),
 }
 
 
