@@ -1,6 +1,7 @@
 """SUMMA against the local GEMM, N x N float64, over ranks x threads splits, in one run.
 
     python benchmarks/matmul.py [--n 4096] [--splits 1x1,1x2,2x1,d1,d2] [--dtype float64]
+    python benchmarks/matmul.py --traffic [--ranks 8 --replication 2 --n 4096]
 
 A split ``RxT`` is R ranks with OMP_NUM_THREADS=T; ``dR`` is R ranks with no
 thread variable at all, what a user gets by default (hpcgpu gives each rank
@@ -52,14 +53,43 @@ def _timed(f):
     return time.perf_counter() - t0
 
 
+def traffic(a) -> int:
+    """SUMMA's and 2.5-D's measured bytes a rank at --ranks (oversubscribed), against 2.5-D's lower bound."""
+    P, n, item = a.ranks, a.n, np.dtype(a.dtype).itemsize
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    print(f"N={n} {a.dtype}, {P} ranks (one BLAS thread each): bytes a rank moved (sent + received, the largest "
+          f"over ranks), and 2.5-D's bound 2 n^2 / sqrt(c P) words")
+    print(f"{'algorithm':>14} {'c':>3} {'bytes/rank':>14} {'bound':>14} {'ratio':>6} {'seconds':>8}")
+    for algo, c in (("summa", 1), ("2.5d", a.replication)):
+        cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "hpcgpu", "matmul", "--bench", str(n), "--repeat", "1",
+               "--json", "--dtype", a.dtype, "--algorithm", algo, "--device", "cpu"]
+        if algo == "2.5d":
+            cmd += ["--replication", str(c)]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=True)
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        bound = 2 * n * n / (c * P) ** 0.5 * item
+        print(f"{algo:>14} {c:>3} {res['comm_bytes_per_rank_max']:>14} {bound:>14.0f} "
+              f"{res['comm_bytes_per_rank_max'] / bound:>6.2f} {res['seconds']:>8.2f}", flush=True)
+        parts = {k: v for k, v in res["comm_bytes_rank0"].items() if k not in ("sent", "received")}
+        if len(parts) > 1:
+            print(f"{'':>14} rank 0's parts: " + ", ".join(f"{k} {v}" for k, v in parts.items()), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traffic", action="store_true",
+                    help="SUMMA's and 2.5-D's bytes a rank at --ranks against the lower bound, instead")
+    ap.add_argument("--ranks", type=int, default=8, help="--traffic: ranks")
+    ap.add_argument("--replication", type=int, default=2, help="--traffic: 2.5-D's c")
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--splits", help="RxT and dR items, comma-separated (default: from the cores here)")
     ap.add_argument("--dtype", default="float64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "bench-matmul.json"))
     a = ap.parse_args()
+    if a.traffic:
+        return traffic(a)
     cores = len(os.sched_getaffinity(0))
     splits = a.splits.split(",") if a.splits else list(dict.fromkeys(
         ["1x1"] + [f"{r}x{cores // r}" for r in range(1, cores + 1) if cores % r == 0] + ["d1", f"d{cores}"]))

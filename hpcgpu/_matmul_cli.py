@@ -63,6 +63,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=complex, default=1, help="C = alpha op(A) op(B) + beta C")
     p.add_argument("--beta", type=complex, default=0, help="needs --c-in (beta = 0 ignores C, NaN included)")
     p.add_argument("--c-in", metavar="FILE[:DATASET]", help="the C that beta multiplies (m x n)")
+    p.add_argument("--algorithm", choices=("summa", "2.5d", "auto"), default="summa",
+                   help="2.5d: c layers of q x q ranks (P = c q^2), each 1/c of the inner dimension, C summed over "
+                        "the layers; auto: 2.5d where P and --memory-limit allow")
+    p.add_argument("--replication", type=int, metavar="C", help="--algorithm 2.5d: the number of layers c")
+    p.add_argument("--memory-limit", type=float, metavar="MIB",
+                   help="MiB a rank may use for 2.5-D's copies (checked before anything moves)")
     p.add_argument("--bench", type=int, metavar="N", help="multiply random N x N matrices and time it")
     p.add_argument("--repeat", type=int, default=3, help="--bench: timed repetitions (best is reported)")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON line instead of text")
@@ -110,6 +116,8 @@ def main(a: argparse.Namespace) -> int:
         err = ValueError(f"--panel must be >= 1, got {a.panel}")
     elif not a.panel_memory > 0:
         err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
+    elif a.memory_limit is not None and not a.memory_limit > 0:
+        err = ValueError(f"--memory-limit must be > 0, got {a.memory_limit}")
     elif a.beta != 0 and not a.c_in:
         err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
     if err:
@@ -129,7 +137,7 @@ def main(a: argparse.Namespace) -> int:
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
     C = matmul(A, B, C, alpha=alpha, beta=beta, transa=a.transa, transb=a.transb, panel=a.panel,
-               panel_memory=mem, precision=a.precision, watchdog=wd)
+               panel_memory=mem, precision=a.precision, watchdog=wd, **_algorithm(a))
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     wd.close()
@@ -169,6 +177,12 @@ def _inputs(a, grid):
     return A, B, C, (m, k, n), alpha, beta
 
 
+def _algorithm(a) -> dict:
+    """The matmul keywords of --algorithm, --replication and --memory-limit."""
+    limit = None if a.memory_limit is None else int(a.memory_limit * 2**20)
+    return dict(algorithm=a.algorithm, replication=a.replication, memory_limit=limit)
+
+
 def _scalar(z: complex):
     """``--alpha``/``--beta`` as given: an int or float when real, else complex."""
     if z.imag:
@@ -201,18 +215,19 @@ def _bench(a, rt, grid, mem) -> int:
     N, dtype = a.bench, np.dtype(a.dtype or "float64")
     A = DistMatrix.random((N, N), grid, dtype, seed=1)
     B = DistMatrix.random((N, N), grid, dtype, seed=2)
-    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision)  # warm-up: first touches, BLAS buffers
+    algo = _algorithm(a)
+    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, **algo)  # warm-up: first touches
     best = float("inf")
     for _ in range(max(1, a.repeat)):
         rt.comm.Barrier()
         t0 = MPI.Wtime()
-        matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision)
+        matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, **algo)
         _sync(rt)
         best = min(best, rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
     # Where the time goes, per rank: one more run with the phases timed (CUDA events on a GPU).
     split, stats = {}, {}
     rt.comm.Barrier()
-    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, timings=split, stats=stats)
+    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, timings=split, stats=stats, **algo)
     splits = rt.comm.gather(split, root=0)
     comm_max = rt.comm.allreduce(stats["comm_bytes"], op=MPI.MAX)
     # The reference: one process (rank 0) multiplies the same global matrices
@@ -233,11 +248,14 @@ def _bench(a, rt, grid, mem) -> int:
                    device_summary=rt.summary(), precision=a.precision, panel=widest,
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
-                   ratio=ref / best, path=_path(rt), split=splits, comm_bytes_per_rank_max=comm_max)
+                   ratio=ref / best, path=_path(rt), split=splits, comm_bytes_per_rank_max=comm_max,
+                   algorithm=a.algorithm, replication=stats.get("replication", 1),
+                   comm_bytes_rank0={k[11:]: v for k, v in stats.items() if k.startswith("comm_bytes_")})
         if a.json:
             print(json.dumps(res), flush=True)
         else:
-            print(f"SUMMA N={N} {dtype} on {rt.size} rank(s), grid {grid.shape[0]}x{grid.shape[1]}, "
+            name = "SUMMA" if res["replication"] == 1 else f"2.5-D (c={res['replication']})"
+            print(f"{name} N={N} {dtype} on {rt.size} rank(s), grid {grid.shape[0]}x{grid.shape[1]}, "
                   f"panel {res['panel']}: "
                   f"{best:.3f} s, {gflops:.1f} GFLOP/s\n"
                   f"local GEMM, 1 process, {threads} thread(s): {ref:.3f} s, {res['local_gemm_gflops']:.1f} GFLOP/s\n"

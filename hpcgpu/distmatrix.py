@@ -169,51 +169,10 @@ class DistMatrix:
 
     def _move(self, grid: ProcessGrid, transpose: bool, conj: bool) -> DistMatrix:
         """This matrix (or its transpose) in ``grid``'s blocks: pack, one Alltoallv, unpack."""
-        xp, P = self.xp, self.grid.size
         m, n = self.gshape
         tshape = (n, m) if transpose else (m, n)
-        rs, cs = self.rows, self.cols
-
-        def overlap(a: slice, b: slice) -> slice:
-            return slice(max(a.start, b.start), max(max(a.start, b.start), min(a.stop, b.stop)))
-
-        def piece_rows_cols(trows, tcols, srows, scols):
-            """The target rows and columns a source block ``srows x scols`` has of a target block."""
-            if transpose:
-                return overlap(trows, scols), overlap(tcols, srows)
-            return overlap(trows, srows), overlap(tcols, scols)
-
-        sends, counts = [], []
-        for q in range(P):
-            tr, tc = grid.block(tshape, q)
-            r, c = piece_rows_cols(tr, tc, rs, cs)
-            if transpose:  # target (r, c) is source (c, r)
-                piece = self.local[c.start - rs.start : c.stop - rs.start, r.start - cs.start : r.stop - cs.start].T
-            else:
-                piece = self.local[r.start - rs.start : r.stop - rs.start, c.start - cs.start : c.stop - cs.start]
-            if conj:
-                piece = piece.conj()
-            sends.append(piece)
-            counts.append(piece.size)
-        sendbuf = xp.empty(sum(counts), dtype=self.dtype)
-        off = 0
-        for piece in sends:
-            sendbuf[off : off + piece.size].reshape(piece.shape)[...] = piece
-            off += piece.size
-        mine_r, mine_c = grid.block(tshape)
-        recv_pieces = []
-        for p in range(P):
-            sr, sc = self.grid.block(self.gshape, p)
-            recv_pieces.append(piece_rows_cols(mine_r, mine_c, sr, sc))
-        rcounts = [(r.stop - r.start) * (c.stop - c.start) for r, c in recv_pieces]
-        recvbuf = xp.empty(sum(rcounts), dtype=self.dtype)
-        Alltoallv(sendbuf, counts, recvbuf, rcounts, comm=self.grid.cart)
-        out = xp.empty(grid.block_shape(tshape), dtype=self.dtype)
-        off = 0
-        for (r, c), k in zip(recv_pieces, rcounts, strict=True):
-            out[r.start - mine_r.start : r.stop - mine_r.start, c.start - mine_c.start : c.stop - mine_c.start] = \
-                recvbuf[off : off + k].reshape(r.stop - r.start, c.stop - c.start)
-            off += k
+        out = remap(self.local, lambda p: self.grid.block(self.gshape, p), lambda q: grid.block(tshape, q),
+                    self.grid.cart, transpose=transpose, conj=conj)
         return DistMatrix(out, tshape, grid)
 
     # -- constructors ---------------------------------------------------------
@@ -585,3 +544,90 @@ def _hdf5_meta(path: str, name: str | None):
         if ds.dtype.kind not in "fiuc" or ds.dtype.itemsize > 16:
             return None, ValueError(f"{path}:{name}: must be numeric, has dtype {ds.dtype}")
         return (name, tuple(ds.shape), np.dtype(ds.dtype)), None
+
+
+def _overlap(a: slice, b: slice) -> slice:
+    lo = max(a.start, b.start)
+    return slice(lo, max(lo, min(a.stop, b.stop)))
+
+
+def remap(local, src_block, dst_block, comm, *, transpose: bool = False, conj: bool = False, dtype=None):
+    """Move a distributed matrix from one block layout to another: pack, one ``Alltoallv``, unpack.
+
+    Collective over ``comm``. Layouts are functions of a rank: the global
+    rows and columns (slices) it holds, or ``None`` for none. A target block
+    may be held by several ranks (replication), and a source block too: then
+    every rank that holds it may send, so give the source layout with one
+    holder per block.
+
+    Parameters
+    ----------
+    local : xp.ndarray, 2-D
+        This rank's source block (shape ``src_block(rank)``; anything when
+        ``None``).
+    src_block, dst_block : callable
+        ``rank -> (rows, cols)`` or ``None``: the source layout, and the
+        target layout in the target's orientation (the transpose's when
+        ``transpose``).
+    comm : mpi4py.MPI.Intracomm
+    transpose, conj : bool, keyword-only
+        Move the transpose (conjugate transpose with ``conj``): target
+        element ``(r, c)`` is source ``(c, r)``.
+    dtype : numpy.dtype, optional
+        The buffers' dtype; ``local``'s by default.
+
+    Returns
+    -------
+    xp.ndarray
+        This rank's target block, C-contiguous (a ``0 x 0`` array when
+        ``dst_block(rank)`` is ``None``).
+    """
+    xp = _device.cupy_or_none() if _device.is_device_array(local) else np
+    dtype = np.dtype(local.dtype if dtype is None else dtype)
+    me, P = comm.Get_rank(), comm.Get_size()
+    mine = src_block(me)
+
+    def piece(trows, tcols, srows, scols):
+        """The target rows and columns a source block has of a target block."""
+        if transpose:
+            return _overlap(trows, scols), _overlap(tcols, srows)
+        return _overlap(trows, srows), _overlap(tcols, scols)
+
+    sends, counts = [], []
+    for q in range(P):
+        target = dst_block(q)
+        if mine is None or target is None:
+            counts.append(0)
+            continue
+        (rs, cs), (r, c) = mine, piece(*target, *mine)
+        if transpose:
+            part = local[c.start - rs.start : c.stop - rs.start, r.start - cs.start : r.stop - cs.start].T
+        else:
+            part = local[r.start - rs.start : r.stop - rs.start, c.start - cs.start : c.stop - cs.start]
+        if conj:
+            part = part.conj()
+        sends.append(part)
+        counts.append(part.size)
+    sendbuf = xp.empty(sum(counts), dtype=dtype)
+    off = 0
+    for part in sends:
+        sendbuf[off : off + part.size].reshape(part.shape)[...] = part
+        off += part.size
+    target = dst_block(me)
+    pieces = [None if target is None or src_block(p) is None else piece(*target, *src_block(p)) for p in range(P)]
+    rcounts = [0 if x is None else (x[0].stop - x[0].start) * (x[1].stop - x[1].start) for x in pieces]
+    recvbuf = xp.empty(sum(rcounts), dtype=dtype)
+    Alltoallv(sendbuf, counts, recvbuf, rcounts, comm=comm)
+    if target is None:
+        return xp.empty((0, 0), dtype=dtype)
+    (tr, tc) = target
+    out = xp.empty((tr.stop - tr.start, tc.stop - tc.start), dtype=dtype)
+    off = 0
+    for x, k in zip(pieces, rcounts, strict=True):
+        if x is not None and k:
+            r, c = x
+            out[r.start - tr.start : r.stop - tr.start, c.start - tc.start : c.stop - tc.start] = \
+                recvbuf[off : off + k].reshape(r.stop - r.start, c.stop - c.start)
+        off += k
+    return out
+

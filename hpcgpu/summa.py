@@ -30,7 +30,7 @@ from .comm import _awareness as _comm_awareness
 from .distmatrix import DistMatrix
 from .errors import agreed
 
-__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "DEFAULT_PANEL_MEMORY", "PHASES"]
+__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "DEFAULT_PANEL_MEMORY", "PHASES"]
 
 DEFAULT_PANEL_MEMORY = 256 * 2**20
 """Bytes per rank for the two panel pairs in flight (A and B, current and next)."""
@@ -131,7 +131,8 @@ def plan_panels(k: int, grid, width: int) -> list[Panel]:
 def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1.0, beta=0.0,
            transa: str = "N", transb: str = "N", panel: int | None = None,
            panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None,
-           timings: dict | None = None, stats: dict | None = None) -> DistMatrix:
+           timings: dict | None = None, stats: dict | None = None, algorithm: str = "summa",
+           replication: int | None = None, memory_limit: int | None = None) -> DistMatrix:
     """``C = alpha * op(A) @ op(B) + beta * C`` for distributed matrices (PDGEMM's), by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -190,6 +191,28 @@ def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1
         itemsize``: every panel of A along a grid row and of B along a grid
         column is sent once by its root and received once by each other
         rank; a transposed operand adds its ``Alltoallv``.
+        With ``algorithm="2.5d"`` also the parts: ``comm_bytes_replicate``
+        (A and B onto the layers), ``comm_bytes_summa`` (the layers' SUMMA),
+        ``comm_bytes_reduce`` (C summed over the layers) and
+        ``comm_bytes_redistribute`` (C onto the input grid's blocks), and
+        ``replication``.
+    algorithm : {"summa", "2.5d", "auto"}, keyword-only
+        ``"2.5d"`` (Solomonik and Demmel, Euro-Par 2011): the P = c q^2 ranks
+        form c layers of q x q; layer l gets ``A[:, K_l]`` and ``B[K_l, :]``
+        for its 1/c of the inner dimension (one ``Alltoallv`` from the
+        input blocks), multiplies them by SUMMA on its layer, the layers'
+        partial C are summed (``Allreduce`` along the c ranks of a fiber)
+        and C goes back to the input grid's blocks (one ``Alltoallv``).
+        Each rank then moves about ``2 n^2 / sqrt(c P)`` words in the
+        SUMMA phase against SUMMA's ``2 n^2 / sqrt(P)``, for c times the
+        memory of A's and B's blocks. ``"auto"``: 2.5-D with the largest
+        ``c <= P^(1/3)`` that makes ``P / c`` a square and fits
+        ``memory_limit``, else SUMMA.
+    replication : int, optional, keyword-only
+        c for ``"2.5d"`` (required there).
+    memory_limit : int, optional, keyword-only
+        Bytes a rank may use for 2.5-D's copies and buffers (checked before
+        any communication; the error says how much is needed).
 
     Returns
     -------
@@ -205,7 +228,9 @@ def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1
         Inner dimensions differ after ``op``, dtypes differ, the grids differ,
         ``c`` of the wrong shape, dtype or grid, ``beta != 0`` without ``c``,
         a complex ``alpha`` or ``beta`` for a real dtype, an unknown ``trans``,
-        or ``panel < 1`` (on every rank, before any communication).
+        ``panel < 1``, an unknown ``algorithm``, a ``replication`` that does
+        not divide P into c squares, or 2.5-D's memory above ``memory_limit``
+        (on every rank, before any communication).
 
     Notes
     -----
@@ -220,16 +245,83 @@ def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
     _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision)
+    shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
+    rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
     before = traffic()
-    out = _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings)
+    parts: dict = {}
+    out = _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings, rep,
+                  parts)
     if stats is not None:
         after = traffic()
         sent, received = after["sent"] - before["sent"], after["received"] - before["received"]
-        stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received)
+        stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received, **parts)
     return out
 
 
-def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings):
+def memory_25d(shapes, dtype, grid_size: int, replication: int, panel_memory: int = DEFAULT_PANEL_MEMORY) -> int:
+    """Bytes a rank needs for 2.5-D's copies and buffers. Not collective.
+
+    The A and B blocks of its layer, C's block, the packing buffers of the
+    moves (twice each block) and the panels.
+
+    Parameters
+    ----------
+    shapes : ((int, int), (int, int))
+        ``op(A)``'s ``(m, k)`` and ``op(B)``'s ``(k, n)``.
+    dtype : numpy.dtype
+    grid_size : int
+        P.
+    replication : int
+        c; ``P / c`` must be a square.
+    panel_memory : int
+        The layers' SUMMA's bytes for panels in flight (at most).
+
+    Returns
+    -------
+    int
+        Bytes, from the largest blocks (ceilings).
+    """
+    (m, k), (_, n) = shapes
+    q = math.isqrt(grid_size // replication)
+    item, acc = np.dtype(dtype).itemsize, accumulator_dtype(dtype).itemsize
+    kl = -(-k // replication)
+    mq, nq, kq = -(-m // q), -(-n // q), -(-kl // q)
+    blocks = item * (mq * kq + kq * nq) * 3 + acc * mq * nq * 3
+    panels = min(panel_memory, 2 * item * (mq + nq) * kq)
+    return int(blocks + panels)
+
+
+def _replication(algorithm, replication, memory_limit, P, shapes, dtype, panel_memory) -> int:
+    """C for this call (1: SUMMA), or an agreed error."""
+    if algorithm not in ("summa", "2.5d", "auto"):
+        raise _error(f"matmul: algorithm must be summa, 2.5d or auto, got {algorithm!r}")
+    if algorithm == "summa":
+        if replication not in (None, 1):
+            raise _error("matmul: replication is for algorithm 2.5d")
+        return 1
+
+    def square(c):
+        return c >= 1 and P % c == 0 and math.isqrt(P // c) ** 2 == P // c
+
+    def need(c):
+        return memory_25d(shapes, dtype, P, c, panel_memory)
+
+    if algorithm == "2.5d":
+        if replication is None:
+            raise _error("matmul: algorithm 2.5d needs replication (c, with P / c a square)")
+        if not square(int(replication)):
+            raise _error(f"matmul: replication {replication} does not divide the {P} ranks into {replication} "
+                         f"squares (P = c q^2)")
+        if memory_limit is not None and need(replication) > memory_limit:
+            raise _error(f"matmul: 2.5-D with replication {replication} needs {need(replication) / 2**20:.1f} MiB "
+                         f"a rank, the memory limit is {memory_limit / 2**20:.1f} MiB")
+        return int(replication)
+    fits = [c for c in range(2, P + 1) if square(c) and c ** 3 <= P and
+            (memory_limit is None or need(c) <= memory_limit)]
+    return max(fits) if fits else 1
+
+
+def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings, rep, parts):
     if transa != "N":
         a = a.T if transa == "T" else a.H
     if transb != "N":
@@ -245,6 +337,10 @@ def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision
             c.local *= beta
         return c
     timer = _Timer(timings is not None, None if xp is np else xp)
+    if rep > 1:
+        _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, watchdog, timer, parts)
+        timer.finish(timings)
+        return c
     if grid.size == 1:
         with timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
             gemm(a.local, b.local, c.local, alpha=alpha, beta=beta, precision=precision)
@@ -263,6 +359,88 @@ def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision
         c.local[...] = acc
     timer.finish(timings)
     return c
+
+
+_LAYERS: dict = {}
+
+
+def _layers(grid, rep: int):
+    """(layer, q, layer grid, fiber comm) of P = rep q^2 ranks, made once per grid (collective).
+
+    Layer l is ranks l q^2 .. (l + 1) q^2 - 1 of ``grid.cart``, a q x q
+    grid; a fiber is the rep ranks at one position of the layers.
+    """
+    key = (id(grid.cart), rep)
+    if key not in _LAYERS:
+        from .grid import ProcessGrid
+
+        r, q = grid.cart.Get_rank(), math.isqrt(grid.size // rep)
+        layer_comm = grid.cart.Split(color=r // (q * q), key=r)
+        fiber = grid.cart.Split(color=r % (q * q), key=r)
+        _LAYERS[key] = (r // (q * q), q, ProcessGrid((q, q), comm=layer_comm), fiber)
+    return _LAYERS[key]
+
+
+def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, watchdog, timer, parts) -> None:
+    """2.5-D: A and B onto the layers (each its 1/rep of k), SUMMA per layer, C summed over the layers."""
+    from ._partition import block_range
+    from .comm import Allreduce
+    from .distmatrix import remap
+
+    (m, k), n, grid, xp = a.gshape, b.gshape[1], a.grid, a.xp
+    layer, q, lg, fiber = _layers(grid, rep)
+    q2 = q * q
+
+    def at(rank):  # (layer, i, j) of a rank of grid.cart
+        i, j = divmod(rank % q2, q)
+        return rank // q2, i, j
+
+    def a_dst(rank):
+        lay, i, j = at(rank)
+        k0, k1 = block_range(k, rep, lay)
+        c0, c1 = block_range(k1 - k0, q, j)
+        return slice(*block_range(m, q, i)), slice(k0 + c0, k0 + c1)
+
+    def b_dst(rank):
+        lay, i, j = at(rank)
+        k0, k1 = block_range(k, rep, lay)
+        r0, r1 = block_range(k1 - k0, q, i)
+        return slice(k0 + r0, k0 + r1), slice(*block_range(n, q, j))
+
+    t0 = traffic()
+    k0, k1 = block_range(k, rep, layer)
+    al = DistMatrix(remap(a.local, lambda p: grid.block(a.gshape, p), a_dst, grid.cart), (m, k1 - k0), lg)
+    bl = DistMatrix(remap(b.local, lambda p: grid.block(b.gshape, p), b_dst, grid.cart), (k1 - k0, n), lg)
+    t1 = traffic()
+    acc = xp.empty(lg.block_shape((m, n)), accumulator_dtype(a.dtype))
+    if k1 == k0:
+        acc.fill(0)
+    elif lg.size == 1:
+        gemm(al.local, bl.local, acc, alpha=alpha, precision=precision)
+    else:
+        w = panel if panel is not None else panel_width(m, n, k1 - k0, lg.shape, a.dtype.itemsize, panel_memory)
+        _summa(al, bl, acc, plan_panels(k1 - k0, lg, min(w, k1 - k0)), precision, watchdog, timer, alpha=alpha)
+    t2 = traffic()
+    Allreduce(acc, comm=fiber)  # the layers' partial sums
+    t3 = traffic()
+
+    def c_src(rank):  # layer 0 holds the sum (every layer does; one sender a block)
+        if rank >= q2:
+            return None
+        i, j = divmod(rank, q)
+        return slice(*block_range(m, q, i)), slice(*block_range(n, q, j))
+
+    out = remap(acc, c_src, lambda p: grid.block((m, n), p), grid.cart)
+    t4 = traffic()
+    if beta == 0:
+        c.local[...] = out
+    else:
+        c.local[...] = out + beta * c.local.astype(out.dtype)
+    moved = [t1, t2, t3, t4]
+    names = ("replicate", "summa", "reduce", "redistribute")
+    for name, x, y in zip(names, [t0, *moved[:-1]], moved, strict=True):
+        parts[f"comm_bytes_{name}"] = y["sent"] - x["sent"] + y["received"] - x["received"]
+    parts["replication"] = rep
 
 
 def _check_c(c, shape, a, beta) -> None:

@@ -84,7 +84,7 @@ def test_one_rank_grid_and_errors():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 6, 8])
 def test_summa_against_numpy(nprocs):
     p = _mpi.script(nprocs, "summa_checks.py", "cpu", timeout=240)
     assert "summa checks: ok" in p.stdout
@@ -207,6 +207,11 @@ BAD = {
                              "is 6 x 3, op(A) op(B) is 4 x 3"),
     "complex alpha, real data": (["a.h5", "b5.h5", "--alpha", "1+2j"], "complex values for float64"),
     "unknown trans": (["a.h5", "b5.h5", "--transb", "X"], "argument --transb: invalid choice"),
+    "replication not square": (["a.h5", "b5.h5", "--algorithm", "2.5d", "--replication", "2"],
+                               "replication 2 does not divide the 3 ranks into 2 squares"),
+    "2.5d without c": (["a.h5", "b5.h5", "--algorithm", "2.5d"], "algorithm 2.5d needs replication"),
+    "2.5d memory": (["a.h5", "b5.h5", "--algorithm", "2.5d", "--replication", "3", "--memory-limit", "0.000001"],
+                    "2.5-D with replication 3 needs"),
 }
 
 

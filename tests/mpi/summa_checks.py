@@ -169,6 +169,47 @@ def traffic_is_the_analytic_count():
     assert not bad, bad[:5]
 
 
+def two_and_half_d_is_summa():
+    """2.5-D (every c that makes P / c a square, c > 1) against SUMMA, with alpha, beta and a transposed A;
+    its traffic: the layers' SUMMA as SUMMA's count on the layer, the reduction two C blocks, parts adding up."""
+    from hpcgpu._partition import block_range
+
+    reps = [c for c in range(2, P + 1) if P % c == 0 and int(round((P // c) ** 0.5)) ** 2 == P // c]
+    g = ProcessGrid(comm=rt.comm)
+    bad = []
+    for rep in reps:
+        q = int(round((P // rep) ** 0.5))
+        for (m, k, n), dt in [((16, 16, 16), "float64"), ((13, 7, 5), "complex128"), ((5, 1, 3), "float32"),
+                              ((9, 12, 4), "float16")]:
+            a = DistMatrix.random((k, m), g, dt, seed=1)
+            b = DistMatrix.random((k, n), g, dt, seed=2)
+            c1, c2 = DistMatrix.random((m, n), g, dt, seed=3), DistMatrix.random((m, n), g, dt, seed=3)
+            st = {}
+            matmul(a, b, c1, alpha=-1.5, beta=0.5, transa="T", algorithm="2.5d", replication=rep, stats=st)
+            matmul(a, b, c2, alpha=-1.5, beta=0.5, transa="T")
+            x, y = c1.gather(), c2.gather()
+            if r == 0:
+                tol = {"float64": 1e-13, "complex128": 1e-13, "float32": 1e-5, "float16": 4e-3}[dt]
+                err = np.abs(x.astype(np.complex128) - y).max() / max(1.0, np.abs(y).max())
+                if err > tol * max(1, k):
+                    bad.append(f"c={rep} {(m, k, n)} {dt}: error {err:.2e} against SUMMA")
+            layer, pos = divmod(g.rank, q * q)
+            i, j = divmod(pos, q)
+            kl = block_range(k, rep, layer)
+            kl = kl[1] - kl[0]
+            mq, nq = np.diff(block_range(m, q, i))[0], np.diff(block_range(n, q, j))[0]
+            item = np.dtype(dt).itemsize
+            acc = 4 if dt == "float16" else item
+            want_summa = (mq * kl * (q > 1) + kl * nq * (q > 1)) * item
+            parts = [st[f"comm_bytes_{p}"] for p in ("replicate", "summa", "reduce", "redistribute")]
+            # the whole call also holds the transpose's Alltoallv: at least the four parts
+            if st["replication"] != rep or st["comm_bytes_summa"] != want_summa or \
+                    st["comm_bytes_reduce"] != 2 * mq * nq * acc or sum(parts) > st["comm_bytes"]:
+                bad.append(f"c={rep} {(m, k, n)} {dt}: {st}, SUMMA part {want_summa}")
+    g.free()
+    assert not bad, bad[:5]
+
+
 def random_is_grid_independent():
     g1 = ProcessGrid((1, 1), comm=MPI.COMM_SELF)
     for dims in grids:
@@ -318,7 +359,7 @@ def half_precision_sums_panels_in_float32():
 
 for fn in (random_is_grid_independent, scatter_gather_round_trip, memory_stays_within_blocks_and_panels,
            hdf5_round_trip, half_precision_sums_panels_in_float32, pdgemm_interface,
-           transposes_and_redistribution_round_trip, traffic_is_the_analytic_count):
+           transposes_and_redistribution_round_trip, traffic_is_the_analytic_count, two_and_half_d_is_summa):
     check(fn.__name__, fn)
 
 ok = rt.comm.allreduce(not failures, op=MPI.LAND)
