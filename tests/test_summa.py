@@ -81,6 +81,26 @@ def test_one_rank_grid_and_errors():
         DistMatrix(np.zeros((2, 2)), (3, 3), g)
     c = a @ DistMatrix.random((4, 2), g, seed=1)
     np.testing.assert_allclose(c.local, a.local @ DistMatrix.random((4, 2), g, seed=1).local)
+    b = DistMatrix.random((4, 2), g, seed=1)
+    cases = {  # PDGEMM's argument errors: every one before any communication, on every rank alike
+        "c is 3 x 3 float64 on grid (1, 1); expected 3 x 2": dict(c=DistMatrix.random((3, 3), g)),
+        "c is 3 x 2 float32": dict(c=DistMatrix.random((3, 2), g, "float32")),
+        "expected 3 x 2 float64 on grid": dict(c=DistMatrix.random((3, 2), g2)),
+        "beta = 0.5 needs a c": dict(beta=0.5),
+        "transa must be N, T or C": dict(transa="X"),
+        "complex alpha or beta for float64": dict(alpha=1j),
+        "algorithm must be summa, 2.5d or auto": dict(algorithm="3d"),
+        "algorithm 2.5d needs replication": dict(algorithm="2.5d"),
+        "replication 2 does not divide the 1 ranks": dict(algorithm="2.5d", replication=2),
+        "replication is for algorithm 2.5d": dict(replication=2),
+        "2.5-D with replication 1 needs": dict(algorithm="2.5d", replication=1, memory_limit=10),
+    }
+    for message, kw in cases.items():
+        with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")) as e:
+            hpcgpu.matmul(a, b, **kw)
+        assert isinstance(e.value, hpcgpu.AgreedError), message
+    with pytest.raises(ValueError, match="inner dimensions differ: op\\(A\\) is 4 x 3"):
+        hpcgpu.matmul(a, b, transa="T")
 
 
 @pytest.mark.mpi
