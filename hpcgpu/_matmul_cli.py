@@ -118,6 +118,8 @@ def main(a: argparse.Namespace) -> int:
         err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
     elif a.memory_limit is not None and not a.memory_limit > 0:
         err = ValueError(f"--memory-limit must be > 0, got {a.memory_limit}")
+    elif not all(map(np.isfinite, (a.alpha.real, a.alpha.imag, a.beta.real, a.beta.imag))):
+        err = ValueError(f"--alpha and --beta must be finite, got {a.alpha} and {a.beta}")
     elif a.beta != 0 and not a.c_in:
         err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
     if err:

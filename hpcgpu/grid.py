@@ -258,7 +258,11 @@ class ProcessGrid:
         return rows.stop - rows.start, cols.stop - cols.start
 
     def free(self) -> None:
-        """Free the three communicators. Collective."""
+        """Free the three communicators, and those made for 2.5-D on this grid. Collective."""
+        for _, _, layer_grid, fiber in getattr(self, "_layers25d", {}).values():
+            layer_grid.free()
+            fiber.Free()
+        self._layers25d = {}
         for c in (self.row_comm, self.col_comm, self.cart):
             if c != MPI.COMM_NULL:
                 c.Free()

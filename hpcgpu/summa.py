@@ -30,7 +30,8 @@ from .comm import _awareness as _comm_awareness
 from .distmatrix import DistMatrix
 from .errors import agreed
 
-__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "DEFAULT_PANEL_MEMORY", "PHASES"]
+__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "traffic_model", "DEFAULT_PANEL_MEMORY",
+           "PHASES"]
 
 DEFAULT_PANEL_MEMORY = 256 * 2**20
 """Bytes per rank for the two panel pairs in flight (A and B, current and next)."""
@@ -205,9 +206,10 @@ def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1
         and C goes back to the input grid's blocks (one ``Alltoallv``).
         Each rank then moves about ``2 n^2 / sqrt(c P)`` words in the
         SUMMA phase against SUMMA's ``2 n^2 / sqrt(P)``, for c times the
-        memory of A's and B's blocks. ``"auto"``: 2.5-D with the largest
-        ``c <= P^(1/3)`` that makes ``P / c`` a square and fits
-        ``memory_limit``, else SUMMA.
+        memory of A's and B's blocks, but moving A and B onto the layers
+        costs about as much again (see :func:`traffic_model`). ``"auto"``:
+        the ``c <= P^(1/3)`` (with ``P / c`` a square, within
+        ``memory_limit``) whose modelled traffic is least, SUMMA included.
     replication : int, optional, keyword-only
         c for ``"2.5d"`` (required there).
     memory_limit : int, optional, keyword-only
@@ -244,6 +246,7 @@ def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1
     R. A. van de Geijn and J. Watts, "SUMMA: Scalable Universal Matrix
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
+    transa, transb = str(transa).upper(), str(transb).upper()  # PDGEMM takes either case
     _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision)
     shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
     rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
@@ -254,7 +257,8 @@ def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1
     if stats is not None:
         after = traffic()
         sent, received = after["sent"] - before["sent"], after["received"] - before["received"]
-        stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received, **parts)
+        stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received,
+                     algorithm="2.5d" if rep > 1 else "summa", replication=rep, **parts)
     return out
 
 
@@ -318,14 +322,48 @@ def _replication(algorithm, replication, memory_limit, P, shapes, dtype, panel_m
         return int(replication)
     fits = [c for c in range(2, P + 1) if square(c) and c ** 3 <= P and
             (memory_limit is None or need(c) <= memory_limit)]
-    return max(fits) if fits else 1
+    best = min([1, *fits], key=lambda c: traffic_model(shapes, P, c))
+    return best
+
+
+def traffic_model(shapes, P: int, replication: int) -> float:
+    """Elements a rank moves in a matmul (sent + received), modelled. Not collective.
+
+    SUMMA (``replication = 1``, a square-ish grid): ``(m k + k n) / sqrt(P)``.
+    2.5-D: its layers' SUMMA ``(m k + k n) / sqrt(c P)``, plus moving A and B
+    onto the layers ``2 (m k + k n) c / P``, summing C over the layers
+    ``2 m n c / P`` and moving C back ``2 m n / P``. The replication costs as
+    much as the layers save at ``c = P^(1/3)``: 2.5-D moves less only at very
+    large P (Solomonik and Demmel's analysis counts the multiply alone, with A
+    and B already replicated).
+
+    Parameters
+    ----------
+    shapes : ((int, int), (int, int))
+        ``op(A)``'s ``(m, k)`` and ``op(B)``'s ``(k, n)``.
+    P : int
+    replication : int
+
+    Returns
+    -------
+    float
+        Elements.
+    """
+    (m, k), (_, n) = shapes
+    c = replication
+    if c == 1:
+        return (m * k + k * n) / math.sqrt(P)
+    return (m * k + k * n) / math.sqrt(c * P) + 2 * (m * k + k * n) * c / P + 2 * m * n * c / P + 2 * m * n / P
 
 
 def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings, rep, parts):
+    t0 = traffic()
     if transa != "N":
         a = a.T if transa == "T" else a.H
     if transb != "N":
         b = b.T if transb == "T" else b.H
+    t1 = traffic()
+    parts["comm_bytes_transpose"] = t1["sent"] - t0["sent"] + t1["received"] - t0["received"]
     (m, k), n = a.gshape, b.gshape[1]
     grid, xp = a.grid, a.xp
     if c is None:  # beta is 0 here: the first GEMM overwrites every element, no memset
@@ -361,24 +399,22 @@ def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision
     return c
 
 
-_LAYERS: dict = {}
-
-
 def _layers(grid, rep: int):
     """(layer, q, layer grid, fiber comm) of P = rep q^2 ranks, made once per grid (collective).
 
     Layer l is ranks l q^2 .. (l + 1) q^2 - 1 of ``grid.cart``, a q x q
     grid; a fiber is the rep ranks at one position of the layers.
     """
-    key = (id(grid.cart), rep)
-    if key not in _LAYERS:
+    cache = grid.__dict__.setdefault("_layers25d", {})  # on the grid: freed with it (ProcessGrid.free)
+    if rep not in cache:
         from .grid import ProcessGrid
 
         r, q = grid.cart.Get_rank(), math.isqrt(grid.size // rep)
         layer_comm = grid.cart.Split(color=r // (q * q), key=r)
         fiber = grid.cart.Split(color=r % (q * q), key=r)
-        _LAYERS[key] = (r // (q * q), q, ProcessGrid((q, q), comm=layer_comm), fiber)
-    return _LAYERS[key]
+        cache[rep] = (r // (q * q), q, ProcessGrid((q, q), comm=layer_comm), fiber)
+        layer_comm.Free()  # ProcessGrid made its own communicators from it
+    return cache[rep]
 
 
 def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, watchdog, timer, parts) -> None:
@@ -435,15 +471,16 @@ def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, wat
     if beta == 0:
         c.local[...] = out
     else:
-        c.local[...] = out + beta * c.local.astype(out.dtype)
+        c.local[...] = out + beta * (c.local if c.dtype == out.dtype else c.local.astype(out.dtype))
     moved = [t1, t2, t3, t4]
     names = ("replicate", "summa", "reduce", "redistribute")
     for name, x, y in zip(names, [t0, *moved[:-1]], moved, strict=True):
         parts[f"comm_bytes_{name}"] = y["sent"] - x["sent"] + y["received"] - x["received"]
-    parts["replication"] = rep
 
 
-def _check_c(c, shape, a, beta) -> None:
+def _check_c(c, shape, a, beta, b=None) -> None:
+    if c is not None and (c is a or c is b):
+        raise _error("matmul: c must not be a or b (C is written while A and B are read, as PDGEMM forbids)")
     if c is None:
         if beta != 0:
             raise _error(f"matmul: beta = {beta} needs a c to add to")
@@ -470,7 +507,7 @@ def _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision) -> N
         raise _error(f"matmul: dtypes differ: A is {a.dtype}, B is {b.dtype}")
     if a.grid is not b.grid:
         raise _error(f"matmul: A and B are on different process grids ({a.grid.shape} and {b.grid.shape})")
-    _check_c(c, (m, n), a, beta)
+    _check_c(c, (m, n), a, beta, b)
     if a.dtype.kind != "c" and any(isinstance(x, complex) or np.iscomplexobj(x) for x in (alpha, beta)):
         raise _error(f"matmul: complex alpha or beta for {a.dtype} matrices")
     if panel is not None and panel < 1:

@@ -17,7 +17,7 @@ import numpy as np
 from .. import _blas, _gemm
 from ._kernels import kernels as _fused
 
-__all__ = ["MLP", "layer_plan"]
+__all__ = ["MLP", "layer_plan", "local_layout"]
 
 
 def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
@@ -72,6 +72,55 @@ def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
         plan.append(dict(kind=kind, rows=rows, cols=cols, bias=cols, start=start, shape=(a, b)))
         start += a * b + b
     return plan
+
+
+def local_layout(sizes, tensor: int = 1, rank: int = 0) -> tuple[list, int]:
+    """The order and size of tensor rank ``rank``'s flat parameters. Not collective.
+
+    With ``tensor == 1``: layer by layer, weight then bias (the global
+    layout). With ``tensor > 1``: first the parameters every rank of the
+    tensor group holds whole (the row-parallel layers' biases, the unpaired
+    classifier), in layer order, then this rank's slices, then zeros up to
+    the largest rank's length: every rank of a tensor group has a buffer of
+    the same length with the whole parameters at the same offsets, so its
+    data group sums them in the same order as every other's, and they stay
+    bitwise the same on the whole group (uneven splits would otherwise give
+    the ranks buffers of different lengths, reduced by different schedules).
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``[D, h_1, ..., C]``.
+    tensor, rank : int
+        As in :func:`layer_plan`.
+
+    Returns
+    -------
+    (list of (str, tuple), int)
+        ``(name, local shape)`` in buffer order, and the buffer's length.
+    """
+    def entries(t):
+        whole, split = [], []
+        for i, lay in enumerate(layer_plan(sizes, tensor, t)):
+            (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
+            w, b = (f"fc{i}.weight", (r1 - r0, c1 - c0)), (f"fc{i}.bias", (b1 - b0,))
+            if tensor == 1:
+                whole += [w, b]
+            elif lay["kind"] == "full":
+                whole += [w, b]
+            elif lay["kind"] == "row":
+                whole.append(b)
+                split.append(w)
+            else:
+                split += [w, b]
+        return whole, split
+
+    whole, split = entries(rank)
+    size = sum(math.prod(s) for _, s in whole + split)
+    if tensor > 1:
+        size = sum(math.prod(s) for _, s in whole) + max(
+            sum(math.prod(s) for _, s in entries(t)[1]) for t in range(tensor))
+    return whole + split, size
 
 
 def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np.ndarray:
@@ -187,11 +236,7 @@ class MLP:
             raise ValueError("a tensor-parallel model needs tensor_allreduce")
         self._tp_reduce = tensor_allreduce
         self.plan = layer_plan(sizes, *self.tensor)
-        self.shapes: list[tuple[str, tuple[int, ...]]] = []
-        for i, lay in enumerate(self.plan):
-            (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
-            self.shapes += [(f"fc{i}.weight", (r1 - r0, c1 - c0)), (f"fc{i}.bias", (b1 - b0,))]
-        self.n_params = sum(math.prod(s) for _, s in self.shapes)
+        self.shapes, self.n_params = local_layout(sizes, *self.tensor)  # padded with zeros at T > 1
         self.n_global = sum(a * b + b for a, b in itertools.pairwise(sizes))
         for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2), ("params", params, self.n_params)):
             if view is not None and (view.shape != (n,) or view.dtype != self.dtype):
@@ -262,7 +307,7 @@ class MLP:
         -------
         numpy.ndarray, shape (n_params,)
         """
-        out = np.empty(self.n_params, dtype=full.dtype)
+        out = np.zeros(self.n_params, dtype=full.dtype)  # the padding (tensor parallelism) stays 0
         mine = self._views(out)
         for i, lay in enumerate(self.plan):
             a, b = lay["shape"]
@@ -290,17 +335,16 @@ class MLP:
         T = self.tensor[0]
         full = np.empty(self.n_global, dtype=pieces[0].dtype)
         for t, piece in enumerate(pieces):
-            plan = layer_plan(self.sizes, T, t)
-            off = 0
-            for lay in plan:
+            views, off = {}, 0
+            for name, shape in local_layout(self.sizes, T, t)[0]:
+                views[name] = piece[off : off + math.prod(shape)].reshape(shape)
+                off += math.prod(shape)
+            for i, lay in enumerate(layer_plan(self.sizes, T, t)):
                 a, b = lay["shape"]
                 (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
                 w = full[lay["start"] : lay["start"] + a * b].reshape(a, b)
-                n = (r1 - r0) * (c1 - c0)
-                w[r0:r1, c0:c1] = piece[off : off + n].reshape(r1 - r0, c1 - c0)
-                off += n
-                full[lay["start"] + a * b + b0 : lay["start"] + a * b + b1] = piece[off : off + b1 - b0]
-                off += b1 - b0
+                w[r0:r1, c0:c1] = views[f"fc{i}.weight"]
+                full[lay["start"] + a * b + b0 : lay["start"] + a * b + b1] = views[f"fc{i}.bias"]
         return full
 
     def layer_ranges(self) -> list[tuple[int, int]]:
@@ -325,14 +369,16 @@ class MLP:
 
         Returns
         -------
-        list of (int, int)
+        list of (int, int) or None
+            None with ``tensor > 1``: a rank's buffer is not layer by layer
+            there (:func:`local_layout`).
         """
+        if tensor > 1:  # the whole parameters come first (local_layout): layers are not contiguous
+            return None
         out, off = [], 0
-        for lay in layer_plan(sizes, tensor, rank):
-            (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
-            n = (r1 - r0) * (c1 - c0) + (b1 - b0)
-            out.append((off, off + n))
-            off += n
+        for a, b in itertools.pairwise(int(x) for x in sizes):
+            out.append((off, off + a * b + b))
+            off += a * b + b
         return out
 
     def state_dict(self) -> dict:

@@ -30,13 +30,13 @@ from mpi4py import MPI
 from .. import _blas, _device
 from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
-from ..errors import agreed
+from ..errors import AgreedError, agreed
 from ..watchdog import Watchdog
 from ..grid import ProcessGrid
 from ..io import atomic_path, on_root, writable_error, write_attrs
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
-from .model import MLP
+from .model import MLP, local_layout
 from .optim import SGD, LRSchedule
 from .precision import LossScaler
 from .reducer import GradientReducer
@@ -136,17 +136,26 @@ class Trainer:
         agree(self._layout_error(T), comm=comm)
         self._setup_grid(T)
         dcomm, D = self.data_comm, self.data_comm.size
-        # A tensor group's ranks see the same samples: the data is split among the D replicas.
-        train, nc = load_split(self.data_path, "train", dcomm, dtype=master.name, min_rows=D)
-        test, _ = load_split(self.data_path, "test", dcomm, required=False, dtype=master.name, min_rows=0)
-        agree(self._batch_error(train, test, D, T), comm=comm)
-        self.num_classes = check_labels(self.data_path, [train, test], nc, dcomm)
+        # A tensor group's ranks see the same samples: the data is split among the D replicas. Their
+        # errors are agreed within a data group; a second agreement over every rank makes sure no data
+        # group goes on while another has failed (an error may be one rank's: a read that failed).
+        err = None
+        try:
+            train, nc = load_split(self.data_path, "train", dcomm, dtype=master.name, min_rows=D)
+            test, _ = load_split(self.data_path, "test", dcomm, required=False, dtype=master.name, min_rows=0)
+            err = self._batch_error(train, test, D, T)
+            if err is None:
+                self.num_classes = check_labels(self.data_path, [train, test], nc, dcomm)
+        except AgreedError as e:
+            err = e
+        agree(err, comm=comm)
         self.train_split, self.test_split = train, test
 
         sizes = [train.dim, *c.hidden, self.num_classes]
-        layers = MLP.ranges_of(sizes, T, self.tensor_rank)
+        n_local = local_layout(sizes, T, self.tensor_rank)[1]
         self.watchdog = Watchdog(comm, c.stall_timeout)
-        self.reducer = GradientReducer(layers[-1][1], self.xp, master, dcomm, watchdog=self.watchdog, layers=layers,
+        self.reducer = GradientReducer(n_local, self.xp, master, dcomm, watchdog=self.watchdog,
+                                       layers=MLP.ranges_of(sizes, T, self.tensor_rank),
                                        bucket_bytes=c.bucket_mb * 1e6, shards=D if c.zero_stage == 1 else 1)
         self.tensor_bytes = 0  # bytes this rank passed to tensor-group Allreduces in training steps
         self._steps_run = 0  # steps this process ran (not those of a checkpoint it resumed from)
@@ -155,7 +164,7 @@ class Trainer:
         self.model = MLP(sizes, self.xp, master, c.seed, grad=self.reducer.grad,
                          stats=self.reducer.view("loss_sum", 2), compute_dtype=compute,
                          tensor=(T, self.tensor_rank), tensor_allreduce=self._tensor_allreduce if T > 1 else None,
-                         params=None if self._params_pad is None else self._params_pad[: layers[-1][1]])
+                         params=None if self._params_pad is None else self._params_pad[:n_local])
         self.scaler = LossScaler() if self.precision == "16-mixed" else None
         self.metrics = self.METRICS + (self.MIXED_METRICS if compute is not None else ())
         self._skipped = 0  # steps of the current epoch skipped for an overflow (16-mixed)
@@ -194,6 +203,7 @@ class Trainer:
         plan = self._resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
+        self.tensor_bytes = 0  # the plan's timed steps are not training steps
 
     def _layout_error(self, T: int) -> ValueError | None:
         """What is wrong with ``--tensor-parallel T`` at this number of ranks (None: nothing)."""
@@ -202,8 +212,10 @@ class Trainer:
             return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
         if T > 1 and not c.hidden:
             return ValueError(f"--tensor-parallel {T} needs hidden layers to split")
-        if T > 1 and T > min(c.hidden):
-            return ValueError(f"--tensor-parallel {T} is larger than the smallest hidden width ({min(c.hidden)})")
+        split = [h for i, h in enumerate(c.hidden) if i % 2 == 0]  # the column-parallel layers' (layer_plan)
+        if T > 1 and T > min(split):
+            return ValueError(f"--tensor-parallel {T} is larger than the smallest hidden width it splits "
+                              f"({min(split)})")
         return None
 
     def _batch_error(self, train, test, D: int, T: int) -> ValueError | None:

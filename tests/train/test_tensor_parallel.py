@@ -9,7 +9,7 @@ import pytest
 import _mpi
 from _data import blobs, write_h5
 from hpcgpu.train.checkpoint import candidates, read_checkpoint
-from hpcgpu.train.model import MLP, layer_plan
+from hpcgpu.train.model import MLP, layer_plan, local_layout
 
 HIDDEN = "12,9"  # 12 splits evenly at T = 2, 3, 4; 9 only at 3
 SIZES = [6, 12, 9, 4]
@@ -117,7 +117,8 @@ def test_bytes_per_step_are_the_analytic_count(data, tmp_path):
     _, _, c = _train(4, data, tmp_path / "a.h5", "--batch-size", B, "--tensor-parallel", 2)
     local_batch = B // 2
     assert c["tensor_bytes_per_step"] == 8 * local_batch * 9
-    rank0 = MLP.ranges_of(SIZES, 2, 0)[-1][1]
+    rank0 = local_layout(SIZES, 2, 0)[1]  # the whole parameters, this rank's slices, padding to the longest
+    assert rank0 == (9 * 4 + 4) + 9 + (6 * 6 + 6 + 6 * 9)
     assert c["data_bytes_per_step"] == 8 * (rank0 + 3)
     _, _, z = _train(4, data, tmp_path / "b.h5", "--batch-size", B, "--tensor-parallel", 2, "--zero-stage", 1)
     padded = -(-rank0 // 2) * 2
@@ -146,5 +147,26 @@ def test_stop_request_reaches_every_rank_of_the_grid(data, tmp_path):
     assert read_checkpoint(str(ck), n).step == 1
     stop.unlink()
     _, got, _ = _train(4, data, tmp_path / "part.h5", *opts, "--checkpoint", ck, "--resume")
+    for k, want in ref.items():
+        np.testing.assert_array_equal(got[k], want, err_msg=k)
+
+
+@pytest.mark.mpi
+def test_uneven_splits_keep_the_whole_parameters_alike_and_resume_bitwise(data, tmp_path):
+    """3 x 2 with ZeRO-1 and widths 13 and 9 (13 splits 7 + 6): every tensor rank's buffer has the same length
+    with the whole parameters (the row-parallel bias, the classifier) at the same offsets, so the data groups
+    sum them alike; a resume at the same grid is bitwise."""
+    assert local_layout([6, 13, 9, 4], 2, 0)[1] == local_layout([6, 13, 9, 4], 2, 1)[1]
+    assert local_layout([6, 13, 9, 4], 2, 0)[0][:3] == local_layout([6, 13, 9, 4], 2, 1)[0][:3]
+    opts = ("--batch-size", 96, "--tensor-parallel", 2, "--zero-stage", 1, "--hidden", "13,9")
+    ck = tmp_path / "run" / "ck.h5"
+    _, ref, _ = _train(6, data, tmp_path / "full.h5", *opts, "--checkpoint", ck, "--checkpoint-every", 5,
+                       "--keep-checkpoints", 10)
+    n = sum(a * b + b for a, b in zip([6, 13, 9, 4], [13, 9, 4], strict=False))
+    mid = {read_checkpoint(f, n).step: f for f in candidates(str(ck))}[5]
+    d = tmp_path / "resume"
+    d.mkdir()
+    shutil.copy(mid, d / "ck.h5")
+    _, got, _ = _train(6, data, d / "o.h5", *opts, "--checkpoint", d / "ck.h5", "--resume")
     for k, want in ref.items():
         np.testing.assert_array_equal(got[k], want, err_msg=k)

@@ -220,7 +220,7 @@ BAD_INPUTS = {
     "tensor not a divisor": (lambda t: _bad(t, train__X=X, train__y=Y), ["--tensor-parallel", "2"],
                              "--tensor-parallel 2 does not divide the 3 ranks"),
     "tensor > width": (lambda t: _bad(t, train__X=X, train__y=Y), ["--tensor-parallel", "3", "--hidden", "2"],
-                       "--tensor-parallel 3 is larger than the smallest hidden width (2)"),
+                       "--tensor-parallel 3 is larger than the smallest hidden width it splits (2)"),
     "zero stage 2": (lambda t: _bad(t, train__X=X, train__y=Y), ["--zero-stage", "2"],
                      "--zero-stage must be 0 or 1, got 2"),
     "unknown precision": (lambda t: _bad(t, train__X=X, train__y=Y), ["--precision", "8-mixed"],
