@@ -88,9 +88,9 @@ def pdgemm_interface():
         for dt in dtypes:
             wide = np.complex128 if "complex" in dt else np.float64
             for (m, k, n) in shapes:
-                for ta in "NTC":
-                    for tb in "NTC":
-                        for alpha, beta, nan in ((1, 0, False), (2.0, 0.5, False), (-1.5, 0, True)):
+                for case, (ta, tb) in enumerate((x, y) for x in "NTC" for y in "NTC"):
+                    # every op pair; the three alpha/beta cases take turns (all three on every dtype and shape)
+                    for alpha, beta, nan in [((1, 0, False), (2.0, 0.5, False), (-1.5, 0, True))[case % 3]]:
                             A = _draw(rng, (m, k) if ta == "N" else (k, m), dt)
                             B = _draw(rng, (k, n) if tb == "N" else (n, k), dt)
                             C0 = np.full((m, n), np.nan, dt) if nan else _draw(rng, (m, n), dt)

@@ -55,7 +55,7 @@ def test_same_model_at_every_data_x_tensor_grid(data, batch, tmp_path):
     models = {}
     for P, T in ((1, 1), (4, 1), (2, 2), (4, 4), (3, 1), (3, 3)):
         stdout, models[(P // T, T)], comm = _train(P, data, tmp_path / f"{P}-{T}.h5", "--batch-size", batch,
-                                                   "--tensor-parallel", T)
+                                                   "--tensor-parallel", T, "--epochs", 1)
         assert (comm["data_parallel"], comm["tensor_parallel"]) == (P // T, T)
         if T > 1:
             assert f"{P // T} data x {T} tensor parallel" in stdout.splitlines()[0]
