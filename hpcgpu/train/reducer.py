@@ -195,9 +195,7 @@ class GradientReducer:
         what : str
             Where the run is (``"step 12"``), named in a stall report.
         """
-        if self.comm.size == 1:
-            if self.shards > 1:
-                self.shard[...] = self.buffer[: self.padded]
+        if self.comm.size == 1:  # (ZeRO needs shards == comm.size > 1)
             return
         t0 = MPI.Wtime()
         watch = self.watchdog.watch("gradient Allreduce", what) if self.watchdog else contextlib.nullcontext()
@@ -232,20 +230,6 @@ class GradientReducer:
         mine = params[lo:hi].copy()  # MPI's send and receive buffers must not overlap
         Allgather(mine, params.reshape(self.shards, hi - lo), comm=self.comm)
         self.bytes_sent += params.nbytes
-
-    def reduce(self, what: str = "") -> None:
-        """Sum :attr:`buffer` over the ranks in place, all of it now (no overlap). Collective.
-
-        Parameters
-        ----------
-        what : str
-            Where the run is (``"step 12"``), named in a stall report.
-        """
-        if self.comm.size == 1:
-            return
-        watch = self.watchdog.watch("gradient Allreduce", what) if self.watchdog else contextlib.nullcontext()
-        with watch:
-            Allreduce(self.buffer, comm=self.comm)
 
     def read(self) -> dict[str, float]:
         """Every slot's value, by name, as host floats (one copy from a device). Not collective."""
