@@ -1,0 +1,354 @@
+"""A load-balanced task farm: many independent tasks over the ranks, results into one HDF5 file.
+
+``hpcgpu.tasks.map(fn, params, out="results.h5")`` (collective) calls
+``fn(**row)`` for each row of a parameter table on the worker ranks, each
+bound to its GPU by the runtime as usual (``hpcgpu.get_runtime().xp`` inside
+``fn``). The command line is ``python -m hpcgpu.tasks MODULE:FUNCTION
+--params PARAMS -o RESULTS.h5``.
+
+Rank 0 manages (guided self-scheduling, see :mod:`hpcgpu.tasks._farm`) and
+writes; ranks 1 .. P-1 run tasks; a single rank does both in turn. Nothing is
+spawned. The output holds ``/params/<name>``, ``/results/<name>`` (task id
+first), ``/tasks/status`` (pending, done, failed), ``/tasks/error``,
+``/tasks/seconds``, ``/tasks/rank`` and ``/tasks/attempts``; a journal beside
+it keeps every finished task within ``flush_seconds`` of a kill, and
+``resume=True`` runs only the tasks not done.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from .._version import __version__
+from ..comm import agree, default_comm
+from ..errors import agreed
+from ..io import writable_error
+from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Alarm, _Keeper, agreed_outcome, balance,
+                    current_task, manage, resume_from, work, work_alone)
+from ._params import Params, read_params
+from ._store import DONE, FAILED, PENDING, Ledger
+
+__all__ = ["map", "SweepResult", "Params", "read_params", "TaskTimeout", "TaskInfo", "current_task",
+           "PENDING", "DONE", "FAILED"]
+
+PROGRESS = ("auto", "bar", "lines", "none")
+
+
+@dataclass
+class SweepResult:
+    """The outcome of a sweep; the same summary on every rank, the tables on rank 0.
+
+    Attributes
+    ----------
+    tasks, done, failed, pending : int
+        Task counts (``pending``: not run, after a stop).
+    makespan : float
+        Seconds from the first task handed out to the last worker stopping.
+    workers : int
+        Ranks that ran tasks (``P - 1``, or 1 on one rank).
+    balance : float
+        Seconds spent in tasks over ``workers * makespan`` (1.0: no worker waited).
+    stopped : str or None
+        Why the sweep stopped early (``"SIGTERM"``, ``"stop file PATH"``), else ``None``.
+    out : str or None
+        The HDF5 file written.
+    results : dict of str to numpy.ndarray or None
+        Rank 0: each result over all tasks (task id first; NaN or 0 where not done). Others: ``None``.
+    status : numpy.ndarray or None
+        Rank 0: int8 per task, :data:`PENDING`, :data:`DONE` or :data:`FAILED`.
+    error : list of str or None
+        Rank 0: the one-line error of each failed task (``""`` otherwise).
+    seconds : numpy.ndarray or None
+        Rank 0: wall-clock seconds of each task's last attempt (NaN: not run).
+    """
+
+    tasks: int
+    done: int
+    failed: int
+    pending: int
+    makespan: float
+    workers: int
+    balance: float
+    stopped: str | None = None
+    out: str | None = None
+    results: dict | None = None
+    status: np.ndarray | None = None
+    error: list | None = None
+    seconds: np.ndarray | None = None
+
+    def summary(self) -> str:
+        """The one line a run ends with: counts, makespan, workers, balance, the file.
+
+        Returns
+        -------
+        str
+        """
+        line = (f"{self.tasks} tasks: {self.done} done, {self.failed} failed, {self.pending} pending; "
+                f"makespan {self.makespan:.2f} s on {self.workers} worker{'s' * (self.workers != 1)}, "
+                f"balance {self.balance:.2f}")
+        if self.stopped:
+            line += f"; stopped ({self.stopped})"
+        return line + (f"; wrote {self.out}" if self.out else "")
+
+
+def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = False, retries: int = 0,
+        timeout: float | None = None, flush_seconds: float = 2.0, progress: str = "none",
+        stop_file: str | None = None, comm: MPI.Intracomm | None = None, name: str | None = None) -> SweepResult:
+    """Call ``fn(**row)`` for every row of ``params`` over the ranks; gather the results in one file.
+
+    Collective: every rank of ``comm`` calls it with the same arguments
+    (``fn`` itself is not sent anywhere: each rank calls its own, as SPMD
+    code does). Rank 0 hands out tasks in chunks that shrink as the work runs
+    out (guided self-scheduling) and records the results; the other ranks run
+    them. On one rank, the tasks run there in order.
+
+    Parameters
+    ----------
+    fn : callable
+        Takes the parameter columns as keyword arguments; returns a dict of
+        numbers, booleans, strings or fixed-shape numeric arrays (CuPy
+        arrays are copied to the host). The first result fixes the names,
+        shapes and dtypes. An exception fails that task only.
+    params : str, os.PathLike, Params, mapping or sequence of dicts
+        The task table, read by rank 0; see :func:`read_params`.
+    out : str or os.PathLike, optional
+        The HDF5 file (written by rank 0, atomically) and beside it
+        ``OUT.journal`` while the sweep runs. Without it nothing is
+        written and ``resume`` is not possible.
+    resume : bool, keyword-only
+        Keep the done tasks of an earlier run of the same sweep (same
+        function name and parameter table) from ``out`` and its journal;
+        run the rest (failed ones again). Without an earlier file, start
+        afresh.
+    retries : int, keyword-only
+        Further attempts at a task that raised or timed out before it is
+        recorded as failed (on whichever worker asks next).
+    timeout : float, keyword-only, optional
+        Seconds an attempt may run; then :class:`TaskTimeout` is raised in
+        it (SIGALRM, main thread only) and the rank goes on with its next
+        task. A single native call that never returns cannot be stopped so.
+    flush_seconds : float, keyword-only
+        The journal is forced to disk at least this often (seconds): what a
+        killed job can lose. The HDF5 file is rewritten every
+        ``10 * flush_seconds`` at most, and less often when writing it is
+        slow (at most 5% of the time).
+    progress : {"auto", "bar", "lines", "none"}, keyword-only
+        Rank 0's progress display: a tqdm bar (``auto``: on a terminal), a
+        line every 30 s, or nothing.
+    stop_file : str, keyword-only, optional
+        When this file appears, stop handing out tasks, let the running
+        ones finish, write the file and return with ``stopped`` set.
+    comm : mpi4py.MPI.Intracomm, keyword-only, optional
+        The runtime's communicator by default (duplicated for the farm).
+    name : str, keyword-only, optional
+        The function's name in the file and in resume checks; by default
+        ``fn``'s module and qualified name.
+
+    Returns
+    -------
+    SweepResult
+        Counts and timings on every rank; the tables on rank 0.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments or parameter table, an earlier file of another sweep
+        with ``resume``, or results that change names, shapes or dtypes
+        from task to task (the sweep stops; the journal keeps what was
+        done). Agreed: every rank raises it.
+    FileNotFoundError
+        ``params`` names no file (agreed).
+    PermissionError, IsADirectoryError
+        ``out`` cannot be written (agreed, before any task runs).
+
+    Notes
+    -----
+    Chunks: a worker asking gets ``ceil(R / 2W)`` of the ``R`` tasks not
+    handed out (Polychronopoulos and Kuck, "Guided self-scheduling", IEEE
+    Trans. Computers 36(12), 1987; halved as in Hummel, Schonberg and
+    Flynn, "Factoring", CACM 35(8), 1992). A worker sends its records at
+    the end of a chunk and every ``flush_seconds / 2`` within one.
+
+    Examples
+    --------
+    >>> def fit(a, b):                                   # doctest: +SKIP
+    ...     return {"x": a * b}
+    >>> r = hpcgpu.tasks.map(fit, {"a": [1, 2], "b": [3, 4]}, out="fits.h5")  # doctest: +SKIP
+    >>> r.summary()                                      # doctest: +SKIP
+    '2 tasks: 2 done, 0 failed, 0 pending; makespan 0.01 s on 1 worker, balance 0.98; wrote fits.h5'
+    """
+    stop = None
+    if stop_file is not None:
+        from ..train.stop import StopRequest
+
+        stop = StopRequest(stop_file, check_file=(default_comm() if comm is None else comm).rank == 0)
+    return run_sweep(fn, params, out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
+                     progress=progress, stop=stop, comm=comm, name=name)
+
+
+def run_sweep(fn, params, out=None, *, resume=False, retries=0, timeout=None, flush_seconds=2.0, progress="none",
+              stop=None, comm=None, name=None, what="params") -> SweepResult:
+    """:func:`map` for callers that bring their own stop request (the command line, tests).
+
+    Collective, as :func:`map`, whose parameters it shares but ``stop_file``.
+
+    Parameters
+    ----------
+    fn, params, out, resume, retries, timeout, flush_seconds, progress, comm, name
+        As for :func:`map`.
+    stop : object, keyword-only, optional
+        Anything with a ``requested()`` method and a ``reason`` attribute
+        (:class:`hpcgpu.train.stop.StopRequest`), asked on rank 0 between
+        messages and on the workers between tasks.
+    what : str, keyword-only
+        How messages name the parameter table (``--params`` on the command line).
+
+    Returns
+    -------
+    SweepResult
+    """
+    base = default_comm() if comm is None else comm
+    out = os.fspath(out) if out is not None else None
+    name = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+    _check_args(fn, retries, timeout, flush_seconds, progress, resume, out)
+    alarm = _Alarm(timeout)
+    agree(None if alarm.usable else ValueError("timeout: needs the main thread (SIGALRM)"), comm=base)
+    opts = Options(out=out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
+                   progress=progress, stop=stop, what=what)
+    comm = base.Dup()  # the farm's messages never match the caller's
+    try:
+        return _sweep(comm, fn, params, name, opts, alarm)
+    finally:
+        alarm.close()
+        comm.Free()
+
+
+def _check_args(fn, retries, timeout, flush_seconds, progress, resume, out) -> None:
+    """The arguments, checked alike on every rank before any communication."""
+    err = None
+    if not callable(fn):
+        err = ValueError(f"fn: expected a callable, got {type(fn).__name__}")
+    elif isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
+        err = ValueError(f"--retries must be an integer >= 0, got {retries!r}")
+    elif timeout is not None and not (isinstance(timeout, (int, float)) and np.isfinite(timeout) and timeout > 0):
+        err = ValueError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
+    elif not (isinstance(flush_seconds, (int, float)) and np.isfinite(flush_seconds) and flush_seconds > 0):
+        err = ValueError(f"--flush-seconds must be a number of seconds > 0, got {flush_seconds!r}")
+    elif progress not in PROGRESS:
+        err = ValueError(f"--progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
+    elif resume and out is None:
+        err = ValueError("resume needs out: the file of the earlier run")
+    if err is not None:
+        raise agreed(err)
+
+
+def _prepare(fn, params, name: str, opts: Options, what: str) -> tuple[Ledger, list[int], int]:
+    """Rank 0: the table, the output's checks, an earlier run's results. Raises what the user must fix."""
+    table = read_params(params, what)
+    _check_signature(fn, table, name)
+    label = f"-o {opts.out}" if what == "--params" else f"out {opts.out}"
+    if opts.out is not None:
+        err = writable_error(opts.out, label.split()[0])
+        if err is not None:
+            raise err
+    ledger = Ledger(table, name)
+    loaded = 0
+    if opts.resume:
+        loaded = resume_from(ledger, opts.out, label)
+    return ledger, ledger.todo(), loaded
+
+
+def _check_signature(fn, table: Params, name: str) -> None:
+    """Every column must be a parameter of ``fn``, and every parameter without a default a column."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or an extension: nothing to check
+        return
+    try:
+        sig.bind(**dict.fromkeys(table.names))
+    except TypeError as e:
+        takes = ", ".join(sig.parameters) or "nothing"
+        raise ValueError(f"{table.source}: columns {', '.join(table.names)} do not fit {name}({takes}): {e}") \
+            from None
+
+
+def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
+    from ..runtime import current_runtime
+
+    what = opts.what
+    rank, size = comm.rank, comm.size
+    keeper = ledger = None
+    err = None
+    if rank == 0:
+        try:
+            ledger, todo, loaded = _prepare(fn, params, name, opts, what)
+            rt = current_runtime()
+            attrs = {"world_size": size, "workers": max(1, size - 1), "hpcgpu_version": __version__,
+                     "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+                     "device": rt.device if rt is not None else "", "retries": opts.retries,
+                     "timeout_seconds": opts.timeout if opts.timeout else 0.0,
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            keeper = _Keeper(ledger, opts, attrs, max(1, size - 1))
+            if loaded and opts.out:
+                keeper.write()  # the journal's records into the file before the journal restarts
+            keeper.start()
+        except (OSError, ValueError) as e:
+            err = e
+    agree(err, comm=comm)
+    outcome = None
+    try:
+        if size == 1:
+            outcome = work_alone(keeper, fn, alarm, todo, ledger.params, 0)
+        elif rank == 0:
+            outcome = manage(comm, keeper, todo, ledger.params)
+        else:
+            work(comm, fn, alarm, opts.stop, opts.flush_seconds)
+        if rank == 0:
+            outcome = _finish(keeper, outcome)
+    finally:
+        if keeper is not None:
+            keeper.close()
+    outcome = agreed_outcome(comm, outcome) if size > 1 else _raise_fatal(outcome)
+    return _result(outcome, ledger, opts.out if outcome.wrote else None)
+
+
+def _finish(keeper: _Keeper, outcome: Outcome) -> Outcome:
+    """Rank 0 after the last task: the final file (not after a schema error: the journal keeps the work)."""
+    outcome.fatal = keeper.fatal
+    if keeper.journal is None:
+        return outcome
+    if keeper.fatal:
+        keeper.journal.flush()
+        return outcome
+    final = {"makespan_seconds": outcome.makespan, "busy_seconds": outcome.busy, "balance": balance(outcome),
+             "stopped": outcome.stopped or ""}
+    try:
+        keeper.write(final)
+        outcome.wrote = keeper.opts.out
+    except OSError as e:
+        keeper.journal.flush()
+        outcome.fatal = f"{keeper.opts.out}: cannot write the results ({e}); the journal keeps them: --resume"
+    return outcome
+
+
+def _raise_fatal(outcome: Outcome) -> Outcome:
+    if outcome.fatal:
+        raise agreed(ValueError(outcome.fatal))
+    return outcome
+
+
+def _result(outcome: Outcome, ledger: Ledger | None, out) -> SweepResult:
+    c = outcome.counts
+    r = SweepResult(tasks=sum(c.values()), done=c["done"], failed=c["failed"], pending=c["pending"],
+                    makespan=outcome.makespan, workers=outcome.workers, balance=balance(outcome),
+                    stopped=outcome.stopped, out=out)
+    if ledger is not None:
+        r.results, r.status, r.error, r.seconds = ledger.results, ledger.status, ledger.error, ledger.seconds
+    return r

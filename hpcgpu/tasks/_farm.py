@@ -1,0 +1,455 @@
+"""The task farm: a manager rank hands out chunks of tasks, the workers run them and report back.
+
+Scheduling is guided self-scheduling (Polychronopoulos and Kuck 1987) with
+the chunk halved as in factoring (Hummel, Schonberg and Flynn 1992): a
+worker that asks gets ``ceil(R / (2 W))`` of the ``R`` tasks not yet handed
+out, ``W`` the number of workers. Early chunks are large (few messages),
+late ones single tasks (the last tasks balance), so uneven task times even
+out without a message per task. Rank 0 is the manager and the one writer;
+ranks 1 .. P-1 work. One rank works alone. No process is spawned, so it runs
+under any launcher (``srun`` included).
+
+Messages (pickled, on the farm's own duplicate of the communicator):
+worker -> manager ``(records, kind)``, ``kind`` one of ``"more"`` (send me
+work), ``"progress"`` (results of a long chunk, no reply wanted) and
+``"stopping"`` (I stop: the unstarted tasks are returned); manager -> worker
+a chunk ``[(task, attempt, kwargs), ...]`` or ``None`` (stop). Each worker
+receives exactly one ``None``, so no message is left unmatched: a stop sent
+while a worker runs a chunk is seen between two tasks (``iprobe``), and a
+request that crosses it is answered by it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from ..errors import agreed
+from ._params import Params
+from ._store import DONE, FAILED, Journal, Ledger, Record, SchemaError
+
+TAG_REPORT, TAG_WORK = 71, 72
+
+
+class TaskTimeout(TimeoutError):
+    """Raised inside a task that ran past its time limit (``--timeout``).
+
+    The task is recorded as failed with the message ``timed out after S s``
+    (after its retries); the rank carries on with its next task.
+    """
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """The task a rank is running, for the task function to ask (:func:`current_task`).
+
+    Attributes
+    ----------
+    id : int
+        The task's row in the parameter table (0-based).
+    attempt : int
+        0 for the first attempt, 1 for the first retry, ...
+    """
+
+    id: int
+    attempt: int
+
+
+_CURRENT: TaskInfo | None = None
+
+
+def current_task() -> TaskInfo | None:
+    """The task this rank is running, or ``None`` outside a task.
+
+    Not collective. A task function can take its id for a seed or a file
+    name without a column for it.
+
+    Returns
+    -------
+    TaskInfo or None
+    """
+    return _CURRENT
+
+
+@dataclass
+class Options:
+    """How a sweep runs; see :func:`hpcgpu.tasks.map`."""
+
+    out: str | None = None
+    resume: bool = False
+    retries: int = 0
+    timeout: float | None = None
+    flush_seconds: float = 2.0
+    progress: str = "none"
+    stop: object = None  # a hpcgpu.train.stop.StopRequest, or None
+    what: str = "params"  # how messages name the parameter table (--params on the command line)
+
+
+def chunk_size(remaining: int, workers: int) -> int:
+    """Guided self-scheduling with factoring's halving: ``ceil(remaining / (2 workers))``, at least 1.
+
+    Parameters
+    ----------
+    remaining : int
+        Tasks not yet handed out.
+    workers : int
+        Number of worker ranks.
+
+    Returns
+    -------
+    int
+    """
+    return max(1, math.ceil(remaining / (2 * max(1, workers))))
+
+
+# ---- running one task ---------------------------------------------------------------------------
+
+class _Alarm:
+    """A per-task time limit from ``setitimer``: SIGALRM raises :class:`TaskTimeout` in the task.
+
+    The exception is raised at the task's next Python bytecode, so Python
+    loops, ``time.sleep`` and a sequence of NumPy or CuPy calls stop at once;
+    a single native call that never returns (one huge BLAS call, a hung
+    kernel wait) stops only when it returns. Main thread only (signals).
+    """
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds if seconds and seconds > 0 else None
+        self.armed = False
+        self._old = None
+        if self.seconds and threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGALRM, self._fire)
+            self.usable = True
+        else:
+            self.usable = self.seconds is None
+
+    def _fire(self, signum, frame):
+        if self.armed:
+            self.armed = False
+            raise TaskTimeout(f"timed out after {self.seconds:g} s")
+
+    @contextlib.contextmanager
+    def __call__(self):
+        if not self.seconds:
+            yield
+            return
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        try:
+            yield
+        finally:
+            self.armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def close(self):
+        if self._old is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+            self._old = None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
+
+
+def _to_host(values):
+    """Results on the host: CuPy arrays are copied (after their stream finishes), NumPy ones kept."""
+    if not isinstance(values, dict):
+        return values
+    out = {}
+    for k, v in values.items():
+        if type(v).__module__.split(".")[0] == "cupy":
+            v = v.get()
+        out[k] = v
+    return out
+
+
+def run_task(fn, task: int, attempt: int, kwargs: dict, rank: int, alarm: _Alarm) -> Record:
+    """One attempt at one task; an exception (or the time limit) becomes a failed record."""
+    global _CURRENT
+    _CURRENT = TaskInfo(task, attempt)
+    t0 = time.perf_counter()
+    try:
+        with alarm():
+            values = _to_host(fn(**kwargs))
+        return Record(task, True, attempt, time.perf_counter() - t0, rank, values=values)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a task's failure is data; SystemExit included
+        return Record(task, False, attempt, time.perf_counter() - t0, rank, error=_one_line(exc))
+    finally:
+        _CURRENT = None
+
+
+# ---- rank 0: the ledger, its files and the summary ------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What rank 0 tells every rank at the end."""
+
+    counts: dict
+    makespan: float
+    workers: int
+    busy: float
+    stopped: str | None = None
+    fatal: str | None = None
+    wrote: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class _Keeper:
+    """Rank 0's bookkeeping: the ledger, retries, the journal, the periodic HDF5 writes, progress."""
+
+    def __init__(self, ledger: Ledger, opts: Options, attrs: dict, workers: int):
+        self.ledger, self.opts, self.attrs = ledger, opts, attrs
+        self.workers = workers
+        self.journal = (Journal(opts.out + ".journal",
+                                {"function": ledger.function, "params_digest": ledger.params.digest(),
+                                 "tasks": ledger.params.n}) if opts.out else None)
+        self.last_flush = self.last_write = time.monotonic()
+        self.write_cost = 0.0
+        self.busy = 0.0
+        self.fatal: str | None = None
+        self.bar = None
+        self.total = ledger.params.n
+        self.last_line = time.monotonic()
+
+    def start(self) -> None:
+        if self.journal is not None:
+            self.journal.restart()
+        if self.opts.progress in ("bar", "auto") and (self.opts.progress == "bar" or sys.stderr.isatty()):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=self.total - len(self.ledger.todo()), unit="task",
+                            dynamic_ncols=True)
+
+    def record(self, rec: Record, requeue) -> None:
+        """Apply one attempt: done, failed after its retries, or put back for a retry."""
+        self.busy += rec.seconds
+        if not rec.ok and rec.attempt < self.opts.retries:
+            requeue(rec.task, rec.attempt + 1)
+            return
+        try:
+            self.ledger.apply(rec)
+        except SchemaError as e:
+            self.fatal = self.fatal or str(e)
+            return
+        if self.journal is not None:
+            self.journal.buffer.append(rec)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def tick(self, now: float) -> None:
+        """The periodic duties: journal every ``flush_seconds``, the HDF5 file when it is cheap enough."""
+        if self.journal is None or self.fatal:
+            return
+        if now - self.last_write >= max(10 * self.opts.flush_seconds, 20 * self.write_cost):
+            self.write()
+        elif self.journal.buffer and now - self.last_flush >= self.opts.flush_seconds:
+            self.journal.flush()
+            self.last_flush = now
+        if self.opts.progress == "lines" and now - self.last_line >= 30:
+            self.last_line = now
+            c = self.ledger.counts()
+            print(f"hpcgpu.tasks: {c['done']}/{self.total} done, {c['failed']} failed", flush=True)
+
+    def write(self, final: dict | None = None) -> None:
+        """The whole HDF5 file, atomically; then the journal starts afresh (or goes, at the end)."""
+        t0 = time.monotonic()
+        self.ledger.write(self.opts.out, {**self.attrs, **(final or {})})
+        if final is not None and not self.ledger.counts()["pending"]:
+            self.journal.remove()
+        else:
+            self.journal.restart()
+        self.last_write = self.last_flush = time.monotonic()
+        self.write_cost = self.last_write - t0
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Manager:
+    """Rank 0 of a farm of ``comm.size - 1`` workers: hand out chunks, apply reports, stop everyone."""
+
+    def __init__(self, comm: MPI.Intracomm, keeper: _Keeper, todo: list[int], params: Params):
+        self.comm, self.keeper, self.params = comm, keeper, params
+        self.W = comm.size - 1
+        self.pending = collections.deque((t, 0) for t in todo)
+        self.holding = dict.fromkeys(range(1, comm.size), 0)  # tasks handed to each worker, not yet reported
+        self.parked: list[int] = []  # asked while nothing was pending but tasks were still out
+        self.stop_sent: set[int] = set()
+        self.finished: set[int] = set()
+        self.stopping: str | None = None
+
+    def requeue(self, task: int, attempt: int) -> None:
+        self.pending.appendleft((task, attempt))
+
+    def serve(self, w: int) -> None:
+        """Answer worker ``w``'s request for work: a chunk, a wait (parked), or the stop."""
+        if self.stopping is None and self.pending:
+            n = min(chunk_size(len(self.pending), self.W), len(self.pending))
+            chunk = [self.pending.popleft() for _ in range(n)]
+            self.holding[w] = n
+            self.comm.send([(t, a, self.params.row(t)) for t, a in chunk], dest=w, tag=TAG_WORK)
+        elif self.stopping is None and any(self.holding.values()):
+            self.parked.append(w)  # a retry or a returned task may still come
+        else:
+            self.stop(w)
+            self.finished.add(w)
+
+    def stop(self, w: int) -> None:
+        if w not in self.stop_sent:
+            self.stop_sent.add(w)
+            self.comm.send(None, dest=w, tag=TAG_WORK)
+
+    def begin_stop(self, why: str) -> None:
+        self.stopping = why
+        for w in range(1, self.comm.size):  # a busy worker sees its None between two tasks
+            self.stop(w)
+        self.finished.update(self.parked)  # they were waiting for an answer: the None is it
+        self.parked.clear()
+
+    def on_report(self, w: int, records: list, kind: str) -> None:
+        for rec in records:
+            if isinstance(rec, Record):
+                self.holding[w] -= 1
+                self.keeper.record(rec, self.requeue)
+            else:  # ("returned", [(task, attempt), ...]) from a stopping worker
+                self.holding[w] -= len(rec[1])
+                self.pending.extendleft(reversed(rec[1]))
+        if self.keeper.fatal and self.stopping is None:
+            self.begin_stop(self.keeper.fatal)
+        if kind == "stopping":
+            self.stop(w)  # its None may be on the way already; if not, this is it
+            self.finished.add(w)
+        elif kind == "more":
+            if w in self.stop_sent:
+                self.finished.add(w)  # it reads the None we sent
+            else:
+                self.serve(w)
+        while self.parked and (self.pending or not any(self.holding.values())):
+            self.serve(self.parked.pop(0))
+
+    def run(self) -> Outcome:
+        stop, status, nap = self.keeper.opts.stop, MPI.Status(), 0.0
+        t_start = time.monotonic()
+        while len(self.finished) < self.W:
+            self.keeper.tick(time.monotonic())
+            if self.stopping is None and stop is not None and stop.requested():
+                self.begin_stop(stop.reason)
+            msg = self.comm.improbe(MPI.ANY_SOURCE, TAG_REPORT, status)
+            if msg is None:
+                # Back off from 0 to 2 ms while nothing comes: a reply within microseconds when
+                # busy, and no core burnt by the manager of an oversubscribed node when not.
+                nap = min(2e-3, nap * 2 or 2e-5)
+                time.sleep(nap)
+                continue
+            nap = 0.0
+            self.on_report(status.Get_source(), *msg.recv())
+        self.keeper.tick(time.monotonic())
+        stopped = None if self.keeper.fatal else self.stopping
+        return Outcome(self.keeper.ledger.counts(), time.monotonic() - t_start, self.W, self.keeper.busy,
+                       stopped=stopped)
+
+
+def manage(comm: MPI.Intracomm, keeper: _Keeper, todo: list[int], params: Params) -> Outcome:
+    """Rank 0 of a farm: run the :class:`_Manager` until every worker has stopped."""
+    return _Manager(comm, keeper, todo, params).run()
+
+
+def work(comm: MPI.Intracomm, fn, alarm: _Alarm, stop_request, flush_seconds: float) -> None:
+    """A worker rank: ask for work, run it, report, until the manager says stop."""
+    rank = comm.rank
+    comm.send(([], "more"), dest=0, tag=TAG_REPORT)
+    while True:
+        chunk = comm.recv(source=0, tag=TAG_WORK)
+        if chunk is None:
+            return
+        records: list = []
+        last_send = time.monotonic()
+        told_to_stop = False
+        for i, (task, attempt, kwargs) in enumerate(chunk):
+            if stop_request is not None and stop_request.requested():
+                told_to_stop = True
+            elif comm.iprobe(source=0, tag=TAG_WORK):  # only ever a None while a chunk runs
+                told_to_stop = True
+            if told_to_stop:
+                records.append(("returned", [(t, a) for t, a, _ in chunk[i:]]))
+                break
+            records.append(run_task(fn, task, attempt, kwargs, rank, alarm))
+            now = time.monotonic()
+            if i + 1 < len(chunk) and now - last_send >= flush_seconds / 2:
+                comm.send((records, "progress"), dest=0, tag=TAG_REPORT)
+                records, last_send = [], now
+        comm.send((records, "stopping" if told_to_stop else "more"), dest=0, tag=TAG_REPORT)
+
+
+def work_alone(keeper: _Keeper, fn, alarm: _Alarm, todo: list[int], params: Params, rank: int) -> Outcome:
+    """One rank: run the tasks in order here, with the same records, retries and files."""
+    pending = collections.deque((t, 0) for t in todo)
+    t_start = time.monotonic()
+    stopping = None
+
+    def requeue(task, attempt):
+        pending.appendleft((task, attempt))
+
+    while pending and not keeper.fatal:
+        if keeper.opts.stop is not None and keeper.opts.stop.requested():
+            stopping = keeper.opts.stop.reason
+            break
+        task, attempt = pending.popleft()
+        keeper.record(run_task(fn, task, attempt, params.row(task), rank, alarm), requeue)
+        keeper.tick(time.monotonic())
+    return Outcome(keeper.ledger.counts(), time.monotonic() - t_start, 1, keeper.busy, stopped=stopping)
+
+
+def resume_from(ledger: Ledger, out: str, label: str) -> int:
+    """Load an earlier run's file and journal into ``ledger``; the number of journal records applied.
+
+    Raises
+    ------
+    ValueError
+        The file or the journal belongs to another sweep, or a journal record does not fit the schema.
+    """
+    if os.path.exists(out):
+        ledger.load(out, label)
+    header, records = Journal.read(out + ".journal")
+    if header is None:
+        return 0
+    ledger._check_same_sweep(header, f"{label}.journal")
+    for rec in records:
+        try:
+            ledger.apply(rec)
+        except SchemaError as e:
+            raise ValueError(f"{label}.journal: {e}") from None
+    return len(records)
+
+
+def balance(outcome: Outcome) -> float:
+    """Busy seconds over the workers' available seconds (1.0: no worker ever waited)."""
+    avail = outcome.workers * outcome.makespan
+    return outcome.busy / avail if avail > 0 else float("nan")
+
+
+def agreed_outcome(comm: MPI.Intracomm, outcome: Outcome | None) -> Outcome:
+    """Rank 0's outcome on every rank; a fatal one raised everywhere as the same ``ValueError``."""
+    outcome = comm.bcast(outcome, root=0)
+    if outcome.fatal:
+        raise agreed(ValueError(outcome.fatal))
+    return outcome
+
+
+__all__ = ["TaskTimeout", "TaskInfo", "current_task", "chunk_size"]
+_ = (DONE, FAILED, np)  # re-exported names used by the package

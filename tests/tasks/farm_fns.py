@@ -1,0 +1,45 @@
+"""Task functions of the farm's tests, loaded as ``tests/tasks/farm_fns.py:NAME``.
+
+Each call appends its task id to ``$FARM_LOG/<pid>``, so a test can count how
+often every task ran and on which process.
+"""
+
+import os
+import time
+
+import numpy as np
+
+import hpcgpu
+from hpcgpu.tasks import current_task
+
+
+def _log(i):
+    d = os.environ.get("FARM_LOG")
+    if d:
+        with open(os.path.join(d, str(os.getpid())), "a") as f:
+            f.write(f"{i}\n")
+
+
+def uneven(i, seconds, fail=0):
+    """Sleeps ``seconds``; fail=1 always raises, 2 raises on the first attempt, 3 hangs (past any timeout)."""
+    _log(i)
+    time.sleep(seconds)
+    if fail == 1:
+        raise RuntimeError(f"task {i} fails\nsecond line of the message")
+    if fail == 2 and current_task().attempt == 0:
+        raise OSError(f"task {i}: transient")
+    if fail == 3:
+        time.sleep(120)
+    xp = hpcgpu.get_runtime().xp  # on the device path, a device array copied back by the farm
+    return {"square": i * i, "vec": xp.full(3, float(i)), "tag": f"t{i}", "root": np.sqrt(float(i))}
+
+
+def changes_shape(i, seconds=0):
+    _log(i)
+    return {"x": np.zeros(2 if i < 3 else 3)}
+
+
+def slow(i, seconds=0.02):
+    _log(i)
+    time.sleep(seconds)
+    return {"twice": 2 * i}
