@@ -128,6 +128,41 @@ def test_preemption_signal_requeue_resume(slurm, tmp_path):
         np.testing.assert_array_equal(b["metrics/train_loss"][()], a["metrics/train_loss"][()])
 
 
+def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
+    """A sweep warned mid-way: the running tasks finish, the results so far are written (exit 3), the job
+    requeues itself and the rerun (--resume) runs the rest: every task done once in the final file."""
+    n = 60
+    params = tmp_path / "p.csv"
+    params.write_text("i,seconds\n" + "".join(f"{i},0.1\n" for i in range(n)))
+    log = tmp_path / "ran"
+    log.mkdir()
+    fn = os.path.join(_mpi.ROOT, "tests", "tasks", "farm_fns.py") + ":slow"
+    env = dict(slurm.env, **_vars(tmp_path, FUNCTION=fn, PARAMS=params, FARM_LOG=log))
+    job = subprocess.Popen(["sbatch", "--wait", "-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "tasks-cpu.sbatch")],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ran = lambda: sum(len(open(p).read().split()) for p in glob.glob(str(log / "*")))  # noqa: E731
+    try:
+        job_id = job.stdout.readline().split()[-1]
+        deadline = time.time() + 120
+        while ran() < 8:
+            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
+            time.sleep(0.2)
+        os.kill(_batch_shell(slurm, job_id), signal.SIGUSR1)
+        rc = job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
+            job.kill()
+    out = _log(tmp_path)
+    assert rc == 0, (job.stderr.read(), out)
+    assert "warning signal" in out and "restart 1" in out and "stopped (stop file" in out, out
+    assert f"{n} tasks: {n} done, 0 failed, 0 pending" in out, out
+    with h5py.File(os.path.join(_run_dir(tmp_path), "tasks.h5")) as f:
+        assert (f["tasks/status"][()] == 1).all() and (f["tasks/attempts"][()] == 1).all()
+        np.testing.assert_array_equal(f["results/twice"][()], 2 * np.arange(n))
+    assert ran() == n  # the stop let running tasks finish and returned the rest: none ran twice
+
+
 def _batch_shell(slurm, job_id):
     """PID of the job's batch script (what --signal=B: signals)."""
     out = subprocess.run(["scontrol", "listpids", job_id], env=slurm.env, capture_output=True, text=True,
@@ -156,7 +191,7 @@ def test_srun_mpi_none_is_a_clear_error(slurm, tmp_path):
     assert len(ours) == 1 and "MPI sees a world of 1" in ours[0] and "SLURM_STEP_NUM_TASKS=3" in ours[0], p.stderr
 
 
-@pytest.mark.parametrize("script", ["train.sbatch", "matmul.sbatch"])
+@pytest.mark.parametrize("script", ["train.sbatch", "matmul.sbatch", "tasks.sbatch"])
 def test_gpu_scripts_are_accepted(slurm, script):
     p = subprocess.run(["sbatch", "--test-only", os.path.join(JOBS, script)], env=slurm.env, capture_output=True,
                        text=True, timeout=60)
