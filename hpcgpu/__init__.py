@@ -3,10 +3,12 @@
 ``rt = hpcgpu.init()`` gives the communicator, the bound device and the array
 module ``xp``; :mod:`hpcgpu.comm` the collectives on ``xp`` arrays;
 :class:`DistMatrix` and :func:`matmul` (SUMMA) the distributed matrix
-multiply; :mod:`hpcgpu.train` the data-parallel SGD trainer.
+multiply; :mod:`hpcgpu.train` the data-parallel SGD trainer; :mod:`hpcgpu.tasks`
+the task farm (``hpcgpu.tasks.map``).
 
 ``hpcgpu.matmul`` is always the function (no submodule has that name); the
-command lines are ``python -m hpcgpu {info,matmul}`` and ``python -m hpcgpu.train``.
+command lines are ``python -m hpcgpu {info,matmul}``, ``python -m hpcgpu.train`` and
+``python -m hpcgpu.tasks``.
 
 Importing hpcgpu chooses a GPU from the launcher's node-local rank before
 ``mpi4py`` initializes MPI (see :func:`hpcgpu._device.bind_early`): import
@@ -25,6 +27,7 @@ from .grid import ProcessGrid, default_grid  # noqa: E402
 from .runtime import Runtime, current_runtime, detect_cuda_aware, get_runtime, init  # noqa: E402
 from .summa import matmul  # noqa: E402
 from .train import MLP, SGD, LRSchedule, TrainConfig, Trainer  # noqa: E402
+from . import tasks  # noqa: E402, F401  (so that hpcgpu.tasks.map works after import hpcgpu)
 
 __all__ = [
     "__version__",

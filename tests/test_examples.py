@@ -31,3 +31,23 @@ def test_gram_on_a_given_file(tmp_path):
     assert p.returncode == 0, p.stderr
     with h5py.File(tmp_path / "g.h5") as f:
         np.testing.assert_allclose(f["G"][()], X.T.astype(np.float64) @ X, rtol=1e-10)
+
+
+@pytest.mark.mpi
+def test_sir_sweep_keeps_the_final_size_relation(tmp_path):
+    """examples/sir.py over examples/sir.csv on 3 ranks (the task farm): every epidemic keeps
+    log(S0 / S) = R0 (1 - S - I) at its last day, and R0 = beta / gamma row by row."""
+    root = _mpi.ROOT
+    out = tmp_path / "sir.h5"
+    p = _mpi.run(3, ["-m", "hpcgpu.tasks", "examples/sir.py:run", "--params", "examples/sir.csv", "-o", str(out),
+                     "--progress", "none"], timeout=120, cwd=root)
+    assert p.returncode == 0, p.stderr
+    assert "48 tasks: 48 done, 0 failed" in p.stdout
+    with h5py.File(out) as f:
+        r0, fs = f["results/R0"][()], f["results/final_size"][()]
+        i_end = f["results/infected"][()][:, -1]
+        np.testing.assert_allclose(r0, f["params/beta"][()] / f["params/gamma"][()], rtol=1e-15)
+        s = 1.0 - fs
+        np.testing.assert_allclose(np.log((1 - 1e-4) / s), r0 * (1 - s - i_end), atol=1e-6)
+        assert f["results/infected"].shape == (48, 101)
+        assert (fs[r0 > 2] > 0.75).all() and (fs[r0 < 1] < 0.01).all()  # herd immunity overshoot; no epidemic

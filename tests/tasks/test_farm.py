@@ -55,7 +55,7 @@ def _farm(nprocs, args, tmp_path, timeout=120, env=None):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 8])
-def test_every_task_once_failures_recorded_and_balanced(nprocs, tmp_path):
+def test_every_task_once_failures_recorded_and_balanced(nprocs, tmp_path, request):
     params, seconds = _params(tmp_path / "p.csv")
     out = tmp_path / "r.h5"
     p = _farm(nprocs, [f"{FNS}:uneven", "--params", params, "-o", str(out), "--retries", "1",
@@ -88,6 +88,8 @@ def test_every_task_once_failures_recorded_and_balanced(nprocs, tmp_path):
         ranks = f["tasks/rank"][()]
         assert set(ranks) <= ({0} if nprocs == 1 else set(range(1, nprocs)))
         assert f.attrs["world_size"] == nprocs and f.attrs["workers"] == workers
+        if request.config.getoption("--device") == "standin":  # the ranks took the device path (CuPy as xp)
+            assert f.attrs["device"] == "gpu"
         t = f["tasks/seconds"][()]
         assert (t[done] >= seconds[done] * 0.9).all()
         # Makespan against max(sum / workers, max): generous slack here (a shared 2-core host);
