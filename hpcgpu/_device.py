@@ -182,6 +182,18 @@ def device_name(device_id: int | None) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+def pci_bus_id(device_id: int | None) -> str | None:
+    """The PCI bus id of CUDA device ``device_id`` (how NVML finds it); ``None`` on the CPU. Not collective."""
+    if device_id is None:
+        return None
+    import cupy
+
+    try:
+        return str(cupy.cuda.Device(device_id).pci_bus_id)
+    except Exception:  # noqa: BLE001 - no bus id, no energy reading for it: the reader says so
+        return None
+
+
 def is_device_array(a) -> bool:
     """True for an array in GPU memory (anything with ``__cuda_array_interface__``)."""
     return hasattr(a, "__cuda_array_interface__")

@@ -72,6 +72,8 @@ def parser() -> ArgumentParser:
     p.add_argument("--bucket-mb", type=float, default=d.bucket_mb, metavar="MB",
                    help="gradient bucket size (MB): several buckets are reduced by Iallreduce while the backward "
                         "pass goes on (PyTorch DDP's default 25); one bucket is one Allreduce after it")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="write a Chrome trace (chrome://tracing, Perfetto) of every step's phases, a track per rank")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort the job, naming the ranks that have not arrived, when a collective waits this "
                         "long (default: $HPCGPU_STALL_TIMEOUT, else off)")
@@ -111,6 +113,7 @@ def main(argv=None) -> int:
     stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
     trainer.stop_request = stop
     trainer.fit()
+    trainer.write_trace()
     trainer.close()
     talk = trainer.rt.rank == 0 and trainer.config.progress != "none"
     if trainer.stopped_by:

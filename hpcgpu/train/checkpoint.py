@@ -66,6 +66,8 @@ class CheckpointState:
         The dynamic loss scale (16-mixed; 1 otherwise).
     clean_steps : int
         Clean steps since the loss scale last changed.
+    phase_seconds : dict
+        Seconds per phase of the unfinished epoch so far (writing rank's), see :mod:`hpcgpu.timing`.
     """
 
     params: np.ndarray
@@ -82,6 +84,7 @@ class CheckpointState:
     skipped_steps: int = 0
     loss_scale: float = 1.0
     clean_steps: int = 0
+    phase_seconds: dict = field(default_factory=dict)
 
 
 def candidates(path: str) -> list[str]:
@@ -174,7 +177,8 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
                                 step_in_epoch=state.step_in_epoch, epoch_seconds=state.epoch_seconds,
                                 config=json.dumps(state.config, sort_keys=True), world_size=state.world_size,
                                 gemm_threads=state.gemm_threads, skipped_steps=state.skipped_steps,
-                                loss_scale=state.loss_scale, clean_steps=state.clean_steps))
+                                loss_scale=state.loss_scale, clean_steps=state.clean_steps,
+                                phase_seconds=json.dumps(state.phase_seconds)))
             write_attrs(f, attrs or {})
         with open(tmp, "rb") as fh:  # on disk before it can replace the previous checkpoint
             os.fsync(fh.fileno())
@@ -223,6 +227,7 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 config=json.loads(a["config"]), world_size=int(a["world_size"]),
                 gemm_threads=str(a.get("gemm_threads", "")), skipped_steps=int(a.get("skipped_steps", 0)),
                 loss_scale=float(a.get("loss_scale", 1.0)), clean_steps=int(a.get("clean_steps", 0)),
+                phase_seconds=json.loads(a.get("phase_seconds", "{}")),
             )
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None

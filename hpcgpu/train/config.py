@@ -108,6 +108,13 @@ class TrainConfig:
         start and keeps the threads only where they pay (a resumed run
         reuses the checkpoint's choice); ``all`` runs every GEMM on the
         rank's threads (see :mod:`hpcgpu.train.threads`).
+    trace : str or None
+        Write a Chrome trace (``chrome://tracing``, Perfetto) of every
+        step's phases, one track per rank, to this JSON file at the end.
+    timing : bool
+        Time the phases of each step (data, compute, comm, io) into
+        ``/timing``; on by default (its cost is measured by
+        ``benchmarks/observe.py``), off only to measure that cost.
     """
 
     data: str | None = None
@@ -139,6 +146,8 @@ class TrainConfig:
     data_placement: str = "auto"
     tensor_parallel: int = 1
     zero_stage: int = 0
+    trace: str | None = None
+    timing: bool = True
 
     @property
     def checkpoint_path(self) -> str | None:

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -33,6 +34,8 @@ from ..comm import Allreduce, Bcast, agree
 from ..errors import AgreedError, agreed
 from ..watchdog import Watchdog
 from ..grid import ProcessGrid
+from ..energy import EnergyMeter
+from ..timing import PhaseTimer, reduce_phases, write_trace
 from ..io import atomic_path, on_root, writable_error, write_attrs
 from ..runtime import Runtime, init
 from .data import GlobalBatchSampler, check_labels, load_split
@@ -94,7 +97,9 @@ class Trainer:
     history : dict of list
         Per epoch: ``epoch``, ``train_loss``, ``train_accuracy``,
         ``test_loss``, ``test_accuracy``, ``lr``, ``seconds`` (training time
-        of the epoch, wall clock, s), ``samples_per_second``.
+        of the epoch, wall clock, s), ``samples_per_second``, and per phase
+        of :data:`PHASES` ``<phase>_seconds_{min,mean,max}`` over the ranks
+        (with ``timing``).
     epoch, step, step_in_epoch : int
         Finished epochs, global steps done, steps done in the current epoch.
     stopped_by : str or None
@@ -111,7 +116,16 @@ class Trainer:
     METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
                "lr", "seconds", "samples_per_second")
     MIXED_METRICS = ("loss_scale", "skipped_steps")  # bf16-mixed and 16-mixed only
-    UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1"}
+    ENERGY_METRICS = ("energy_joules", "energy_joules_cpu", "energy_joules_gpu", "gflop", "joules_per_gflop")
+    """Per epoch's training steps, over all nodes (:mod:`hpcgpu.energy`): joules in all (the parts that
+    could be read), of the CPU packages and DRAM (RAPL), of the GPUs (NVML); the step's floating-point
+    operations counted analytically (GFLOP); joules per GFLOP. NaN where no counter could be read."""
+    UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1", "energy_joules": "J",
+             "energy_joules_cpu": "J", "energy_joules_gpu": "J", "gflop": "GFLOP", "joules_per_gflop": "J/GFLOP"}
+    PHASES = ("data", "compute", "comm", "io")
+    """The phases of a step (:mod:`hpcgpu.timing`): ``data`` the epoch's row exchange and each batch's
+    gather; ``compute`` forward, backward and update; ``comm`` the wait for the gradient reduction (and
+    ZeRO's Allgather); ``io`` checkpoints written during the epoch."""
 
     def __init__(self, config: TrainConfig, runtime: Runtime | None = None):
         self.config = c = config
@@ -166,7 +180,7 @@ class Trainer:
                          tensor=(T, self.tensor_rank), tensor_allreduce=self._tensor_allreduce if T > 1 else None,
                          params=None if self._params_pad is None else self._params_pad[:n_local])
         self.scaler = LossScaler() if self.precision == "16-mixed" else None
-        self.metrics = self.METRICS + (self.MIXED_METRICS if compute is not None else ())
+        self.metrics = self.METRICS + (self.MIXED_METRICS if compute is not None else ()) + self.ENERGY_METRICS
         self._skipped = 0  # steps of the current epoch skipped for an overflow (16-mixed)
         # Same seed gives the same weights everywhere; the Bcast makes sure even
         # with different NumPy builds on different nodes (a tensor slice: over the replicas).
@@ -195,7 +209,13 @@ class Trainer:
         self.epoch = self.step = self.step_in_epoch = 0
         self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
         self._epoch_seconds = 0.0
-        self.history: dict[str, list] = {k: [] for k in self.metrics}
+        self.energy = EnergyMeter(comm, _device.pci_bus_id(rt.device_id) if rt.device == "gpu" else None)
+        self._energy_reasons = {"cpu": "", "gpu": ""}
+        self.timer = PhaseTimer(self.PHASES, cupy=None if self.xp is np else self.xp, trace=bool(c.trace),
+                                on=c.timing)
+        self._phase_carry = dict.fromkeys(self.PHASES, 0.0)  # the unfinished epoch's phases before a resume
+        self.series = self.metrics + (self.timing_keys() if c.timing else ())
+        self.history: dict[str, list] = {k: [] for k in self.series}
         self.stopped_by: str | None = None
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
@@ -204,6 +224,10 @@ class Trainer:
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
         self.tensor_bytes = 0  # the plan's timed steps are not training steps
+        self._clock0 = 0.0
+        if c.trace:  # time 0 of every rank's track: an instant the ranks shared
+            comm.Barrier()
+            self._clock0 = time.perf_counter()
 
     def _layout_error(self, T: int) -> ValueError | None:
         """What is wrong with ``--tensor-parallel T`` at this number of ranks (None: nothing)."""
@@ -318,8 +342,9 @@ class Trainer:
         self.model.gemm_threads = plan.counts(mine) if plan is not None else None
 
     def close(self) -> None:
-        """Stop the stall watchdog. Collective."""
+        """Stop the stall watchdog, free the energy meter's node communicator. Collective."""
         self.watchdog.close()
+        self.energy.free()
 
     @staticmethod
     def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
@@ -361,6 +386,9 @@ class Trainer:
         model, red, sampler = self.model, self.reducer, self.sampler
         K, lm = sampler.K, sampler.local_micro_batch
         t0 = MPI.Wtime()
+        tm = self.timer
+        tm.mark("data", f"epoch {self.epoch + 1} start")
+        self.energy.start()
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
@@ -368,7 +396,10 @@ class Trainer:
         overlap = not deferred and len(red.buckets) > 1 and self.rt.size > 1
         self._drained = self.step_in_epoch
         for s in range(self.step_in_epoch, sampler.steps):
+            at = f"step {self.step + 1}"
+            tm.mark("data", at)
             X, y = sampler.batch(s)
+            tm.mark("compute", at)
             scale = self.scaler.scale if self.scaler is not None else 1.0
             stop = self.stop_request is not None and self.stop_request.requested()
             if not deferred:
@@ -383,12 +414,14 @@ class Trainer:
             if deferred:
                 self._stats[s] = model.stats
             else:
+                tm.mark("comm", at)
                 red.finish(f"step {self.step + 1}")
                 slots = red.read()
                 # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
                 stop = self._any(bool(slots["stop"]), self.tensor_comm)
                 self._add_step(slots["loss_sum"], slots["correct"], self.step)
                 self._drained = s + 1
+                tm.mark("compute", at)
             self._update(scale)
             self._steps_run += 1
             self.step += 1
@@ -396,11 +429,16 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
             if stop:
+                tm.mark(None)
+                self.energy.stop()
                 self._drain()
                 self._epoch_seconds += MPI.Wtime() - t0
                 return False
             if every and self.step % every == 0:
+                tm.mark("io", at)
                 self.save_checkpoint()
+        tm.mark(None)
+        self.energy.stop()
         self._drain()
         self._epoch_seconds += MPI.Wtime() - t0
         return True
@@ -423,6 +461,7 @@ class Trainer:
             if overflow:
                 return
         if red.shard is not None:
+            self.timer.mark("comm", f"step {self.step + 1}")
             red.allgather(self._params_pad)
 
     def _add_step(self, loss_sum: float, correct: float, step: int) -> None:
@@ -467,10 +506,51 @@ class Trainer:
                    test_loss=test_loss, test_accuracy=test_acc, lr=lr, seconds=self._epoch_seconds,
                    samples_per_second=n / self._epoch_seconds if self._epoch_seconds > 0 else math.nan,
                    loss_scale=self.scaler.scale if self.scaler is not None else 1.0, skipped_steps=self._skipped)
-        for k in self.metrics:
+        j = self.energy.total()  # collective: the nodes' joules of this epoch's steps
+        gflop = self.flops_per_sample() * n / 1e9
+        row.update(energy_joules=j.total, energy_joules_cpu=j.cpu, energy_joules_gpu=j.gpu, gflop=gflop,
+                   joules_per_gflop=j.total / gflop)
+        self._energy_reasons = {"cpu": j.cpu_reason, "gpu": j.gpu_reason}
+        if self.config.timing:
+            seconds = self._phase_partial()
+            self._phase_carry = dict.fromkeys(self.PHASES, 0.0)
+            for phase, stats in reduce_phases(seconds, self.rt.comm).items():
+                row.update({f"{phase}_seconds_{n}": v for n, v in zip(("min", "mean", "max"), stats, strict=True)})
+        for k in self.series:
             self.history[k].append(row[k])
         self.step_in_epoch, self._epoch_totals[:], self._epoch_seconds, self._skipped = 0, 0.0, 0.0, 0
         return row
+
+    def flops_per_sample(self) -> float:
+        """Floating-point operations of one sample's forward and backward pass (analytic).
+
+        A layer of ``a`` inputs and ``b`` outputs costs ``2ab`` forward,
+        ``2ab`` for its weight gradient and, past the first layer, ``2ab``
+        for its input gradient: ``6 sum(ab) - 2 a_0 b_0`` in all (bias,
+        activation and loss terms left out: O(sum b)).
+
+        Returns
+        -------
+        float
+        """
+        pairs = list(itertools.pairwise(self.model.sizes))
+        return float(6 * sum(a * b for a, b in pairs) - 2 * pairs[0][0] * pairs[0][1])
+
+    @classmethod
+    def timing_keys(cls) -> tuple:
+        """The history's timing series: ``<phase>_seconds_{min,mean,max}`` for each of :data:`PHASES`.
+
+        Returns
+        -------
+        tuple of str
+        """
+        return tuple(f"{p}_seconds_{n}" for p in cls.PHASES for n in ("min", "mean", "max"))
+
+    def _phase_partial(self) -> dict:
+        """This rank's seconds per phase of the unfinished epoch (those before a resume included)."""
+        got = self.timer.collect()
+        self._phase_carry = {k: self._phase_carry[k] + got[k] for k in self.PHASES}
+        return dict(self._phase_carry)
 
     def fit(self) -> dict[str, list]:
         """Train until the configured number of epochs, evaluating after each. Collective.
@@ -532,7 +612,8 @@ class Trainer:
             schedule=self.schedule.state_dict(), sampler=self.sampler.state_dict(),
             progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
                           epoch_totals=self._epoch_totals.tolist(), epoch_seconds=self._epoch_seconds,
-                          skipped_steps=self._skipped, history={k: list(v) for k, v in self.history.items()}),
+                          skipped_steps=self._skipped, history={k: list(v) for k, v in self.history.items()},
+                          phase_seconds=self._phase_partial()),
             scaler=self.scaler.state_dict() if self.scaler is not None else None,
             gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
 
@@ -569,7 +650,11 @@ class Trainer:
             self._epoch_totals[:] = p["epoch_totals"]
             self._epoch_seconds = float(p["epoch_seconds"])
             self._skipped = int(p.get("skipped_steps", 0))
-            self.history = {k: list(p["history"].get(k, [])) for k in self.metrics}
+            self.history = {k: list(p["history"].get(k, [])) for k in self.series}
+            n = len(self.history["epoch"])
+            for k in self.series:  # a checkpoint of a run without timing: NaN for its epochs
+                self.history[k] = self.history[k] or [math.nan] * n
+            self._phase_carry = {k: float(p.get("phase_seconds", {}).get(k, 0.0)) for k in self.PHASES}
             self._drained = self.step_in_epoch
 
     def broadcast_state(self, root: int = 0) -> None:
@@ -671,7 +756,7 @@ class Trainer:
             epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
             config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
             skipped_steps=p["skipped_steps"], loss_scale=(st["scaler"] or {}).get("scale", 1.0),
-            clean_steps=(st["scaler"] or {}).get("clean_steps", 0))
+            clean_steps=(st["scaler"] or {}).get("clean_steps", 0), phase_seconds=p["phase_seconds"])
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
@@ -772,7 +857,8 @@ class Trainer:
                     self.load_state_dict(dict(
                         progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
                                       epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
-                                      skipped_steps=state.skipped_steps, history=state.history),
+                                      skipped_steps=state.skipped_steps, history=state.history,
+                                      phase_seconds=state.phase_seconds),
                         scaler=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
                 except (ValueError, TypeError, KeyError) as e:
                     err = ValueError(f"--resume: {self.resumed_from}: {e}")
@@ -833,6 +919,16 @@ class Trainer:
                 for k in self.metrics:
                     ds = m.create_dataset(k, data=np.asarray(self.history[k]))
                     ds.attrs["units"] = self.UNITS.get(k, "1")
+                    part = {"energy_joules_cpu": "cpu", "energy_joules_gpu": "gpu"}.get(k)
+                    if part:
+                        ds.attrs["source"] = ("RAPL package and DRAM counters, one reader per node" if part == "cpu"
+                                              else "NVML total-energy counters of the GPUs in use, one reader per node")
+                        ds.attrs["why_nan"] = self._energy_reasons[part]
+                    if k == "energy_joules":
+                        ds.attrs["counted"] = "+".join(p for p in ("cpu", "gpu") if not self._energy_reasons[p]) \
+                            or "nothing: no counter could be read"
+                if self.config.timing:
+                    self._write_timing(f.create_group("timing"))
                 g = f.create_group("model")
                 for lay, (i, (a, b)) in zip(self.model.plan, enumerate(itertools.pairwise(self.model.sizes)),
                                             strict=True):
@@ -847,6 +943,44 @@ class Trainer:
                                     gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else ""))
 
         on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
+        return path
+
+    def _write_timing(self, g) -> None:
+        """``/timing/<phase>``: epochs x (min, mean, max) seconds over the ranks."""
+        write_attrs(g, {"description": "seconds per phase of each epoch's training steps, over the ranks "
+                                       "(columns min, mean, max); on a GPU from CUDA events on the stream",
+                        "phases": ",".join(self.PHASES), "clock": "cuda events" if self.xp is not np else "host"})
+        for p in self.PHASES:
+            rows = [self.history[f"{p}_seconds_{n}"] for n in ("min", "mean", "max")]
+            ds = g.create_dataset(p, data=np.asarray(rows, dtype=np.float64).T.reshape(-1, 3))
+            ds.attrs["units"], ds.attrs["columns"] = "s", ["min", "mean", "max"]
+
+    def write_trace(self, path: str | None = None) -> str | None:
+        """Write the phases of every step of this run as a Chrome trace, one track per rank.
+
+        Collective (the events are gathered to rank 0, which writes; the
+        outcome is agreed).
+
+        Parameters
+        ----------
+        path : str, optional
+            The JSON file; the config's ``trace`` when omitted.
+
+        Returns
+        -------
+        str or None
+            The path written; ``None`` when no trace was asked for.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written (every rank).
+        """
+        path = path or self.config.trace
+        if not path or not self.config.timing:
+            return None
+        self._phase_partial()  # read the device's events (GPU) into the trace
+        write_trace(path, self.timer.events, self.rt.comm, self._clock0)
         return path
 
     def comm_stats(self) -> dict:

@@ -55,6 +55,11 @@ class Device:
             runtime.setDevice(prev)
 
     @property
+    def pci_bus_id(self) -> str:
+        """The PCI bus id as CUDA gives it (``cudaDeviceGetPCIBusId``), e.g. ``'0000:03:00.0'``."""
+        return f"0000:{3 + self.id:02X}:00.0"
+
+    @property
     def compute_capability(self) -> str:
         """E.g. ``'90'``. The first query sets this device and then the previous one (contexts), as CuPy."""
         if self.id in _compute_capabilities:
