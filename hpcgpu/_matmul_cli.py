@@ -251,6 +251,8 @@ def _bench(a, rt, grid, mem) -> int:
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
                    ratio=ref / best, path=_path(rt), split=splits, comm_bytes_per_rank_max=comm_max,
+                   phases={ph: [min(sp.get(ph, 0.0) for sp in splits), sum(sp.get(ph, 0.0) for sp in splits)
+                                / len(splits), max(sp.get(ph, 0.0) for sp in splits)] for ph in PHASES},
                    algorithm=a.algorithm, replication=stats.get("replication", 1),
                    comm_bytes_rank0={k[11:]: v for k, v in stats.items() if k.startswith("comm_bytes_")})
         if a.json:
@@ -267,6 +269,8 @@ def _bench(a, rt, grid, mem) -> int:
                   f"{'rank':>4} " + " ".join(f"{p:>8}" for p in PHASES), flush=True)
             for r, sp in enumerate(splits):
                 print(f"{r:>4} " + " ".join(f"{sp.get(p, 0.0):>8.4f}" for p in PHASES), flush=True)
+            for i, stat in enumerate(("min", "mean", "max")):
+                print(f"{stat:>4} " + " ".join(f"{res['phases'][p][i]:>8.4f}" for p in PHASES), flush=True)
             print(f"comm_bytes_per_rank_max={comm_max}", flush=True)
     return 0
 
