@@ -131,7 +131,10 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     timeout : float, keyword-only, optional
         Seconds an attempt may run; then :class:`TaskTimeout` is raised in
         it (SIGALRM, main thread only) and the rank goes on with its next
-        task. A single native call that never returns cannot be stopped so.
+        task. A native call that never returns cannot be stopped so: a task
+        still running ``min(max(2, timeout), 60)`` seconds past its limit
+        makes a watchdog thread abort the job, naming it (the finished
+        tasks stay in the file and journal for ``resume``).
     flush_seconds : float, keyword-only
         The journal is forced to disk at least this often (seconds): what a
         killed job can lose. The HDF5 file is rewritten every

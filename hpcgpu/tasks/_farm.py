@@ -115,21 +115,30 @@ def chunk_size(remaining: int, workers: int) -> int:
 # ---- running one task ---------------------------------------------------------------------------
 
 class _Alarm:
-    """A per-task time limit from ``setitimer``: SIGALRM raises :class:`TaskTimeout` in the task.
+    """A per-task time limit: SIGALRM raises :class:`TaskTimeout` in the task; a watchdog ends a stuck one.
 
     The exception is raised at the task's next Python bytecode, so Python
-    loops, ``time.sleep`` and a sequence of NumPy or CuPy calls stop at once;
-    a single native call that never returns (one huge BLAS call, a hung
-    kernel wait) stops only when it returns. Main thread only (signals).
+    loops, ``time.sleep`` and a sequence of NumPy or CuPy calls stop at once
+    and the rank goes on with its next task. A native call that never
+    returns (a hung kernel wait, a library that blocks signals) cannot be
+    stopped inside the process: when a task is still running ``grace``
+    seconds after its limit, a watchdog thread says which task on which
+    rank and aborts the job (``MPI_Abort``), rather than leave everyone
+    waiting; the journal keeps every finished task for ``--resume``. Main
+    thread only (signals).
     """
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, grace: float | None = None):
         self.seconds = seconds if seconds and seconds > 0 else None
+        self.grace = grace if grace is not None else (min(max(2.0, self.seconds), 60.0) if self.seconds else 0.0)
         self.armed = False
         self._old = None
+        self._deadline: tuple[float, str] | None = None  # (monotonic deadline, what) of the running task
+        self._stop = threading.Event()
         if self.seconds and threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGALRM, self._fire)
             self.usable = True
+            threading.Thread(target=self._watch, name="hpcgpu-task-watchdog", daemon=True).start()
         else:
             self.usable = self.seconds is None
 
@@ -138,20 +147,37 @@ class _Alarm:
             self.armed = False
             raise TaskTimeout(f"timed out after {self.seconds:g} s")
 
+    def _watch(self) -> None:
+        while not self._stop.wait(min(0.5, self.grace / 4)):
+            d = self._deadline
+            if d is not None and time.monotonic() > d[0]:
+                from mpi4py import MPI
+
+                sys.stderr.write(f"[rank {MPI.COMM_WORLD.Get_rank()}] error: {d[1]} is still running "
+                                 f"{self.grace:g} s after its --timeout of {self.seconds:g} s (stuck in a native "
+                                 "call that ignores signals?): aborting the job; the finished tasks are in the "
+                                 "journal, rerun with --resume\n")
+                sys.stderr.flush()
+                time.sleep(0.5)  # let the launcher forward the line
+                MPI.COMM_WORLD.Abort(1)
+
     @contextlib.contextmanager
-    def __call__(self):
+    def __call__(self, what: str = "a task"):
         if not self.seconds:
             yield
             return
         self.armed = True
+        self._deadline = (time.monotonic() + self.seconds + self.grace, what)
         signal.setitimer(signal.ITIMER_REAL, self.seconds)
         try:
             yield
         finally:
             self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
+            self._deadline = None
 
     def close(self):
+        self._stop.set()
         if self._old is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old)
@@ -181,7 +207,7 @@ def run_task(fn, task: int, attempt: int, kwargs: dict, rank: int, alarm: _Alarm
     _CURRENT = TaskInfo(task, attempt)
     t0 = time.perf_counter()
     try:
-        with alarm():
+        with alarm(f"task {task} (attempt {attempt + 1})"):
             values = _to_host(fn(**kwargs))
         return Record(task, True, attempt, time.perf_counter() - t0, rank, values=values)
     except (KeyboardInterrupt, MemoryError):

@@ -43,3 +43,14 @@ def slow(i, seconds=0.02):
     _log(i)
     time.sleep(seconds)
     return {"twice": 2 * i}
+
+
+def stuck(i, seconds=0.0):
+    """Task 2 blocks SIGALRM and sleeps: a native call that no signal interrupts, as far as the farm can tell."""
+    import signal
+
+    _log(i)
+    if i == 2:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    return {"i": i}

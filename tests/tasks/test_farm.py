@@ -262,3 +262,25 @@ def test_bad_input_agreed_over_ranks(tmp_path, request):
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "the first result's was float64 of shape (2,)" in p.stderr
     assert not out.exists() and os.path.exists(str(out) + ".journal")  # the done tasks kept for a fixed rerun
+
+
+@pytest.mark.mpi
+def test_a_task_stuck_past_its_grace_aborts_the_job_and_the_rest_is_kept(tmp_path, request):
+    """A task that no signal stops (SIGALRM blocked): the watchdog names it and aborts the job after the
+    grace (2 s past --timeout 0.5) instead of a hang; the journal keeps the others for --resume."""
+    if request.config.getoption("--device") == "standin":
+        pytest.skip("no device involved: the first pass covers it")
+    _slow_params(tmp_path / "p.csv", 6)
+    args = [f"{FNS}:stuck", "--params", "p.csv", "-o", "r.h5", "--timeout", "0.5", "--flush-seconds", "0.2",
+            "--progress", "none"]
+    t0 = time.time()
+    p = _farm(3, args, tmp_path, timeout=60)
+    assert p.returncode != 0 and time.time() - t0 < 30
+    assert "task 2 (attempt 1) is still running 2 s after its --timeout of 0.5 s" in p.stderr, p.stderr
+    from hpcgpu.tasks import read_params
+    from hpcgpu.tasks._farm import resume_from
+    from hpcgpu.tasks._store import Ledger
+
+    led = Ledger(read_params(str(tmp_path / "p.csv")), f"{FNS}:stuck")
+    resume_from(led, str(tmp_path / "r.h5"), "r.h5")  # what --resume would find: the file and the journal
+    assert set(np.flatnonzero(led.status == 1)) == {0, 1, 3, 4, 5}
