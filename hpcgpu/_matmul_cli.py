@@ -102,7 +102,7 @@ def main(a: argparse.Namespace) -> int:
     AgreedError
         Bad input, the same on every rank (the guard exits 2 with one line).
     """
-    from .io import writable_error
+    from .io import shared_dir_error, writable_error
     from .runtime import init
     from .summa import DEFAULT_PANEL_MEMORY, matmul
     from .watchdog import Watchdog, stall_timeout
@@ -135,6 +135,7 @@ def main(a: argparse.Namespace) -> int:
 
     out_path, out_name = split_spec(a.out, "C")
     agree(writable_error(out_path, "-o") if rt.rank == 0 else None, comm=rt.comm)
+    agree(shared_dir_error(out_path, rt.comm, "-o"), comm=rt.comm)
     A, B, C, (m, k, n), alpha, beta = _inputs(a, grid)
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()

@@ -17,7 +17,7 @@ from ._version import __version__
 from .comm import Alltoallv, agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
-from .io import on_root, open_hdf5, publish, temp_beside, writable_error, write_attrs
+from .io import on_root, open_hdf5, publish, shared_dir_error, temp_beside, writable_error, write_attrs
 
 __all__ = ["DistMatrix", "DTYPES"]
 
@@ -466,6 +466,11 @@ class DistMatrix:
                 raise OSError(f"output {path}: cannot create a temporary file beside it ({e})") from e
 
         tmp = on_root(create, comm=comm, bcast=True)
+        err = shared_dir_error(path, comm, "output")  # the same on every rank
+        if err is not None:
+            if comm.rank == 0:
+                os.unlink(tmp)
+            raise agreed(err)
         meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local)

@@ -10,7 +10,8 @@ from typing import Any
 
 from .comm import agree
 
-__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "open_hdf5", "write_attrs"]
+__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "shared_dir_error", "open_hdf5",
+           "write_attrs"]
 
 
 def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSError,),
@@ -174,6 +175,59 @@ def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | No
     except OSError as e:
         return PermissionError(f"{what} {path}: cannot write in {d} ({e.strerror or e})")
     return None
+
+
+def shared_dir_error(path: str | os.PathLike, comm, what: str = "--out") -> OSError | None:
+    """Check that every node sees the same directory for ``path``: the one rank 0 will write in.
+
+    Collective over ``comm``; call it after rank 0's :func:`writable_error`
+    passed. With all ranks on one host it returns at once. Otherwise rank 0
+    creates a probe file beside ``path``, every rank looks for it, and
+    rank 0 removes it. A directory that is node-local on some node (``/tmp``,
+    a local scratch disk) would let a file written by several ranks be
+    written in pieces on several nodes, and a checkpoint written on one node
+    be missing when a requeued job's rank 0 lands on another.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to be written.
+    comm : mpi4py.MPI.Intracomm
+    what : str
+        How the message names ``path``.
+
+    Returns
+    -------
+    OSError or None
+        The same on every rank: an error naming the first rank (and host)
+        that does not see rank 0's probe, or ``None``.
+    """
+    import socket
+
+    hosts = comm.allgather(socket.gethostname())
+    if len(set(hosts)) == 1:
+        return None
+    d = os.path.dirname(os.path.abspath(os.fspath(path)))
+    probe = None
+    if comm.rank == 0:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".hpcgpu-shared.", dir=d)
+            os.close(fd)
+        except OSError:
+            probe = None
+    probe = comm.bcast(probe, root=0)
+    if probe is None:
+        return None  # rank 0 cannot write there: writable_error says so
+    seen = comm.allgather(os.path.exists(probe))
+    if comm.rank == 0:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    if all(seen):
+        return None
+    r = seen.index(False)
+    return OSError(f"{what} {os.fspath(path)}: {d} is not the same directory on every node (rank {r} on "
+                   f"{hosts[r]} does not see a file rank 0 on {hosts[0]} made there): outputs and checkpoints "
+                   "must be on a file system that every node shares")
 
 
 def open_hdf5(path: str, what: str = ""):

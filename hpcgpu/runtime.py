@@ -22,7 +22,7 @@ from . import _blas, _device
 from .errors import agreed
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
-           "check_launch", "abort"]
+           "check_launch", "abort", "placement"]
 
 _RUNTIME: Runtime | None = None
 
@@ -347,6 +347,38 @@ def check_launch() -> None:
             "in each: the launcher did not connect the ranks (srun --mpi=none?); launch with "
             "srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec"),
             silent=os.environ.get("SLURM_PROCID", "0") != "0")
+
+
+def placement(comm: MPI.Intracomm) -> str:
+    """Which ranks run on which host, e.g. ``"node1: ranks 0-1; node2: ranks 2-3"``.
+
+    Collective over ``comm`` (an ``allgather`` of host names). A job's first
+    line shows it when it spans several hosts, so that a launcher's report
+    of a lost node or rank can be read against it.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm
+
+    Returns
+    -------
+    str
+        The same on every rank; runs of consecutive ranks are written ``a-b``.
+    """
+    hosts = comm.allgather(socket.gethostname())
+    by: dict[str, list[int]] = {}
+    for r, h in enumerate(hosts):
+        by.setdefault(h, []).append(r)
+
+    def runs(rs):
+        out, start = [], rs[0]
+        for a, b in zip(rs, rs[1:] + [None], strict=True):
+            if b != a + 1:
+                out.append(str(start) if start == a else f"{start}-{a}")
+                start = b
+        return ",".join(out)
+
+    return "; ".join(f"{h}: rank{'s' * (len(rs) > 1)} {runs(rs)}" for h, rs in by.items())
 
 
 def abort(message: str, code: int = 1) -> None:

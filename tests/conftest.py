@@ -32,11 +32,11 @@ def pytest_ignore_collect(collection_path, config):
 
     tests/device manages the stand-in itself; the lint does not depend on a
     device; tests/slurm runs the CPU job scripts (``--device cpu``) and only
-    ``sbatch --test-only`` for the GPU ones.
+    ``sbatch --test-only`` for the GPU ones; tests/cluster binds stand-in GPUs itself.
     """
     if config.getoption("--device") == "standin":
         rel = os.path.relpath(str(collection_path), HERE)
-        return rel.split(os.sep)[0] in ("device", "slurm") or rel == "test_lint.py"
+        return rel.split(os.sep)[0] in ("device", "slurm", "cluster") or rel == "test_lint.py"
     return None
 
 

@@ -27,7 +27,7 @@ from mpi4py import MPI
 from .._version import __version__
 from ..comm import agree, default_comm
 from ..errors import agreed
-from ..io import writable_error
+from ..io import shared_dir_error, writable_error
 from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Alarm, _Keeper, agreed_outcome, balance,
                     current_task, manage, resume_from, work, work_alone)
 from ._params import Params, read_params
@@ -305,6 +305,8 @@ def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
         except (OSError, ValueError) as e:
             err = e
     agree(err, comm=comm)
+    if opts.out is not None:  # a requeued job's rank 0 may land on another node: it must find the journal
+        agree(shared_dir_error(opts.out, comm, "-o" if what == "--params" else "out"), comm=comm)
     outcome = None
     try:
         if size == 1:

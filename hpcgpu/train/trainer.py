@@ -36,8 +36,8 @@ from ..watchdog import Watchdog
 from ..grid import ProcessGrid
 from ..energy import EnergyMeter
 from ..timing import PhaseTimer, reduce_phases, write_trace
-from ..io import atomic_path, on_root, writable_error, write_attrs
-from ..runtime import Runtime, init
+from ..io import atomic_path, on_root, shared_dir_error, writable_error, write_attrs
+from ..runtime import Runtime, init, placement
 from .data import GlobalBatchSampler, check_labels, load_split
 from .model import MLP, local_layout
 from .optim import SGD, LRSchedule
@@ -141,7 +141,12 @@ class Trainer:
             if err is None and c.checkpoint_path:
                 err = writable_error(c.checkpoint_path, "--checkpoint")
         agree(err, comm=comm)
+        agree(shared_dir_error(c.out, comm, "--out"), comm=comm)
+        if c.checkpoint_path:
+            agree(shared_dir_error(c.checkpoint_path, comm, "--checkpoint"), comm=comm)
         self.data_path = self._data_path(c.data, comm)
+        where = placement(comm)
+        self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
 
         self.precision, master, compute = c.resolved_precision()
         c.dtype = master.name  # --precision 64-true with --dtype's default: float64 in outputs and checkpoints
@@ -1006,7 +1011,7 @@ class Trainer:
         s = self.sampler
         accum = f", {s.K} micro-batches of {s.B // s.K}" if s.K > 1 else ""
         return (
-            f"hpcgpu.train: {self.rt.size} rank(s) on {self.rt.summary()}, data {self.data_path}: "
+            f"hpcgpu.train: {self.rt.size} rank(s){self._placement} on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
             f"({self.model.n_global} parameters"
             + (f", {self.model.n_params} on rank 0" if self.model.n_params != self.model.n_global else "")
