@@ -108,6 +108,16 @@ def environment(env=None, python: str | None = None) -> dict:
     return e
 
 
+LEAN = os.environ.get("HPCGPU_CI_LEAN") == "1"
+"""Set by .ci/run for the stacks after MPICH's full pass: the parametrizations that only widen an algorithm's
+coverage (more grid shapes, more rank counts of the same code) take fewer cases; every test still runs."""
+
+
+def cases(full: list, lean: list) -> list:
+    """``full`` normally, ``lean`` under :data:`LEAN`."""
+    return lean if LEAN else full
+
+
 _RULE = "-" * 20
 
 

@@ -32,12 +32,20 @@ def pytest_ignore_collect(collection_path, config):
 
     tests/device manages the stand-in itself; the lint does not depend on a
     device; tests/slurm runs the CPU job scripts (``--device cpu``) and only
-    ``sbatch --test-only`` for the GPU ones; tests/cluster binds stand-in GPUs itself.
+    ``sbatch --test-only`` for the GPU ones; tests/cluster binds stand-in GPUs itself; and
+    :data:`HOST_ONLY`.
     """
     if config.getoption("--device") == "standin":
         rel = os.path.relpath(str(collection_path), HERE)
-        return rel.split(os.sep)[0] in ("device", "slurm", "cluster") or rel == "test_lint.py"
+        return rel.split(os.sep)[0] in ("device", "slurm", "cluster") or rel in HOST_ONLY
     return None
+
+
+HOST_ONLY = {"test_lint.py", "test_names.py", "test_fuzz.py", "test_mpis.py", "test_datasets.py", "test_blas.py",
+             "test_energy.py", "test_report.py", "test_scaling.py", os.path.join("tasks", "test_params.py")}
+"""Modules the --device=standin pass leaves out: nothing in them reaches the device path (input
+validation before any device is chosen, checkpoints across MPI stacks, host BLAS, counters, file tools
+that run on the CPU by design)."""
 
 
 def pytest_report_header(config):
@@ -53,6 +61,22 @@ def pytest_report_header(config):
     return [f"MPI: {lib} (MPI {'%d.%d' % MPI.Get_version()}), launcher {_mpi.mpiexec()}, "
             f"world size of this process {MPI.COMM_WORLD.Get_size()}; multi-rank tests start their own ranks",
             f"device: {dev} (--device={config.getoption('--device')})"]
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """Two "nodes" (network + UTS + mount namespaces on a private bridge; tests/cluster). Skipped without root;
+    CI must have it."""
+    sys.path.insert(0, os.path.join(HERE, "cluster"))
+    from nodes import NsCluster, available
+
+    why = available()
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the multi-node tests must run in CI: {why}")
+        pytest.skip(why)
+    with NsCluster(2) as c:
+        yield c
 
 
 @pytest.fixture

@@ -278,6 +278,10 @@ class _Keeper:
 
     def tick(self, now: float) -> None:
         """The periodic duties: journal every ``flush_seconds``, the HDF5 file when it is cheap enough."""
+        if self.opts.progress == "lines" and now - self.last_line >= 30:
+            self.last_line = now
+            c = self.ledger.counts()
+            print(f"hpcgpu.tasks: {c['done']}/{self.total} done, {c['failed']} failed", flush=True)
         if self.journal is None or self.fatal:
             return
         if now - self.last_write >= max(10 * self.opts.flush_seconds, 20 * self.write_cost):
@@ -285,10 +289,6 @@ class _Keeper:
         elif self.journal.buffer and now - self.last_flush >= self.opts.flush_seconds:
             self.journal.flush()
             self.last_flush = now
-        if self.opts.progress == "lines" and now - self.last_line >= 30:
-            self.last_line = now
-            c = self.ledger.counts()
-            print(f"hpcgpu.tasks: {c['done']}/{self.total} done, {c['failed']} failed", flush=True)
 
     def write(self, final: dict | None = None) -> None:
         """The whole HDF5 file, atomically; then the journal starts afresh (or goes, at the end)."""

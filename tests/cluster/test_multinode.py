@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 from _data import blobs, write_h5
-from cluster import NSRUN
+from nodes import NSRUN
 
 import _mpi
 

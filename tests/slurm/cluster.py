@@ -44,11 +44,22 @@ def _mem_mb() -> int:
 
 
 class SlurmCluster:
-    """Start munged, slurmctld and slurmd for a one-node cluster; stop them."""
+    """Start munged, slurmctld and slurmd for a cluster; stop them.
 
-    def __init__(self, scratch: str, cpus: int = 32, gpus: int = 4):
+    By default one node, this machine, at 127.0.0.1. With ``nodes`` (from
+    tests/cluster's namespaces): one slurmd in each node's namespaces, at its
+    own address and hostname, and slurmctld here at ``ctl_addr`` (an address
+    on the nodes' bridge), on ``port`` and ``port + 1``.
+    """
+
+    def __init__(self, scratch: str, cpus: int = 32, gpus: int = 4, nodes: list | None = None,
+                 ctl_addr: str = "127.0.0.1", port: int = 6817):
         self.scratch = os.path.abspath(scratch)
-        self.node = socket.gethostname().split(".")[0]
+        here = socket.gethostname().split(".")[0]
+        self.node = here
+        # (name, address, command prefix that runs a command on the node)
+        self.nodes = nodes or [(here, "127.0.0.1", [])]
+        self.ctl_addr, self.port = ctl_addr, port
         self.cpus, self.gpus = cpus, gpus
         self.conf = os.path.join(self.scratch, "slurm.conf")
         self.env = dict(os.environ, SLURM_CONF=self.conf)
@@ -56,11 +67,13 @@ class SlurmCluster:
 
     def _write_config(self) -> None:
         s = self.scratch
-        for d in ("state", "spool/slurmd", "run", "log"):
+        for d in ("state", "run", "log", *(f"spool/slurmd-{n}" for n, _, _ in self.nodes)):
             os.makedirs(os.path.join(s, d), exist_ok=True)
         with open(self.conf, "w") as f:
             f.write(f"""ClusterName=ci
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={self.node}({self.ctl_addr})
+SlurmctldPort={self.port}
+SlurmdPort={self.port + 1}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -80,17 +93,18 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=5
 KillWait=5
+SchedulerParameters=sched_interval=2
 GresTypes=gpu
 StateSaveLocation={s}/state
-SlurmdSpoolDir={s}/spool/slurmd
+SlurmdSpoolDir={s}/spool/slurmd-%n
 SlurmctldPidFile={s}/run/slurmctld.pid
-SlurmdPidFile={s}/run/slurmd.pid
+SlurmdPidFile={s}/run/slurmd-%n.pid
 SlurmctldLogFile={s}/log/slurmctld.log
-SlurmdLogFile={s}/log/slurmd.log
+SlurmdLogFile={s}/log/slurmd-%n.log
 MailProg=/bin/true
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={_mem_mb()} Gres=gpu:{self.gpus} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-""")
+""" + "".join(f"NodeName={n} NodeAddr={a} CPUs={self.cpus} RealMemory={_mem_mb() // len(self.nodes)} "
+              f"Gres=gpu:{self.gpus} State=UNKNOWN\n" for n, a, _ in self.nodes)
+                + "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
         # Fake GPUs so that `sbatch --test-only` can judge the GPU scripts: slurmd
         # wants a character device per GPU, and /dev/null's numbers do.
         dev = os.path.join(s, "dev")
@@ -100,7 +114,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             if not os.path.exists(p):
                 os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         with open(os.path.join(s, "gres.conf"), "w") as f:
-            f.write(f"NodeName={self.node} Name=gpu File={dev}/gpu[0-{self.gpus - 1}]\n")
+            for n, _, _ in self.nodes:
+                f.write(f"NodeName={n} Name=gpu File={dev}/gpu[0-{self.gpus - 1}]\n")
 
     def _start_munge(self) -> None:
         if subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
@@ -134,18 +149,21 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self._start_munge()
         subprocess.run(["slurmctld", "-i", "-f", self.conf], env=self.env, check=True, timeout=30)
         self._wait(lambda: "UP" in self._out("scontrol", "ping"), "slurmctld", 30)
-        subprocess.run(["slurmd", "-N", self.node, "-f", self.conf], env=self.env, check=True, timeout=30)
+        for n, _, prefix in self.nodes:
+            subprocess.run([*prefix, "slurmd", "-N", n, "-f", self.conf], env=self.env, check=True, timeout=30)
 
         def idle():
-            state = self._out("sinfo", "-h", "-N", "-o", "%T")
-            if "drain" in state or "down" in state:
-                self._out("scontrol", "update", f"NodeName={self.node}", "State=RESUME")
-            return state.startswith("idle")
+            states = self._out("sinfo", "-h", "-N", "-o", "%N %T").splitlines()
+            for line in states:
+                name, _, state = line.partition(" ")
+                if "drain" in state or "down" in state:
+                    self._out("scontrol", "update", f"NodeName={name}", "State=RESUME")
+            return len(states) == len(self.nodes) and all(ln.split()[1].startswith("idle") for ln in states)
 
         self._wait(idle, "the node", 60)
 
     def stop(self) -> None:
-        for name in ("slurmd", "slurmctld"):
+        for name in [f"slurmd-{n}" for n, _, _ in self.nodes] + ["slurmctld"]:
             pidfile = os.path.join(self.scratch, "run", f"{name}.pid")
             try:
                 with open(pidfile) as f:

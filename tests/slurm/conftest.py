@@ -34,3 +34,19 @@ def slurm(tmp_path_factory):
         raise
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm2(cluster, tmp_path_factory):
+    """A two-node Slurm on tests/cluster's nodes: a slurmd in each node's namespaces, slurmctld on this
+    machine's bridge address (ports 6917-6918, beside the one-node cluster's)."""
+    c = SlurmCluster(str(tmp_path_factory.mktemp("slurm2")), cpus=16, gpus=2,
+                     nodes=[(h, cluster.addr[h], cluster.prefix(h)) for h in cluster.nodes],
+                     ctl_addr=cluster.gateway, port=6917)
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise
+    yield c
+    c.stop()

@@ -12,7 +12,7 @@ import hpcgpu
 from hpcgpu.train import TrainConfig, Trainer
 
 METRICS = {"epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr", "seconds",
-           "samples_per_second"}
+           "samples_per_second", "energy_joules", "energy_joules_cpu", "energy_joules_gpu", "gflop", "joules_per_gflop"}
 
 
 def test_trainer_in_process_learns_and_saves(small_h5, tmp_path):

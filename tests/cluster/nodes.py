@@ -6,7 +6,7 @@ made for the purpose, and its own ``/etc/hosts`` naming the nodes. MPI between
 two nodes must therefore use the network (TCP over the bridge), never shared
 memory, and ``Split_type(COMM_TYPE_SHARED)`` sees one node per namespace set.
 
-    python tests/cluster/cluster.py up [N]       # print the directory; ``down DIR`` removes it
+    python tests/cluster/nodes.py up [N]       # print the directory; ``down DIR`` removes it
     tests/cluster/nsrun NODE CMD...              # run CMD on NODE (Hydra's -launcher-exec)
 
 Root is needed. Everything made is listed under the cluster's directory in
@@ -59,6 +59,7 @@ class NsCluster:
         self.bridge = f"hpcgbr{self.id}"
         self.nodes = [f"node{i + 1}" for i in range(n)]
         self.addr = {h: f"10.77.{self.id}.{11 + i}" for i, h in enumerate(self.nodes)}
+        self.gateway = f"10.77.{self.id}.1"  # this machine's address on the bridge (slurmctld listens there)
         self._holders: list = []
 
     # ---- making it ---------------------------------------------------------------------------------
@@ -69,6 +70,7 @@ class NsCluster:
         with open(os.path.join(self.dir, "hosts"), "w") as f:
             f.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in self.addr.items()))
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        _sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)  # this host, as the nodes see it
         _sh("ip", "link", "set", self.bridge, "up")
         for i, h in enumerate(self.nodes):
             self._make_node(i, h)
