@@ -5,7 +5,9 @@ The model (the seeds' ``T(P) = T_comp / P + T_comm(P)``, per step):
     T(P) = T_comp / min(P, U) + T_comm(P, n),   T_comm(P, n) = alpha_P + beta_P * n
 
 - ``T_comp``: one rank's step without communication (data, forward,
-  backward, update), from a 1-rank training run's ``/timing``;
+  backward, update), from a 1-rank training run's ``/timing``; at P > 1
+  measured with P ranks computing at once, each alone on its local batch
+  B / P (``T_comp / min(P, U)`` would assume perfect sharing of the node);
 - ``U``: the compute units the ranks share (the cores of this machine, or
   its GPUs): more ranks than units do not compute faster;
 - ``alpha_P + beta_P * n``: the ``Allreduce`` of ``n`` bytes at ``P`` ranks,
@@ -14,7 +16,10 @@ The model (the seeds' ``T(P) = T_comp / P + T_comm(P)``, per step):
 
 The trainer then runs at every P asked for, and each measured step time is
 compared with the prediction: the model was fitted on the 1-rank run and the
-microbenchmarks only, never on the runs at P > 1. For P beyond this machine
+microbenchmarks only, never on the trainer's runs at P > 1. More ranks than
+compute units (oversubscribed, P > U) is outside the model: time-sliced ranks
+reach each reduction a scheduler quantum apart, which no microbenchmark of
+the parts shows; those rows are marked. For P beyond this machine
 the plot extends the model to ``--extend`` ranks (1024) with one compute
 unit a rank (a cluster: one GPU each) and the Allreduce of Rabenseifner's
 and the ring algorithms, ``2 log2(P) alpha + 2 (P - 1) / P * n * beta``
@@ -168,6 +173,38 @@ def _child_allreduce(sizes: list[int], repeat: int) -> None:
         print(json.dumps(out), flush=True)
 
 
+def _child_compute(args) -> None:
+    """Under mpiexec: the compute step of P ranks computing at once, without communication.
+
+    Every rank trains alone (its own ``COMM_SELF`` runtime, local batch
+    B / P) at the same time; rank 0 prints the median over ranks of the
+    seconds per step of the epochs after the first (JSON).
+    """
+    from mpi4py import MPI
+
+    import hpcgpu
+    from hpcgpu.train import TrainConfig, Trainer
+
+    world = MPI.COMM_WORLD
+    rt = hpcgpu.init("cpu" if args.device == "auto" else args.device, comm=MPI.COMM_SELF)
+    cfg = TrainConfig(data=args.data, out=os.devnull, hidden=tuple(int(h) for h in args.hidden.split(",")),
+                      batch_size=max(1, args.batch_size // world.size), epochs=args.epochs, progress="none",
+                      schedule="constant", warmup_epochs=0, timing=False)
+    tr = Trainer(cfg, rt)
+    times = []
+    for e in range(args.epochs):
+        world.Barrier()
+        t0 = MPI.Wtime()
+        tr.train_epoch()
+        if e:
+            times.append((MPI.Wtime() - t0) / tr.sampler.steps)
+        tr._finish_epoch(0.0)
+    tr.close()
+    got = world.gather(float(np.median(times)), root=0)
+    if world.rank == 0:
+        print(json.dumps(float(np.median(got))), flush=True)
+
+
 def _run(cmd, env, what):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
@@ -200,7 +237,7 @@ def _measure(args, out_dir: str) -> dict:
                    "phases_per_step": {k: float(np.median(v)) / steps for k, v in t.items()}}
     grad_bytes = nparams * itemsize
     sizes = sorted({int(x) for x in np.geomspace(256, max(512, 2 * grad_bytes), args.sizes)})
-    micro = {}
+    micro, compute = {}, {}
     for P in ranks:
         if P == 1:
             continue
@@ -209,7 +246,13 @@ def _measure(args, out_dir: str) -> dict:
                                      ",".join(map(str, sizes)), "--repeat", str(args.repeat)],
                               env, f"the Allreduce microbenchmark at {P} ranks").strip().splitlines()[-1])
         micro[P] = got
-    return {"runs": runs, "micro": micro, "grad_bytes": grad_bytes, "device": device}
+        child = [sys.executable, "-m", "hpcgpu.scaling", "--child-compute", "--epochs", str(args.epochs),
+                 "--batch-size", str(args.batch_size), "--hidden", args.hidden, "--device", args.device]
+        if args.data:
+            child += ["--data", args.data]
+        compute[P] = json.loads(_run(cmd + child, env, f"the compute microbenchmark at {P} ranks")
+                                .strip().splitlines()[-1])
+    return {"runs": runs, "micro": micro, "compute": compute, "grad_bytes": grad_bytes, "device": device}
 
 
 def _units(device: str) -> int:
@@ -227,7 +270,9 @@ def model_table(data: dict, units: int) -> dict:
     ----------
     data : dict
         ``runs`` (per P: ``step_seconds``, ``phases_per_step``), ``micro``
-        (per P > 1: ``[(bytes, seconds), ...]``) and ``grad_bytes``.
+        (per P > 1: ``[(bytes, seconds), ...]``), optionally ``compute``
+        (per P > 1: seconds of the compute step with P ranks computing at
+        once, local batch B / P) and ``grad_bytes``.
     units : int
         Compute units the ranks share.
 
@@ -236,7 +281,8 @@ def model_table(data: dict, units: int) -> dict:
     dict
         ``t_comp`` (s), ``lines`` (per P: alpha, beta), ``alpha``, ``beta``
         (the global collective model), ``rows`` (per P: measured,
-        predicted, error = predicted / measured - 1, fitted on it or not).
+        predicted, error = predicted / measured - 1, fitted on it or not,
+        oversubscribed: more ranks than compute units, outside the model).
     """
     one = data["runs"][1]["phases_per_step"]
     t_comp = sum(one.values())  # at one rank every phase is computation (no reduction runs)
@@ -244,12 +290,15 @@ def model_table(data: dict, units: int) -> dict:
     pts = [(int(P), n, s) for P, v in data["micro"].items() for n, s in v]
     alpha, beta = fit_collective_model(*zip(*pts, strict=True)) if pts else (math.nan, math.nan)
     rows = []
+    compute = {int(k): v for k, v in data.get("compute", {}).items()}
     for P, r in sorted(data["runs"].items(), key=lambda kv: int(kv[0])):
         P = int(P)
         a, b = lines.get(P, (0.0, 0.0))
-        pred = predict_step(t_comp, P, units, a, b, data["grad_bytes"])
-        rows.append({"P": P, "measured_s": r["step_seconds"], "predicted_s": pred,
-                     "error": pred / r["step_seconds"] - 1, "fitted": P == 1})
+        # the compute step as P ranks computing at once run it (shared cores, memory bandwidth), when measured
+        t_p = compute.get(P, t_comp / min(P, max(1, units)))
+        pred = predict_step(t_p, 1, 1, 0.0, 0.0, 0.0) + (0.0 if P == 1 else a + b * data["grad_bytes"])
+        rows.append({"P": P, "measured_s": r["step_seconds"], "predicted_s": pred, "t_comp_s": t_p,
+                     "error": pred / r["step_seconds"] - 1, "fitted": P == 1, "oversubscribed": P > units})
     return {"t_comp": t_comp, "units": units, "lines": lines, "alpha": alpha, "beta": beta, "rows": rows,
             "grad_bytes": data["grad_bytes"]}
 
@@ -267,11 +316,15 @@ def plot(model: dict, path: str, extend: int) -> None:
     a.plot(ps, [r["measured_s"] * 1e3 for r in rows], "o-", label="measured")
     a.plot(ps, [r["predicted_s"] * 1e3 for r in rows], "s--", label="model")
     for r in rows:
-        a.annotate("fitted" if r["fitted"] else f"{100 * r['error']:+.0f}%", (r["P"], r["predicted_s"] * 1e3),
+        text = "fitted" if r["fitted"] else f"{100 * r['error']:+.0f}%" + (" (P > U)" if r["oversubscribed"] else "")
+        a.annotate(text, (r["P"], r["predicted_s"] * 1e3),
                    textcoords="offset points", xytext=(4, 6), fontsize=8)
     a.set(xscale="log", xlabel="ranks P", ylabel="ms per step",
           title=f"trainer step on this machine ({model['units']} compute units)")
     a.set_xticks(ps, [str(p) for p in ps])
+    from matplotlib.ticker import NullFormatter
+
+    a.xaxis.set_minor_formatter(NullFormatter())
     a.legend()
     big = np.unique(np.geomspace(1, extend, 40).astype(int))
     comm = collective_model(big, model["grad_bytes"], model["alpha"], model["beta"])
@@ -284,7 +337,7 @@ def plot(model: dict, path: str, extend: int) -> None:
     b.plot(ps, [r["measured_s"] * 1e3 for r in rows], "o", label="measured here")
     b.set(xscale="log", yscale="log", xlabel="ranks P (one compute unit each)", ylabel="ms per step",
           title=f"the model to {extend} ranks (a model, not a measurement)")
-    b.legend(fontsize=7)
+    b.legend(fontsize=7, loc="lower left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -313,7 +366,11 @@ def main(argv=None) -> int:
     p.add_argument("--extend", type=int, default=1024, help="extend the model's plot to this many ranks")
     p.add_argument("-o", "--out", default="results/scaling", help="directory for the plot, JSON and runs")
     p.add_argument("--child-allreduce", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child-compute", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.child_compute:
+        _child_compute(a)
+        return 0
     if a.child_allreduce is not None:
         _child_allreduce([int(s) for s in a.child_allreduce.split(",")], a.repeat)
         return 0
@@ -340,7 +397,8 @@ def main(argv=None) -> int:
           f"beta {model['beta'] * 1e9:.3f} ns/byte")
     print(f"{'P':>5} {'measured ms':>12} {'model ms':>9} {'error':>7}")
     for r in model["rows"]:
-        err = "fitted" if r["fitted"] else f"{100 * r['error']:+.1f}%"
+        err = "fitted" if r["fitted"] else f"{100 * r['error']:+.1f}%" + (" (P > U: outside the model)"
+                                                                          if r["oversubscribed"] else "")
         print(f"{r['P']:>5} {r['measured_s'] * 1e3:>12.3f} {r['predicted_s'] * 1e3:>9.3f} {err:>7}")
     print(f"wrote {a.out}/scaling-model.png, scaling-model.json")
     return 0

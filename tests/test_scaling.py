@@ -40,7 +40,11 @@ def test_model_table_recovers_t_comp_and_predicts_from_the_lines():
     assert m["t_comp"] == pytest.approx(t_comp)
     assert m["lines"][4] == pytest.approx((8e-5, 1e-9), rel=1e-6)
     assert [r["fitted"] for r in m["rows"]] == [True, False, False]
+    assert [r["oversubscribed"] for r in m["rows"]] == [False, False, True]
     assert all(abs(r["error"]) < 1e-6 for r in m["rows"])
+    runs[2]["step_seconds"] = 3e-3 + 2e-5 * 2 + 1e-9 * grad  # the compute step measured at 2 ranks: 3 ms
+    m = model_table({"runs": runs, "micro": micro, "grad_bytes": grad, "compute": {2: 3e-3}}, units=2)
+    assert abs(m["rows"][1]["error"]) < 1e-9 and m["rows"][1]["t_comp_s"] == 3e-3
     assert predict_step(t_comp, 4, 2, 0.0, 0.0, grad) == t_comp / 2  # 4 ranks on 2 units compute as 2
 
 
