@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from train import env1, mpiexec  # noqa: E402
+from train import env1  # noqa: E402
 
 
 def sleep_task(seconds):
@@ -118,14 +118,12 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    from hpcgpu.scaling import _launcher  # the MPI's mpiexec, with Open MPI's oversubscribe (and root) settings
+
     for P in [int(r) for r in args.ranks.split(",")]:
-        env = env1()
-        if "open mpi" in subprocess.run([sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize=False; "
-                                         "from mpi4py import MPI; print(MPI.Get_library_version())"],
-                                        capture_output=True, text=True).stdout.lower():
-            env.update(PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", OMPI_ALLOW_RUN_AS_ROOT="1",
-                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-        subprocess.run([mpiexec(), "-n", str(P), sys.executable, os.path.abspath(__file__), "--child",
+        cmd, env = _launcher(P)
+        env.update(env1())
+        subprocess.run([*cmd, sys.executable, os.path.abspath(__file__), "--child",
                         "--tasks", str(args.tasks), "--median-ms", str(args.median_ms),
                         "--noop-tasks", str(args.noop_tasks)], check=True, env=env, cwd=HERE)
 

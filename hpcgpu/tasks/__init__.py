@@ -298,7 +298,7 @@ def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
                      "device": rt.device if rt is not None else "", "retries": opts.retries,
                      "timeout_seconds": opts.timeout if opts.timeout else 0.0,
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-            keeper = _Keeper(ledger, opts, attrs, max(1, size - 1))
+            keeper = _Keeper(ledger, opts, attrs)
             if loaded and opts.out:
                 keeper.write()  # the journal's records into the file before the journal restarts
             keeper.start()

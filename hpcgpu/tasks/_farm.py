@@ -29,14 +29,15 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 from mpi4py import MPI
 
 from ..errors import agreed
 from ._params import Params
-from ._store import DONE, FAILED, Journal, Ledger, Record, SchemaError
+from ._store import Journal, Ledger, Record, SchemaError
+
+__all__ = ["TaskTimeout", "TaskInfo", "current_task", "chunk_size"]
 
 TAG_REPORT, TAG_WORK = 71, 72
 
@@ -231,15 +232,13 @@ class Outcome:
     stopped: str | None = None
     fatal: str | None = None
     wrote: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 class _Keeper:
     """Rank 0's bookkeeping: the ledger, retries, the journal, the periodic HDF5 writes, progress."""
 
-    def __init__(self, ledger: Ledger, opts: Options, attrs: dict, workers: int):
+    def __init__(self, ledger: Ledger, opts: Options, attrs: dict):
         self.ledger, self.opts, self.attrs = ledger, opts, attrs
-        self.workers = workers
         self.journal = (Journal(opts.out + ".journal",
                                 {"function": ledger.function, "params_digest": ledger.params.digest(),
                                  "tasks": ledger.params.n}) if opts.out else None)
@@ -476,6 +475,3 @@ def agreed_outcome(comm: MPI.Intracomm, outcome: Outcome | None) -> Outcome:
         raise agreed(ValueError(outcome.fatal))
     return outcome
 
-
-__all__ = ["TaskTimeout", "TaskInfo", "current_task", "chunk_size"]
-_ = (DONE, FAILED, np)  # re-exported names used by the package

@@ -102,23 +102,11 @@ def test_preemption_signal_requeue_resume(slurm, tmp_path):
     data = write_h5(tmp_path / "blobs.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
     opts = "--epochs 150 --batch-size 32 --hidden 256,256 --dtype float64"
     env = dict(slurm.env, **_vars(tmp_path, DATA=data, CHECKPOINT_EVERY=300, TRAIN_ARGS=opts))
-    job = subprocess.Popen(["sbatch", "--wait", "--time=2", "--signal=B:USR1@60", "-o", str(tmp_path / "%j.out"),
-                            os.path.join(JOBS, "train-cpu.sbatch")], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    try:
-        job_id = job.stdout.readline().split()[-1]
-        deadline = time.time() + 120
-        while "epoch   5/" not in _log(tmp_path) and "warning signal" not in _log(tmp_path):
-            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
-            time.sleep(0.5)
-        os.kill(_batch_shell(slurm, job_id), signal.SIGUSR1)
-        rc = job.wait(timeout=600)
-    finally:
-        if job.poll() is None:
-            subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
-            job.kill()
+    rc, err = _warned_job(slurm, ["--time=2", "--signal=B:USR1@60", "-o", str(tmp_path / "%j.out"),
+                                  os.path.join(JOBS, "train-cpu.sbatch")], env, tmp_path,
+                          lambda: "epoch   5/" in _log(tmp_path) or "warning signal" in _log(tmp_path), 600)
     log = _log(tmp_path)
-    assert rc == 0, (job.stderr.read(), log)
+    assert rc == 0, (err, log)
     assert "warning signal: checkpoint, then requeue" in log and "restart 1" in log, log
     assert "resumed from" in log
     ref = tmp_path / "ref.h5"
@@ -142,29 +130,37 @@ def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
     log.mkdir()
     fn = os.path.join(_mpi.ROOT, "tests", "tasks", "farm_fns.py") + ":slow"
     env = dict(slurm.env, **_vars(tmp_path, FUNCTION=fn, PARAMS=params, FARM_LOG=log))
-    job = subprocess.Popen(["sbatch", "--wait", "-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "tasks-cpu.sbatch")],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ran = lambda: sum(len(open(p).read().split()) for p in glob.glob(str(log / "*")))  # noqa: E731
-    try:
-        job_id = job.stdout.readline().split()[-1]
-        deadline = time.time() + 120
-        while ran() < 8:
-            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
-            time.sleep(0.2)
-        os.kill(_batch_shell(slurm, job_id), signal.SIGUSR1)
-        rc = job.wait(timeout=300)
-    finally:
-        if job.poll() is None:
-            subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
-            job.kill()
+    rc, err = _warned_job(slurm, ["-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "tasks-cpu.sbatch")], env,
+                          tmp_path, lambda: ran() >= 8, 300)
     out = _log(tmp_path)
-    assert rc == 0, (job.stderr.read(), out)
+    assert rc == 0, (err, out)
     assert "warning signal" in out and "restart 1" in out and "stopped (stop file" in out, out
     assert f"{n} tasks: {n} done, 0 failed, 0 pending" in out, out
     with h5py.File(os.path.join(_run_dir(tmp_path), "tasks.h5")) as f:
         assert (f["tasks/status"][()] == 1).all() and (f["tasks/attempts"][()] == 1).all()
         np.testing.assert_array_equal(f["results/twice"][()], 2 * np.arange(n))
     assert ran() == n  # the stop let running tasks finish and returned the rest: none ran twice
+
+
+def _warned_job(slurm, sbatch_args, env, tmp_path, ready, timeout):
+    """``sbatch --wait SBATCH_ARGS``; once ``ready()``, Slurm's warning signal to the batch shell (as
+    ``--signal=B:USR1`` sends it); the job's exit status and stderr. Cancelled if the test fails first."""
+    job = subprocess.Popen(["sbatch", "--wait", *sbatch_args], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = job.stdout.readline().split()[-1]
+        deadline = time.time() + 120
+        while not ready():
+            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
+            time.sleep(0.3)
+        os.kill(_batch_shell(slurm, job_id), signal.SIGUSR1)
+        rc = job.wait(timeout=timeout)
+    finally:
+        if job.poll() is None:
+            subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
+            job.kill()
+    return rc, job.stderr.read()
 
 
 def _batch_shell(slurm, job_id):

@@ -3,16 +3,14 @@ srun places ranks on both nodes, the outputs are written once, srun --mpi=none i
 
 import glob
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np
 import pytest
 from _data import blobs, write_h5
-from test_jobs import JOBS, _batch_shell, _log, _run_dir, _vars
+from test_jobs import JOBS, _log, _run_dir, _vars, _warned_job
 
 import _mpi
 
@@ -78,23 +76,10 @@ def test_preemption_requeue_resume_across_two_nodes(slurm2, tmp_path):
     data = write_h5(tmp_path / "blobs.h5", train__X=X, train__y=y)
     opts = "--epochs 40 --batch-size 32 --hidden 128 --dtype float64"
     env = dict(slurm2.env, **_two(tmp_path, DATA=data, CHECKPOINT_EVERY=200, TRAIN_ARGS=opts))
-    job = subprocess.Popen(["sbatch", "--wait", "--nodes=2", "-o", str(tmp_path / "%j.out"),
-                            os.path.join(JOBS, "train-cpu.sbatch")], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    try:
-        job_id = job.stdout.readline().split()[-1]
-        deadline = time.time() + 120
-        while "epoch   3/" not in _log(tmp_path):
-            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
-            time.sleep(0.3)
-        os.kill(_batch_shell(slurm2, job_id), signal.SIGUSR1)
-        rc = job.wait(timeout=400)
-    finally:
-        if job.poll() is None:
-            subprocess.run(["scancel", job_id], env=slurm2.env, timeout=30)
-            job.kill()
+    rc, err = _warned_job(slurm2, ["--nodes=2", "-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "train-cpu.sbatch")],
+                          env, tmp_path, lambda: "epoch   3/" in _log(tmp_path), 400)
     log = _log(tmp_path)
-    assert rc == 0, (job.stderr.read(), log)
+    assert rc == 0, (err, log)
     assert "restart 1" in log and "resumed from" in log and log.count("(node1: ranks 0-1; node2: ranks 2-3)") == 2
     ref = tmp_path / "ref.h5"
     r = _mpi.run(4, ["-m", "hpcgpu.train", "--data", data, "--out", str(ref), "--progress", "none", *opts.split()],
