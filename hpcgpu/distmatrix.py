@@ -477,9 +477,9 @@ class DistMatrix:
         local = local.astype(_file_dtype(self.dtype), copy=False)
         try:
             if h5py.get_config().mpi:
-                err = self._write_mpio(tmp, name, local, meta)
+                err = self._write_mpio(tmp, name, local, meta, path)
             else:
-                err = self._write_sequential(tmp, name, local, meta)
+                err = self._write_sequential(tmp, name, local, meta, path)
             agree(err, comm=comm)
             on_root(lambda: publish(tmp, path), comm=comm,
                     error=lambda e: OSError(f"output {path}: cannot rename ({e})"))
@@ -489,7 +489,7 @@ class DistMatrix:
             raise
         return path
 
-    def _write_mpio(self, tmp, name, local, meta):
+    def _write_mpio(self, tmp, name, local, meta, path):
         import h5py
 
         try:
@@ -499,10 +499,10 @@ class DistMatrix:
                     ds[self.rows, self.cols] = local
                 write_attrs(f, meta)
         except OSError as e:
-            return OSError(f"output {tmp}: parallel write failed ({e})")
+            return OSError(f"output {path}: parallel write failed ({e})")
         return None
 
-    def _write_sequential(self, tmp, name, local, meta):
+    def _write_sequential(self, tmp, name, local, meta, path):
         import h5py
         from mpi4py.util.sync import Sequential
 
@@ -513,7 +513,7 @@ class DistMatrix:
                     f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
                     write_attrs(f, meta)
             except OSError as e:
-                err = OSError(f"output {tmp}: cannot create ({e})")
+                err = OSError(f"output {path}: cannot create ({e})")
         agree(err, comm=comm)
         with Sequential(comm):
             try:
@@ -521,7 +521,7 @@ class DistMatrix:
                     with h5py.File(tmp, "r+") as f:
                         f[name][self.rows, self.cols] = local
             except OSError as e:
-                err = OSError(f"output {tmp}: rank {comm.rank} cannot write its block ({e})")
+                err = OSError(f"output {path}: rank {comm.rank} cannot write its block ({e})")
         return err
 
 

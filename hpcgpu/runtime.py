@@ -167,7 +167,7 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     Notes
     -----
     A GPU is usable when CuPy imports, sees a device, and can allocate, run
-    an elementwise kernel and a cuBLAS GEMM on it (:func:`hpcgpu._device.check_usable`).
+    an elementwise kernel and a cuBLAS GEMM on it (``hpcgpu._device.check_usable``).
     The device is chosen from the launcher's node-local rank before
     ``MPI_Init`` when ``import hpcgpu`` came first (see :mod:`hpcgpu`),
     else ``local_rank % device_count`` after it. CUDA-aware MPI is decided
@@ -470,7 +470,7 @@ def _switch(name: str) -> bool | None:
     if not v:
         return None
     if v not in _TRUE | _FALSE:
-        raise ValueError(f"{name} must be 0 or 1, got {raw!r}")
+        raise ValueError(f"{name} must be 0 or 1 (or no/yes, false/true, off/on), got {raw!r}")
     return v in _TRUE
 
 

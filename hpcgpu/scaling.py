@@ -208,7 +208,8 @@ def _child_compute(args) -> None:
 def _run(cmd, env, what):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
+        last = (p.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise RuntimeError(f"{what} failed (exit {p.returncode}): {last}")
     return p.stdout
 
 

@@ -325,7 +325,8 @@ def test_divergence_stops_with_epoch_and_step_and_keeps_the_good_checkpoint(tmp_
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert lines == ["hpcgpu.train: error: training diverged: the loss of step 2 (epoch 1) is nan; "
-                     "the last checkpoint is kept; try a smaller --lr"], p.stderr
+                     "the last checkpoint is kept; start again with a smaller --lr "
+                     "(a resume keeps the checkpoint's --lr)"], p.stderr
     assert not (tmp_path / "o.h5").exists()
     good = read_checkpoint(str(ck), N_PARAMS)
     assert good.step == 1 and np.isfinite(good.params).all()

@@ -89,7 +89,7 @@ class Trainer:
         training set or smaller than the number of ranks; ``out`` not
         writable; ``resume`` with checkpoints that are all unreadable or
         were written with other values of the options in
-        :data:`hpcgpu.train.checkpoint.MUST_MATCH`.
+        ``hpcgpu.train.checkpoint.MUST_MATCH``.
 
     Attributes
     ----------
@@ -140,6 +140,8 @@ class Trainer:
             err = writable_error(c.out, "--out")
             if err is None and c.checkpoint_path:
                 err = writable_error(c.checkpoint_path, "--checkpoint")
+            if err is None and c.trace:  # checked now: a trace that cannot be written must not cost the run
+                err = writable_error(c.trace, "--trace")
         agree(err, comm=comm)
         agree(shared_dir_error(c.out, comm, "--out"), comm=comm)
         if c.checkpoint_path:
@@ -475,7 +477,8 @@ class Trainer:
             # the reduced loss is the same on every rank
             raise agreed(FloatingPointError(
                 f"training diverged: the loss of step {step + 1} (epoch {self.epoch + 1}) is "
-                f"{loss_sum / self.sampler.B}; the last checkpoint is kept; try a smaller --lr"))
+                f"{loss_sum / self.sampler.B}; the last checkpoint is kept; start again with a smaller --lr "
+                f"(a resume keeps the checkpoint's --lr)"))
         self._epoch_totals += (loss_sum, correct)
 
     def _drain(self) -> None:
@@ -797,7 +800,8 @@ class Trainer:
             # The same parameters on every rank: all raise, and the last good checkpoint stays.
             raise agreed(FloatingPointError(
                 f"training diverged: parameters are not finite after step {self.step} "
-                f"(epoch {self.epoch + 1}); not writing a checkpoint; try a smaller --lr"))
+                f"(epoch {self.epoch + 1}); not writing a checkpoint; start again with a smaller --lr "
+                "(a resume keeps the checkpoint's --lr)"))
         full = self.gather_global()  # collective: the unsplit parameters and momentum on rank 0
         on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), self.config.keep_checkpoints,
                                          attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path))),

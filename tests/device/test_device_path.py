@@ -221,7 +221,8 @@ def test_divergence_at_one_rank_on_a_gpu_names_the_step(checkpoints, tmp_path):
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines() == [
         "hpcgpu.train: error: training diverged: the loss of step 2 (epoch 1) is nan; "
-        "the last checkpoint is kept; try a smaller --lr"], p.stderr
+        "the last checkpoint is kept; start again with a smaller --lr "
+        "(a resume keeps the checkpoint's --lr)"], p.stderr
     assert not (tmp_path / "o.h5").exists()
     if checkpoints:
         from hpcgpu.train.checkpoint import read_checkpoint

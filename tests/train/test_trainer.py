@@ -206,6 +206,8 @@ BAD_INPUTS = {
     "ranks > samples": (lambda t: _bad(t, train__X=X[:2], train__y=Y[:2]), ["--batch-size", "2"],
                         "fewer than the 3 ranks"),
     "out unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--out", "{tmp}/afile/out.h5"], "cannot write in"),
+    "trace unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--trace", "{tmp}/afile/t.json"],
+                         "error: --trace "),  # at start, not after the run (which it would cost)
     "bad lr": (lambda t: _bad(t, train__X=X, train__y=Y), ["--lr", "-1"], "--lr must be a positive number"),
     "bad hidden": (lambda t: _bad(t, train__X=X, train__y=Y), ["--hidden", "8,0"], "argument --hidden"),
     "bad gemm threads": (lambda t: _bad(t, train__X=X, train__y=Y), ["--gemm-threads", "some"],
