@@ -42,7 +42,8 @@ def pytest_ignore_collect(collection_path, config):
 
 
 HOST_ONLY = {"test_lint.py", "test_names.py", "test_fuzz.py", "test_mpis.py", "test_datasets.py", "test_blas.py",
-             "test_energy.py", "test_report.py", "test_scaling.py", os.path.join("tasks", "test_params.py")}
+             "test_energy.py", "test_docs.py", "test_report.py", "test_scaling.py",
+             os.path.join("tasks", "test_params.py")}
 """Modules the --device=standin pass leaves out: nothing in them reaches the device path (input
 validation before any device is chosen, checkpoints across MPI stacks, host BLAS, counters, file tools
 that run on the CPU by design)."""
@@ -65,8 +66,8 @@ def pytest_report_header(config):
 
 @pytest.fixture(scope="session")
 def cluster():
-    """Two "nodes" (network + UTS + mount namespaces on a private bridge; tests/cluster). Skipped without root;
-    CI must have it."""
+    """Three "nodes" (network + UTS + mount namespaces on a private bridge; tests/cluster); most tests use the
+    first two. Skipped without root; CI must have it."""
     sys.path.insert(0, os.path.join(HERE, "cluster"))
     from nodes import NsCluster, available
 
@@ -75,7 +76,7 @@ def cluster():
         if os.environ.get("CI"):
             pytest.fail(f"the multi-node tests must run in CI: {why}")
         pytest.skip(why)
-    with NsCluster(2) as c:
+    with NsCluster(3) as c:
         yield c
 
 

@@ -61,6 +61,7 @@ class NsCluster:
         self.addr = {h: f"10.77.{self.id}.{11 + i}" for i, h in enumerate(self.nodes)}
         self.gateway = f"10.77.{self.id}.1"  # this machine's address on the bridge (slurmctld listens there)
         self._holders: list = []
+        self._started = time.time()
 
     # ---- making it ---------------------------------------------------------------------------------
     def up(self) -> NsCluster:
@@ -148,10 +149,24 @@ class NsCluster:
         return len(pids)
 
     # ---- removing it -------------------------------------------------------------------------------
+    def _remove_orphan_segments(self) -> None:
+        """Remove the shared-memory files that ranks killed here left in /dev/shm (MPICH's ``mpich_shm_*``,
+        Open MPI's ``sm_segment.*``): made since the cluster came up and open in no process."""
+        try:
+            names = [os.path.join("/dev/shm", f) for f in os.listdir("/dev/shm")]
+        except OSError:
+            return
+        for path in names:
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_mtime >= self._started and shutil.which("fuser") and \
+                        subprocess.run(["fuser", "-s", path], timeout=30).returncode != 0:
+                    os.remove(path)
+
     def down(self) -> None:
         for h in self.nodes:
             with contextlib.suppress(Exception):
                 self.kill_node(h)  # the holder too: the namespaces go with their last process
+        self._remove_orphan_segments()
         for i in range(self.n):
             _sh("ip", "link", "del", f"hpcg{self.id}h{i + 1}", check=False)
         _sh("ip", "link", "del", self.bridge, check=False)

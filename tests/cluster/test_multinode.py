@@ -52,6 +52,23 @@ def test_info_shows_two_hosts_and_node_local_ranks(cluster):
                    ("host=node2", "local_rank=0/2"), ("host=node2", "local_rank=1/2")], p.stdout
 
 
+def test_three_nodes_an_odd_world_and_the_blas_threads_shared_per_node(cluster):
+    """5 ranks on 3 nodes (1 + 2 + 2): each node's cores are shared among that node's ranks only (not the
+    world's), so node1's one rank takes both cores here and the others one each."""
+    cores = os.cpu_count()
+    if len(os.sched_getaffinity(0)) < cores:
+        pytest.skip("this process is bound to some cores: each rank takes its binding, not a node's share")
+    unset = {v: None for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
+    p = _run(cluster, "node1:1,node2:2,node3:2", 5, ["-m", "hpcgpu", "info", "--device", "cpu"], env=unset)
+    assert p.returncode == 0, p.stderr
+    got = sorted((f[1], f[2], next(x for x in f if x.startswith("blas_threads="))) for f in
+                 (ln.split() for ln in p.stdout.splitlines() if ln.startswith("[")))
+    one, two = f"blas_threads={cores}", f"blas_threads={max(1, cores // 2)}"
+    assert got == [("host=node1", "local_rank=0/1", one), ("host=node2", "local_rank=0/2", two),
+                   ("host=node2", "local_rank=1/2", two), ("host=node3", "local_rank=0/2", two),
+                   ("host=node3", "local_rank=1/2", two)], p.stdout
+
+
 def test_traffic_goes_over_tcp_and_the_gradient_allreduce_across_nodes(cluster):
     """784-1024-1024-10's gradient (1,863,690 float32, 7.5 MB): across nodes the bytes leave by eth0;
     within one node none do. The figures are printed for the record."""

@@ -91,6 +91,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
+SlurmdTimeout=5
 MinJobAge=5
 KillWait=5
 SchedulerParameters=sched_interval=2
@@ -161,6 +162,20 @@ MailProg=/bin/true
             return len(states) == len(self.nodes) and all(ln.split()[1].startswith("idle") for ln in states)
 
         self._wait(idle, "the node", 60)
+
+    def restart_slurmd(self, name: str, prefix: list) -> None:
+        """Start ``name``'s slurmd again (through ``prefix``, the node's command prefix now) after the node
+        was lost, and return the node to service."""
+        self.nodes = [(n, a, prefix if n == name else p) for n, a, p in self.nodes]
+        subprocess.run([*prefix, "slurmd", "-N", name, "-f", self.conf], env=self.env, check=True, timeout=30)
+
+        def idle():
+            state = self._out("sinfo", "-h", "-n", name, "-o", "%T")
+            if "down" in state or "drain" in state:
+                self._out("scontrol", "update", f"NodeName={name}", "State=RESUME")
+            return state.startswith("idle")
+
+        self._wait(idle, name, 60)
 
     def stop(self) -> None:
         for name in [f"slurmd-{n}" for n, _, _ in self.nodes] + ["slurmctld"]:

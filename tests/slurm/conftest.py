@@ -41,7 +41,7 @@ def slurm2(cluster, tmp_path_factory):
     """A two-node Slurm on tests/cluster's nodes: a slurmd in each node's namespaces, slurmctld on this
     machine's bridge address (ports 6917-6918, beside the one-node cluster's)."""
     c = SlurmCluster(str(tmp_path_factory.mktemp("slurm2")), cpus=16, gpus=2,
-                     nodes=[(h, cluster.addr[h], cluster.prefix(h)) for h in cluster.nodes],
+                     nodes=[(h, cluster.addr[h], cluster.prefix(h)) for h in cluster.nodes[:2]],
                      ctl_addr=cluster.gateway, port=6917)
     try:
         c.start()

@@ -93,9 +93,9 @@ def test_preemption_signal_requeue_resume(slurm, tmp_path):
     timer may interrupt the rerun(s) too. The final parameters must be
     bitwise those of an uninterrupted run at the same number of ranks.
     """
-    from test_two_nodes import TWO_NODE_FLAVORS
+    from test_two_nodes import TWO_NODE_REQUEUE_FLAVORS
 
-    if _mpi.flavor() in TWO_NODE_FLAVORS and os.geteuid() == 0:
+    if _mpi.flavor() in TWO_NODE_REQUEUE_FLAVORS and os.geteuid() == 0:
         pytest.skip("test_two_nodes.py runs this test across two nodes under this MPI")
     X, y = blobs(4096, d=128, c=10)
     Xt, yt = blobs(500, d=128, c=10, seed=1)

@@ -5,6 +5,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -19,6 +20,14 @@ pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.cluster]
 TWO_NODE_FLAVORS = ("mpich", "impi")
 """The MPIs whose srun plugin (pmi2) starts ranks on both namespace nodes. Open MPI's (pmix) does not yet:
 Slurm 22.05's PMIx plugin fails the launch on the second node ("task launch failed: Unspecified error")."""
+
+
+TWO_NODE_REQUEUE_FLAVORS = ("impi",)
+"""The MPIs whose requeued two-node job starts again. Under MPICH 5.0.2 (UCX over TCP) with Slurm 22.05's pmi2,
+the requeued job's MPI_Init failed in most runs on 2026-11-24 (slurmstepd: "mpi/pmi2: value not properly
+terminated in client request", then bytes of MPICH's own strings as the next request): MPICH's PMI2 client
+sent a request longer than its length field. The first start of the same job, fresh two-node jobs, and
+resumed runs started by srun outside a requeued job did not fail; the one-node requeue test runs for MPICH."""
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +81,9 @@ def test_srun_mpi_none_across_two_nodes_is_a_clear_error(slurm2, tmp_path):
 def test_preemption_requeue_resume_across_two_nodes(slurm2, tmp_path):
     """The warning signal on a two-node job: checkpoint, requeue, resume on both nodes, the same model as
     an uninterrupted run at 4 ranks."""
+    if _mpi.flavor() not in TWO_NODE_REQUEUE_FLAVORS:
+        pytest.skip(f"a requeued two-node job fails in MPI_Init under {_mpi.flavor()} with Slurm 22.05's pmi2 "
+                    "(TWO_NODE_REQUEUE_FLAVORS); test_jobs.py requeues on one node")
     X, y = blobs(2048, d=64, c=10)
     data = write_h5(tmp_path / "blobs.h5", train__X=X, train__y=y)
     opts = "--epochs 40 --batch-size 32 --hidden 128 --dtype float64"
@@ -88,3 +100,58 @@ def test_preemption_requeue_resume_across_two_nodes(slurm2, tmp_path):
     with h5py.File(ref) as a, h5py.File(glob.glob(str(tmp_path / "results" / "*" / "train.h5"))[0]) as b:
         for k in a["model"]:  # one node and two: MPI may sum in another order across the network
             np.testing.assert_allclose(b["model"][k][()], a["model"][k][()], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_a_node_lost_ends_the_job_and_it_resumes_on_the_node_left(slurm2, cluster, tmp_path):
+    """node2 dies, every process on it at once (slurmd too). Slurm declares it down after SlurmdTimeout (5 s
+    here; 300 s by default), srun names the node, the job ends and is requeued (NODE_FAIL, ``--requeue``) to
+    wait for two nodes again. Cancelled and resubmitted on one node with the first job's ``RUN_DIR``, the run
+    resumes from its checkpoint on node1 alone, at 2 ranks instead of 4."""
+    X, y = blobs(2048, d=32, c=4)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    env = dict(slurm2.env, **_two(tmp_path, DATA=data, CHECKPOINT_EVERY=20,
+                                  TRAIN_ARGS="--epochs 40 --batch-size 16 --hidden 64"))
+    script = os.path.join(JOBS, "train-cpu.sbatch")
+    job = subprocess.Popen(["sbatch", "--wait", "--nodes=2", "-o", str(tmp_path / "%j.out"), script], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job_id = job.stdout.readline().split()[-1]
+    run_dir = tmp_path / "results" / job_id
+
+    def state():
+        return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=slurm2.env, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+
+    try:
+        deadline = time.time() + 120
+        while not ((run_dir / "checkpoint.h5").exists() and "(node1: ranks 0-1; node2: ranks 2-3)" in _log(tmp_path)):
+            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
+            time.sleep(0.3)
+        t0 = time.time()
+        assert cluster.kill_node("node2") >= 3  # its holder, slurmd, slurmstepd and ranks
+        while "Node failure on node2" not in _log(tmp_path):
+            assert time.time() < t0 + 90 and job.poll() is None, (_log(tmp_path), state())
+            time.sleep(0.2)
+        ended = time.time() - t0
+        while not state().startswith("PENDING"):  # requeued, waiting for a second node
+            assert time.time() < t0 + 120 and job.poll() is None, (_log(tmp_path), state())
+            time.sleep(0.3)
+        subprocess.run(["scancel", job_id], env=slurm2.env, check=True, timeout=30)
+        job.wait(timeout=60)
+        rerun = slurm2.sbatch(script, "--nodes=1", "-o", str(tmp_path / "%j.out"),
+                              env={**env, "RUN_DIR": str(run_dir)}, timeout=300)
+    finally:
+        if job.poll() is None:
+            subprocess.run(["scancel", job_id], env=slurm2.env, timeout=30)
+            job.kill()
+        cluster.revive("node2")
+        slurm2.restart_slurmd("node2", cluster.prefix("node2"))
+    log = _log(tmp_path)
+    print(f"node2 lost: srun said so {ended:.1f} s later (SlurmdTimeout=5)")
+    assert rerun.returncode == 0, log
+    assert ended < 30, log
+    second = log.split("Node failure on node2")[1]
+    assert f"job {int(job_id) + 1} restart 0 on node1: {run_dir}" in second, log
+    assert "resumed from" in second and "hpcgpu.train: 2 rank(s) on cpu" in second, log
+    with h5py.File(run_dir / "train.h5") as f:
+        assert f.attrs["world_size"] == 2 and f.attrs["resumed_from"].endswith("checkpoint.h5")
+        assert list(f["metrics/epoch"][()]) == list(range(1, 41))
