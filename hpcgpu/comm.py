@@ -410,7 +410,7 @@ def Ibcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, slot: str |
     cuda_aware : bool, optional
         As in :func:`Allreduce`. Even a CUDA-aware MPI gets staged buffers
         here when it does not take device memory in non-blocking collectives
-        (see :attr:`hpcgpu.Runtime.nonblocking_device`).
+        (see ``hpcgpu.Runtime.nonblocking_device``).
 
     Returns
     -------

@@ -6,7 +6,7 @@ bound to its GPU by the runtime as usual (``hpcgpu.get_runtime().xp`` inside
 ``fn``). The command line is ``python -m hpcgpu.tasks MODULE:FUNCTION
 --params PARAMS -o RESULTS.h5``.
 
-Rank 0 manages (guided self-scheduling, see :mod:`hpcgpu.tasks._farm`) and
+Rank 0 manages (guided self-scheduling, see ``hpcgpu.tasks._farm``) and
 writes; ranks 1 .. P-1 run tasks; a single rank does both in turn. Nothing is
 spawned. The output holds ``/params/<name>``, ``/results/<name>`` (task id
 first), ``/tasks/status`` (pending, done, failed), ``/tasks/error``,

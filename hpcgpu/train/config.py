@@ -54,7 +54,7 @@ class TrainConfig:
         The alias of ``precision`` ``32-true`` / ``64-true`` (and the type of
         the data as read).
     precision : {"", "64-true", "32-true", "bf16-mixed", "16-mixed"}
-        PyTorch Lightning's names (:mod:`hpcgpu.train.precision`); "" (the
+        PyTorch Lightning's names (``hpcgpu.train.precision``); "" (the
         default): from ``dtype``. The mixed ones keep float32 weights,
         optimizer state and gradient reduction, and multiply in 16 bits;
         ``16-mixed`` scales the loss dynamically (``torch.amp.GradScaler``'s
@@ -84,7 +84,7 @@ class TrainConfig:
         T: the ranks form a data x tensor grid of ``P / T`` replicas of T
         ranks each (consecutive ranks: a node's, under block placement);
         each tensor group splits the layers in Megatron-LM's pattern
-        (:func:`hpcgpu.train.model.layer_plan`). T must divide P and be at
+        (``hpcgpu.train.model.layer_plan``). T must divide P and be at
         most the smallest hidden width.
     zero_stage : {0, 1}
         1: ZeRO stage 1, the momentum sharded over the data-parallel ranks
@@ -107,7 +107,7 @@ class TrainConfig:
         each GEMM of the step at one thread and at the rank's threads at
         start and keeps the threads only where they pay (a resumed run
         reuses the checkpoint's choice); ``all`` runs every GEMM on the
-        rank's threads (see :mod:`hpcgpu.train.threads`).
+        rank's threads (see ``hpcgpu.train.threads``).
     trace : str or None
         Write a Chrome trace (``chrome://tracing``, Perfetto) of every
         step's phases, one track per rank, to this JSON file at the end.

@@ -92,7 +92,7 @@ def local_layout(sizes, tensor: int = 1, rank: int = 0) -> tuple[list, int]:
     sizes : sequence of int
         ``[D, h_1, ..., C]``.
     tensor, rank : int
-        As in :func:`layer_plan`.
+        As in ``layer_plan``.
 
     Returns
     -------
@@ -176,14 +176,14 @@ class MLP:
         the same values.
     grad : xp.ndarray, shape (n_params,), optional
         Where :meth:`loss_and_grad` writes the gradient: a view the caller
-        owns (the trainer's :class:`~hpcgpu.train.reducer.GradientReducer`
+        owns (the trainer's ``hpcgpu.train.reducer.GradientReducer``
         buffer); allocated when omitted.
     stats : xp.ndarray, shape (2,), optional
         Where :meth:`loss_and_grad` writes the loss sum and the number of
         correct predictions; allocated when omitted.
     tensor : (int, int)
         ``(T, t)``: this model is tensor rank ``t``'s slice of a model split
-        over T ranks (:func:`layer_plan`); ``(1, 0)``: the whole model. Then
+        over T ranks (``layer_plan``); ``(1, 0)``: the whole model. Then
         :attr:`params`, :attr:`grad` and :attr:`shapes` are the slice's, and
         :attr:`n_global` the unsplit model's size.
     tensor_allreduce : callable, optional
@@ -195,7 +195,7 @@ class MLP:
         Where the parameters live (ZeRO keeps them in a padded buffer);
         allocated when omitted.
     compute_dtype : numpy.dtype, optional
-        float16 or bfloat16 for mixed precision (:mod:`hpcgpu.train.precision`):
+        float16 or bfloat16 for mixed precision (``hpcgpu.train.precision``):
         the GEMMs multiply 16-bit copies of the weights (refreshed from
         :attr:`params` at each :meth:`loss_and_grad` that does not
         accumulate, and each :meth:`evaluate`) with 16-bit activations,
@@ -216,7 +216,7 @@ class MLP:
         :meth:`loss_and_grad`, of the model's dtype.
     gemm_threads : dict of str to int, or None
         Host BLAS threads for each GEMM of :meth:`loss_and_grad`, by the keys
-        of :meth:`gemm_shapes` (see :func:`hpcgpu.train.threads.plan_gemm_threads`);
+        of :meth:`gemm_shapes` (see ``hpcgpu.train.threads.plan_gemm_threads``);
         ``None`` (the default): every GEMM on the rank's BLAS threads.
         Ignored on a GPU.
 
@@ -365,7 +365,7 @@ class MLP:
         sizes : sequence of int
             ``[D, h_1, ..., C]``.
         tensor, rank : int
-            As in :func:`layer_plan`.
+            As in ``layer_plan``.
 
         Returns
         -------

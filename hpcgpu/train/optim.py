@@ -79,7 +79,7 @@ class SGD:
     step's GEMMs), by NumPy's own BLAS, the one that runs the GEMMs: a
     second library would keep a second thread pool spinning
     (``hpcgpu._blas``). On a GPU it is one fused kernel, one pass
-    (:mod:`hpcgpu.train._kernels`).
+    (``hpcgpu.train._kernels``).
 
     Parameters
     ----------

@@ -1,0 +1,1048 @@
+"""The cause and fix of every error message hpcgpu prints, for the troubleshooting page.
+
+``FIXES`` maps a message's text, exactly as ``_errors.py`` finds it (``…`` where a value is filled in at
+run time), to a short reStructuredText paragraph: what makes the check fire, and what to change. The page
+(``_generated/errors.rst``) is rendered from it; ``tests/test_docs.py`` fails when a message has no entry
+or an entry matches no message. Entries are grouped as ``_errors.GROUPS`` groups them, in its order.
+"""
+
+FIXES: dict[str, str] = {
+    # -- Training: options --------------------------------------------------------------------------------
+    "[rank …] error: …: … …": (
+        "Something unexpected went wrong on one rank (the exception type and message follow, then its "
+        "traceback): not bad input, which all ranks would have agreed on. The command-line guard prints this "
+        "on the failing rank and aborts the whole job with ``MPI_Abort``, so the other ranks do not hang in "
+        "their next collective; the launcher then prints its own abort lines and the exit status is 1. Read "
+        "the exception first: an out-of-memory error (``MemoryError``, CuPy's ``OutOfMemoryError``) wants a "
+        "smaller ``--batch-size`` or fewer ranks per GPU; an error inside your own task function or module is "
+        "yours to fix; anything else is a bug: report it with the job's stderr."
+    ),
+    "expected widths like 256,256, got …": (
+        "``--hidden`` (of ``python -m hpcgpu.train`` or ``python -m hpcgpu info``) takes comma-separated "
+        "integers, and the value given was not that. Write the widths of the hidden layers as "
+        "``--hidden 256,256`` (no spaces), or ``--hidden none`` for softmax regression without hidden layers."
+    ),
+    "widths must be >= 1, got …": (
+        "A hidden width given to ``--hidden`` is 0 or negative. Every hidden layer needs at least one unit: "
+        "give positive integers (``--hidden 128,64``), or ``--hidden none`` for no hidden layer at all."
+    ),
+    "…: error: …": (
+        "The one line every hpcgpu command prints for bad input (``hpcgpu.train: error: …``, "
+        "``hpcgpu.tasks: error: …``, ``hpcgpu: error: …``): all ranks found the same error before any "
+        "communication or agreed on it, rank 0 prints it once, and every rank exits with status 2. The text "
+        "after ``error:`` is one of the messages on this page; look it up there. A usage error found by the "
+        "option parser (an unknown option, a value outside the choices) has the same form and ends in "
+        "``(see --help)``."
+    ),
+    "--batch-size must be >= 1, got …": (
+        "``--batch-size`` is the *global* batch (all ranks together) and must be a positive integer. Give "
+        "at least the number of data-parallel ranks, e.g. ``--batch-size 256`` for 8 ranks of 32 samples."
+    ),
+    "--bucket-mb must be > 0, got …": (
+        "``--bucket-mb`` is the size of one gradient bucket in MB and must be a positive, finite number. "
+        "Leave it at its default (25, as PyTorch DDP), or give a value larger than the whole gradient to "
+        "reduce it in a single ``Allreduce`` after the backward pass."
+    ),
+    "--checkpoint-every must be >= 0, got …": (
+        "``--checkpoint-every STEPS`` is a number of global steps between checkpoints; 0 writes a checkpoint "
+        "only on a stop request and at the end. Give 0 or a positive integer."
+    ),
+    "--data-placement must be auto, sharded or replicated, got …": (
+        "``TrainConfig(data_placement=...)`` was given another value (the command line's choices catch it "
+        "earlier). Use ``sharded`` (1/P of the training set a rank), ``replicated`` (all of it on every "
+        "rank) or ``auto``."
+    ),
+    "--device must be auto, cpu or gpu, got …": (
+        "``TrainConfig(device=...)`` was given another value (the command line's choices catch it earlier). "
+        "Use ``gpu`` (CuPy, one GPU per rank), ``cpu`` (NumPy) or ``auto`` (the GPU when every rank has a "
+        "usable one)."
+    ),
+    "--dtype must be float32 or float64, got …": (
+        "The trainer computes in ``float32`` or ``float64`` only. Give ``--dtype float32`` (the default) or "
+        "``--dtype float64``; for 16-bit GEMMs use ``--precision bf16-mixed`` or ``--precision 16-mixed``, "
+        "which keep float32 weights."
+    ),
+    "--epochs must be >= 1, got …": (
+        "``--epochs`` is the number of passes over the training set and must be at least 1."
+    ),
+    "--gemm-threads must be auto or all, got …": (
+        "``TrainConfig(gemm_threads=...)`` was given another value (the command line's choices catch it "
+        "earlier). Use ``auto`` (each GEMM timed, threads kept where they pay) or ``all``."
+    ),
+    "--grad-accum-steps must be a positive divisor of --batch-size …, got …": (
+        "With ``--grad-accum-steps K`` each global batch is K micro-batches of ``BATCH_SIZE / K`` samples, so "
+        "K must be a positive integer that divides ``--batch-size`` exactly. Choose K among the divisors of "
+        "the batch size (for ``--batch-size 512``: 1, 2, 4, 8, ...), or change the batch size."
+    ),
+    "--hidden widths must be >= 1, got …": (
+        "``TrainConfig(hidden=...)`` holds a width below 1. Give positive widths, e.g. ``hidden=(256, 256)``, "
+        "or ``()`` for no hidden layer."
+    ),
+    "--keep-checkpoints must be >= 1, got …": (
+        "``--keep-checkpoints K`` keeps the K newest checkpoint files (``PATH``, ``PATH.1``, ...) and must be "
+        "at least 1. Keep 2 (the default) so that a damaged newest file still leaves one to resume from."
+    ),
+    "--lr must be a positive number, got …": (
+        "The peak learning rate (of the mean-loss gradient, reached after the warm-up) must be a finite "
+        "number above 0. Give e.g. ``--lr 0.1``."
+    ),
+    "--lr-step-epochs must be >= 1, got …": (
+        "With ``--schedule step`` the learning rate is multiplied by ``--lr-gamma`` every "
+        "``--lr-step-epochs`` epochs; that interval must be a positive integer."
+    ),
+    "--momentum must be in [0, 1), got …": (
+        "SGD momentum must be at least 0 and below 1 (1 or more never forgets and diverges). Give e.g. "
+        "``--momentum 0.9``, or 0 for plain SGD."
+    ),
+    "--progress: unknown …": (
+        "``TrainConfig(progress=...)`` was given another value (the command line's choices catch it "
+        "earlier). Use ``auto``, ``bar``, ``lines`` or ``none``."
+    ),
+    "--schedule: unknown …": (
+        "``TrainConfig(schedule=...)`` was given another value (the command line's choices catch it "
+        "earlier). Use ``cosine``, ``step`` or ``constant``."
+    ),
+    "--tensor-parallel must be >= 1, got …": (
+        "``--tensor-parallel T`` is the number of ranks that split each layer; 1 (the default) is pure data "
+        "parallelism. Give a positive integer that divides the number of ranks."
+    ),
+    "--warmup-epochs must be >= 0, got …": (
+        "The linear warm-up lasts ``--warmup-epochs`` epochs (a fraction is allowed) and cannot be negative. "
+        "Give 0 for no warm-up."
+    ),
+    "--weight-decay must be >= 0, got …": (
+        "The L2 coefficient ``--weight-decay`` cannot be negative. Give 0 to switch it off."
+    ),
+    "--zero-stage must be 0 or 1, got …": (
+        "Only ZeRO stage 1 (the momentum sharded over the data-parallel ranks) is implemented. Give "
+        "``--zero-stage 1`` or ``--zero-stage 0`` (off)."
+    ),
+    "schedule must be cosine, step or constant, got …": (
+        "``LRSchedule(kind=...)`` in library use was given another kind. Use ``\"cosine\"``, ``\"step\"`` or "
+        "``\"constant\"``."
+    ),
+    "velocity of shape … for parameters of shape …": (
+        "``SGD.load_state_dict`` was given a momentum array of another length than the parameters it "
+        "updates: the state comes from a model of another size (other ``--hidden``, other data dimensions) "
+        "or from another tensor-parallel slice. Load state saved from the same model layout."
+    ),
+    "--precision bf16-mixed needs the ml_dtypes package (pip install ml_dtypes)": (
+        "NumPy has no bfloat16 type of its own; hpcgpu takes it from ``ml_dtypes``, which is not installed "
+        "in this environment. Run ``pip install ml_dtypes`` in the job's virtual environment (on every node "
+        "if it is not shared), or use ``--precision 16-mixed``."
+    ),
+    "--precision must be one of …, got …": (
+        "``TrainConfig(precision=...)`` was given an unknown precision. Use ``64-true``, ``32-true``, "
+        "``bf16-mixed`` or ``16-mixed`` (or leave it empty to follow ``--dtype``)."
+    ),
+    "--precision … keeps … weights, but --dtype is …": (
+        "``--precision`` and ``--dtype`` contradict each other: the mixed precisions and ``32-true`` keep "
+        "float32 weights, ``64-true`` float64, and ``--dtype`` says the other. Give only one of the two "
+        "options (``--dtype`` is an alias of ``--precision 32-true`` / ``64-true``)."
+    ),
+    "--stall-timeout must be >= 0 seconds, got …": (
+        "The stall watchdog's timeout must be a finite number of seconds, 0 or more (0 turns the watchdog "
+        "off). Choose one well above the longest normal wait in a collective, e.g. ``--stall-timeout 300``."
+    ),
+    "HPCGPU_STALL_TIMEOUT must be >= 0 seconds, got …": (
+        "The environment variable ``HPCGPU_STALL_TIMEOUT`` (read when ``--stall-timeout`` is not given) is "
+        "negative or infinite. Set it to a number of seconds, or unset it (or 0) to turn the watchdog off."
+    ),
+    "HPCGPU_STALL_TIMEOUT must be seconds, got …": (
+        "The environment variable ``HPCGPU_STALL_TIMEOUT`` is not a number (``300`` is; ``5min`` is not). "
+        "Set it to plain seconds, e.g. ``export HPCGPU_STALL_TIMEOUT=300``, or unset it."
+    ),
+    "hpcgpu: stall: rank … waited … s in … (…); aborting the job": (
+        "The stall watchdog (``--stall-timeout`` or ``HPCGPU_STALL_TIMEOUT``) saw this rank wait longer than "
+        "the timeout in the collective named, so it aborted the job instead of letting it hang until the "
+        "allocation ends. This short form comes when the MPI library does not offer ``MPI_THREAD_MULTIPLE``: "
+        "each rank judges only itself, so the stuck rank is one that is *not* named; with thread support "
+        "rank 0 prints ``ranks [...] have not arrived``. Look at what the missing rank was doing (its last "
+        "lines, I/O on a slow file system, a dead node), or raise the timeout if the wait was legitimate "
+        "(see *The job hangs* above)."
+    ),
+    # -- Training: data -----------------------------------------------------------------------------------
+    "bundled data set: cannot write … (…)": (
+        "Rank 0 could not write the bundled data set (the digits, or Fashion-MNIST) to its default place, "
+        "``results/data/`` under the working directory, before training: the directory is not writable, the "
+        "disk is full, or scikit-learn is missing for the digits. Run from a directory you can write in, "
+        "install ``hpcgpu[data]``, or pass ``--data FILE`` with your own HDF5 file."
+    ),
+    "hpcgpu.datasets: error: …": (
+        "``python -m hpcgpu.datasets`` could not write the data set; the reason follows (a missing IDX file "
+        "or scikit-learn, a directory it cannot write). It exits with status 2 and leaves no partial file: "
+        "fix the cause named, or give another ``--out``."
+    ),
+    "the digits data set needs scikit-learn: pip install 'hpcgpu[data]' (or pass --data FILE)": (
+        "Without ``--data`` the trainer uses scikit-learn's handwritten digits, written once to "
+        "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), and scikit-learn is not installed. Install it "
+        "with ``pip install 'hpcgpu[data]'``, or train on your own file with ``--data FILE.h5``. The trainer "
+        "reports it as ``bundled data set: cannot write …`` followed by this text."
+    ),
+    "unknown data set …; choose from …": (
+        "``hpcgpu.datasets.write`` was asked for a data set it does not know. The names are ``digits`` and "
+        "``fashion-mnist``."
+    ),
+    "…: no …[.gz] (Fashion-MNIST IDX files)": (
+        "``python -m hpcgpu.datasets fashion-mnist`` looks for the four official IDX files "
+        "(``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``, "
+        "``t10k-labels-idx1-ubyte``, each optionally ``.gz``) in the source directory, and one is missing. "
+        "Install Debian's ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``), or download the "
+        "files and pass their directory with ``--source DIR``."
+    ),
+    "…: not an IDX file": (
+        "The file does not start with an IDX magic number (two zero bytes): it is not an MNIST-style IDX "
+        "file, or a gzipped one without the ``.gz`` suffix, or an HTML error page saved by a failed "
+        "download. Download the file again; name a gzipped file ``….gz``."
+    ),
+    "…: truncated IDX file": (
+        "The IDX header announces more values than the file holds: the download or copy was cut short. "
+        "Download the file again and check its size or checksum."
+    ),
+    "…: unknown IDX type code …": (
+        "The IDX header's type byte is none of the six the format defines (uint8, int8, int16, int32, "
+        "float32, float64): the file is damaged or not IDX. Download it again."
+    ),
+    "--data …: /… has … samples, fewer than the … ranks (each rank needs at least one)": (
+        "Each data-parallel rank reads a shard of the training set and needs at least one row, but the "
+        "file's ``/train`` has fewer rows than ranks. Run on fewer ranks (``mpiexec -n`` or Slurm's "
+        "``--ntasks``), or use a larger training set."
+    ),
+    "--data …: /…/X row … holds NaN or infinity": (
+        "Every rank checks its shard of the features before training; the row named (a global row index) "
+        "holds a NaN or an infinite value, which would make the loss NaN at once. Clean or impute the data "
+        "set (drop or fill that row) and write the file again."
+    ),
+    "--data …: /…/y has a negative label (…)": (
+        "Labels must be class indices ``0 .. C-1``; the file holds a negative one. Map your classes to "
+        "0-based integers (e.g. with ``numpy.unique(y, return_inverse=True)``) and write ``/train/y`` and "
+        "``/test/y`` again."
+    ),
+    "--data …: label … is outside 0..… (num_classes = …)": (
+        "The file's ``num_classes`` attribute says C classes but a label is C or larger. Either the "
+        "attribute is wrong (fix it with ``h5py``: ``f.attrs[\"num_classes\"] = C``, or delete it so that C is "
+        "the largest label plus one) or the labels are not 0-based."
+    ),
+    "--data …: no dataset …": (
+        "The trainer reads ``/train/X`` (N x D features) and ``/train/y`` (N labels), optionally "
+        "``/test/X`` and ``/test/y``; the dataset named is missing (or is a group). Write the file in that "
+        "layout (``python -m hpcgpu.datasets`` shows one), or rename the datasets with ``h5py``. A ``/test`` "
+        "with only one of its two datasets is also an error."
+    ),
+    "--data …: rank … cannot read /… rows …:… (…)": (
+        "This rank could open the file but not read its shard; the HDF5 reason follows. Usual causes: the "
+        "file is on a file system that this rank's node sees differently (put it on a shared one), it was "
+        "changed or truncated while the job started, or HDF5 file locking fails on a parallel file system "
+        "(then set ``HDF5_USE_FILE_LOCKING=FALSE``). All ranks stop with this message."
+    ),
+    "--data …: … class(es); classification needs at least 2": (
+        "The labels (or the ``num_classes`` attribute) give fewer than two classes, so there is nothing to "
+        "classify. Check that ``/train/y`` holds the labels you meant, or fix ``num_classes``."
+    ),
+    "--data …: … has no features (D = 0)": (
+        "``/train/X`` (or ``/test/X``) has shape N x 0. Write the features as a 2-D array with at least one "
+        "column."
+    ),
+    "--data …: … has … rows but … has … labels": (
+        "``X`` and ``y`` of one split differ in length: every row of features needs exactly one label. "
+        "Write both from the same selection of samples."
+    ),
+    "--data …: … must be 2-D (N x D), has shape …": (
+        "The features must be one row per sample. Reshape images before writing, e.g. "
+        "``X.reshape(len(X), -1)`` turns N x 28 x 28 into N x 784."
+    ),
+    "--data …: … must be a 1-D integer label array, has shape … and dtype …": (
+        "Labels must be a 1-D integer array of class indices, not one-hot rows, floats or strings. Write "
+        "``y.argmax(axis=1)`` for one-hot labels, ``y.astype(\"int64\")`` for integral floats, or map strings "
+        "to indices."
+    ),
+    "--data …: … must be real numbers, has dtype …": (
+        "The features must be integers or floats (they are converted to ``--dtype``); the dataset holds "
+        "strings, booleans, complex numbers or a compound type. Convert them to a numeric array before "
+        "writing."
+    ),
+    "--data-placement replicated: no room for the training set (… MiB) on rank …; use --data-placement sharded": (
+        "With ``replicated`` every rank holds the whole training set in host memory, and this rank could "
+        "not allocate it (the size is named). Use ``--data-placement sharded`` (1/P of the set a rank, rows "
+        "exchanged every epoch), or ``auto``, which replicates only small sets, or fewer ranks per node."
+    ),
+    "a sampler of … cannot continue as …": (
+        "``GlobalBatchSampler.load_state_dict`` (library use) was given the state of a sampler with another "
+        "seed, global batch size or number of micro-batches: its sample order would differ. Build the "
+        "sampler with the same ``seed``, ``batch_size`` and ``micro_batches`` as the saved one."
+    ),
+    "sampler: pool index out of range […, …]": (
+        "An internal consistency check of the sampler failed: an epoch's rows do not fit the pool it "
+        "received. No input should cause it; please report it with the job's stderr and the options used."
+    ),
+    "training data on the GPU of rank …: …": (
+        "Copying the rank's training rows to its GPU failed, usually CuPy's out-of-memory error (quoted). "
+        "With ``--data-placement replicated`` (the message then says so) use ``sharded``; otherwise check "
+        "that ranks do not share a GPU (``python -m hpcgpu info``), that no other process holds its memory "
+        "(``nvidia-smi``), or run more ranks so that each holds less."
+    ),
+    # -- Training: checkpoints, resume and divergence -----------------------------------------------------
+    "checkpoint …: unreadable (…)": (
+        "A checkpoint file exists but could not be read: not HDF5, truncated (e.g. a disk that filled up), or "
+        "missing a field. It is reported inside ``--resume: no readable checkpoint: …`` or as a warning "
+        "while ``--resume`` falls back to an older file. Move the file aside; the older checkpoints "
+        "(``PATH.1``, ...) are used."
+    ),
+    "checkpoint …: …": (
+        "A checkpoint was rejected for the reason that follows (not an hpcgpu checkpoint, written for a "
+        "model of another size, a malformed attribute). It appears within ``--resume: no readable "
+        "checkpoint`` or in a *falling back* warning; see the entry of the reason."
+    ),
+    "holds … parameters, the model has …": (
+        "The checkpoint is for a model of another size: other ``--hidden`` widths, or a data set with another "
+        "number of features or classes. Resume with the model and data of the run that wrote it, or start a "
+        "new run under another ``--checkpoint`` path (or without ``--resume``)."
+    ),
+    "not an hpcgpu checkpoint (no format attribute)": (
+        "The file at the checkpoint path is HDF5 but was not written by hpcgpu's trainer (or by an "
+        "incompatible version): it lacks the ``format`` attribute. Check ``--checkpoint``: it may name your "
+        "data or the ``--out`` file by mistake."
+    ),
+    "--batch-size … is larger than the training set (… samples)": (
+        "One global step takes ``--batch-size`` samples and an epoch at least one step, so the batch cannot "
+        "exceed the training set's ``N``. Use a smaller ``--batch-size``."
+    ),
+    "--batch-size … is smaller than the …": (
+        "The global batch is split among the data-parallel ranks, and each needs at least one sample. Use a "
+        "``--batch-size`` of at least the number of ranks (with ``--tensor-parallel T``: ranks / T), or run "
+        "on fewer ranks."
+    ),
+    "--checkpoint …: cannot write (…)": (
+        "Rank 0 could not write the checkpoint (the reason follows: disk full, quota, the directory removed "
+        "or made read-only during the run). The older checkpoints are untouched and every rank stops. Free "
+        "space or choose another ``--checkpoint``, then rerun with ``--resume``."
+    ),
+    "--data …: /test/X has … features, /train/X has …": (
+        "The test set must have the same features as the training set. Write ``/test/X`` with the same "
+        "number of columns (the same preprocessing), or remove ``/test``."
+    ),
+    "--grad-accum-steps …: a micro-batch of … samples is smaller than the …": (
+        "Each of the K micro-batches (``BATCH_SIZE / K`` samples) is split among the data-parallel ranks, "
+        "and each rank needs at least one sample. Use a smaller ``--grad-accum-steps``, a larger "
+        "``--batch-size``, or fewer ranks."
+    ),
+    "--out …: cannot write (…)": (
+        "Training finished but rank 0 could not write the output file (the reason follows). With a "
+        "checkpoint path (``--checkpoint``, ``--checkpoint-every`` or ``--resume``) the final checkpoint was "
+        "written first: free space or choose another ``--out``, keep ``--checkpoint`` pointing at the same "
+        "file (its default is derived from ``--out``), and rerun with ``--resume``: it continues from the "
+        "final checkpoint and only writes the output."
+    ),
+    "--precision …: … cannot compute in … here (…: …)": (
+        "The array module cannot hold the 16-bit type the mixed precision needs: CuPy before 14 has no "
+        "bfloat16, and on the CPU NumPy needs a recent ``ml_dtypes``. Upgrade (``pip install -U "
+        "'cupy-cuda12x>=14'`` or ``ml_dtypes``), or use ``--precision 16-mixed`` or ``32-true``."
+    ),
+    "--resume: no readable checkpoint: …": (
+        "Checkpoint files exist at the ``--checkpoint`` path but none can be read; the reason for each "
+        "follows. Move them aside and start again without ``--resume`` (or with another ``--checkpoint``). "
+        "When there is no checkpoint at all, ``--resume`` simply starts from scratch."
+    ),
+    "--resume: … was written with --precision …, this run has …": (
+        "A resumed run must keep the precision of the run that wrote the checkpoint. Rerun with the "
+        "``--precision`` (or ``--dtype``) named first in the message, or start a new run without "
+        "``--resume``."
+    ),
+    "--resume: … was written with --… …, this run has …": (
+        "A resumed run must keep the options that decide the model, the sample order and the update rule: "
+        "``--hidden``, ``--batch-size``, ``--seed``, ``--dtype``, ``--lr``, ``--momentum``, "
+        "``--weight-decay``, ``--schedule``, ``--warmup-epochs``, ``--lr-step-epochs``, ``--lr-gamma`` and "
+        "``--epochs``. Rerun with the value the message names for the checkpoint; to train longer or "
+        "differently, start a new run under another ``--checkpoint``. The number of ranks may change."
+    ),
+    "--resume: …: …": (
+        "The newest readable checkpoint has a field that cannot be loaded (progress, history or loss scaler "
+        "state; the reason follows): damaged, or written by another hpcgpu version. Move that file aside so "
+        "that ``--resume`` takes the older one (``PATH.1``)."
+    ),
+    "--tensor-parallel … does not divide the … ranks": (
+        "Tensor parallelism groups T consecutive ranks per model replica, so T must divide the number of "
+        "ranks. Choose T among its divisors (at 8 ranks: 1, 2, 4 or 8) or change the rank count."
+    ),
+    "--tensor-parallel … is larger than the smallest hidden width it splits (…)": (
+        "The column-parallel layers (hidden layers 1, 3, ...) are split into T slices of at least one unit "
+        "each. Use a T no larger than the width named, or wider hidden layers."
+    ),
+    "--tensor-parallel … needs hidden layers to split": (
+        "With ``--hidden none`` the model is one layer and there is nothing to split across ranks. Give "
+        "hidden layers, or ``--tensor-parallel 1``."
+    ),
+    "broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO": (
+        "``Trainer.broadcast_state(root)`` (library use) gathers the global state on rank 0 when the model or "
+        "its momentum is split over ranks. Call it with ``root=0``."
+    ),
+    "hpcgpu.train: warning: …; falling back to an older checkpoint": (
+        "Not an error: with ``--resume`` the newest checkpoint could not be read (the reason is given) and "
+        "the trainer resumes from an older one (``PATH.1``, ...), losing the steps in between. Check the "
+        "file system that holds it, and remove the damaged file."
+    ),
+    (
+        "training diverged: parameters are not finite after step … (epoch …); not writing a checkpoint; start "
+        "again with a smaller --lr (a resume keeps the checkpoint's --lr)"
+    ): (
+        "Before writing a checkpoint the ranks check the parameters; some are NaN or "
+        "infinite, so nothing is written, the last good checkpoint stays and every rank exits with status 2. "
+        "Lower ``--lr``, lengthen ``--warmup-epochs``, and check that the features are scaled (e.g. to "
+        "[0, 1]). ``--lr`` is one of the options a resume must keep, and a resume with the same options "
+        "repeats the same steps, so start a new run (without ``--resume``, or with another ``--checkpoint``)."
+    ),
+    (
+        "training diverged: the loss of step … (epoch …) is …; the last checkpoint is kept; start again with a "
+        "smaller --lr (a resume keeps the checkpoint's --lr)"
+    ): (
+        "The reduced loss of the step named is NaN or infinite, the same on every rank, so all stop with "
+        "status 2. Lower ``--lr`` (or lengthen ``--warmup-epochs``), check the features for huge values, and "
+        "with ``--precision 16-mixed`` try ``bf16-mixed`` or ``32-true``. A resume must keep ``--lr`` and "
+        "would repeat the same steps exactly, so start a new run (without ``--resume``, or with another "
+        "``--checkpoint``)."
+    ),
+    # -- Training: the model and its gradient (library use) -----------------------------------------------
+    "a tensor-parallel model needs tensor_allreduce": (
+        "``MLP(tensor=(T, t))`` with T > 1 must be given ``tensor_allreduce``, the function that sums a "
+        "buffer over the tensor group. Pass it, or use the ``Trainer``, which wires it up."
+    ),
+    "layer sizes must be at least [D, C], all positive, got …": (
+        "``MLP(sizes)`` takes the input dimension, the hidden widths and the class count, all positive, at "
+        "least two entries: e.g. ``[784, 256, 10]``."
+    ),
+    "mixed precision is float32 weights with float16 or bfloat16 GEMMs, not … with …": (
+        "``MLP(compute_dtype=...)`` needs ``dtype=float32`` weights and a float16 or bfloat16 compute type. "
+        "Use those, or leave ``compute_dtype`` unset for full precision."
+    ),
+    "params of shape … for a model of … parameters": (
+        "``MLP.load_state_dict`` was given parameters of another length: a state from another layer layout "
+        "or tensor slice. Load state from a model built with the same ``sizes`` and ``tensor``."
+    ),
+    "… must be of shape (…,) and dtype …, got … …": (
+        "An array passed to ``MLP`` as ``grad``, ``stats`` or ``params`` is not a flat buffer of the model's "
+        "length and dtype. Allocate it as ``xp.zeros(n, dtype)`` with the length and dtype named."
+    ),
+    "layers … do not cover the gradient of … in order": (
+        "``GradientReducer(layers=...)`` takes the layers' ``(start, stop)`` ranges in the flat gradient, "
+        "contiguous from 0 to its end. Pass ``MLP.ranges_of(sizes)`` or ranges that tile the buffer in "
+        "order."
+    ),
+    "… of … buckets were posted: ready() was not called for every layer": (
+        "With several gradient buckets, every layer must be reported with ``ready()`` during the backward "
+        "pass before the reduction is finished. In library use call it for each layer; from the trainer it "
+        "is an internal error: please report it with the job's stderr."
+    ),
+    "… shards over … ranks": (
+        "A ``GradientReducer`` with ``shards`` (ZeRO-1) must have one shard per rank of its communicator. "
+        "Pass ``shards=comm.size``."
+    ),
+    "… slots from … run past the buffer": (
+        "``GradientReducer.view(first, count)`` asked for more extra slots than were reserved after the "
+        "gradient. Reserve them by name in ``slots`` when constructing the reducer."
+    ),
+    "not a GEMM thread plan (…)": (
+        "``GemmPlan.from_json`` was given text that is not a saved plan. The trainer catches this (a "
+        "checkpoint's plan that cannot be read is timed again), so in library use pass the output of "
+        "``GemmPlan.to_json``."
+    ),
+    "timing the GEMM … …: …": (
+        "With ``--gemm-threads auto`` on the CPU the trainer times each GEMM of the step once, and the "
+        "operands of the one named could not be allocated on some rank. Reduce ``--batch-size`` or "
+        "``--hidden``, run fewer ranks per node, or use ``--gemm-threads all`` to skip the timing."
+    ),
+    "timing the step at local batch …: …": (
+        "With ``--gemm-threads auto`` the trainer times a whole step on a random local batch, which could not "
+        "be allocated on some rank. Reduce ``--batch-size``, run fewer ranks per node, or use "
+        "``--gemm-threads all``."
+    ),
+    # -- Matrix multiply and distributed matrices ---------------------------------------------------------
+    "--alpha and --beta must be finite, got … and …": (
+        "``--alpha`` and ``--beta`` must be finite numbers (``1``, ``-0.5``, ``1+2j``); NaN or infinity "
+        "would poison every element of C."
+    ),
+    "--alpha/--beta: complex values for … matrices": (
+        "A complex ``--alpha`` or ``--beta`` cannot scale real matrices. Give real values, or compute in a "
+        "complex type with ``--dtype complex64`` or ``complex128``."
+    ),
+    "--bench must be >= 1, got …": (
+        "``--bench N`` multiplies random N x N matrices; N must be at least 1."
+    ),
+    "--beta … needs --c-in, the C it multiplies": (
+        "``C = alpha op(A) op(B) + beta C`` needs an input C when beta is not 0. Pass it with "
+        "``--c-in FILE[:DATASET]``, or drop ``--beta``."
+    ),
+    "--c-in … is … x …, op(A) op(B) is … x …": (
+        "The C given with ``--c-in`` must have the shape of the product, m x n after ``--transa`` and "
+        "``--transb``. Give the right file or dataset, or the right transposes."
+    ),
+    "--memory-limit must be > 0, got …": (
+        "``--memory-limit`` is MiB a rank may use for the 2.5-D algorithm's copies and must be positive. "
+        "Leave it out for no limit."
+    ),
+    "--panel must be >= 1, got …": (
+        "``--panel`` is the SUMMA panel width in columns and must be at least 1. Leave it out to take the "
+        "widest panel within ``--panel-memory``."
+    ),
+    "--panel-memory must be > 0, got …": (
+        "``--panel-memory`` is MiB a rank may use for the panels in flight and must be positive (default "
+        "256)."
+    ),
+    "give A, B and -o C, or --bench N": (
+        "``python -m hpcgpu matmul`` multiplies two HDF5 matrices into a third, so it needs both inputs and "
+        "``-o``, e.g. ``python -m hpcgpu matmul A.h5 B.h5 -o C.h5``; or it runs a benchmark with "
+        "``--bench N`` and needs none of them."
+    ),
+    "inner dimensions differ: op(…) is … x …, op(…) is … x …": (
+        "For ``op(A) op(B)`` the columns of ``op(A)`` must equal the rows of ``op(B)``; the shapes of the two "
+        "files (after ``--transa`` / ``--transb``) do not match. Check the files and datasets, or transpose "
+        "one with ``--transa T`` or ``--transb T``."
+    ),
+    "part … of … does not exist": (
+        "An internal consistency check of the block arithmetic: a rank asked for a block outside the grid. "
+        "No input should cause it; please report it with the job's stderr."
+    ),
+    "from_global: expected a 2-D array, got shape …": (
+        "``DistMatrix.from_global`` distributes a matrix from the root rank, and the array there is not "
+        "2-D. Reshape it (``a.reshape(m, n)``, or ``a[:, None]`` for a column)."
+    ),
+    "local block has shape …, expected … for … on grid …": (
+        "``DistMatrix(local, gshape, grid)`` was given a block that is not this rank's share of the global "
+        "shape on that grid. Use ``grid.block_shape(gshape)`` for its shape, or build the matrix with "
+        "``DistMatrix.from_global``, ``from_hdf5`` or ``random``."
+    ),
+    "output …: cannot create (…)": (
+        "Rank 0 could not create the temporary output file (named by its temporary ``.tmp`` name) beside the "
+        "final path; the reason follows. Check the directory's permissions and free space, or give another "
+        "``-o``."
+    ),
+    "output …: cannot create a temporary file beside it (…)": (
+        "C is written to a temporary file in the output's directory and renamed when complete; rank 0 could "
+        "not create it. Make the directory writable, free space, or give another ``-o``."
+    ),
+    "output …: cannot rename (…)": (
+        "C was written completely to its temporary file, but the rename onto the output path failed (the "
+        "reason follows: a directory or a read-only file in the way, a file system that refuses the "
+        "rename). Remove what is at the output path, or choose another ``-o``."
+    ),
+    "output …: parallel write failed (…)": (
+        "With h5py built for parallel HDF5, every rank writes its block through the MPI-IO driver, and that "
+        "failed (the path named is the temporary file). Check space and that the directory is on a file "
+        "system that supports MPI-IO from every node (Lustre, GPFS; not always NFS)."
+    ),
+    "output …: rank … cannot write its block (…)": (
+        "Without parallel HDF5 the ranks write their blocks one after another, and the rank named could not "
+        "open or write the temporary file (named by its temporary name). Usually the directory is not the "
+        "same on that rank's node: put the output on a shared file system; else check space."
+    ),
+    "random: shape must be two sizes >= 0, got …": (
+        "``DistMatrix.random(gshape)`` takes a pair ``(m, n)`` of non-negative sizes."
+    ),
+    "redistribute: grid … is not over the ranks of grid …": (
+        "``DistMatrix.redistribute(grid)`` moves blocks among the same ranks, so the new grid must be built "
+        "on the same communicator (congruent). Build it with ``ProcessGrid(dims, comm=...)`` over the same "
+        "ranks."
+    ),
+    "…: dtype … is not one of …": (
+        "Distributed matrices hold float32, float64, complex64, complex128, float16 or (with ``ml_dtypes``) "
+        "bfloat16. Convert the data, or pass ``dtype=`` / ``--dtype`` with one of them; integer data is read "
+        "as float64 by default."
+    ),
+    "…: holds … datasets (…); name one as FILE:DATASET": (
+        "The file holds several datasets (or none), so hpcgpu cannot guess which is the matrix. Name it "
+        "after a colon, e.g. ``python -m hpcgpu matmul a.h5:/A b.h5:/B -o c.h5``."
+    ),
+    "…: no dataset …": (
+        "The dataset after the colon in ``FILE:DATASET`` is not in the file (or is a group). List the file's "
+        "datasets with ``h5ls -r FILE`` and give the right path."
+    ),
+    "…:…: cannot read block …:… x …:… (…)": (
+        "A rank could open the file but not read its block (rows x columns named; the HDF5 reason follows). "
+        "Usually the file is not on a file system every node sees, or it changed during the run; with "
+        "HDF5 locking errors on a parallel file system set ``HDF5_USE_FILE_LOCKING=FALSE``."
+    ),
+    "…:…: complex data cannot be read as … (it would lose the imaginary part)": (
+        "The dataset is complex but a real ``--dtype`` (or ``dtype=``) was asked for. Use ``complex64`` or "
+        "``complex128``, or leave ``--dtype`` out to keep the file's type."
+    ),
+    "…:…: must be a 2-D matrix, has shape …": (
+        "The dataset is not 2-D. Store the matrix as a 2-D dataset (reshape it before writing), or name "
+        "another dataset."
+    ),
+    "…:…: must be numeric, has dtype …": (
+        "The dataset holds strings, a compound type or an unsupported width. Store the matrix as integers, "
+        "floats or complex numbers."
+    ),
+    "--grid must look like 2x3 (rows x columns), got …": (
+        "``--grid`` takes the process grid as ``ROWSxCOLS`` with positive integers (``x``, ``*`` or ``,`` "
+        "between them), e.g. ``--grid 2x4``. Leave it out for the most square grid ``MPI_Dims_create`` "
+        "finds."
+    ),
+    "--grid …x… has … places for … ranks": (
+        "The process grid must use every rank exactly once: rows x columns must equal the number of ranks. "
+        "Choose a factorisation of it (at 6 ranks: 1x6, 2x3, 3x2, 6x1) or leave ``--grid`` out."
+    ),
+    "matmul: 2.5-D with replication … needs … MiB a rank, the memory limit is … MiB": (
+        "The 2.5-D algorithm keeps c copies of the blocks, and with the replication asked for a rank would "
+        "need more than ``--memory-limit`` (checked before anything moves). Raise the limit, choose a smaller "
+        "``--replication``, or use ``--algorithm summa`` (or ``auto``, which picks what fits)."
+    ),
+    "matmul: A and B are on different process grids (… and …)": (
+        "Both operands of ``hpcgpu.matmul`` must be distributed on the same ``ProcessGrid`` object. Create "
+        "them with the same grid, or ``redistribute`` one onto the other's grid."
+    ),
+    "matmul: algorithm 2.5d needs replication (c, with P / c a square)": (
+        "``--algorithm 2.5d`` needs the number of layers: give ``--replication C`` (``replication=`` in "
+        "library use) with P / C a perfect square, e.g. ``--replication 2`` at 8 ranks; or use "
+        "``--algorithm auto``."
+    ),
+    "matmul: algorithm must be summa, 2.5d or auto, got …": (
+        "``hpcgpu.matmul(algorithm=...)`` was given an unknown algorithm. Use ``\"summa\"``, ``\"2.5d\"`` or "
+        "``\"auto\"``."
+    ),
+    "matmul: beta = … needs a c to add to": (
+        "With beta not 0, ``C = alpha op(A) op(B) + beta C`` needs an input C. Pass ``c=`` (a ``DistMatrix`` "
+        "of the product's shape), or ``beta=0``."
+    ),
+    "matmul: c is … x … … on grid …; expected … x … … on grid …": (
+        "The ``c`` given to ``hpcgpu.matmul`` must have the product's shape, the operands' dtype and be on "
+        "the same grid object. Build it accordingly (e.g. ``DistMatrix.from_hdf5(..., grid=a.grid, "
+        "dtype=a.dtype)``)."
+    ),
+    "matmul: c must be a DistMatrix, got …": (
+        "``hpcgpu.matmul(c=...)`` takes a ``DistMatrix``, not a local array. Distribute it first with "
+        "``DistMatrix.from_global`` or ``from_hdf5``."
+    ),
+    "matmul: c must not be a or b (C is written while A and B are read, as PDGEMM forbids)": (
+        "C is overwritten while panels of A and B are still being read, so it cannot be one of them. Pass a "
+        "copy (``a.copy()``) as ``c`` or as the operand."
+    ),
+    "matmul: complex alpha or beta for … matrices": (
+        "Real matrices cannot be scaled by a complex alpha or beta. Use real scalars, or complex matrices."
+    ),
+    "matmul: dtypes differ: A is …, B is …": (
+        "``hpcgpu.matmul`` multiplies operands of one dtype. Convert one (``DistMatrix.from_hdf5(..., "
+        "dtype=...)``); the command line does this itself by reading both in the wider type."
+    ),
+    "matmul: expected two DistMatrix, got … and …": (
+        "``hpcgpu.matmul(a, b)`` takes distributed matrices, not NumPy or CuPy arrays. Make them with "
+        "``DistMatrix.from_global``, ``from_hdf5`` or ``random``."
+    ),
+    "matmul: inner dimensions differ: op(A) is … x …, op(B) is … x …": (
+        "The columns of ``op(A)`` must equal the rows of ``op(B)``. Check the shapes, or the ``transa`` / "
+        "``transb`` arguments."
+    ),
+    "matmul: panel must be >= 1, got …": (
+        "``panel`` is the SUMMA panel width in columns and must be at least 1; leave it ``None`` to take the "
+        "widest within ``panel_memory``."
+    ),
+    "matmul: precision must be one of …, got …": (
+        "``precision`` chooses the local GEMM mode on a GPU. Use ``\"default\"`` (CuPy's mode), ``\"tf32\"`` "
+        "or ``\"full\"``."
+    ),
+    "matmul: replication is for algorithm 2.5d": (
+        "``--replication`` (``replication=``) only has a meaning for the 2.5-D algorithm, and the algorithm "
+        "is SUMMA (the default). Add ``--algorithm 2.5d``, or drop ``--replication``."
+    ),
+    "matmul: replication … does not divide the … ranks into … squares (P = c q^2)": (
+        "2.5-D arranges the P ranks as c layers of q x q, so P / c must be a perfect square. At 8 ranks use "
+        "c = 2 (2 x 2 x 2) or 8; at 16 ranks 1, 4 or 16; or use ``--algorithm auto``."
+    ),
+    "matmul: … must be N, T or C, got …": (
+        "``transa`` and ``transb`` are PDGEMM's: ``\"N\"`` (as is), ``\"T\"`` (transpose) or ``\"C\"`` "
+        "(conjugate transpose)."
+    ),
+    # -- Task farm ----------------------------------------------------------------------------------------
+    "task … returned results …, the first result had …: the function must return the same names for every task": (
+        "Every task's dict becomes one row of the same datasets in ``/results``, so the names are fixed by "
+        "the first result that arrived. This task returned other keys. Make the function return the same "
+        "keys every time (use NaN or 0 for a value a task has none of); the farm stops with exit 2 and keeps "
+        "what finished in the journal."
+    ),
+    (
+        "task …: result … is …, the first result's was …: the function must return the same shapes and "
+        "dtypes for every task"
+    ): (
+        "One result changed its shape or dtype from the first task's (an int where a float came first, an "
+        "array of another length). Return the same type and shape for a name in every task: cast "
+        "(``float(x)``) or pad arrays. The sweep stops with exit 2; ``--resume`` after the fix runs the "
+        "tasks not yet done."
+    ),
+    "…: cannot write the results (…); the journal keeps them: --resume": (
+        "Rank 0 could not write the HDF5 results file at the end (or at a periodic write): disk full, quota, "
+        "the directory removed or made read-only. Nothing finished is lost: every finished task is in "
+        "``OUT.journal``. Free the space or fix the directory, then rerun the same command with "
+        "``--resume``; it writes the file from the journal and runs only what was not done."
+    ),
+    (
+        "[rank …] error: … is still running … s after its --timeout of … s (stuck in a native call that "
+        "ignores signals?): aborting the job; the finished tasks are in the journal, rerun with --resume"
+    ): (
+        "A task ran past ``--timeout`` and did not stop when SIGALRM raised ``TaskTimeout`` in it: it is "
+        "inside a native call (a C extension, a blocking library call) that does not return to Python. The "
+        "watchdog aborts the whole job a grace period later rather than leave the rank stuck. Rerun with "
+        "``--resume``: the finished tasks are kept. Make the task's native calls interruptible (smaller "
+        "pieces, their own time limit), or raise ``--timeout`` if the task only needs longer."
+    ),
+    "--flush-seconds must be a number of seconds > 0, got …": (
+        "``--flush-seconds`` bounds how much finished work a killed job can lose, and must be a positive, "
+        "finite number of seconds (default 2)."
+    ),
+    "--progress must be one of …, got …": (
+        "``hpcgpu.tasks.map(progress=...)`` was given an unknown mode (the command line's choices catch it "
+        "earlier). Use ``auto``, ``bar``, ``lines`` or ``none``."
+    ),
+    "--retries must be an integer >= 0, got …": (
+        "``--retries`` is the number of further attempts at a task that raised or timed out: a whole number, "
+        "0 or more."
+    ),
+    "--timeout must be a number of seconds > 0, got …": (
+        "``--timeout`` is the most seconds one task attempt may run and must be positive and finite. Leave "
+        "it out for no limit."
+    ),
+    "fn: expected a callable, got …": (
+        "``hpcgpu.tasks.map(fn, params)`` takes the function first; something else was passed (often the "
+        "arguments swapped). Pass the function object, not its result or name."
+    ),
+    "resume needs out: the file of the earlier run": (
+        "``hpcgpu.tasks.map(..., resume=True)`` continues an earlier sweep from its output file, so ``out=`` "
+        "must name it."
+    ),
+    "timeout: needs the main thread (SIGALRM)": (
+        "The per-task ``timeout`` uses ``SIGALRM``, which Python delivers only to the main thread, and "
+        "``hpcgpu.tasks.map`` was called from another thread. Call it from the main thread, or drop "
+        "``timeout``."
+    ),
+    "…: columns … do not fit …(…): …": (
+        "Each row is passed as ``FUNCTION(**row)``, so every column must be a parameter of the function and "
+        "every parameter without a default must be a column; Python's reason follows. Rename the columns of "
+        "the parameter file, or add parameters (or ``**kwargs``) to the function."
+    ),
+    "…: expected MODULE:FUNCTION (e.g. mypkg.sims:run or sims.py:run)": (
+        "The first argument of ``python -m hpcgpu.tasks`` names the task function as a module and a "
+        "function separated by a colon: ``mypkg.sims:run`` (a module on the path) or ``sims.py:run`` (a "
+        "file)."
+    ),
+    "…: importing … failed: …: …": (
+        "Your module raised an exception while being imported (its type and first line follow). Run "
+        "``python -c 'import MODULE'`` (or ``python FILE.py``) on the node to see the whole traceback, and "
+        "fix it or install what it needs in the job's environment."
+    ),
+    "…: module … has no attribute …": (
+        "The module imported, but has no function of that name. Check the spelling after the colon, and "
+        "that the module imported is yours and not another of the same name earlier on ``sys.path``."
+    ),
+    "…: no module named …": (
+        "Python cannot find the module (or a module it imports, which is named). Run from the directory "
+        "that holds it, add it to ``PYTHONPATH``, give the file as ``path/to/sims.py:run``, or install the "
+        "missing package in the job's environment."
+    ),
+    "…: no such file …": (
+        "The task function is given as a ``.py`` file that does not exist on this node. Give the path "
+        "relative to the directory the job starts in (Slurm: the submit directory) or an absolute one, on a "
+        "file system every node sees."
+    ),
+    "…: … is a …, not a function": (
+        "The name after the colon is a module attribute that cannot be called (a number, a string, a "
+        "submodule). Name the function itself."
+    ),
+    "timed out after … s": (
+        "Not a job error: a task ran longer than ``--timeout``, was interrupted in its rank (``TaskTimeout`` "
+        "raised in it) and recorded as failed (``TaskTimeout: timed out after …`` in ``/tasks/error``); the "
+        "rank goes on with the next task, and the sweep exits with status 4. Raise "
+        "``--timeout``, or use ``--retries``; rerun the failed ones with ``--resume``. A task stuck in native "
+        "code that ignores the signal aborts the job after a grace period."
+    ),
+    "….journal: …": (
+        "With ``--resume`` the journal beside the output (``OUT.journal``) is replayed, and a record in it "
+        "does not fit (the reason follows: usually its results differ in names or shapes from the others, "
+        "because the function changed). Rerun without ``--resume`` to start afresh, or restore the function "
+        "that wrote it."
+    ),
+    "… line 1: the header has an empty or repeated column name: …": (
+        "A CSV parameter file starts with a header row of column names, each non-empty and different. Fix "
+        "the header (a trailing comma makes an empty name)."
+    ),
+    "… line …: column … is empty": (
+        "Every field of a CSV task row must have a value. Fill it in (or remove the row); a trailing comma "
+        "adds an empty field."
+    ),
+    "… line …: expected an object {\"name\": value, ...}, got …": (
+        "Each line of a JSON-lines parameter file must be one JSON object mapping parameter names to "
+        "values, e.g. ``{\"beta\": 0.3, \"gamma\": 0.1}``; this line is a list, number or string. A whole JSON "
+        "array in one file is not JSON lines: write one object a line."
+    ),
+    "… line …: not JSON (…)": (
+        "This line of the JSON-lines file does not parse (the reason follows). Common causes: single "
+        "quotes, a trailing comma, Python's ``True``/``None`` instead of ``true``/``null``, an object spread "
+        "over several lines."
+    ),
+    "… line …: … fields, the header has …": (
+        "A CSV row has more or fewer fields than the header: a missing or extra comma, or a value with a "
+        "comma that needs quotes (``\"1,2\"``)."
+    ),
+    "…: column … holds lists of different shapes": (
+        "A column of lists must hold lists of one shape (each becomes a row of one array). Make them equal "
+        "in length, or split the column."
+    ),
+    "…: column … is not a Python identifier (each column is passed to the function as a keyword argument)": (
+        "Column names become keyword arguments, so they must be valid Python names: letters, digits and "
+        "underscores, not starting with a digit (``learning_rate``, not ``learning-rate``). Rename the "
+        "column and the function's parameter."
+    ),
+    "…: column … is not numeric (dtype …)": (
+        "A column of lists must hold numbers (or booleans). Convert the values, or store them as strings "
+        "and parse them in the function."
+    ),
+    (
+        "…: column … mixes types or holds null/objects (expected numbers, booleans, strings, or lists of numbers of "
+        "one shape)"
+    ): (
+        "Each column becomes one array, so its values must be of one kind: all numbers, all booleans, all "
+        "strings, or lists of numbers of one shape. Replace nulls and nested objects, and quote numbers "
+        "consistently."
+    ),
+    "…: columns of different lengths …": (
+        "A mapping of columns (``{name: values}``) passed to ``hpcgpu.tasks.map`` must give every column "
+        "the same number of values, one per task."
+    ),
+    "…: dataset … has dtype … (expected numbers or strings)": (
+        "An HDF5 parameter file holds one dataset per parameter, of numbers or strings; this one has a "
+        "compound or other type. Store each parameter as its own numeric or string dataset."
+    ),
+    "…: dataset … is a scalar (the first axis must be the task)": (
+        "In an HDF5 parameter file each dataset's first axis is the task. Store a constant as an array of "
+        "one value per task, or give it as a default of the function instead."
+    ),
+    "…: empty file (expected a header row, then one row a task)": (
+        "The CSV parameter file is empty (or only blank lines). Write a header row of parameter names, then "
+        "one row per task."
+    ),
+    "…: empty file (expected one JSON object a line)": (
+        "The JSON-lines parameter file is empty (or only blank lines). Write one object per task, one a "
+        "line."
+    ),
+    "…: expected a file name, a mapping of columns or a list of dicts, got …": (
+        "``hpcgpu.tasks.map(fn, params)`` takes the tasks as a file name, a dict of columns "
+        "(``{\"x\": [1, 2, 3]}``) or a list of dicts (``[{\"x\": 1}, ...]``)."
+    ),
+    "…: expected one mapping (dict) per task": (
+        "A list of tasks passed to ``hpcgpu.tasks.map`` must hold one dict per task, with the same keys."
+    ),
+    "…: is a directory": (
+        "``--params`` names a directory. Give the parameter file itself (``.csv``, ``.jsonl`` or ``.h5``)."
+    ),
+    "…: keys … differ from the first row's …": (
+        "Every task (JSON line or dict) must have the same parameter names as the first one. Add the "
+        "missing keys (or give the function defaults and add them with that value), or remove the extra "
+        "ones."
+    ),
+    "…: no datasets (one dataset per parameter, in /params or at the root)": (
+        "The HDF5 parameter file has no datasets in ``/params`` (or at the root when there is no "
+        "``/params`` group). Write one dataset per parameter there."
+    ),
+    "…: no parameters (no columns)": (
+        "The tasks have no parameters at all. Each task needs at least one column, passed to the function "
+        "as a keyword argument."
+    ),
+    "…: no tasks": (
+        "The list of tasks passed to ``hpcgpu.tasks.map`` is empty. Give at least one."
+    ),
+    "…: no tasks (no rows)": (
+        "The parameter table has columns but zero rows. Give at least one task."
+    ),
+    "…: no tasks (only a header)": (
+        "The CSV parameter file has a header but no task rows. Add one row per task."
+    ),
+    "…: not UTF-8 text (… at byte …)": (
+        "CSV and JSON-lines parameter files are read as UTF-8; this one is in another encoding (e.g. "
+        "Latin-1 or UTF-16 from a spreadsheet). Save it as UTF-8 (``iconv -f latin1 -t utf-8``)."
+    ),
+    "…: unknown format (expected .csv, .jsonl or .h5)": (
+        "The format of the parameter file is taken from its suffix: ``.csv``; ``.jsonl``, ``.ndjson`` or "
+        "``.json`` (one object a line); ``.h5``, ``.hdf5`` or ``.he5``. Rename the file accordingly."
+    ),
+    "task … returned an empty dict": (
+        "The task function must return a dict with at least one result. Return e.g. "
+        "``{\"peak\": peak}``. The sweep stops with status 2; the finished tasks are kept in the journal, so "
+        "fix the function and rerun with ``--resume``."
+    ),
+    "task … returned …, not a dict of numbers and arrays": (
+        "The task function must return a dict of named results (numbers, booleans, strings or numeric "
+        "arrays), e.g. ``return {\"peak\": peak, \"curve\": curve}``. The sweep stops with status 2; fix "
+        "the function and rerun with ``--resume``."
+    ),
+    "task …: result name … is not usable as an HDF5 dataset name": (
+        "Result names become dataset names under ``/results``: non-empty strings without ``/`` and not "
+        "``.``. Rename the key in the function's returned dict, then rerun with ``--resume``."
+    ),
+    "task …: result … is … (dtype …): expected a number, a boolean, a string or a numeric array": (
+        "A result value cannot be stored in HDF5 (an object, ``None``, a list of mixed types). Return "
+        "numbers, booleans, strings or numeric arrays (``numpy.asarray(x, float)``); keep a CuPy array's "
+        "result as ``cupy.asnumpy(x)`` or a float."
+    ),
+    "…: written by a sweep of …, not … (rerun without --resume to start afresh)": (
+        "``--resume`` found an output (or journal) written by a sweep of another task function. Use the "
+        "same ``MODULE:FUNCTION`` as the earlier run, another ``-o``, or rerun without ``--resume`` to "
+        "overwrite it."
+    ),
+    "…: written by a sweep over other parameters than … (rerun without --resume to start afresh)": (
+        "``--resume`` found an output (or journal) of a sweep over another parameter table (a different "
+        "file content or number of tasks). Resume with the original parameter file, use another ``-o``, or "
+        "rerun without ``--resume``."
+    ),
+    # -- Files and directories ----------------------------------------------------------------------------
+    "… …: cannot write in … (…)": (
+        "Before any work, rank 0 checks that it can create a file in the directory of the output named "
+        "(``--out`` or ``--checkpoint`` of the trainer, ``-o`` of ``matmul`` and the task farm; the "
+        "directory is created if missing) and could not (the reason follows: permission denied, read-only "
+        "or full file system). Choose a writable directory, e.g. on your scratch file system."
+    ),
+    "… …: is a directory": (
+        "The option names an existing directory, but it must name a file. Add a file name "
+        "(``--out results/train.h5``, not ``--out results``)."
+    ),
+    (
+        "… …: … is not the same directory on every node (rank … on … does not see a file rank 0 on … made there): "
+        "outputs and checkpoints must be on a file system that every node shares"
+    ): (
+        "On a job over several hosts rank 0 made a probe file in the output's directory and the rank named "
+        "could not see it: the directory is node-local there (``/tmp``, a local scratch disk). Every rank "
+        "writes into or reads from that file, and a requeued job must find its checkpoint on any node, so "
+        "put outputs and checkpoints on a shared file system (home, project or parallel scratch)."
+    ),
+    "…: no such file": (
+        "An input file (``--data``, a matrix, the trainer output given to ``hpcgpu.report``, ``--params``) "
+        "does not exist at that path on the rank that checked. Check the spelling, and that the path is "
+        "valid in the job's working directory (Slurm starts in the submit directory) and on every node."
+    ),
+    "…: not a readable HDF5 file (…)": (
+        "The file exists but h5py cannot open it (HDF5's reason follows): it is not HDF5 (CSV, NumPy "
+        "``.npy``), truncated by an interrupted copy, or locked by a writer still running. Convert it to "
+        "HDF5 or copy it again; on a parallel file system whose locking fails, set "
+        "``HDF5_USE_FILE_LOCKING=FALSE``."
+    ),
+    # -- Launch, runtime and GPUs -------------------------------------------------------------------------
+    (
+        "hpcgpu: stall: … (…) has waited … s (stall timeout … s); ranks … have not arrived, ranks … are "
+        "waiting; aborting the job"
+    ): (
+        "The stall watchdog's report, from rank 0: some ranks have waited longer than the stall timeout in "
+        "one collective (named, with the phase) that the listed ranks never reached; a rank is stuck (a "
+        "deadlock, a hung file system, a GPU that stopped answering) or died without the launcher noticing. "
+        "The job is aborted so that it does not hang until its time limit. Look at what the missing ranks "
+        "were doing (their last lines, the node they ran on); if the work between collectives is really that "
+        "long, raise ``--stall-timeout`` (or ``HPCGPU_STALL_TIMEOUT``, seconds; 0 turns the watchdog off)."
+    ),
+    "--batch-size, --features and --classes must be >= 1": (
+        "``python -m hpcgpu info --hidden ...`` times the trainer's GEMMs for a model and batch described by "
+        "these options, which must all be positive."
+    ),
+    "cublasGemmEx: no CUDA data type for …": (
+        "An internal check of the 16-bit GEMM path: only float32, float16 and bfloat16 operands should reach "
+        "``cublasGemmEx``. No input should cause it; please report it with the job's stderr."
+    ),
+    "gemm: c must be C-contiguous": (
+        "An internal check of the device GEMM: hpcgpu writes into C-contiguous outputs only. No input "
+        "should cause it; please report it with the job's stderr."
+    ),
+    "staging slot … is held by a request not yet waited for; give each request in flight its own slot": (
+        "Without CUDA-aware MPI a non-blocking collective on a device array (``Ibcast``, ``Iallreduce``) "
+        "stages through a pinned host buffer that stays held until ``Wait``; the ``slot=`` given is still "
+        "held by an earlier request. Wait for that request first, or give each request in flight its own "
+        "``slot`` (or none: each then takes a free one)."
+    ),
+    "--device gpu: …": (
+        "``--device gpu`` was asked for and some rank has no usable GPU; the first such rank and CuPy's "
+        "reason follow (the reason alone when it is the same on every rank). Common reasons: *CuPy is not "
+        "installed* (``pip install 'hpcgpu[gpu]'``), *no CUDA device visible* (the job did not ask for GPUs: "
+        "``--gpus-per-task=1`` or ``--gres=gpu:N``; ``CUDA_VISIBLE_DEVICES`` empty), *not usable* (a CUDA "
+        "library such as NVRTC missing: install ``cupy-cuda12x[ctk]`` or load the CUDA module). See *GPU "
+        "not found* above; ``--device auto`` would fall back to the CPU instead."
+    ),
+    (
+        "Slurm started … tasks (SLURM_STEP_NUM_TASKS=…) but MPI sees a world of 1 in each: the launcher did not "
+        "connect the ranks (srun --mpi=none?); launch with srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec"
+    ): (
+        "Under ``srun`` every task started its own one-rank MPI job, so the job would run N times over. "
+        "``srun`` did not speak your MPI's process-management interface (``--mpi=none``, or the wrong "
+        "plugin). Launch with ``srun --mpi=pmi2`` (MPICH, Intel MPI) or ``srun --mpi=pmix`` (Open MPI; "
+        "``srun --mpi=list`` shows what your Slurm has), or with ``mpiexec -n $SLURM_NTASKS``. "
+        "``HPCGPU_IGNORE_SLURM_NTASKS=1`` switches the check off for deliberate one-rank tasks."
+    ),
+    "device must be 'auto', 'cpu' or 'gpu', got …": (
+        "``hpcgpu.init(device=...)`` was given another value. Use ``\"auto\"``, ``\"cpu\"`` or ``\"gpu\"``."
+    ),
+    "… must be 0 or 1 (or no/yes, false/true, off/on), got …": (
+        "The override named (``HPCGPU_CUDA_AWARE_MPI`` or ``HPCGPU_NONBLOCKING_DEVICE``) is set to "
+        "something other than an on/off value. Set it to ``1`` or ``0`` (``yes``/``no``, ``true``/``false``, "
+        "``on``/``off`` also work), or unset it to let hpcgpu detect it."
+    ),
+    # -- Collectives --------------------------------------------------------------------------------------
+    "Alltoallv: counts … / … do not fit buffers of … and … elements over … ranks": (
+        "``hpcgpu.comm.Alltoallv`` needs one send and one receive count per rank, summing to no more than "
+        "the buffers' sizes. Check the counts (length ``comm.size``) and allocate the receive buffer for "
+        "their sum. This check is local: other ranks may wait, so run under the command-line guard or the "
+        "stall watchdog."
+    ),
+    "Iallreduce: no MPI sums …; use Allreduce, which reduces it in float32": (
+        "MPI has no sum for float16 or bfloat16. ``hpcgpu.comm.Allreduce`` widens such buffers to float32 and "
+        "back; the non-blocking ``Iallreduce`` cannot. Use ``Allreduce``, or keep the buffer in float32."
+    ),
+    "Reduce_scatter_block: no MPI sums …": (
+        "MPI has no sum for float16 or bfloat16. Reduce the buffer in float32 (``buf.astype(\"float32\")``)."
+    ),
+    "Reduce_scatter_block: sendbuf of … elements is not … blocks of …": (
+        "``Reduce_scatter_block`` takes a send buffer of exactly ``comm.size`` blocks of the receive "
+        "buffer's size. Pad the send buffer to ``comm.size * recvbuf.size``."
+    ),
+    (
+        "a collective on a device array needs the runtime's decision on CUDA-aware MPI: call hpcgpu.init() first, or "
+        "pass cuda_aware=True/False"
+    ): (
+        "hpcgpu's collectives need to know whether they can hand a device pointer to MPI, which ``init()`` "
+        "decides. Call ``hpcgpu.init()`` before the first collective on a CuPy array, or pass "
+        "``cuda_aware=`` explicitly."
+    ),
+    "buffers of one collective must all be host arrays or all device arrays": (
+        "A collective was given a NumPy array and a CuPy array together. Put both on the same side "
+        "(``cupy.asarray`` or ``cupy.asnumpy``)."
+    ),
+    "… must be C-contiguous": (
+        "MPI reads a buffer as one contiguous block, so the array named must be C-contiguous. Pass "
+        "``xp.ascontiguousarray(a)`` (and copy the result back into a strided view yourself)."
+    ),
+    # -- Run report and performance model -----------------------------------------------------------------
+    "hpcgpu.report: error: needs matplotlib (pip install 'hpcgpu[report]')": (
+        "The run report draws its plots with matplotlib, which is not installed. Run "
+        "``pip install 'hpcgpu[report]'``."
+    ),
+    "hpcgpu.report: error: …": (
+        "``python -m hpcgpu.report`` could not read a trainer output or write the report; the reason follows "
+        "(see its own entry). It exits with status 2."
+    ),
+    "…: not an output of python -m hpcgpu.train (no /metrics)": (
+        "The report reads the trainer's output (``--out``), which has ``/metrics``; this file is something "
+        "else (a checkpoint, the data set). Pass the file given to ``--out``."
+    ),
+    "hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4 and --epochs, --sizes >= 2": (
+        "``python -m hpcgpu.scaling`` needs ``--ranks`` as comma-separated positive integers, at least 2 "
+        "epochs (the first is warm-up) and at least 2 message sizes (to fit a line); ``--repeat`` must be at "
+        "least 1 too."
+    ),
+    "hpcgpu.scaling: error: …": (
+        "One of the scaling study's runs failed, or its output directory cannot be made; the reason "
+        "follows. It exits with status 2."
+    ),
+    "… failed (exit …): …": (
+        "A run started by ``python -m hpcgpu.scaling`` (a training run or a microbenchmark at P ranks) "
+        "exited with the status shown and the last line of its stderr. Run that command by hand to see all "
+        "of it; at more ranks than cores Open MPI must be allowed to oversubscribe, and ``HPCGPU_MPIEXEC`` "
+        "chooses the launcher."
+    ),
+    "--trace …: cannot write (…)": (
+        "Rank 0 could not write the Chrome trace file (the reason follows). The trace is written when "
+        "training has finished but before ``--out``, so the output is missing too. Choose a writable path "
+        "for ``--trace``; with a checkpoint path, rerun with ``--resume``, which continues from the final "
+        "checkpoint and only writes the files."
+    ),
+}
