@@ -17,7 +17,9 @@ MPI     ?= mpich
 # system's Open MPI (Debian: libopenmpi-dev openmpi-bin) with h5py built for its parallel HDF5
 # (libhdf5-openmpi-dev), as a cluster's modules give them; no MPI wheel there.
 VENV    ?= .venv$(if $(filter-out mpich,$(MPI)),-$(MPI))
-EXTRAS  ?= $(if $(filter system,$(MPI)),data,$(MPI),data),test
+# The docs extra (Sphinx) where the whole suite runs, which builds the site: MPICH's environment.
+comma   := ,
+EXTRAS  ?= $(if $(filter system,$(MPI)),data,$(MPI),data),test$(if $(filter mpich,$(MPI)),$(comma)docs)
 HDF5_DIR ?= /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 NP      ?= 8
 ARGS    ?=
