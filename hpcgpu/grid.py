@@ -71,7 +71,7 @@ class ProcessGrid:
     ------
     ValueError
         ``pr * pc`` differs from the number of ranks (raised on every rank,
-        before any communication; attribute ``collective``).
+        before any communication, as an :class:`hpcgpu.AgreedError`).
 
     Notes
     -----

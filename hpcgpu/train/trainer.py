@@ -83,8 +83,8 @@ class Trainer:
     Raises
     ------
     ValueError, FileNotFoundError, OSError
-        Bad options or data, on every rank with the same message (attribute
-        ``collective``): see :func:`hpcgpu.train.data.load_split` and
+        Bad options or data, on every rank with the same message (an
+        :class:`hpcgpu.AgreedError`): see :func:`hpcgpu.train.data.load_split` and
         :meth:`TrainConfig.validate`; the global batch larger than the
         training set or smaller than the number of ranks; ``out`` not
         writable; ``resume`` with checkpoints that are all unreadable or
