@@ -43,12 +43,7 @@ def _bars(ax, labels, series, ylabel, ref=None):
     ax.legend(fontsize=8)
 
 
-def _save(fig, outdir, name):
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, f"{name}.png"), dpi=110)
-
-
-def plot_splits(plt, outdir):
+def plot_splits(plt):
     rows = _rows("splits")
     fig, ax = plt.subplots(figsize=(8, 3.6))
     labels = [r["workload"].replace("trainer ", "").replace(", ", "\n") for r in rows]
@@ -57,21 +52,19 @@ def plot_splits(plt, outdir):
                        ("2 x 1", [r["r_2x1"] for r in rows]), ("default, 1 rank", [r["r_default"] for r in rows])],
           "samples/s, ratio to 1 x 1 (median of 3)", ref=1.0)
     ax.set_title("Trainer: ranks x threads on 2 cores (CPU)")
-    _save(fig, outdir, "splits")
-    plt.close(fig)
+    return fig
 
 
-def plot_summa_splits(plt, outdir):
+def plot_summa_splits(plt):
     rows = _rows("summa_splits")
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.bar([r["split"] for r in rows], [float(r["gflops"]) for r in rows], color="C2")
     ax.set_ylabel("GFLOP/s (best of 3)")
     ax.set_title("SUMMA N=4096 float64, ranks x threads on 2 cores")
-    _save(fig, outdir, "summa_splits")
-    plt.close(fig)
+    return fig
 
 
-def plot_peer(plt, outdir):
+def plot_peer(plt):
     rows = _rows("peer")
     fig, ax = plt.subplots(figsize=(5, 3))
     _bars(ax, [f"{r['ranks']} rank(s)" for r in rows],
@@ -80,22 +73,20 @@ def plot_peer(plt, outdir):
           "samples/s, ratio to the plain loop", ref=1.0)
     ax.set_ylim(0.8, 1.15)
     ax.set_title("Trainer / NumPy + mpi4py loop, 784-256-256-10")
-    _save(fig, outdir, "peer")
-    plt.close(fig)
+    return fig
 
 
-def plot_tensor_parallel(plt, outdir):
+def plot_tensor_parallel(plt):
     rows = _rows("tensor_parallel")
     fig, ax = plt.subplots(figsize=(5.5, 3))
     _bars(ax, ["1 x 2 vs 2 x 1", "2 x 2 vs 4 x 1", "1 x 4 vs 4 x 1"],
           [(r["model"], [r["tp_1x2_ratio"], r["tp_2x2_ratio"], r["tp_1x4_ratio"]]) for r in rows],
           "samples/s, ratio to data parallel", ref=1.0)
     ax.set_title("Tensor parallelism (D x T), batch 256, 2 cores")
-    _save(fig, outdir, "tensor_parallel")
-    plt.close(fig)
+    return fig
 
 
-def plot_overlap(plt, outdir):
+def plot_overlap(plt):
     rows = _rows("overlap")
     fig, ax = plt.subplots(figsize=(5, 3))
     ranks = sorted({r["ranks"] for r in rows}, key=int)
@@ -104,11 +95,10 @@ def plot_overlap(plt, outdir):
                                              if r["ranks"] == p and r["buckets"] == b]) for b in ("1", "2")],
           "exposed wait after backward (ms)")
     ax.set_title("Gradient buckets, 784-1024-1024-10, batch 256")
-    _save(fig, outdir, "overlap")
-    plt.close(fig)
+    return fig
 
 
-def plot_tasks(plt, outdir):
+def plot_tasks(plt):
     rows = _rows("tasks")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3))
     labels = [f"P={r['P']}" for r in rows]
@@ -124,11 +114,10 @@ def plot_tasks(plt, outdir):
           "overhead per task (us)")
     a2.set_yscale("log")
     a2.set_title("overhead (4,000 no-op tasks)", fontsize=9)
-    _save(fig, outdir, "tasks")
-    plt.close(fig)
+    return fig
 
 
-def plot_scaling(plt, outdir):
+def plot_scaling(plt):
     rows = _rows("scaling")
     fig, ax = plt.subplots(figsize=(5, 3.2))
     P = [int(r["P"]) for r in rows]
@@ -142,11 +131,10 @@ def plot_scaling(plt, outdir):
     ax.set_ylabel("ms per step")
     ax.set_title("Trainer step, digits 64-256-256-10, batch 64, 2 cores")
     ax.legend(fontsize=8)
-    _save(fig, outdir, "scaling")
-    plt.close(fig)
+    return fig
 
 
-def plot_mpis(plt, outdir):
+def plot_mpis(plt):
     rows = _rows("mpis")
     base = rows[0]
     fig, ax = plt.subplots(figsize=(8, 3.4))
@@ -160,19 +148,17 @@ def plot_mpis(plt, outdir):
                                     float(r["summa_gflops"]) / float(base["summa_gflops"])]))
     _bars(ax, labels, series, "ratio to MPICH (above 1 is better)", ref=1.0)
     ax.set_title("MPI stacks on 2 cores (medians of 5 rounds)")
-    _save(fig, outdir, "mpis")
-    plt.close(fig)
+    return fig
 
 
-def plot_ci(plt, outdir):
+def plot_ci(plt):
     rows = _rows("ci")
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.barh([r["stage"] for r in rows][::-1], [float(r["minutes"]) for r in rows][::-1], color="C4")
     ax.set_xlabel("minutes")
     ax.set_title(f"CI (.ci/run) on 2 cores: {sum(float(r['minutes']) for r in rows):.0f} min in all")
     ax.tick_params(axis="y", labelsize=8)
-    _save(fig, outdir, "ci")
-    plt.close(fig)
+    return fig
 
 
 def make_plots(outdir):
@@ -191,7 +177,10 @@ def make_plots(outdir):
     os.makedirs(outdir, exist_ok=True)
     plt = _plt()
     for name in PLOTS:
-        globals()[f"plot_{name}"](plt, outdir)
+        fig = globals()[f"plot_{name}"](plt)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, f"{name}.png"), dpi=110)
+        plt.close(fig)
     return [os.path.join(outdir, f"{name}.png") for name in PLOTS]
 
 

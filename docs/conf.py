@@ -36,10 +36,6 @@ autodoc_typehints = "none"  # numpydoc's Parameters sections say the types
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
-numpydoc_xref_ignore = {"optional", "default", "of", "or", "and", "shape", "callable", "iterable", "sequence",
-                        "the", "a", "an", "one", "each", "per", "with", "any", "tuple", "list", "dict", "int",
-                        "float", "str", "bool", "bytes", "None", "object", "array", "array-like", "like", "path",
-                        "-like", "ndarray"}
 numpydoc_validation_checks = set()
 
 # Warnings are errors in the test command (-W --keep-going); nitpicky for hpcgpu's own names. Names from
@@ -76,10 +72,8 @@ _errors.write(os.path.join(HERE, "_generated", "errors.rst"))
 
 
 def _prepare(app):
-    try:
-        import _plots
-    except ImportError:
-        return
+    import _plots
+
     _plots.make_plots(os.path.join(HERE, "_plots"))
 
 

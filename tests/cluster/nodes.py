@@ -152,13 +152,15 @@ class NsCluster:
     def _remove_orphan_segments(self) -> None:
         """Remove the shared-memory files that ranks killed here left in /dev/shm (MPICH's ``mpich_shm_*``,
         Open MPI's ``sm_segment.*``): made since the cluster came up and open in no process."""
+        if not shutil.which("fuser"):
+            return
         try:
             names = [os.path.join("/dev/shm", f) for f in os.listdir("/dev/shm")]
         except OSError:
             return
         for path in names:
             with contextlib.suppress(OSError):
-                if os.stat(path).st_mtime >= self._started and shutil.which("fuser") and \
+                if os.stat(path).st_mtime >= self._started and \
                         subprocess.run(["fuser", "-s", path], timeout=30).returncode != 0:
                     os.remove(path)
 

@@ -152,30 +152,27 @@ MailProg=/bin/true
         self._wait(lambda: "UP" in self._out("scontrol", "ping"), "slurmctld", 30)
         for n, _, prefix in self.nodes:
             subprocess.run([*prefix, "slurmd", "-N", n, "-f", self.conf], env=self.env, check=True, timeout=30)
+        self._wait_idle([n for n, _, _ in self.nodes])
+
+    def _wait_idle(self, names: list) -> None:
+        """Wait until every node of ``names`` is idle, returning a down or drained one to service."""
 
         def idle():
-            states = self._out("sinfo", "-h", "-N", "-o", "%N %T").splitlines()
+            states = self._out("sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N %T").splitlines()
             for line in states:
                 name, _, state = line.partition(" ")
                 if "drain" in state or "down" in state:
                     self._out("scontrol", "update", f"NodeName={name}", "State=RESUME")
-            return len(states) == len(self.nodes) and all(ln.split()[1].startswith("idle") for ln in states)
+            return len(states) == len(names) and all(ln.split()[1].startswith("idle") for ln in states)
 
-        self._wait(idle, "the node", 60)
+        self._wait(idle, "the node" if len(names) == 1 else "the nodes", 60)
 
     def restart_slurmd(self, name: str, prefix: list) -> None:
         """Start ``name``'s slurmd again (through ``prefix``, the node's command prefix now) after the node
         was lost, and return the node to service."""
         self.nodes = [(n, a, prefix if n == name else p) for n, a, p in self.nodes]
         subprocess.run([*prefix, "slurmd", "-N", name, "-f", self.conf], env=self.env, check=True, timeout=30)
-
-        def idle():
-            state = self._out("sinfo", "-h", "-n", name, "-o", "%T")
-            if "down" in state or "drain" in state:
-                self._out("scontrol", "update", f"NodeName={name}", "State=RESUME")
-            return state.startswith("idle")
-
-        self._wait(idle, name, 60)
+        self._wait_idle([name])
 
     def stop(self) -> None:
         for name in [f"slurmd-{n}" for n, _, _ in self.nodes] + ["slurmctld"]:
