@@ -69,6 +69,11 @@ FIXES: dict[str, str] = {
         "``TrainConfig(gemm_threads=...)`` was given another value (the command line's choices catch it "
         "earlier). Use ``auto`` (each GEMM timed, threads kept where they pay) or ``all``."
     ),
+    "--cuda-graphs must be auto or off, got …": (
+        "``TrainConfig(cuda_graphs=...)`` was given another value (the command line's choices catch it "
+        "earlier). Use ``auto`` (a step's forward and backward passes replayed from a CUDA graph where they "
+        "can be captured) or ``off``."
+    ),
     "--grad-accum-steps must be a positive divisor of --batch-size …, got …": (
         "With ``--grad-accum-steps K`` each global batch is K micro-batches of ``BATCH_SIZE / K`` samples, so "
         "K must be a positive integer that divides ``--batch-size`` exactly. Choose K among the divisors of "

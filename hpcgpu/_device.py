@@ -342,6 +342,10 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
     float16 and bfloat16 inputs go to ``cublasGemmEx`` with
     ``CUBLAS_COMPUTE_32F`` (``c`` float32 or the inputs' dtype), except the
     plain float16 product, which is ``cupy.matmul`` (the same call).
+    Inside :func:`capture` every product goes to cuBLAS directly
+    (``cupy.cublas.gemm`` or ``cublasGemmEx``, on the handle's stream, which
+    :func:`capture` sets): ``cupy.matmul`` sets the stream itself, which
+    CuPy refuses while a stream captures.
     """
     import cupy
     from cupy import cublas
@@ -350,7 +354,8 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
 
     bf16 = a.dtype.name == "bfloat16"
     half = bf16 or a.dtype == numpy.float16
-    if alpha == 1 and beta == 0 and precision == "default" and c.dtype == a.dtype and not bf16:
+    if (alpha == 1 and beta == 0 and precision == "default" and c.dtype == a.dtype and not bf16
+            and not _CAPTURING):  # cupy.matmul sets the handle's stream: CuPy refuses that under capture
         cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does (float16: 32F compute)
         return
     if half:
@@ -419,3 +424,107 @@ def _gemm_ex(a, b, c, alpha, beta) -> None:
                al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), ldb, a.data.ptr, _cuda_type(a.dtype), lda,
                be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), max(1, n),
                _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+
+
+# ---------------------------------------------------------------------------
+# CUDA graphs (issue 24, item 3)
+# ---------------------------------------------------------------------------
+
+_CAPTURING = 0  # > 0 inside capture(): gemm() calls cuBLAS without setting its stream
+
+
+def graphs_available() -> tuple[bool, str]:
+    """Whether this process can capture CUDA graphs, and why not. Not collective.
+
+    Returns
+    -------
+    (bool, str)
+        True and ``""`` when CuPy has stream capture
+        (``cupy.cuda.Stream.begin_capture``, CuPy 10 and later) on CUDA;
+        else False and the reason (no CuPy, a CuPy without it, ROCm).
+    """
+    cupy = cupy_or_none()
+    if cupy is None:
+        return False, "no CuPy"
+    if not hasattr(cupy.cuda.Stream, "begin_capture"):
+        return False, f"CuPy {getattr(cupy, '__version__', '?')} has no stream capture"
+    if getattr(cupy.cuda.runtime, "is_hip", False):
+        return False, "ROCm (CuPy does not capture on HIP)"
+    return True, ""
+
+
+def capture(fn):
+    """Capture the device work of ``fn()`` into a CUDA graph; nothing of it runs. Not collective.
+
+    ``fn`` is called once, on a new non-blocking stream that is capturing
+    (CuPy's relaxed mode). The cuBLAS handle's stream is set to it before
+    the capture and put back after (CuPy refuses ``cublasSetStream`` during a
+    capture, and its ``cupy.cublas`` functions run on the handle's stream),
+    and :func:`gemm` avoids ``cupy.matmul`` meanwhile. Every allocation made
+    during the capture comes from the current allocator and is held for as
+    long as the graph is (returned with it): a graph names raw addresses,
+    and a block given back to the pool would be written by every replay
+    after it was handed to another array.
+
+    Parameters
+    ----------
+    fn : callable
+        The work: kernels and cuBLAS calls only (no host synchronization, no
+        copy to the host, no MPI; CUDA refuses a synchronization during a
+        capture, and CuPy a copy to the host).
+
+    Returns
+    -------
+    graph : cupy.cuda.graph.Graph
+        ``graph.launch()`` runs the work on the current stream.
+    held : list of cupy.cuda.MemoryPointer
+        The blocks allocated during the capture; keep them with the graph.
+
+    Raises
+    ------
+    Exception
+        Whatever ``fn`` or CUDA raised; the capture is ended and the handle's
+        stream put back first.
+
+    Notes
+    -----
+    CUDA Programming Guide, "CUDA Graphs: Creating a Graph Using Stream
+    Capture"; cuBLAS documentation, "CUDA Graphs Support" (cuBLAS calls may
+    be captured; host-pointer ``alpha`` and ``beta`` are read at capture).
+    """
+    global _CAPTURING
+    import cupy
+    from cupy.cuda import cublas as lib
+    from cupy.cuda import device
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    handle = device.get_cublas_handle()
+    before = lib.getStream(handle)
+    base = cupy.cuda.get_allocator()
+    held = []
+
+    def hold(size):
+        mp = base(size)
+        held.append(mp)
+        return mp
+
+    lib.setStream(handle, stream.ptr)
+    try:
+        with stream:
+            stream.begin_capture()
+            _CAPTURING += 1
+            try:
+                with cupy.cuda.using_allocator(hold):
+                    fn()
+            except BaseException:
+                try:
+                    stream.end_capture()
+                except Exception:  # the capture was invalidated by what went wrong: that error is the one
+                    pass
+                raise
+            finally:
+                _CAPTURING -= 1
+            graph = stream.end_capture()
+    finally:
+        lib.setStream(handle, before)
+    return graph, held

@@ -112,6 +112,8 @@ class Runtime:
         )
         if self.device == "gpu":
             line += f" nonblocking_device={'yes' if self.nonblocking_device else 'no'} ({self.nonblocking_reason})"
+            graphs, why = _device.graphs_available()
+            line += " cuda_graphs=" + ("yes (stream capture)" if graphs else f"no ({why})")
         return line
 
     def summary(self) -> str:

@@ -12,7 +12,9 @@ issue 24 and 784-1024-1024-10 at batch 256). The two sides take turns row by
 row, ``--repeat`` rounds, medians kept. Prints, per row, each side's
 samples/s and final test accuracy and hpcgpu / PyTorch; writes the figures
 as JSON (``--json``). ``--ranks R`` runs hpcgpu on R ranks sharing the GPU
-(the peer stays on one process). Without PyTorch with CUDA (``--peer none``,
+(the peer stays on one process). hpcgpu runs with its default CUDA graphs
+and again with ``--cuda-graphs off`` (issue 24: with and without, in one
+run; ``--graphs auto`` or ``off`` runs one of them). Without PyTorch with CUDA (``--peer none``,
 or on a CPU machine with ``--device cpu``) only hpcgpu's side runs: a dry run
 of the script itself.
 """
@@ -37,12 +39,12 @@ ROWS = "256,256@256;256,128,64@256;1024,1024@1024;1024,1024@4096;1024,1024@256"
 COMMON = dict(lr=0.05, epochs=4)
 
 
-def hpcgpu_run(a, hidden: str, batch: int, out: str) -> dict:
+def hpcgpu_run(a, hidden: str, batch: int, out: str, graphs: str = "auto") -> dict:
     """One trainer run; samples/s over epochs 2.. (time-weighted, as the peer) and the final test accuracy."""
     cmd = [sys.executable, "-m", "hpcgpu.train", "--data", a.data, "--out", out, "--hidden", hidden,
            "--batch-size", str(batch), "--lr", str(COMMON["lr"]), "--momentum", "0.9", "--weight-decay", "0",
            "--schedule", "constant", "--warmup-epochs", "0", "--epochs", str(a.epochs), "--dtype", "float32",
-           "--device", a.device, "--progress", "none"]
+           "--device", a.device, "--progress", "none", "--cuda-graphs", graphs]
     if a.ranks > 1 or shutil.which("mpiexec"):
         cmd = [a.mpiexec or shutil.which("mpiexec") or "mpiexec", "-n", str(a.ranks), *cmd]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=dict(os.environ, PYTHONPATH=ROOT))
@@ -53,7 +55,9 @@ def hpcgpu_run(a, hidden: str, batch: int, out: str) -> dict:
         acc = float(f["metrics/test_accuracy"][-1])
     timed = slice(1, None) if len(sps) > 1 else slice(None)
     n, t = float((sps[timed] * secs[timed]).sum()), float(secs[timed].sum())
-    return {"samples_per_s": n / t, "test_accuracy": acc}
+    first = p.stdout.splitlines()[0] if p.stdout else ""
+    return {"samples_per_s": n / t, "test_accuracy": acc,
+            "cuda_graphs": "on" if "CUDA graphs on" in first else "off" if "CUDA graphs off" in first else "-"}
 
 
 PEER = re.compile(r"samples_per_s=([0-9.]+)")
@@ -92,6 +96,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="rounds; medians are kept")
     ap.add_argument("--ranks", type=int, default=1, help="hpcgpu's ranks (sharing the GPU)")
     ap.add_argument("--device", choices=("gpu", "cpu", "auto"), default="gpu")
+    ap.add_argument("--graphs", choices=("both", "auto", "off"), default="both",
+                    help="hpcgpu's --cuda-graphs: both runs it with (auto) and without (off)")
     ap.add_argument("--mpiexec", default=None, help="launcher (default: mpiexec on PATH, none at one rank)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run")
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "bench-train-vs-torch.json"))
@@ -105,20 +111,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.repeat):
             for hidden, batch in rows:
-                r = runs.setdefault((hidden, batch), {"hpcgpu": [], "torch": []})
-                r["hpcgpu"].append(hpcgpu_run(a, hidden, batch, os.path.join(tmp, "o.h5")))
+                r = runs.setdefault((hidden, batch), {"hpcgpu": [], "eager": [], "torch": []})
+                if a.graphs != "off":
+                    r["hpcgpu"].append(hpcgpu_run(a, hidden, batch, os.path.join(tmp, "o.h5")))
+                if a.graphs != "auto":
+                    r["eager"].append(hpcgpu_run(a, hidden, batch, os.path.join(tmp, "o.h5"), "off"))
                 if with_peer:
                     r["torch"].append(peer_run(a, hidden, batch))
                 print(f"round {rnd + 1}: {hidden}@{batch}: {r}", file=sys.stderr, flush=True)
     print(f"hpcgpu ({a.ranks} rank(s), --device {a.device}) against eager PyTorch, one GPU; samples/s over "
           f"epochs 2..{a.epochs}, median of {a.repeat} round(s)")
-    print(f"{'model':>22} {'batch':>6} {'hpcgpu/s':>10} {'torch/s':>10} {'ratio':>6} {'acc hpcgpu':>10} "
-          f"{'acc torch':>9}")
+    print(f"{'model':>22} {'batch':>6} {'hpcgpu/s':>10} {'graphs':>6} {'eager/s':>10} {'torch/s':>10} "
+          f"{'ratio':>6} {'eager':>6} {'acc hpcgpu':>10} {'acc torch':>9}")
     res = []
     for (hidden, batch), r in runs.items():
         ours, theirs = median(r["hpcgpu"], "samples_per_s"), median(r["torch"], "samples_per_s")
+        eager = median(r["eager"], "samples_per_s")
+        graphs = "/".join(sorted({x.get("cuda_graphs", "-") for x in r["hpcgpu"]})) or "-"
         row = dict(hidden=hidden, batch=batch, hpcgpu_samples_per_s=ours, torch_samples_per_s=theirs,
+                   eager_samples_per_s=eager, cuda_graphs=graphs,
                    ratio=ours / theirs if ours and theirs else None,
+                   eager_ratio=eager / theirs if eager and theirs else None,
                    hpcgpu_test_accuracy=median(r["hpcgpu"], "test_accuracy"),
                    torch_test_accuracy=median(r["torch"], "test_accuracy"), runs=r)
         res.append(row)
@@ -127,14 +140,15 @@ def main() -> int:
             return "-" if x is None else format(x, fmt)
 
         errors = [x["error"] for side in r.values() for x in side if "error" in x]
-        print(f"{'784-' + hidden.replace(',', '-') + '-10':>22} {batch:>6} {f(ours, '.0f'):>10} "
-              f"{f(theirs, '.0f'):>10} {f(row['ratio'], '.2f'):>6} {f(row['hpcgpu_test_accuracy'], '.4f'):>10} "
+        print(f"{'784-' + hidden.replace(',', '-') + '-10':>22} {batch:>6} {f(ours, '.0f'):>10} {graphs:>6} "
+              f"{f(eager, '.0f'):>10} {f(theirs, '.0f'):>10} {f(row['ratio'], '.2f'):>6} "
+              f"{f(row['eager_ratio'], '.2f'):>6} {f(row['hpcgpu_test_accuracy'], '.4f'):>10} "
               f"{f(row['torch_test_accuracy'], '.4f'):>9}" + (f"  errors: {errors}" if errors else ""))
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as fh:
         json.dump({"data": a.data, "ranks": a.ranks, "device": a.device, "epochs": a.epochs, "rows": res}, fh,
                   indent=1)
-    return 0 if all(r["hpcgpu_samples_per_s"] for r in res) else 1
+    return 0 if all(r["hpcgpu_samples_per_s"] or r["eager_samples_per_s"] for r in res) else 1
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ def parser() -> ArgumentParser:
                    help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
                         "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
                         "all: every GEMM on the rank's threads")
+    p.add_argument("--cuda-graphs", choices=("auto", "off"), default=d.cuda_graphs,
+                   help="GPU: auto replays each step's forward and backward passes from a CUDA graph (one launch) "
+                        "where they can be captured; off launches every kernel from Python")
     p.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="T",
                    help="split the layers over T ranks (Megatron-LM's column/row pattern): P/T data-parallel "
                         "replicas of T consecutive ranks")

@@ -108,6 +108,12 @@ class TrainConfig:
         start and keeps the threads only where they pay (a resumed run
         reuses the checkpoint's choice); ``all`` runs every GEMM on the
         rank's threads (see ``hpcgpu.train.threads``).
+    cuda_graphs : {"auto", "off"}
+        On a GPU: ``auto`` replays each step's forward and backward passes
+        from a CUDA graph where they can be captured (one rank or one
+        bucket, no gradient accumulation, no mixed precision, no tensor
+        parallelism; see ``hpcgpu/train/graphs.py``), ``off`` launches every
+        kernel from Python. The run's first line says which.
     trace : str or None
         Write a Chrome trace (``chrome://tracing``, Perfetto) of every
         step's phases, one track per rank, to this JSON file at the end.
@@ -143,6 +149,7 @@ class TrainConfig:
     stall_timeout: float | None = None
     gemm_threads: str = "auto"
     bucket_mb: float = 25.0
+    cuda_graphs: str = "auto"
     data_placement: str = "auto"
     tensor_parallel: int = 1
     zero_stage: int = 0
@@ -185,6 +192,7 @@ class TrainConfig:
             (self.data_placement in ("auto", "sharded", "replicated"),
              f"--data-placement must be auto, sharded or replicated, got {self.data_placement!r}"),
             (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),
+            (self.cuda_graphs in ("auto", "off"), f"--cuda-graphs must be auto or off, got {self.cuda_graphs!r}"),
         ]
         for ok, msg in checks:
             if not ok:

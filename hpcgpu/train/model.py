@@ -473,7 +473,7 @@ class MLP:
         for i in range(L):
             if threads is not None:
                 threads(f"fc{i}.forward")
-            z = a @ self._p[f"fc{i}.weight"]
+            z = self._mm(a, self._p[f"fc{i}.weight"])
             if self.plan[i]["kind"] == "row":  # partial products of the split input features: sum them
                 self._tp_reduce(z)
             if i < L - 1 or self._fused is None:
@@ -482,6 +482,32 @@ class MLP:
                 acts.append(z)
             a = z
         return a
+
+    def _mm(self, a, b):
+        """``a @ b``, a new array; on a GPU through :func:`hpcgpu._gemm.gemm` (capturable in a CUDA graph)."""
+        if self.xp is np:
+            return a @ b
+        c = self.xp.empty((a.shape[0], b.shape[1]), dtype=self.dtype)
+        _gemm.gemm(a, b, c)
+        return c
+
+    def step_buffers(self, n: int) -> tuple:
+        """The arrays a step of ``n`` samples uses besides its inputs and the flat buffers (CUDA graphs' key).
+
+        Not collective. Allocates nothing: empty before the first step of
+        ``n`` samples (the CUDA graph of a step holds them: ``hpcgpu/train/graphs.py``).
+
+        Parameters
+        ----------
+        n : int
+            Local batch size.
+
+        Returns
+        -------
+        tuple of xp.ndarray
+        """
+        lh = self._scratch.get(n)
+        return () if lh is None else (lh,)
 
     def _bias_relu(self, z, i: int, relu: bool) -> None:
         """``z += b_i``, then ``z = max(z, 0)`` for a hidden layer: one kernel on a GPU."""
@@ -594,7 +620,7 @@ class MLP:
             threads(f"fc{i}.wgrad")
             gw, gb = self._g[f"fc{i}.weight"], self._g[f"fc{i}.bias"]
             d = dz.astype(self.compute_dtype) if mixed else dz  # the GEMMs' operand; the bias gradient from dz
-            if accumulate or mixed:
+            if accumulate or mixed or xp is not np:
                 _gemm.gemm(a_in.T, d, gw, beta=1.0 if accumulate else 0.0)
             else:
                 xp.matmul(a_in.T, d, out=gw)
@@ -611,7 +637,7 @@ class MLP:
                     da = xp.empty((d.shape[0], w.shape[0]), dtype=self.dtype)
                     _gemm.gemm(d, w.T, da)
                 else:
-                    da = d @ w.T
+                    da = self._mm(d, w.T)
                 if self.plan[i]["kind"] == "col":  # each rank's part of the input gradient: sum them
                     self._tp_reduce(da)
                 if fused is not None and not mixed:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0

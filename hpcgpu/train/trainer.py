@@ -39,6 +39,7 @@ from ..timing import PhaseTimer, reduce_phases, write_trace
 from ..io import atomic_path, on_root, shared_dir_error, writable_error, write_attrs
 from ..runtime import Runtime, init, placement
 from .data import GlobalBatchSampler, check_labels, load_split
+from .graphs import StepGraph, graphs_plan
 from .model import MLP, local_layout
 from .optim import SGD, LRSchedule
 from .precision import LossScaler
@@ -212,6 +213,10 @@ class Trainer:
         # and with several ranks the reduction has synchronized the stream already.
         self._deferred = rt.size == 1 and self.xp is not np and self.scaler is None
         self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype) if self._deferred else None
+        # the buckets' Iallreduces are posted from inside the backward pass
+        self._overlap = not self._deferred and len(self.reducer.buckets) > 1 and rt.size > 1
+        graphs, self._graphs_why = graphs_plan(c, self.xp, compute, self._overlap)
+        self._graph = StepGraph(self.model, warn=self._warn) if graphs else None
         self.report = Report(rt.rank, c.progress, c.epochs, steps)
         self.epoch = self.step = self.step_in_epoch = 0
         self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
@@ -235,6 +240,11 @@ class Trainer:
         if c.trace:  # time 0 of every rank's track: an instant the ranks shared
             comm.Barrier()
             self._clock0 = time.perf_counter()
+
+    def _warn(self, message: str) -> None:
+        """A warning line on rank 0's stderr (every rank meets the same conditions)."""
+        if self.rt.rank == 0:
+            print(message, file=sys.stderr, flush=True)
 
     def _layout_error(self, T: int) -> ValueError | None:
         """What is wrong with ``--tensor-parallel T`` at this number of ranks (None: nothing)."""
@@ -399,8 +409,7 @@ class Trainer:
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             sampler.start_epoch(self.epoch)
         every = self.config.checkpoint_every
-        deferred = self._deferred  # see __init__
-        overlap = not deferred and len(red.buckets) > 1 and self.rt.size > 1
+        deferred, overlap = self._deferred, self._overlap  # see __init__
         self._drained = self.step_in_epoch
         for s in range(self.step_in_epoch, sampler.steps):
             at = f"step {self.step + 1}"
@@ -412,7 +421,9 @@ class Trainer:
             if not deferred:
                 red.set("stop", 1.0 if stop else 0.0)  # before the backward pass posts the bucket that holds it
             hook = red.ready if overlap else None
-            if K == 1:
+            if self._graph is not None:  # K == 1, no hook: see graphs_plan
+                self._graph.step(X, y, scale)
+            elif K == 1:
                 model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook)
             else:  # gradient accumulation: one reduction per step, not per micro-batch
                 for k in range(K):
@@ -1021,7 +1032,9 @@ class Trainer:
             + (f", {self.model.n_params} on rank 0" if self.model.n_params != self.model.n_global else "")
             + f"), global batch {s.B} "
             f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}, "
-            f"data {'replicated' if s.replicated else 'sharded'}"
+            + ("CUDA graphs on, " if self._graph is not None
+               else f"CUDA graphs off ({self._graphs_why}), " if self._graphs_why else "")
+            + f"data {'replicated' if s.replicated else 'sharded'}"
             + (f", {self.data_comm.size} data x {self.config.tensor_parallel} tensor parallel"
                if self.config.tensor_parallel > 1 else "")
             + (", ZeRO-1 (momentum sharded)" if self.config.zero_stage == 1 else "")

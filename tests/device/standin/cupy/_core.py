@@ -60,11 +60,25 @@ def _begin(arrays, compile: bool = True) -> None:
             alloc.refresh()
 
 
-def _end(written) -> None:
-    """After a kernel: queue its writes on the current stream."""
-    q = _standin.launch_queue(_stream.get_current_stream())
+def _end(written, stream=None) -> None:
+    """After a kernel: queue its writes on ``stream`` (the current one by default).
+
+    Under a CUDA graph's capture nothing is queued (it runs at the replay),
+    and in a replay the writes go to the launch stream; see :mod:`cupy._standin`.
+    """
+    written = [w for w in written if w is not None]
+    stream = _stream.get_current_stream() if stream is None else stream
+    if not _standin.kernel_done(stream, written):
+        return
+    q = _standin.launch_queue(stream)
     _standin.count("launches")
-    _standin.record_writes(q, [w for w in written if w is not None])
+    _standin.record_writes(q, written)
+
+
+def _h2d_allowed(stream) -> None:
+    """CuPy refuses a host-to-device copy on a capturing stream (``copy_from_host_async``)."""
+    if _standin.capture_of(stream) is not None:
+        raise RuntimeError("the current stream is capturing, so H2D transfers are disallowed")
 
 
 def _result(res) -> ndarray:
@@ -100,6 +114,7 @@ def _farg(x):
     return x._f if isinstance(x, ndarray) else x
 
 
+@_standin.replayable()
 def _ufunc_call(npf, args, out=None, dtype=None, casting="same_kind"):
     devs = _operands(args)
     out = _check_out(out)
@@ -207,6 +222,7 @@ def nonzero(a):
 # ---------------------------------------------------------------------------
 
 
+@_standin.replayable()
 def _reduce(npname: str, a, axis=None, dtype=None, out=None, keepdims=False, **extra):
     if not isinstance(a, ndarray):
         raise _unsupported(a)
@@ -551,6 +567,8 @@ class ndarray:  # noqa: N801  (CuPy's name)
             else:
                 src = self
             host = numpy.empty(self.shape, dtype=self.dtype, order=order)
+        if _standin.capture_of(stream) is not None:
+            raise RuntimeError("the current stream is capturing, so D2H transfers are disallowed")
         _standin.count("device_to_host")
         if blocking:
             stream.synchronize()
@@ -584,6 +602,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
             raise RuntimeError("Cannot set to non-contiguous array")
         if stream is None:
             stream = _stream.get_current_stream()
+        _h2d_allowed(stream)
         with stream:
             _begin([self], compile=False)
             self._f[...] = arr
@@ -718,6 +737,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
         _begin([self] + devs)
         return _result(self._f[npkey])
 
+    @_standin.replayable()
     def __setitem__(self, key, value):
         """Basic indexing: copy (or ``fill`` for non-arrays); advanced: a scatter kernel."""
         npkey, devs, adv = _index(key)
@@ -847,6 +867,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
 
     # -- copies and fills -------------------------------------------------
 
+    @_standin.replayable()
     def copy(self, order="C") -> ndarray:
         """A copy in new memory (a copy kernel).
 
@@ -860,6 +881,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
         """
         return self.astype(self.dtype, order=order, copy=True)
 
+    @_standin.replayable()
     def astype(self, dtype, order="K", casting=None, subok=None, copy=True) -> ndarray:
         """Converted copy (a kernel; compiled unless the dtype is the same).
 
@@ -890,6 +912,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
         _end([out])
         return out
 
+    @_standin.replayable()
     def fill(self, value) -> None:
         """Fill with a scalar: a memset for 0 on C-contiguous arrays, else a compiled kernel.
 
@@ -972,6 +995,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
         """See :func:`cupy.clip`."""
         return clip(self, a_min, a_max, out=out)
 
+    @_standin.replayable()
     def take(self, indices, axis=None, out=None):
         """See :func:`cupy.take`."""
         return take(self, indices, axis=axis, out=out)
@@ -1208,6 +1232,7 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0) -> ndarra
     template = numpy.empty_like(host, order="K")
     out = ndarray._view(memory.malloc(host.nbytes, host.dtype), None, None)
     out._f = numpy.ndarray(host.shape, host.dtype, buffer=out._alloc.future, strides=template.strides)
+    _h2d_allowed(_stream.get_current_stream())
     _begin([out], compile=False)
     out._f[...] = host
     _end([out])
@@ -1321,6 +1346,7 @@ def copyto(dst, src, casting="same_kind", where=None) -> None:
     _end([dst])
 
 
+@_standin.replayable()
 def take(a, indices, axis=None, out=None) -> ndarray:
     """Stand-in for ``cupy.take`` (a gather kernel).
 
@@ -1529,9 +1555,11 @@ def _product(api: str, npf, a, b, out, shape, m: int, n: int, k: int, vector_dot
     mixed = a.dtype != ret or b.dtype != ret
     use_blas = ret.kind in "fc" and not vector_dot
     if use_blas:
-        from cupy.cuda import device
+        from cupy.cuda import cublas, device
 
-        device.get_cublas_handle()  # loads cuBLAS (ImportError when it is missing)
+        # loads cuBLAS (ImportError when it is missing); CuPy sets the handle's stream to the current one on
+        # every call, which it refuses on a capturing stream (NotImplementedError)
+        cublas.setStream(device.get_cublas_handle(), _stream.get_current_stream().ptr)
     _begin([a, b, out], compile=mixed or not use_blas)
     fa, fb = a._f.astype(ret, copy=False), b._f.astype(ret, copy=False)
     if use_blas:

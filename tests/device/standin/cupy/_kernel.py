@@ -39,6 +39,10 @@ import tempfile
 
 import numpy
 
+from cupy._standin import replayable as _replayable_deco
+
+_replayable = _replayable_deco()
+
 _CTYPE = {
     "float16": None, "float32": "float", "float64": "double", "int8": "signed char", "int16": "short",
     "int32": "int", "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
@@ -200,6 +204,7 @@ class ElementwiseKernel:
         lines.append("    ;\n  }\n}")
         return "\n".join(lines) + "\n"
 
+    @_replayable
     def __call__(self, *args):
         from cupy import _core, _standin
 

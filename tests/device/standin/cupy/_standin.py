@@ -46,7 +46,17 @@ What was mirrored from where (CuPy v13.6.0 and main, mpi4py main)
 - ``cupy/cuda/pinned_memory.pyx``: pool rounding (512-byte units, next power
   of two), ``PinnedMemoryPointer`` (buffer protocol, ``ptr``, ``size()``),
   ``n_free_blocks``/``free_all_blocks``.
-- ``cupy/cuda/memory.pyx``: ``OutOfMemoryError`` text, 512-byte rounding.
+- ``cupy/cuda/memory.pyx``: ``OutOfMemoryError`` text, 512-byte rounding;
+  ``MemoryPool.malloc``, ``get_allocator``, ``using_allocator``; the
+  refusal of host-to-device and device-to-host copies on a capturing stream.
+- ``cupy/cuda/stream.pyx`` and ``graph.pyx``: ``begin_capture`` (not on the
+  legacy stream), ``end_capture``, ``is_capturing``, ``Graph.launch`` on the
+  current or a given stream; ``cupy_backends/cuda/libs/cublas.pyx``:
+  ``setStream`` raising ``NotImplementedError`` on a capturing stream (so
+  ``cupy.matmul`` does), ``getStream``; ``cupy/cublas.py``: ``gemm`` never
+  sets the handle's stream (it runs on the handle's last one). CUDA's
+  ``cudaErrorStreamCaptureUnsupported`` for a synchronization during a
+  capture, which invalidates it. See "CUDA graphs" below.
 - ``cupy/cuda/device.pyx``: ``Device`` (``compute_capability`` sets the
   device, so it creates a context).
 - mpi4py ``src/mpi4py/MPI.src/asbuffer.pxi``, ``ascaibuf.pxi``,
@@ -134,7 +144,10 @@ _CUDA_ERRORS = {
     101: ("cudaErrorInvalidDevice", "invalid device ordinal"),
     400: ("cudaErrorInvalidResourceHandle", "invalid resource handle"),
     600: ("cudaErrorNotReady", "device not ready"),
+    401: ("cudaErrorIllegalState", "the operation cannot be performed in the present state"),
     700: ("cudaErrorIllegalAddress", "an illegal memory access was encountered"),
+    900: ("cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"),
+    901: ("cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"),
 }
 
 
@@ -288,6 +301,8 @@ class Alloc:
         self.writes: dict[int, tuple[int, int]] = {}  # write id -> byte range, not landed yet
         if self.nbytes:
             _allocs.add(self)
+            if _captures:
+                new_alloc(self)
 
     def extent(self, view: numpy.ndarray) -> tuple[int, int]:
         """Byte range ``[lo, hi)`` of ``view`` (of ``future``) in this allocation."""
@@ -406,6 +421,8 @@ def launch_queue(stream) -> Queue:
 
 def device_synchronize(dev: int) -> None:
     """Land the work of every stream of device ``dev``."""
+    if _captures and capturing_any(dev):
+        invalidate_captures(dev)
     count("host_syncs")
     for (_, d), q in list(_queues.items()):
         if d == dev:
@@ -457,7 +474,7 @@ def reset_peak() -> None:
 # what a step costs: launches, host synchronizations, copies to the host
 # ---------------------------------------------------------------------------
 
-_counts = {"launches": 0, "host_syncs": 0, "device_to_host": 0}
+_counts = {"launches": 0, "host_syncs": 0, "device_to_host": 0, "graph_launches": 0}
 
 
 def count(kind: str) -> None:
@@ -468,7 +485,8 @@ def count(kind: str) -> None:
 def counters() -> dict:
     """``launches`` (kernels, cuBLAS calls and host-to-device copies enqueued), ``host_syncs``
     (stream, event or device synchronizations the host waited for, blocking ``get`` included)
-    and ``device_to_host`` (``get`` calls that copied bytes), since :func:`reset_counters`."""
+    , ``device_to_host`` (``get`` calls that copied bytes) and ``graph_launches`` (CUDA graphs
+    replayed, each also one launch), since :func:`reset_counters`."""
     return dict(_counts)
 
 
@@ -513,3 +531,219 @@ def compute_type(dtype) -> str:
             ct = "COMPUTE_TYPE_TF32"  # compute capability >= 8.0
         _compute_types[index] = ct
     return _compute_types[index]
+
+
+# ---------------------------------------------------------------------------
+# CUDA graphs: stream capture and replay
+# ---------------------------------------------------------------------------
+#
+# As on a GPU, nothing captured runs: an operation launched on a capturing
+# stream is recorded (the function and its arguments, device arrays held by
+# their allocation, weakly) and computed only to get its outputs' shapes; at
+# end_capture every byte it wrote is put back as it was. A replay
+# (``Graph.launch``) calls each recorded operation again on the same memory,
+# on the launch stream: one launch, whatever it holds. A replay that reaches
+# memory freed since the capture raises cudaErrorIllegalAddress (on a GPU the
+# pool may have handed it to another array: a silent corruption). Only
+# operations marked replayable can be captured; any other kernel on a
+# capturing stream raises, so that a gap in the stand-in is never a silent
+# pass. Synchronizing a capturing stream, or the device, invalidates the
+# capture (cudaErrorStreamCaptureUnsupported), as CUDA does.
+
+_captures: dict = {}  # stream uid -> _Capture
+
+
+class _Capture:
+    """One stream's capture: the recorded operations and the bytes to put back."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.records: list = []
+        self.saved: dict = {}  # id(alloc) -> (weakref, bytes before the capture)
+        self.touched: set = set()
+        self.invalid = False
+        for al in list(_allocs):
+            self.save(al)
+
+    def save(self, al) -> None:
+        if id(al) not in self.saved:
+            self.saved[id(al)] = (weakref.ref(al), al.future.copy())
+
+
+def capture_of(stream):
+    """The capture in progress on ``stream``, or None."""
+    return _captures.get(stream._uid) if _captures else None
+
+
+def capturing_any(dev: int) -> bool:
+    """Whether a stream of device ``dev`` is capturing."""
+    return any(c.stream.device_id == dev for c in _captures.values())
+
+
+def invalidate_captures(dev: int) -> None:
+    """A forbidden call during capture: CUDA invalidates the capture and fails the call (900)."""
+    for c in _captures.values():
+        if c.stream.device_id == dev:
+            c.invalid = True
+    raise CUDARuntimeError(900)
+
+
+def _op_state():
+    st = getattr(_tls, "op", None)
+    if st is None:
+        st = _tls.op = {"depth": 0, "replay": None}
+    return st
+
+
+class _Ref:
+    """A device array in a record: its allocation (weakly) and the view's bytes."""
+
+    __slots__ = ("alloc", "f")
+
+    def __init__(self, a):
+        self.alloc, self.f = weakref.ref(a._alloc), a._f
+
+    def thaw(self):
+        from cupy._core import ndarray
+
+        al = self.alloc()
+        if al is None:
+            raise CUDARuntimeError(700)  # the graph reaches memory freed after its capture
+        return ndarray._view(al, self.f, None)
+
+
+def _freeze(x):
+    from cupy._core import ndarray
+
+    if isinstance(x, ndarray):
+        return _Ref(x)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_freeze(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _freeze(v) for k, v in x.items()}
+    return x
+
+
+def _thaw(x):
+    if isinstance(x, _Ref):
+        return x.thaw()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_thaw(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _thaw(v) for k, v in x.items()}
+    return x
+
+
+def replayable(stream_of=None):
+    """Decorator: the operation is recorded when launched on a capturing stream.
+
+    ``stream_of(*args, **kwargs)`` gives the stream it launches on (default:
+    the current stream; cuBLAS: its handle's stream).
+    """
+    import functools
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def op(*args, **kwargs):
+            st = _op_state()
+            if st["depth"] or not _captures:
+                return fn(*args, **kwargs)
+            if stream_of is not None:
+                stream = stream_of(*args, **kwargs)
+            else:
+                from cupy.cuda import stream as _stream
+
+                stream = _stream.get_current_stream()
+            cap = capture_of(stream)
+            if cap is None:
+                return fn(*args, **kwargs)
+            frozen = _freeze((args, kwargs))
+            st["depth"] += 1
+            try:
+                res = fn(*args, **kwargs)
+            finally:
+                st["depth"] -= 1
+            cap.records.append((fn, frozen, _freeze(res)))
+            return res
+
+        return op
+
+    return deco
+
+
+def launch_stream(stream):
+    """The stream a kernel launched now runs on: a replay's launch stream, else ``stream``."""
+    replay = _op_state()["replay"]
+    return replay if replay is not None else stream
+
+
+def kernel_done(stream, written) -> bool:
+    """Account for a kernel on ``stream`` that wrote ``written``; False when it is only being captured."""
+    st = _op_state()
+    if st["replay"] is not None:
+        record_writes(launch_queue(st["replay"]), written)
+        return False
+    cap = capture_of(stream)
+    if cap is None:
+        return True
+    if not st["depth"]:
+        raise RuntimeError("CuPy stand-in: this kernel cannot be captured in a CUDA graph by the stand-in "
+                           "(not a replayable operation); add it to the stand-in or launch it outside the "
+                           "capture")
+    for a in written:
+        cap.touched.add(id(a._alloc))
+    return False
+
+
+def begin_capture(stream) -> None:
+    """``cudaStreamBeginCapture`` on ``stream``."""
+    if stream._uid in _captures:
+        raise CUDARuntimeError(401)  # cudaErrorIllegalState
+    _captures[stream._uid] = _Capture(stream)
+
+
+def new_alloc(al) -> None:
+    """A new allocation during a capture: its poison is what the capture puts back."""
+    for c in _captures.values():
+        c.save(al)
+
+
+def end_capture(stream) -> list:
+    """``cudaStreamEndCapture``: the records; every byte the captured work wrote put back."""
+    cap = _captures.pop(stream._uid, None)
+    if cap is None:
+        raise CUDARuntimeError(401)
+    for key in cap.touched:
+        ref, data = cap.saved.get(key, (None, None))
+        al = ref() if ref is not None else None
+        if al is not None:
+            al.future[...] = data
+    if cap.invalid:
+        raise CUDARuntimeError(901)  # cudaErrorStreamCaptureInvalidated
+    return cap.records
+
+
+def replay(records, stream) -> None:
+    """One launch of a captured graph on ``stream``."""
+    from cupy._core import ndarray
+    from cupy.cuda import stream as _stream
+
+    if capture_of(stream) is not None:
+        raise CUDARuntimeError(900)  # not modeled: a graph launched into a capture
+    count("launches")
+    count("graph_launches")
+    st = _op_state()
+    st["depth"] += 1
+    st["replay"] = stream
+    try:
+        with _stream._as_current(stream):
+            for fn, frozen, res in records:
+                args, kwargs = _thaw(frozen)
+                out = fn(*args, **kwargs)
+                if isinstance(res, _Ref) and isinstance(out, ndarray) and out._alloc is not res.alloc():
+                    dst = res.thaw()  # the capture's new output: the replay writes there
+                    dst._f[...] = out._f
+                    record_writes(launch_queue(stream), [dst])
+    finally:
+        st["depth"] -= 1
+        st["replay"] = None

@@ -111,18 +111,21 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     a_cm = _colmajor(A, *((m, k) if transa == cublas.CUBLAS_OP_N else (k, m)), lda)
     b_cm = _colmajor(B, *((k, n) if transb == cublas.CUBLAS_OP_N else (n, k)), ldb)
     c_cm = _colmajor(C, m, n, ldc)
+    stream = cublas.handle_stream(device.get_cublas_handle())  # cuBLAS runs on its handle's stream
     op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
     if k == 0 or alpha == 0:
         prod = numpy.zeros((m, n), C.dtype)
     else:
         if tf32:
             a_cm, b_cm = _core._tf32(a_cm), _core._tf32(b_cm)
-        prod = alpha * (op[transa](a_cm) @ op[transb](b_cm))
+        # contiguous operands: NumPy's BLAS, as the stand-in's matmul (a strided product is NumPy's own loop,
+        # whose float32 rounding is several times a BLAS's)
+        prod = alpha * (numpy.ascontiguousarray(op[transa](a_cm)) @ numpy.ascontiguousarray(op[transb](b_cm)))
     if beta == 0:
         c_cm[...] = prod  # C is not read (may hold NaN)
     else:
         c_cm[...] = prod + beta * c_cm
-    _core._end([ndarray._view(C._alloc, c_cm, None)])
+    _core._end([ndarray._view(C._alloc, c_cm, None)], stream=stream)
 
 
 def _cuda_dtype(code: int) -> numpy.dtype:
@@ -184,9 +187,14 @@ def _gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ld
     if be != 0:
         prod = prod + f32(be) * c_cm.astype(f32)  # beta == 0: C is not read (may hold NaN)
     c_cm[...] = prod.astype(ct)
-    _core._end([dc])
+    _core._end([dc], stream=cublas.handle_stream(handle))
 
 
+def _handle_stream(*args, **kwargs):
+    return cublas.handle_stream(device.get_cublas_handle())
+
+
+@_standin.replayable(stream_of=_handle_stream)
 def gemm(transa, transb, a, b, out=None, alpha=1.0, beta=0.0):
     """Computes ``out = alpha * op(a) @ op(b) + beta * out`` as CuPy's ``cupy.cublas.gemm``.
 

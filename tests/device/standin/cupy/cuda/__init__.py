@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from cupy.cuda import device, memory, pinned_memory, runtime, stream  # noqa: F401
+from cupy.cuda import device, graph, memory, pinned_memory, runtime, stream  # noqa: F401
 from cupy.cuda.device import Device, get_cublas_handle, get_device_id  # noqa: F401
-from cupy.cuda.memory import MemoryPool, OutOfMemoryError  # noqa: F401
+from cupy.cuda.graph import Graph  # noqa: F401
+from cupy.cuda.memory import MemoryPointer, MemoryPool, OutOfMemoryError, get_allocator, using_allocator  # noqa: F401,E501
 from cupy.cuda.pinned_memory import PinnedMemoryPointer, PinnedMemoryPool, alloc_pinned_memory  # noqa: F401
 from cupy.cuda.stream import Event, Stream, get_current_stream, get_elapsed_time  # noqa: F401
 

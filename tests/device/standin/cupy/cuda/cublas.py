@@ -70,6 +70,51 @@ def check_status(status: int) -> None:
         raise CUBLASError(status)
 
 
+_STREAMS: dict = {}  # handle -> stream pointer (cublasSetStream); the legacy null stream (0) until set
+
+
+def setStream(handle: int, stream: int) -> None:  # noqa: N802
+    """``cublasSetStream``: the stream of every later call on ``handle``, as CuPy wraps it.
+
+    Parameters
+    ----------
+    handle : int
+    stream : int
+        The stream's pointer (``Stream.ptr``).
+
+    Raises
+    ------
+    NotImplementedError
+        ``stream`` is capturing a CUDA graph: CuPy refuses cuBLAS then.
+    """
+    from cupy.cuda.stream import stream_of_ptr
+
+    if _standin.capture_of(stream_of_ptr(stream)) is not None:
+        raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
+    _STREAMS[int(handle)] = int(stream)
+
+
+def getStream(handle: int) -> int:  # noqa: N802
+    """``cublasGetStream``: the pointer of the handle's stream.
+
+    Parameters
+    ----------
+    handle : int
+
+    Returns
+    -------
+    int
+    """
+    return _STREAMS.get(int(handle), 0)
+
+
+def handle_stream(handle: int):
+    """The stand-in stream a call on ``handle`` runs on."""
+    from cupy.cuda.stream import stream_of_ptr
+
+    return stream_of_ptr(getStream(handle))
+
+
 _MATH_MODES: dict = {}  # handle -> math mode (cublasSetMathMode); CUBLAS_DEFAULT_MATH until set
 MATH_NAMES = {0: "CUBLAS_DEFAULT_MATH", 1: "CUBLAS_TENSOR_OP_MATH", 3: "CUBLAS_TF32_TENSOR_OP_MATH"}
 

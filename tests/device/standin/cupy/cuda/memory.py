@@ -8,11 +8,15 @@ reused for an allocation of the same rounded size.
 from __future__ import annotations
 
 import collections
+import contextlib
+import threading
 import weakref
+
+import numpy
 
 from cupy import _standin
 
-__all__ = ["MemoryPool", "OutOfMemoryError", "malloc"]
+__all__ = ["MemoryPointer", "MemoryPool", "OutOfMemoryError", "get_allocator", "malloc", "using_allocator"]
 
 _UNIT = 512
 
@@ -118,6 +122,19 @@ class MemoryPool:
         """
         return self._limit
 
+    def malloc(self, size: int) -> MemoryPointer:
+        """A block of at least ``size`` bytes from the pool, held as long as the pointer lives.
+
+        Parameters
+        ----------
+        size : int
+
+        Returns
+        -------
+        MemoryPointer
+        """
+        return MemoryPointer(self._malloc(int(size), numpy.uint8))
+
     def _malloc(self, nbytes: int, dtype) -> _standin.Alloc:
         dev = _standin.current_device()
         if nbytes == 0:
@@ -162,6 +179,55 @@ def get_default_memory_pool() -> MemoryPool:
     return _default_pool
 
 
+class MemoryPointer:
+    """A pointer to device memory that holds its allocation (``cupy.cuda.MemoryPointer``).
+
+    Parameters
+    ----------
+    alloc : Alloc
+    """
+
+    def __init__(self, alloc: _standin.Alloc):
+        self._alloc = alloc
+        self.size = alloc.nbytes
+        self.device_id = alloc.device
+
+    @property
+    def ptr(self) -> int:
+        """The address (of the bytes MPI and host copies see)."""
+        return self._alloc.landed.__array_interface__["data"][0] if self._alloc.nbytes else 0
+
+
+_tls = threading.local()
+
+
+def get_allocator():
+    """The current allocator: a function ``size -> MemoryPointer`` (the default pool's ``malloc``).
+
+    Returns
+    -------
+    callable
+    """
+    return getattr(_tls, "allocator", None) or _default_pool.malloc
+
+
+@contextlib.contextmanager
+def using_allocator(allocator=None):
+    """Allocate with ``allocator`` (``size -> MemoryPointer``) in this thread within the block.
+
+    Parameters
+    ----------
+    allocator : callable, optional
+        None: the default pool.
+    """
+    prev = getattr(_tls, "allocator", None)
+    _tls.allocator = allocator or _default_pool.malloc
+    try:
+        yield
+    finally:
+        _tls.allocator = prev
+
+
 def malloc(nbytes: int, dtype) -> _standin.Alloc:
     """A new (poisoned) device allocation of ``nbytes`` on the current device.
 
@@ -175,4 +241,13 @@ def malloc(nbytes: int, dtype) -> _standin.Alloc:
     -------
     Alloc
     """
-    return _default_pool._malloc(int(nbytes), dtype)
+    allocator = getattr(_tls, "allocator", None)
+    if allocator is None or allocator == _default_pool.malloc or not nbytes:
+        return _default_pool._malloc(int(nbytes), dtype)
+    mp = allocator(int(nbytes))
+    if not isinstance(mp, MemoryPointer) or mp._alloc.nbytes < nbytes:
+        raise TypeError("the allocator must return a cupy.cuda.MemoryPointer of at least the size asked")
+    alloc = mp._alloc
+    _standin.poison(alloc.future, dtype)
+    _standin.poison(alloc.landed, dtype)
+    return alloc

@@ -16,6 +16,33 @@ from cupy._standin import CUDARuntimeError
 __all__ = ["Stream", "Event", "get_current_stream", "get_elapsed_time"]
 
 _uids = itertools.count(16)
+_by_ptr: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def stream_of_ptr(ptr: int) -> Stream:
+    """The stream whose pointer is ``ptr`` (0 or 1: the legacy null stream, 2: the per-thread one).
+
+    Parameters
+    ----------
+    ptr : int
+
+    Returns
+    -------
+    Stream
+
+    Raises
+    ------
+    CUDARuntimeError
+        ``cudaErrorInvalidResourceHandle`` for a pointer of no live stream.
+    """
+    if ptr in (0, 1):
+        return Stream.null
+    if ptr == 2:
+        return Stream.ptds
+    s = _by_ptr.get(ptr)
+    if s is None:
+        raise CUDARuntimeError(400)
+    return s
 
 
 class Stream:
@@ -48,6 +75,7 @@ class Stream:
             self._device = _standin.ensure_context()
             self._uid = next(_uids)
             self.ptr = 0x7E000000 + 0x100 * self._uid
+            _by_ptr[self.ptr] = self
         self._prev: list = []
 
     @property
@@ -83,6 +111,8 @@ class Stream:
     def synchronize(self) -> None:
         """Wait for the stream: its kernels land (become visible to MPI and host reads)."""
         _standin.ensure_context(self.device_id)
+        if _standin.capture_of(self) is not None:
+            _standin.invalidate_captures(self.device_id)
         _standin.count("host_syncs")
         self._queue().land()
 
@@ -119,11 +149,72 @@ class Stream:
             return  # cudaStreamWaitEvent on a never-recorded event is a no-op
         self._queue().add(event._entries)
 
+    def begin_capture(self, mode=None) -> None:
+        """Begin capturing this stream's work into a CUDA graph (``cudaStreamBeginCapture``).
+
+        Parameters
+        ----------
+        mode : int, optional
+            Accepted and ignored (CuPy's default is the relaxed mode).
+
+        Raises
+        ------
+        RuntimeError
+            On the legacy default stream, as CuPy.
+        """
+        if self.ptr in (0, 1):
+            raise RuntimeError("cannot capture on the default (legacy) stream")
+        _standin.begin_capture(self)
+
+    def end_capture(self):
+        """End the capture: the captured work as a graph, not run (``cudaStreamEndCapture``).
+
+        Returns
+        -------
+        cupy.cuda.graph.Graph
+
+        Raises
+        ------
+        CUDARuntimeError
+            ``cudaErrorStreamCaptureInvalidated`` after a forbidden call
+            during the capture (a synchronization).
+        """
+        from cupy.cuda.graph import Graph
+
+        return Graph._from_records(_standin.end_capture(self))
+
+    def is_capturing(self) -> bool:
+        """Whether the stream is capturing.
+
+        Returns
+        -------
+        bool
+        """
+        return _standin.capture_of(self) is not None
+
     def __repr__(self):
         return f"<Stream {self.ptr:#x} (device {self._device})>"
 
 
 Stream.null = Stream(null=True)
+Stream.ptds = Stream(ptds=True)
+
+
+class _as_current:  # noqa: N801 (a context manager)
+    """``with _as_current(stream):`` -- the current stream for the block, whatever it was."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+
+    def __enter__(self):
+        self.stack = _standin.current_stream_stack()
+        self.depth = len(self.stack)
+        self.stack.append(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        del self.stack[self.depth:]
+        return False
 
 
 def get_current_stream(device_id: int | None = None) -> Stream:
