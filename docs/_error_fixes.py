@@ -69,6 +69,12 @@ FIXES: dict[str, str] = {
         "``TrainConfig(gemm_threads=...)`` was given another value (the command line's choices catch it "
         "earlier). Use ``auto`` (each GEMM timed, threads kept where they pay) or ``all``."
     ),
+    "cublasGemmEx failed: …": (
+        "cuBLAS refused a GEMM of the trainer's step while it was captured into a CUDA graph (the status "
+        "names why: ``CUBLAS_STATUS_NOT_SUPPORTED`` for a type the cuBLAS version lacks, "
+        "``CUBLAS_STATUS_EXECUTION_FAILED`` for a fault). The run goes on without graphs and says so in a "
+        "warning; ``--cuda-graphs off`` avoids the capture. Report it with ``python -m hpcgpu info``."
+    ),
     "--cuda-graphs must be auto or off, got …": (
         "``TrainConfig(cuda_graphs=...)`` was given another value (the command line's choices catch it "
         "earlier). Use ``auto`` (a step's forward and backward passes replayed from a CUDA graph where they "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from types import ModuleType
 
 import numpy
@@ -342,10 +343,13 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
     float16 and bfloat16 inputs go to ``cublasGemmEx`` with
     ``CUBLAS_COMPUTE_32F`` (``c`` float32 or the inputs' dtype), except the
     plain float16 product, which is ``cupy.matmul`` (the same call).
-    Inside :func:`capture` every product goes to cuBLAS directly
-    (``cupy.cublas.gemm`` or ``cublasGemmEx``, on the handle's stream, which
-    :func:`capture` sets): ``cupy.matmul`` sets the stream itself, which
-    CuPy refuses while a stream captures.
+    Inside :func:`capture` every product is one ``cublasGemmEx`` called
+    through ``ctypes`` on the cuBLAS library CuPy loaded, with CuPy's handle
+    (:func:`_libcublas`): each of CuPy's cuBLAS wrappers sets the handle's
+    stream to the current one first, which CuPy refuses while a stream
+    captures. The compute type is ``CUBLAS_COMPUTE_64F``,
+    ``CUBLAS_COMPUTE_32F`` or ``CUBLAS_COMPUTE_32F_FAST_TF32`` (the TF32
+    choice as above), ``CUBLAS_COMPUTE_32F`` for 16-bit inputs.
     """
     import cupy
     from cupy import cublas
@@ -354,14 +358,18 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
 
     bf16 = a.dtype.name == "bfloat16"
     half = bf16 or a.dtype == numpy.float16
-    if (alpha == 1 and beta == 0 and precision == "default" and c.dtype == a.dtype and not bf16
-            and not _CAPTURING):  # cupy.matmul sets the handle's stream: CuPy refuses that under capture
+    tf32 = precision == "tf32" or (precision == "default" and cupy_tf32())
+    if _capturing():  # every CuPy cuBLAS call sets the handle's stream, which CuPy refuses under capture
+        compute = (_CUBLAS_COMPUTE_64F if a.dtype == numpy.float64 else
+                   _CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 and a.dtype == numpy.float32 else _CUBLAS_COMPUTE_32F)
+        _gemm_ex(a, b, c, alpha, beta, compute, raw=True)
+        return
+    if alpha == 1 and beta == 0 and precision == "default" and c.dtype == a.dtype and not bf16:
         cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does (float16: 32F compute)
         return
     if half:
         _gemm_ex(a, b, c, alpha, beta)
         return
-    tf32 = precision == "tf32" or (precision == "default" and cupy_tf32())
     if not (tf32 and c.dtype.char in "fF"):
         cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
         return
@@ -375,13 +383,21 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
 
 
 # cudaDataType_t values (library_types.h); CuPy's runtime module names the first two.
-_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
-_CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT_TENSOR_OP = 68, 99
+_CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F, _CUDA_R_16BF = 0, 1, 2, 14
+# cublasComputeType_t (cublas_api.h) and cublasGemmAlgo_t
+_CUBLAS_COMPUTE_32F, _CUBLAS_COMPUTE_64F, _CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 70, 77
+_CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
+_CUBLAS_STATUS = {1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
+                  7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH",
+                  13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR",
+                  15: "CUBLAS_STATUS_NOT_SUPPORTED"}
 
 
 def _cuda_type(dtype) -> int:
     if dtype == numpy.float32:
         return _CUDA_R_32F
+    if dtype == numpy.float64:
+        return _CUDA_R_64F
     if dtype == numpy.float16:
         return _CUDA_R_16F
     if dtype.name == "bfloat16":
@@ -389,8 +405,12 @@ def _cuda_type(dtype) -> int:
     raise TypeError(f"cublasGemmEx: no CUDA data type for {dtype}")
 
 
-def _gemm_ex(a, b, c, alpha, beta) -> None:
-    """Half-precision ``c = alpha * a @ b + beta * c`` by ``cublasGemmEx``, float32 compute.
+def _gemm_ex(a, b, c, alpha, beta, compute: int = _CUBLAS_COMPUTE_32F, raw: bool = False) -> None:
+    """``c = alpha * a @ b + beta * c`` by ``cublasGemmEx`` (half precision: float32 compute).
+
+    ``compute`` is the ``cublasComputeType_t``; ``raw`` calls cuBLAS through
+    :func:`_libcublas` instead of CuPy's wrapper (which sets the handle's
+    stream: not under a capture).
 
     Row-major operands are the column-major transposes: ``c.T = b.T @ a.T``.
     A C-contiguous operand is its own transpose in column-major order
@@ -419,18 +439,70 @@ def _gemm_ex(a, b, c, alpha, beta) -> None:
     m, k = a.shape
     n = b.shape[1]
     (a, opa, lda), (b, opb, ldb) = operand(a), operand(b)
-    al, be = numpy.array(alpha, numpy.float32), numpy.array(beta, numpy.float32)
-    lib.gemmEx(device.get_cublas_handle(), opb, opa, n, m, k,
-               al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), ldb, a.data.ptr, _cuda_type(a.dtype), lda,
-               be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), max(1, n),
-               _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+    scalar = numpy.float64 if compute == _CUBLAS_COMPUTE_64F else numpy.float32  # the compute type's precision
+    al, be = numpy.array(alpha, scalar), numpy.array(beta, scalar)
+    args = (device.get_cublas_handle(), opb, opa, n, m, k,
+            al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), ldb, a.data.ptr, _cuda_type(a.dtype), lda,
+            be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), max(1, n), compute, _CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+    if not raw:
+        lib.gemmEx(*args)
+        return
+    status = _libcublas()[0](*args)
+    if status:
+        raise RuntimeError(f"cublasGemmEx failed: {_CUBLAS_STATUS.get(status, f'status {status}')}")
+
+
+_LIBCUBLAS: list = []
+
+
+def _libcublas():
+    """``cublasGemmEx`` of the cuBLAS library CuPy loaded, through ``ctypes``; or None and why. Not collective.
+
+    The library is the one already mapped into this process (found in
+    ``/proc/self/maps`` after ``cupy.cuda.cublas`` is imported, which loads
+    it), never another copy: CuPy's handle is only valid in the library that
+    made it. Cached.
+
+    Returns
+    -------
+    (callable or None, str)
+        ``cublasGemmEx`` with its C signature (cuBLAS 11 and later), or
+        None and the reason (cuBLAS not loadable, not found among the
+        process's libraries, no such symbol).
+    """
+    if _LIBCUBLAS:
+        return _LIBCUBLAS[0]
+    import ctypes
+
+    found = None, "libcublas is not among this process's libraries (/proc/self/maps)"
+    try:
+        from cupy.cuda import cublas  # noqa: F401 (loads libcublas)
+
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+        for path in sorted(paths):
+            if os.path.basename(path).startswith("libcublas.so"):
+                fn = ctypes.CDLL(path).cublasGemmEx
+                fn.restype = ctypes.c_int
+                i, p = ctypes.c_int, ctypes.c_void_p
+                fn.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i]
+                found = fn, ""
+                break
+    except Exception as e:  # cuBLAS missing, /proc unreadable, an old cuBLAS without the symbol
+        found = None, f"cuBLAS through ctypes: {_why(e)}"
+    _LIBCUBLAS.append(found)
+    return found
 
 
 # ---------------------------------------------------------------------------
 # CUDA graphs (issue 24, item 3)
 # ---------------------------------------------------------------------------
 
-_CAPTURING = 0  # > 0 inside capture(): gemm() calls cuBLAS without setting its stream
+_CAPTURE = threading.local()  # .depth > 0 inside capture(): gemm() calls cuBLAS without setting its stream
+
+
+def _capturing() -> bool:
+    return getattr(_CAPTURE, "depth", 0) > 0
 
 
 def graphs_available() -> tuple[bool, str]:
@@ -441,7 +513,8 @@ def graphs_available() -> tuple[bool, str]:
     (bool, str)
         True and ``""`` when CuPy has stream capture
         (``cupy.cuda.Stream.begin_capture``, CuPy 10 and later) on CUDA;
-        else False and the reason (no CuPy, a CuPy without it, ROCm).
+        else False and the reason (no CuPy, a CuPy without it, ROCm, no
+        cuBLAS to call through ``ctypes``: :func:`_libcublas`).
     """
     cupy = cupy_or_none()
     if cupy is None:
@@ -450,28 +523,33 @@ def graphs_available() -> tuple[bool, str]:
         return False, f"CuPy {getattr(cupy, '__version__', '?')} has no stream capture"
     if getattr(cupy.cuda.runtime, "is_hip", False):
         return False, "ROCm (CuPy does not capture on HIP)"
-    return True, ""
+    fn, why = _libcublas()
+    return fn is not None, why
 
 
-def capture(fn):
+def capture(fn, stream=None):
     """Capture the device work of ``fn()`` into a CUDA graph; nothing of it runs. Not collective.
 
-    ``fn`` is called once, on a new non-blocking stream that is capturing
-    (CuPy's relaxed mode). The cuBLAS handle's stream is set to it before
-    the capture and put back after (CuPy refuses ``cublasSetStream`` during a
-    capture, and its ``cupy.cublas`` functions run on the handle's stream),
-    and :func:`gemm` avoids ``cupy.matmul`` meanwhile. Every allocation made
-    during the capture comes from the current allocator and is held for as
-    long as the graph is (returned with it): a graph names raw addresses,
-    and a block given back to the pool would be written by every replay
-    after it was handed to another array.
+    ``fn`` is called once, with ``stream`` (a non-blocking stream) current
+    and capturing (CuPy's relaxed mode). Before the capture the cuBLAS
+    handle's stream is set to it, and after it put back: CuPy's cuBLAS
+    wrappers set the handle's stream to the current one on every call,
+    which CuPy refuses during a capture, so :func:`gemm` calls
+    ``cublasGemmEx`` itself meanwhile (:func:`_libcublas`), on the handle's
+    stream. Every allocation made during the capture comes from the current
+    allocator and is held for as long as the graph is (returned with it): a
+    graph names raw addresses, and a block given back to the pool would be
+    written by every replay after it was handed to another array.
 
     Parameters
     ----------
     fn : callable
         The work: kernels and cuBLAS calls only (no host synchronization, no
-        copy to the host, no MPI; CUDA refuses a synchronization during a
-        capture, and CuPy a copy to the host).
+        copy to or from the host, no MPI; CUDA refuses a synchronization
+        during a capture, and CuPy the copies).
+    stream : cupy.cuda.Stream, optional
+        Non-blocking; a new one by default. Capture on the same stream
+        again to reuse the pool's blocks of an earlier graph.
 
     Returns
     -------
@@ -492,12 +570,11 @@ def capture(fn):
     Capture"; cuBLAS documentation, "CUDA Graphs Support" (cuBLAS calls may
     be captured; host-pointer ``alpha`` and ``beta`` are read at capture).
     """
-    global _CAPTURING
     import cupy
     from cupy.cuda import cublas as lib
     from cupy.cuda import device
 
-    stream = cupy.cuda.Stream(non_blocking=True)
+    stream = stream or cupy.cuda.Stream(non_blocking=True)
     handle = device.get_cublas_handle()
     before = lib.getStream(handle)
     base = cupy.cuda.get_allocator()
@@ -512,7 +589,7 @@ def capture(fn):
     try:
         with stream:
             stream.begin_capture()
-            _CAPTURING += 1
+            _CAPTURE.depth = getattr(_CAPTURE, "depth", 0) + 1
             try:
                 with cupy.cuda.using_allocator(hold):
                     fn()
@@ -523,7 +600,7 @@ def capture(fn):
                     pass
                 raise
             finally:
-                _CAPTURING -= 1
+                _CAPTURE.depth -= 1
             graph = stream.end_capture()
     finally:
         lib.setStream(handle, before)

@@ -242,9 +242,10 @@ class Trainer:
             self._clock0 = time.perf_counter()
 
     def _warn(self, message: str) -> None:
-        """A warning line on rank 0's stderr (every rank meets the same conditions)."""
-        if self.rt.rank == 0:
-            print(message, file=sys.stderr, flush=True)
+        """A warning line about this rank alone on its stderr, naming it when there are several."""
+        if self.rt.size > 1:
+            message = message.replace("warning: ", f"warning: rank {self.rt.rank}: ", 1)
+        print(message, file=sys.stderr, flush=True)
 
     def _layout_error(self, T: int) -> ValueError | None:
         """What is wrong with ``--tensor-parallel T`` at this number of ranks (None: nothing)."""

@@ -72,7 +72,7 @@ def test_collectives_on_device_arrays(backend, path, nprocs):
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path", ["staged", "aware"])
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+@pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4], [1, 3]))
 def test_summa_on_device_every_grid_and_dtype(backend, path, nprocs):
     """Every grid shape of P ranks, all four dtypes, empty blocks (1x13x9 on 2x2: an empty row block)."""
     if path == "aware":
@@ -283,28 +283,30 @@ def test_stop_at_one_rank_on_a_gpu_checkpoints_every_step_and_resumes_exactly(tm
 def test_checkpoint_written_on_device_resumes_on_cpu_and_back(backend, tmp_path):
     X, y = blobs(120, d=6, c=3)
     data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
-    # float64: the paths' roundings differ (the host's fused BLAS update, the device's kernels, cuBLAS's
-    # GEMMs replayed from a CUDA graph), and 18 steps at lr 0.1 make float32's last bits grow past 1e-4
+    # float32, and on the device without CUDA graphs: the GEMMs replayed from a graph are cuBLAS's own
+    # (cupy.matmul's on the stand-in is NumPy's on another layout), and 18 steps at lr 0.1 grow that
+    # rounding past 1e-4 (tests/device/test_graphs.py holds graphs to the eager run in float64)
     opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "3", "--batch-size", "20", "--lr", "0.1",
-            "--progress", "none", "--checkpoint", str(tmp_path / "ck.h5"), "--dtype", "float64"]
+            "--progress", "none", "--checkpoint", str(tmp_path / "ck.h5")]
     full = _mpi.run(2, [*opts, "--device", "cpu", "--out", str(tmp_path / "full.h5"),
                         "--checkpoint", str(tmp_path / "full-ck.h5")], timeout=120)
     assert full.returncode == 0, full.stderr
     # Epoch 1 on the device; the stop file stops it after a step; epoch 2 on the CPU; the rest on the device.
     stop = tmp_path / "stop"
     stop.write_text("")
-    a = run(backend, 2, [*opts, "--device", "gpu", "--out", str(tmp_path / "a.h5"), "--stop-file", str(stop)])
+    a = run(backend, 2, [*opts, "--device", "gpu", "--cuda-graphs", "off", "--out", str(tmp_path / "a.h5"),
+                         "--stop-file", str(stop)])
     assert a.returncode == 3, a.stdout + a.stderr
     stop.unlink()
     b = _mpi.run(2, [*opts, "--device", "cpu", "--resume", "--epochs", "3", "--out", str(tmp_path / "b.h5"),
                      "--stop-file", str(stop)], timeout=120)
     assert b.returncode == 0, b.stderr
-    c = run(backend, 2, [*opts, "--device", "gpu", "--resume", "--out", str(tmp_path / "c.h5")])
+    c = run(backend, 2, [*opts, "--device", "gpu", "--cuda-graphs", "off", "--resume", "--out", str(tmp_path / "c.h5")])
     assert c.returncode == 0, c.stdout + c.stderr
     (_, mf, _), (_, mc, dev) = _history(tmp_path / "full.h5"), _history(tmp_path / "c.h5")
     assert dev == "gpu"
-    for k in mf:
-        np.testing.assert_allclose(mc[k], mf[k], rtol=1e-9, atol=1e-12, err_msg=k)
+    for k in mf:  # float32 on two paths (the host's fused BLAS update, the device's array arithmetic): last bits
+        np.testing.assert_allclose(mc[k], mf[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 # -- defect 1 and 2: no usable GPU is one line, exit 2; auto says why it fell back ------------------

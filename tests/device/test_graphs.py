@@ -97,26 +97,42 @@ def test_capture_refuses_what_cupy_and_cuda_refuse(cp):
     assert not s.is_capturing()
 
 
-def test_cupy_cublas_gemm_runs_on_the_handles_stream(cp):
-    """``cupy.cublas.gemm`` never sets the handle's stream: under capture it is captured only when the handle's
-    stream is the capturing one (what hpcgpu._device.capture arranges), else it runs at once."""
+def test_every_cupy_cublas_call_is_refused_under_capture_but_cublas_itself_is_captured(cp):
+    """CuPy's cuBLAS wrappers (``cupy.cublas.gemm``, ``cupy.cuda.cublas.gemmEx``) set the handle's stream to the
+    current one first, which CuPy refuses under capture; cuBLAS's own ``cublasGemmEx`` (the library CuPy loaded,
+    called through ctypes) runs on the handle's stream and is captured when that stream captures."""
+    import ctypes
+
     from cupy import cublas
     from cupy.cuda import cublas as lib, device
+
+    from hpcgpu import _device
 
     a = cp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
     b = cp.asarray(np.ones((3, 2), np.float32))
     c = cp.zeros((2, 2), cp.float32)
-    g = _capture(cp, lambda: cublas.gemm("N", "N", a, b, out=c))  # the handle is on the null stream
-    np.testing.assert_array_equal(c.get(), a.get() @ b.get())  # it ran, eagerly
+    with pytest.raises(NotImplementedError, match="cuBLAS API during stream capture"):
+        _capture(cp, lambda: cublas.gemm("N", "N", a, b, out=c))
+    gemm_ex, why = _device._libcublas()
+    assert gemm_ex is not None, why
+    handle = device.get_cublas_handle()
+    one, zero = ctypes.c_float(1), ctypes.c_float(0)
+
+    def raw():  # c.T = b.T @ a.T in column-major terms
+        assert gemm_ex(handle, 0, 0, 2, 2, 3, ctypes.addressof(one), b.data.ptr, 0, 2, a.data.ptr, 0, 3,
+                       ctypes.addressof(zero), c.data.ptr, 0, 2, 68, 99) == 0
+
+    g = _capture(cp, raw)  # the handle is on the null stream: cuBLAS runs there, at once, not captured
+    np.testing.assert_array_equal(c.get(), a.get() @ b.get())
     c[...] = 0
     g.launch()
-    np.testing.assert_array_equal(c.get(), 0)  # and the graph holds nothing
+    np.testing.assert_array_equal(c.get(), 0)
     s = cp.cuda.Stream(non_blocking=True)
-    handle = device.get_cublas_handle()
-    lib.setStream(handle, s.ptr)
+    lib.setStream(handle, s.ptr)  # before the capture: what hpcgpu._device.capture does
     with s:
         s.begin_capture()
-        cublas.gemm("N", "N", a, b, out=c)
+        raw()
+        one.value = 2.0  # a host scalar is read at the capture
         g = s.end_capture()
     lib.setStream(handle, 0)
     np.testing.assert_array_equal(c.get(), 0)
@@ -155,7 +171,7 @@ def test_capture_holds_its_temporaries_and_puts_the_cublas_stream_back(cp):
     handle = device.get_cublas_handle()
     before = lib.getStream(handle)
     graph, held = _device.capture(work)
-    assert lib.getStream(handle) == before and not _device._CAPTURING
+    assert lib.getStream(handle) == before and not _device._capturing()
     assert len(held) >= 2  # the temporaries (t, t * 2) live as long as the graph's caller keeps them
     np.testing.assert_array_equal(out.get(), 0)
     graph.launch()
@@ -170,7 +186,7 @@ def test_capture_holds_its_temporaries_and_puts_the_cublas_stream_back(cp):
 
     with pytest.raises(RuntimeError, match="D2H"):
         _device.capture(bad)
-    assert lib.getStream(handle) == before and not _device._CAPTURING
+    assert lib.getStream(handle) == before and not _device._capturing()
 
 
 def _model(cp, dtype="float64"):
@@ -213,7 +229,7 @@ def test_step_graph_turns_off_with_a_warning_when_the_capture_fails(cp, monkeypa
     want = m.grad.get().copy()
     m.grad[...] = 0
 
-    def refuse(fn):
+    def refuse(fn, stream=None):
         raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
 
     monkeypatch.setattr(_device, "capture", refuse)
@@ -234,8 +250,8 @@ def test_step_graph_turns_off_when_the_replay_disagrees(cp, monkeypatch):
     m, X, y, _ = _model(cp)
     real = _device.capture
 
-    def stale(fn):  # a graph that misses the work: its replay leaves the buffers as they are
-        graph, held = real(lambda: None)
+    def stale(fn, stream=None):  # a graph that misses the work: its replay leaves the buffers as they are
+        graph, held = real(lambda: None, stream)
         m.grad[...] = 0
         return graph, held
 

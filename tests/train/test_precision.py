@@ -68,7 +68,7 @@ def test_mixed_gradient_is_close_to_float32_and_scales(precision):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
-@pytest.mark.parametrize("nprocs", [1, 3])
+@pytest.mark.parametrize("nprocs", _mpi.cases([1, 3], [3]))
 def test_mixed_precision_learns_digits(precision, nprocs, tmp_path):
     """The main job's options on the bundled digits: at least 0.95 test accuracy; the loss scale and the
     skipped steps in /metrics, float32 weights in /model."""

@@ -20,6 +20,7 @@ import numpy
 from cupy import _core, _standin
 from cupy._core import ndarray
 from cupy.cuda import cublas, device
+from cupy.cuda import stream as _stream
 
 __all__ = ["gemm"]
 
@@ -111,7 +112,10 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     a_cm = _colmajor(A, *((m, k) if transa == cublas.CUBLAS_OP_N else (k, m)), lda)
     b_cm = _colmajor(B, *((k, n) if transb == cublas.CUBLAS_OP_N else (n, k)), ldb)
     c_cm = _colmajor(C, m, n, ldc)
-    stream = cublas.handle_stream(device.get_cublas_handle())  # cuBLAS runs on its handle's stream
+    handle = device.get_cublas_handle()
+    # CuPy's cublas.sgemm & co. set the handle's stream to the current one first (refused under a capture)
+    cublas.setStream(handle, _stream.get_current_stream().ptr)
+    stream = cublas.handle_stream(handle)
     op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
     if k == 0 or alpha == 0:
         prod = numpy.zeros((m, n), C.dtype)
@@ -131,6 +135,8 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
 def _cuda_dtype(code: int) -> numpy.dtype:
     if code == 0:
         return numpy.dtype(numpy.float32)
+    if code == 1:
+        return numpy.dtype(numpy.float64)
     if code == 2:
         return numpy.dtype(numpy.float16)
     if code == 14:
@@ -140,8 +146,10 @@ def _cuda_dtype(code: int) -> numpy.dtype:
     raise cublas.CUBLASError(cublas.CUBLAS_STATUS_NOT_SUPPORTED)
 
 
-# cublasGemmEx with CUBLAS_COMPUTE_32F (cuBLAS documentation, "cublasGemmEx"): (A/B type, C type).
-_GEMM_EX_32F = {(0, 0), (2, 2), (2, 0), (14, 14), (14, 0)}
+# cublasGemmEx (cuBLAS documentation, "cublasGemmEx"): compute type -> (A/B type, C type) it takes.
+_GEMM_EX = {68: {(0, 0), (2, 2), (2, 0), (14, 14), (14, 0)},  # CUBLAS_COMPUTE_32F
+            77: {(0, 0)},  # CUBLAS_COMPUTE_32F_FAST_TF32
+            70: {(1, 1)}}  # CUBLAS_COMPUTE_64F
 
 
 def _pointer_matrix(ptr: int, dtype, rows: int, cols: int, ld: int):
@@ -158,16 +166,32 @@ def _pointer_matrix(ptr: int, dtype, rows: int, cols: int, ld: int):
 
 def _gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
              compute, algo) -> None:
+    """``cublasGemmEx`` with host-pointer ``alpha``, ``beta``: read now (a capture keeps their values)."""
     import ctypes
 
-    if Atype != Btype or compute != cublas.CUBLAS_COMPUTE_32F or (Atype, Ctype) not in _GEMM_EX_32F:
+    if compute not in _GEMM_EX:
+        raise cublas.CUBLASError(cublas.CUBLAS_STATUS_NOT_SUPPORTED)
+    scalar = ctypes.c_double if compute == cublas.CUBLAS_COMPUTE_64F else ctypes.c_float
+    al, be = scalar.from_address(alpha).value, scalar.from_address(beta).value
+    _gemm_ex_values(handle, transa, transb, m, n, k, al, A, Atype, lda, B, Btype, ldb, be, C, Ctype, ldc,
+                    compute, algo)
+
+
+def _on_handle_stream(handle, *args, **kwargs):
+    return cublas.handle_stream(handle)
+
+
+@_standin.replayable(stream_of=_on_handle_stream)
+def _gemm_ex_values(handle, transa, transb, m, n, k, al, A, Atype, lda, B, Btype, ldb, be, C, Ctype, ldc,
+                    compute, algo) -> None:
+    """The kernel of ``cublasGemmEx``, on the handle's stream (cuBLAS never sets it itself)."""
+    if Atype != Btype or (Atype, Ctype) not in _GEMM_EX[compute]:
         raise cublas.CUBLASError(cublas.CUBLAS_STATUS_NOT_SUPPORTED)
     if (transa not in _OP_NAMES or transb not in _OP_NAMES or min(m, n, k) < 0
             or lda < max(1, m if transa == cublas.CUBLAS_OP_N else k)
             or ldb < max(1, k if transb == cublas.CUBLAS_OP_N else n) or ldc < max(1, m)):
         raise cublas.CUBLASError(cublas.CUBLAS_STATUS_INVALID_VALUE)
     at, ct = _cuda_dtype(Atype), _cuda_dtype(Ctype)
-    al, be = ctypes.c_float.from_address(alpha).value, ctypes.c_float.from_address(beta).value
     _standin.log_gemm({
         "api": "gemmEx", "dtype": at.name, "c_dtype": ct.name, "m": n, "n": m, "k": k,
         "compute_type": cublas.COMPUTE_NAMES[compute], "algo": algo,
@@ -181,20 +205,18 @@ def _gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ld
     dc, c_cm = _pointer_matrix(C, ct, m, n, ldc)
     _core._begin([da, db, dc], compile=False)
     op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.T}
-    f32 = numpy.float32
-    prod = numpy.zeros((m, n), f32) if k == 0 or al == 0 else \
-        f32(al) * (op[transa](a_cm.astype(f32)) @ op[transb](b_cm.astype(f32)))
+    acc = numpy.float64 if compute == cublas.CUBLAS_COMPUTE_64F else numpy.float32
+    a_op, b_op = (numpy.ascontiguousarray(op[transa](a_cm).astype(acc)),
+                  numpy.ascontiguousarray(op[transb](b_cm).astype(acc)))
+    if compute == cublas.CUBLAS_COMPUTE_32F_FAST_TF32:
+        a_op, b_op = _core._tf32(a_op), _core._tf32(b_op)
+    prod = numpy.zeros((m, n), acc) if k == 0 or al == 0 else acc(al) * (a_op @ b_op)
     if be != 0:
-        prod = prod + f32(be) * c_cm.astype(f32)  # beta == 0: C is not read (may hold NaN)
+        prod = prod + acc(be) * c_cm.astype(acc)  # beta == 0: C is not read (may hold NaN)
     c_cm[...] = prod.astype(ct)
     _core._end([dc], stream=cublas.handle_stream(handle))
 
 
-def _handle_stream(*args, **kwargs):
-    return cublas.handle_stream(device.get_cublas_handle())
-
-
-@_standin.replayable(stream_of=_handle_stream)
 def gemm(transa, transb, a, b, out=None, alpha=1.0, beta=0.0):
     """Computes ``out = alpha * op(a) @ op(b) + beta * out`` as CuPy's ``cupy.cublas.gemm``.
 

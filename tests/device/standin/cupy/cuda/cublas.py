@@ -174,6 +174,84 @@ def gemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb,
         list for ``cublasGemmEx``; ``CUBLAS_STATUS_INVALID_VALUE`` for bad sizes.
     """
     from cupy.cublas import _gemm_ex
+    from cupy.cuda.stream import get_current_stream
 
+    setStream(handle, get_current_stream().ptr)  # as every CuPy cuBLAS wrapper: refused under a capture
     _gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
              computeType, algo)
+
+
+# ---------------------------------------------------------------------------
+# libcublas itself: what code that calls cuBLAS without CuPy's wrappers finds
+# ---------------------------------------------------------------------------
+#
+# A shared library named libcublas.so.12, built here from the C below and loaded into the process as
+# CuPy loads the real one, exports cublasGemmEx with cuBLAS's C signature and hands each call to
+# cupy.cublas._gemm_ex: it runs on the handle's stream and never sets it, as cuBLAS. An exception
+# becomes a cuBLAS status (printed to stderr, since a ctypes callback cannot raise).
+
+_SHIM = r"""
+typedef int (*gemm_ex_t)(void*, int, int, int, int, int, const void*, const void*, int, int, const void*, int, int,
+                         const void*, void*, int, int, int, int);
+static gemm_ex_t gemm_ex = 0;
+extern "C" void hpcgpu_standin_set_gemm_ex(gemm_ex_t f) { gemm_ex = f; }
+extern "C" int cublasGemmEx(void* handle, int transa, int transb, int m, int n, int k, const void* alpha,
+                            const void* A, int Atype, int lda, const void* B, int Btype, int ldb,
+                            const void* beta, void* C, int Ctype, int ldc, int computeType, int algo) {
+  if (!gemm_ex) return 1;  /* CUBLAS_STATUS_NOT_INITIALIZED */
+  return gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+                 computeType, algo);
+}
+"""
+
+
+def _load_library():
+    import ctypes
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import traceback
+
+    from cupy import _kernel
+
+    digest = hashlib.sha256((_kernel._identity() + _SHIM).encode()).hexdigest()[:24]
+    folder = os.path.join(_kernel._cache_dir(), f"libcublas-{digest}")
+    path = os.path.join(folder, "libcublas.so.12")
+    if not os.path.exists(path):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+        os.close(fd)
+        try:
+            p = subprocess.run([_kernel._compiler(), *_kernel._FLAGS, "-x", "c++", "-", "-o", tmp], input=_SHIM,
+                               capture_output=True, text=True, timeout=300)
+            if p.returncode != 0:
+                raise RuntimeError("the CuPy stand-in's libcublas did not compile:\n" + p.stderr)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    lib = ctypes.CDLL(path)
+    i, v = ctypes.c_int, ctypes.c_void_p
+    proto = ctypes.CFUNCTYPE(i, v, i, i, i, i, i, v, v, i, i, v, i, i, v, v, i, i, i, i)
+
+    def gemm_ex(*args):
+        from cupy.cublas import _gemm_ex
+
+        try:
+            args = [0 if a is None else a for a in args]
+            _gemm_ex(*args)
+            return 0
+        except CUBLASError as e:
+            return e.status
+        except BaseException:
+            traceback.print_exc(file=sys.stderr)
+            return 13  # CUBLAS_STATUS_EXECUTION_FAILED
+
+    callback = proto(gemm_ex)
+    lib.hpcgpu_standin_set_gemm_ex(callback)
+    return lib, callback
+
+
+_LIBRARY = _load_library()  # kept: the library and its callback live as long as the module
