@@ -459,9 +459,10 @@ def _libcublas():
     """``cublasGemmEx`` of the cuBLAS library CuPy loaded, through ``ctypes``; or None and why. Not collective.
 
     The library is the one already mapped into this process (found in
-    ``/proc/self/maps`` after ``cupy.cuda.cublas`` is imported, which loads
+    ``/proc/self/maps`` once CuPy has made its cuBLAS handle, which loads
     it), never another copy: CuPy's handle is only valid in the library that
-    made it. Cached.
+    made it. Cached. Needs the current device (a GPU rank after
+    :func:`hpcgpu.init`).
 
     Returns
     -------
@@ -476,8 +477,9 @@ def _libcublas():
 
     found = None, "libcublas is not among this process's libraries (/proc/self/maps)"
     try:
-        from cupy.cuda import cublas  # noqa: F401 (loads libcublas)
+        from cupy.cuda import device
 
+        device.get_cublas_handle()  # the library is loaded by now, even where CuPy loads it lazily
         with open("/proc/self/maps") as f:
             paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
         for path in sorted(paths):
