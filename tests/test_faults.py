@@ -239,6 +239,12 @@ def test_resume_refuses_changed_options(tmp_path):
     p = _train(2, data, tmp_path / "b.h5", "--epochs", "1", "--batch-size", "40", "--checkpoint", ck, "--resume")
     assert p.returncode == 2
     assert "was written with --batch-size 20, this run has 40" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    # another model: the checkpoint is good, the option changed (not "no readable checkpoint")
+    p = _train(2, data, tmp_path / "b.h5", "--epochs", "1", "--batch-size", "20", "--hidden", "8",
+               "--checkpoint", ck, "--resume")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "was written with --hidden [" in p.stderr and "this run has [8]" in p.stderr, p.stderr
+    assert not (tmp_path / "b.h5").exists()
 
 
 def test_resume_without_checkpoint_starts_from_scratch(tmp_path):

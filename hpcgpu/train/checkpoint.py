@@ -25,7 +25,7 @@ import numpy as np
 
 from ..io import atomic_path, write_attrs
 
-__all__ = ["MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "candidates"]
+__all__ = ["MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config", "candidates"]
 
 FORMAT = 1
 
@@ -184,6 +184,31 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
             os.fsync(fh.fileno())
         _rotate(path, max(1, keep))
     return path
+
+
+def read_config(path: str) -> dict | None:
+    """The options a checkpoint was written with (its ``config`` attribute), or None. Not collective.
+
+    Reads nothing else, so a checkpoint of another model still says which
+    options it had.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    dict or None
+        None when the file or the attribute cannot be read.
+    """
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            config = json.loads(f.attrs["config"])
+    except Exception:  # unreadable in any way: the caller's own reading says how
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def read_checkpoint(path: str, n_params: int) -> CheckpointState:

@@ -831,28 +831,39 @@ class Trainer:
             Every checkpoint is unreadable, or the newest readable one was
             written with options that must not change.
         """
-        from .checkpoint import MUST_MATCH, candidates, read_checkpoint
+        from .checkpoint import MUST_MATCH, candidates, read_checkpoint, read_config
 
         found = candidates(path)
+        mine = json.loads(self.config.to_json())
+
+        def changed(p: str, config: dict) -> str | None:
+            """The first option that must not change and did, as the error's text."""
+            theirs = TrainConfig(**{k: v for k, v in config.items() if k in mine})
+            if theirs.resolved_precision()[0] != self.precision:
+                return (f"--resume: {p} was written with --precision {theirs.resolved_precision()[0]}, "
+                        f"this run has {self.precision}")
+            for k in MUST_MATCH:
+                if config.get(k) != mine[k]:
+                    return (f"--resume: {p} was written with --{k.replace('_', '-')} {config.get(k)}, "
+                            f"this run has {mine[k]}")
+            return None
+
         for p in found:
             try:
                 state = read_checkpoint(p, self.model.n_global)
                 break
             except ValueError as e:
+                why = changed(p, config) if (config := read_config(p)) is not None else None
+                if why:  # a good checkpoint of another model (--hidden): say so, not "unreadable"
+                    raise ValueError(why) from None
                 notes.append(str(e))
         else:
             if found:
                 raise ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
             return None
-        mine = json.loads(self.config.to_json())
-        theirs = TrainConfig(**{k: v for k, v in state.config.items() if k in mine})
-        if theirs.resolved_precision()[0] != self.precision:
-            raise ValueError(f"--resume: {p} was written with --precision {theirs.resolved_precision()[0]}, "
-                             f"this run has {self.precision}")
-        for k in MUST_MATCH:
-            if state.config.get(k) != mine[k]:
-                raise ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "
-                                 f"{state.config.get(k)}, this run has {mine[k]}")
+        why = changed(p, state.config)
+        if why:
+            raise ValueError(why)
         self.resumed_from = p
         return state
 
