@@ -247,6 +247,22 @@ def test_resume_refuses_changed_options(tmp_path):
     assert not (tmp_path / "b.h5").exists()
 
 
+def test_resuming_a_finished_run_trains_nothing_and_keeps_its_checkpoint(tmp_path):
+    data = _data(tmp_path)
+    ck = tmp_path / "ck.h5"
+    opts = ("--epochs", "1", "--batch-size", "20", "--checkpoint", ck)
+    assert _train(2, data, tmp_path / "a.h5", *opts).returncode == 0
+    before = ck.stat().st_mtime_ns
+    p = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", str(tmp_path / "b.h5"), "--progress", "lines",
+                     "--dtype", "float64", "--hidden", "16,8", *map(str, opts), "--resume"], timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert "the run is complete (1 epochs" in p.stdout and "epoch 2" not in p.stdout, p.stdout
+    assert ck.stat().st_mtime_ns == before and not (tmp_path / "ck.h5.1").exists()  # not rewritten, not rotated
+    with h5py.File(tmp_path / "a.h5") as a, h5py.File(tmp_path / "b.h5") as b:
+        for k in a["model"]:
+            np.testing.assert_array_equal(a["model"][k][...], b["model"][k][...])
+
+
 def test_resume_without_checkpoint_starts_from_scratch(tmp_path):
     data = _data(tmp_path)
     p = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", str(tmp_path / "o.h5"), "--epochs", "1",

@@ -610,7 +610,8 @@ class Trainer:
                 self.stop_request.uninstall()
             report.close_bar()
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
-        if c.checkpoint_path and not just_written:
+        unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
+        if c.checkpoint_path and not just_written and not unchanged:
             self.save_checkpoint()
         return self.history
 
@@ -905,8 +906,10 @@ class Trainer:
             self.load_state_dict(small)
         self.resumed_from = meta["path"]
         if self.rt.rank == 0 and self.config.progress != "none":
-            print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): "
-                  f"epoch {self.epoch + 1}, step {self.step}", flush=True)
+            where = (f"epoch {self.epoch + 1}, step {self.step}" if self.epoch < self.config.epochs else
+                     f"the run is complete ({self.epoch} epochs, {self.step} steps): nothing to train")
+            print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): {where}",
+                  flush=True)
         return meta["gemm_threads"], meta["path"], meta["world_size"]
 
     # -- output -----------------------------------------------------------
