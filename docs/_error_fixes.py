@@ -971,6 +971,16 @@ FIXES: dict[str, str] = {
         "not found* above; ``--device auto`` would fall back to the CPU instead."
     ),
     (
+        "the launcher started … processes (…=…) but MPI sees a world of 1 in each: this mpiexec is not the one of "
+        "mpi4py's MPI library (…); launch with that library's mpiexec"
+    ): (
+        "The ``mpiexec`` found first on ``PATH`` belongs to another MPI than the one mpi4py was built with "
+        "(for example MPICH's or Intel MPI's Hydra starting a Python whose mpi4py uses Open MPI): each "
+        "process starts alone, and the job would run N times over. Use the ``mpiexec`` beside the Python "
+        "(``.venv/bin/mpiexec``, or the module of the MPI that mpi4py was built against); ``python -m hpcgpu "
+        "info`` names the library. ``HPCGPU_IGNORE_SLURM_NTASKS=1`` turns the check off."
+    ),
+    (
         "Slurm started … tasks (SLURM_STEP_NUM_TASKS=…) but MPI sees a world of 1 in each: the launcher did not "
         "connect the ranks (srun --mpi=none?); launch with srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec"
     ): (

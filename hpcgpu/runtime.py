@@ -330,9 +330,12 @@ def check_launch() -> None:
     Not collective. Under ``srun --mpi=none`` (or a launcher that does not
     speak the MPI library's process-management interface) every task of an
     N-task Slurm step starts its own ``MPI_COMM_WORLD`` of size 1, and the
-    job silently runs N times. Detected from ``SLURM_STEP_NUM_TASKS`` > 1
-    while ``COMM_WORLD`` has one rank. ``HPCGPU_IGNORE_SLURM_NTASKS=1``
-    turns the check off.
+    job silently runs N times. The same happens under the ``mpiexec`` of
+    another MPI than mpi4py's (Open MPI's mpi4py under MPICH's or Intel
+    MPI's Hydra). Detected from ``SLURM_STEP_NUM_TASKS``, or the launcher's
+    own ``PMI_SIZE`` (Hydra), ``OMPI_COMM_WORLD_SIZE`` (Open MPI) or
+    ``MV2_COMM_WORLD_SIZE`` (MVAPICH2), > 1 while ``COMM_WORLD`` has one
+    rank. ``HPCGPU_IGNORE_SLURM_NTASKS=1`` turns the check off.
 
     Raises
     ------
@@ -341,14 +344,24 @@ def check_launch() -> None:
         so all of them raise), silent on all tasks but Slurm's task 0, so the
         job log shows the message once.
     """
+    if MPI.COMM_WORLD.Get_size() != 1 or os.environ.get("HPCGPU_IGNORE_SLURM_NTASKS", "").lower() in _TRUE:
+        return
     step_tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
-    if (MPI.COMM_WORLD.Get_size() == 1 and step_tasks.isdigit() and int(step_tasks) > 1
-            and os.environ.get("HPCGPU_IGNORE_SLURM_NTASKS", "").lower() not in _TRUE):
+    if step_tasks.isdigit() and int(step_tasks) > 1:
         raise agreed(RuntimeError(
             f"Slurm started {step_tasks} tasks (SLURM_STEP_NUM_TASKS={step_tasks}) but MPI sees a world of 1 "
             "in each: the launcher did not connect the ranks (srun --mpi=none?); launch with "
             "srun --mpi=pmi2 (or the plugin your MPI needs) or mpiexec"),
             silent=os.environ.get("SLURM_PROCID", "0") != "0")
+    for size, rank in (("PMI_SIZE", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+                       ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK")):
+        n = os.environ.get(size, "")
+        if n.isdigit() and int(n) > 1:
+            lib = " ".join(MPI.Get_library_version().splitlines()[0].replace("\0", "").split())
+            raise agreed(RuntimeError(
+                f"the launcher started {n} processes ({size}={n}) but MPI sees a world of 1 in each: this "
+                f"mpiexec is not the one of mpi4py's MPI library ({lib}); launch with that library's mpiexec"),
+                silent=os.environ.get(rank, "0") != "0")
 
 
 def placement(comm: MPI.Intracomm) -> str:

@@ -9,6 +9,7 @@ addition and so the same bits under every MPI.
 
 import os
 import shutil
+import subprocess
 
 import h5py
 import numpy as np
@@ -63,3 +64,25 @@ def test_checkpoint_resumes_under_another_mpi(tmp_path, direction):
 def _step(path):
     with h5py.File(path) as f:
         return int(f.attrs["step"])
+
+
+def _hydra_and_open_mpi():
+    """This stack's launcher when it is Hydra (MPICH, Intel MPI), and another stack's Open MPI python."""
+    if _mpi.flavor() not in ("mpich", "impi"):
+        return None
+    return next((py for py in _mpi.other_stacks() if _mpi.flavor(py) == "openmpi"), None)
+
+
+@pytest.mark.skipif(not _hydra_and_open_mpi(), reason="needs a Hydra launcher here and an Open MPI environment")
+def test_open_mpi_under_hydra_is_refused_not_run_n_times(tmp_path):
+    """Open MPI's mpi4py under Hydra's mpiexec: every process is a world of 1 (mpi4py only warns). hpcgpu
+    stops it, naming the launcher's PMI_SIZE and the library, once (rank 0 of the launcher)."""
+    py = _hydra_and_open_mpi()
+    e = _mpi.environment()
+    e["PYTHONPATH"] = _mpi.ROOT
+    p = subprocess.run([_mpi.mpiexec(), "-n", "3", py, "-m", "hpcgpu", "info", "--device", "cpu"], env=e,
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode != 0, p.stdout + p.stderr
+    ours = [ln for ln in p.stderr.splitlines() if "MPI sees a world of 1" in ln]
+    assert len(ours) == 1 and "(PMI_SIZE=3)" in ours[0] and "Open MPI" in ours[0], p.stderr
+    assert "[0/1]" not in p.stdout, p.stdout  # no copy ran

@@ -837,16 +837,16 @@ class Trainer:
         found = candidates(path)
         mine = json.loads(self.config.to_json())
 
-        def changed(p: str, config: dict) -> str | None:
-            """The first option that must not change and did, as the error's text."""
+        def changed(p: str, config: dict) -> ValueError | None:
+            """The first option that must not change and did, as the error to raise."""
             theirs = TrainConfig(**{k: v for k, v in config.items() if k in mine})
             if theirs.resolved_precision()[0] != self.precision:
-                return (f"--resume: {p} was written with --precision {theirs.resolved_precision()[0]}, "
-                        f"this run has {self.precision}")
+                return ValueError(f"--resume: {p} was written with --precision {theirs.resolved_precision()[0]}, "
+                                  f"this run has {self.precision}")
             for k in MUST_MATCH:
                 if config.get(k) != mine[k]:
-                    return (f"--resume: {p} was written with --{k.replace('_', '-')} {config.get(k)}, "
-                            f"this run has {mine[k]}")
+                    return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} {config.get(k)}, "
+                                      f"this run has {mine[k]}")
             return None
 
         for p in found:
@@ -856,7 +856,7 @@ class Trainer:
             except ValueError as e:
                 why = changed(p, config) if (config := read_config(p)) is not None else None
                 if why:  # a good checkpoint of another model (--hidden): say so, not "unreadable"
-                    raise ValueError(why) from None
+                    raise why from None
                 notes.append(str(e))
         else:
             if found:
@@ -864,7 +864,7 @@ class Trainer:
             return None
         why = changed(p, state.config)
         if why:
-            raise ValueError(why)
+            raise why
         self.resumed_from = p
         return state
 
