@@ -73,6 +73,10 @@ class Runtime:
         and runs of blanks.
     blas_threads : str
         The host BLAS/OpenMP thread limit this rank set, and why.
+    gpu_sharing : int
+        The most ranks bound to one physical GPU (same host and PCI bus id),
+        over all nodes; 1 on the CPU. Above 1 the run's first line says so:
+        it works, but slower, each rank with a share of the GPU's memory.
     """
 
     comm: MPI.Intracomm
@@ -92,6 +96,7 @@ class Runtime:
     binding: str = ""
     nonblocking_device: bool = False
     nonblocking_reason: str = ""
+    gpu_sharing: int = 1
     _owns_comm: bool = field(default=True, repr=False)
 
     def describe(self) -> str:
@@ -122,7 +127,9 @@ class Runtime:
             return "cpu" if self.device_reason == "asked for" else f"cpu ({self.device_reason})"
         how = ("MPI is CUDA-aware" if self.cuda_aware
                else "MPI is not CUDA-aware: device buffers are staged through pinned host memory")
-        return f"gpu ({how}; {self.cuda_aware_reason})"
+        share = (f"; up to {self.gpu_sharing} ranks share a GPU (slower, and each has a share of its memory)"
+                 if self.gpu_sharing > 1 else "")
+        return f"gpu ({how}; {self.cuda_aware_reason}{share})"
 
     def free(self) -> None:
         """Free the private communicator. Collective over :attr:`comm`."""
@@ -218,6 +225,10 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
         raise
 
     blas = _limit_blas_threads(local_size)
+    sharing = 1
+    if use_gpu:  # ranks per physical GPU (by host and PCI bus id: --gpus-per-task shows each rank "its" GPU 0)
+        ids = dup.allgather((socket.gethostname(), _device.pci_bus_id(device_id) or f"device {device_id}"))
+        sharing = max(ids.count(i) for i in ids)
     rt = Runtime(
         comm=dup,
         rank=dup.rank,
@@ -236,6 +247,7 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
         nonblocking_reason=nonblocking_why,
         blas_threads=blas,
         mpi_library=_library_version(),
+        gpu_sharing=sharing,
     )
     if comm is None:
         if _RUNTIME is not None:

@@ -381,7 +381,7 @@ import cupy
 rt = hpcgpu.init("gpu")
 import json
 row = dict(rank=rt.rank, local=rt.local_rank, device=rt.device_id, current=cupy.cuda.runtime.getDevice(),
-           contexts=cupy._standin.contexts(), binding=rt.binding)
+           contexts=cupy._standin.contexts(), binding=rt.binding, sharing=rt.gpu_sharing, summary=rt.summary())
 sys.stdout.write(json.dumps(row) + "\\n")  # one write: two ranks' lines must not interleave (print writes twice)
 sys.stdout.flush()
 """
@@ -401,6 +401,19 @@ def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
         # Hydra (MPICH, Intel MPI) sets MPI_LOCALRANKID, Open MPI OMPI_COMM_WORLD_LOCAL_RANK: whichever came first
         var = {"openmpi": "OMPI_COMM_WORLD_LOCAL_RANK="}.get(_mpi.flavor(), "MPI_LOCALRANKID=")
         assert "before MPI_Init" in d["binding"] and d["binding"].startswith(var), d
+        assert d["sharing"] == 1 and "share a GPU" not in d["summary"], d
+    # three ranks on two GPUs: two share one, and the run's first line says so
+    shared = run_standin(3, ["-c", BINDING], env={"HPCGPU_STANDIN_DEVICES": "2"})
+    assert shared.returncode == 0, shared.stderr
+    for d in (json.loads(ln) for ln in shared.stdout.splitlines() if ln.startswith("{")):
+        assert d["sharing"] == 2 and "up to 2 ranks share a GPU" in d["summary"], d
+    # one GPU a rank by CUDA_VISIBLE_DEVICES (as --gpus-per-task=1): every rank's "GPU 0", none shared
+    own = run_standin(2, ["-c", "import os; os.environ['CUDA_VISIBLE_DEVICES'] = os.environ['PMI_RANK' if "
+                          "'PMI_RANK' in os.environ else 'OMPI_COMM_WORLD_RANK']\n" + BINDING],
+                      env={"HPCGPU_STANDIN_DEVICES": "2"})
+    assert own.returncode == 0, own.stderr
+    for d in (json.loads(ln) for ln in own.stdout.splitlines() if ln.startswith("{")):
+        assert d["device"] == 0 and d["sharing"] == 1, d
     late = run_standin(2, ["-c", LATE], env={"HPCGPU_STANDIN_DEVICES": "2"})
     assert late.returncode == 0, late.stderr
     for d in (json.loads(ln) for ln in late.stdout.splitlines() if ln.startswith("{")):

@@ -56,8 +56,10 @@ class Device:
 
     @property
     def pci_bus_id(self) -> str:
-        """The PCI bus id as CUDA gives it (``cudaDeviceGetPCIBusId``), e.g. ``'0000:03:00.0'``."""
-        return f"0000:{3 + self.id:02X}:00.0"
+        """The PCI bus id as CUDA gives it (``cudaDeviceGetPCIBusId``), e.g. ``'0000:03:00.0'``: the physical
+        device's, whatever ``CUDA_VISIBLE_DEVICES`` numbers it."""
+        physical = _standin.VISIBLE[self.id] if 0 <= self.id < len(_standin.VISIBLE) else self.id
+        return f"0000:{3 + physical:02X}:00.0"
 
     @property
     def compute_capability(self) -> str:
