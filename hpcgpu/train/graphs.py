@@ -99,8 +99,8 @@ class StepGraph:
     model : hpcgpu.train.model.MLP
         On a GPU (CuPy arrays).
     warn : callable
-        ``warn(message)`` when graphs are turned off for the run (rank 0's
-        stderr in the trainer).
+        ``warn(message)`` when graphs are turned off for the run (this
+        rank's stderr, naming it, in the trainer).
 
     Attributes
     ----------
@@ -160,9 +160,9 @@ class StepGraph:
             self._graph.launch()
             self.replays += 1
             return
-        self._capture(key, X, y, loss_scale)
+        self._capture(X, y, loss_scale)
 
-    def _capture(self, key, X, y, loss_scale: float) -> None:
+    def _capture(self, X, y, loss_scale: float) -> None:
         model = self.model
         self._graph, self._held, self._key = None, [], None
         model.loss_and_grad(X, y, loss_scale=loss_scale)  # warm-up, and the reference the replay must match
