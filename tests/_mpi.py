@@ -111,8 +111,7 @@ def environment(env=None, python: str | None = None) -> dict:
 LEAN = os.environ.get("HPCGPU_CI_LEAN") == "1"
 """Set by .ci/run for the stacks after MPICH's full pass: the parametrizations that only widen an algorithm's
 coverage (more grid shapes, more rank counts of the same code, one bad input in three) take fewer cases; every
-test still runs but the Slurm lost-node test and the task farm's Slurm requeue test, whose subject is Slurm's
-part (tests/slurm)."""
+test still runs but the task farm's Slurm requeue test, whose subject is Slurm's part (tests/slurm)."""
 
 
 def cases(full: list, lean: list) -> list:
