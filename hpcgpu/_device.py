@@ -480,8 +480,8 @@ def _libcublas():
         from cupy.cuda import device
 
         device.get_cublas_handle()  # the library is loaded by now, even where CuPy loads it lazily
-        with open("/proc/self/maps") as f:
-            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+        with open("/proc/self/maps") as f:  # address perms offset dev inode [path]
+            paths = {fields[5].strip() for fields in (line.split(None, 5) for line in f) if len(fields) == 6}
         for path in sorted(paths):
             if os.path.basename(path).startswith("libcublas.so"):
                 fn = ctypes.CDLL(path).cublasGemmEx

@@ -671,12 +671,6 @@ def replayable(stream_of=None):
     return deco
 
 
-def launch_stream(stream):
-    """The stream a kernel launched now runs on: a replay's launch stream, else ``stream``."""
-    replay = _op_state()["replay"]
-    return replay if replay is not None else stream
-
-
 def kernel_done(stream, written) -> bool:
     """Account for a kernel on ``stream`` that wrote ``written``; False when it is only being captured."""
     st = _op_state()
@@ -736,7 +730,7 @@ def replay(records, stream) -> None:
     st["depth"] += 1
     st["replay"] = stream
     try:
-        with _stream._as_current(stream):
+        with stream:
             for fn, frozen, res in records:
                 args, kwargs = _thaw(frozen)
                 out = fn(*args, **kwargs)

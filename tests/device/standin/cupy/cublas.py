@@ -112,10 +112,8 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     a_cm = _colmajor(A, *((m, k) if transa == cublas.CUBLAS_OP_N else (k, m)), lda)
     b_cm = _colmajor(B, *((k, n) if transb == cublas.CUBLAS_OP_N else (n, k)), ldb)
     c_cm = _colmajor(C, m, n, ldc)
-    handle = device.get_cublas_handle()
     # CuPy's cublas.sgemm & co. set the handle's stream to the current one first (refused under a capture)
-    cublas.setStream(handle, _stream.get_current_stream().ptr)
-    stream = cublas.handle_stream(handle)
+    cublas.setStream(device.get_cublas_handle(), _stream.get_current_stream().ptr)
     op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
     if k == 0 or alpha == 0:
         prod = numpy.zeros((m, n), C.dtype)
@@ -129,7 +127,7 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
         c_cm[...] = prod  # C is not read (may hold NaN)
     else:
         c_cm[...] = prod + beta * c_cm
-    _core._end([ndarray._view(C._alloc, c_cm, None)], stream=stream)
+    _core._end([ndarray._view(C._alloc, c_cm, None)])
 
 
 def _cuda_dtype(code: int) -> numpy.dtype:

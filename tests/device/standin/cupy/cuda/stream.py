@@ -200,23 +200,6 @@ Stream.null = Stream(null=True)
 Stream.ptds = Stream(ptds=True)
 
 
-class _as_current:  # noqa: N801 (a context manager)
-    """``with _as_current(stream):`` -- the current stream for the block, whatever it was."""
-
-    def __init__(self, stream: Stream):
-        self.stream = stream
-
-    def __enter__(self):
-        self.stack = _standin.current_stream_stack()
-        self.depth = len(self.stack)
-        self.stack.append(self.stream)
-        return self.stream
-
-    def __exit__(self, *exc):
-        del self.stack[self.depth:]
-        return False
-
-
 def get_current_stream(device_id: int | None = None) -> Stream:
     """The current stream of ``device_id`` (the current device by default).
 
