@@ -304,6 +304,48 @@ FIXES: dict[str, str] = {
         "model of another size, a malformed attribute). It appears within ``--resume: no readable "
         "checkpoint`` or in a *falling back* warning; see the entry of the reason."
     ),
+    "its attributes fail their checksum (changed or damaged since it was written)": (
+        "Every checkpoint carries a SHA-256 of its attributes (epoch, step, options, ...) and of each of its "
+        "arrays. This file's attributes no longer match: it was changed after it was written (by a program "
+        "that opened it for writing) or damaged on disk. ``--resume`` skips it and falls back to the older "
+        "checkpoint (``PATH.1``, ...); move the damaged file aside, and check the file system if it recurs."
+    ),
+    "… fail… its checksum (changed or damaged since it was written)": (
+        "The arrays named (``params``, ``optimizer/velocity``, ...) no longer match the SHA-256 written "
+        "beside them: the file was damaged on disk or altered after it was written. A checkpoint that fails "
+        "its checksum is never resumed: ``--resume`` falls back to the older one (``PATH.1``, ...), losing "
+        "the steps in between. Move the damaged file aside, and check the file system if it recurs."
+    ),
+    "… holds NaN or infinity (damaged: a checkpoint is never written so)": (
+        "The trainer refuses to write a checkpoint whose parameters are not finite, so a file holding NaN or "
+        "infinity was damaged afterwards (an older file, written before checksums, is checked this way "
+        "too). ``--resume`` falls back to the older checkpoint; move the damaged file aside."
+    ),
+    "hpcgpu.train: warning: checkpoint … has no checksums (an older hpcgpu wrote it): resumed without verifying it": (
+        "Not an error: the checkpoint was written by an hpcgpu from before checksums (format 1), so damage "
+        "to it cannot be detected. The run resumes from it; its next checkpoint has checksums."
+    ),
+    "… data with a /test split, --data … has none": (
+        "A checkpoint records a fingerprint of the training and test data it was trained on. The run that "
+        "wrote it had a ``/test`` split and this ``--data`` has none: it is another file. Resume with the "
+        "data the checkpoint was trained on, or start a new run (without ``--resume``, or with another "
+        "``--checkpoint``)."
+    ),
+    "… data with … …, --data … has …: resume with the data it was trained on, or start afresh": (
+        "The checkpoint was trained on data with another number of features or samples than this "
+        "``--data`` (both are named): resuming would train on other data without a word. Give the "
+        "``--data`` the checkpoint was trained on (the results file's ``data`` attribute names it), or start "
+        "a new run without ``--resume``."
+    ),
+    (
+        "… other data (/… fingerprint …, --data … has …: the same shape, other values): resume with the data "
+        "it was trained on, or start afresh without --resume"
+    ): (
+        "The data has the checkpoint's shape but other values: its fingerprint (a hash of every row, "
+        "features and labels, the same at any number of ranks) differs. Another file, or the same file "
+        "rewritten (other preprocessing, another shuffle). Resume with the data the checkpoint was trained "
+        "on, or start a new run without ``--resume``."
+    ),
     "holds … parameters, the model has …": (
         "The checkpoint is for a model of another size: other ``--hidden`` widths, or a data set with another "
         "number of features or classes. Resume with the model and data of the run that wrote it, or start a "
@@ -520,6 +562,38 @@ FIXES: dict[str, str] = {
         "``DistMatrix(local, gshape, grid)`` was given a block that is not this rank's share of the global "
         "shape on that grid. Use ``grid.block_shape(gshape)`` for its shape, or build the matrix with "
         "``DistMatrix.from_global``, ``from_hdf5`` or ``random``."
+    ),
+    (
+        "… …: another process has it open for writing (its HDF5 file lock is held): close it there first, or "
+        "write elsewhere"
+    ): (
+        "The output file exists and another process (a notebook, a viewer opened for editing, another job) "
+        "has it open for writing: HDF5 holds a lock on it. Replacing it would lose what that process writes, "
+        "so nothing was run. Close the file there, or give another output name."
+    ),
+    (
+        "… …: process … on this node has it open for writing (HDF5_USE_FILE_LOCKING=FALSE or no file locks: "
+        "only this node's processes are seen): close it there first, or write elsewhere"
+    ): (
+        "The output file is open for writing in the process named, on rank 0's node. With "
+        "``HDF5_USE_FILE_LOCKING=FALSE`` (or a file system without locks) HDF5 takes no lock, so hpcgpu "
+        "looks at the open files of this node's processes instead (``/proc``); a writer on another node "
+        "cannot be seen then. Close the file there, or give another output name."
+    ),
+    "… …: is also an input (…); writing it would replace what is read: choose another output": (
+        "The output names a file (or, for ``FILE:DATASET``, a dataset) that the same command reads: the "
+        "write would replace the input. Give another output file or dataset; a matrix product may go into "
+        "the same file as its inputs under another dataset name (``-o A.h5:C``)."
+    ),
+    "… …: exists and is not a readable HDF5 file (…): it is not replaced; remove it or write elsewhere": (
+        "A ``FILE:DATASET`` output adds or replaces one dataset in ``FILE``, keeping its other objects; the "
+        "file exists but is not HDF5 (or cannot be read: the reason follows), so it is left as it was. Give "
+        "another output name, or remove the file if it is yours to lose."
+    ),
+    "… …:…: is a … in that file, not a dataset: it is not replaced; name another dataset": (
+        "The dataset path of a ``FILE:DATASET`` output names a group (or another object) of the existing "
+        "file; writing there would remove it with everything under it. Name a dataset path that is free or "
+        "holds a dataset, e.g. ``-o out.h5:/results/C``."
     ),
     "output …: cannot create (…)": (
         "Rank 0 could not create the temporary output file (named by its temporary ``.tmp`` name) beside the "

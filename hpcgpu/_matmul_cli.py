@@ -102,7 +102,7 @@ def main(a: argparse.Namespace) -> int:
     AgreedError
         Bad input, the same on every rank (the guard exits 2 with one line).
     """
-    from .io import shared_dir_error, writable_error
+    from .io import check_output
     from .runtime import init
     from .summa import DEFAULT_PANEL_MEMORY, matmul
     from .watchdog import Watchdog, stall_timeout
@@ -134,8 +134,7 @@ def main(a: argparse.Namespace) -> int:
         return _bench(a, rt, grid, mem)
 
     out_path, out_name = split_spec(a.out, "C")
-    agree(writable_error(out_path, "-o") if rt.rank == 0 else None, comm=rt.comm)
-    agree(shared_dir_error(out_path, rt.comm, "-o"), comm=rt.comm)
+    check_output(out_path, rt.comm, "-o", inputs=_input_datasets(a, rt.rank), dataset=out_name)
     A, B, C, (m, k, n), alpha, beta = _inputs(a, grid)
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
@@ -178,6 +177,31 @@ def _inputs(a, grid):
         if C.gshape != (m, n):
             raise agreed(ValueError(f"--c-in {a.c_in} is {C.gshape[0]} x {C.gshape[1]}, op(A) op(B) is {m} x {n}"))
     return A, B, C, (m, k, n), alpha, beta
+
+
+def _input_datasets(a, rank: int) -> list:
+    """``(file, dataset)`` of every input, on rank 0 (who checks the output); none elsewhere.
+
+    An input without ``:DATASET`` names its file's only dataset (left out when it has several: reading it
+    says so).
+    """
+    if rank != 0:
+        return []
+    found = [(p, n or _only_dataset(p)) for p, n in (split_spec(s, None) for s in (a.A, a.B, a.c_in) if s)]
+    return [(p, n) for p, n in found if n]
+
+
+def _only_dataset(path: str) -> str | None:
+    """The dataset an input ``FILE`` without ``:DATASET`` names: the file's only one (None when unknown)."""
+    import h5py
+
+    names = []
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    except OSError:
+        return None  # the reading itself says what is wrong with it
+    return names[0] if len(names) == 1 else None
 
 
 def _algorithm(a) -> dict:

@@ -17,7 +17,7 @@ from ._version import __version__
 from .comm import Alltoallv, agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
-from .io import on_root, open_hdf5, publish, shared_dir_error, temp_beside, writable_error, write_attrs
+from .io import on_root, one_line, open_hdf5, output_error, publish, shared_dir_error, temp_keeping, write_attrs
 
 __all__ = ["DistMatrix", "DTYPES"]
 
@@ -418,22 +418,24 @@ class DistMatrix:
         return out
 
     def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None) -> str:
-        """Write the matrix to dataset ``name`` of a new file ``path``, atomically.
+        """Write the matrix to dataset ``name`` of ``path``, atomically, keeping the file's other objects.
 
-        Collective over ``grid.cart``. With a parallel h5py
-        (``h5py.get_config().mpi``) every rank writes its block through the
-        ``mpio`` driver; otherwise rank 0 creates the file and the ranks
-        write their blocks one after another (``mpi4py.util.sync.Sequential``).
-        Either way the file is written under a temporary name in the same
-        directory and renamed when complete: a failed or killed write never
-        replaces a good file. Attributes: ``world_size``, ``grid``,
-        ``hpcgpu_version``, plus ``attrs``.
+        Collective over ``grid.cart``. Rank 0 first copies everything of an
+        existing ``path`` but ``name`` into a temporary file beside it
+        (:func:`hpcgpu.io.temp_keeping`); with a parallel h5py
+        (``h5py.get_config().mpi``) every rank then writes its block through
+        the ``mpio`` driver, otherwise the ranks write their blocks one after
+        another (``mpi4py.util.sync.Sequential``); the temporary is renamed
+        over ``path`` when complete. A failed or killed write never changes
+        ``path``. Attributes ``world_size``, ``grid``, ``hpcgpu_version``
+        and ``attrs`` go on the dataset, and on the root too when the file
+        is new.
 
         Parameters
         ----------
         path : str
-            The HDF5 file; replaced if it exists, its missing parent
-            directories are created.
+            The HDF5 file: created (with missing parent directories), or an
+            existing HDF5 file in which ``name`` is added or replaced.
         name : str
             Path of the dataset in the file, of shape ``(m, n)`` and dtype
             :attr:`dtype` (bfloat16, which HDF5 has no type for, is written
@@ -450,22 +452,27 @@ class DistMatrix:
         Raises
         ------
         OSError
-            The path cannot be written (every rank).
+            The path cannot be written, another process has it open for
+            writing, or it exists and is not HDF5 (every rank; the file is
+            left as it was).
         """
         import h5py
 
         comm = self.grid.cart
 
         def create():
-            err = writable_error(path, "output")
+            err = output_error(path, "output", dataset=name)
             if err is not None:
                 raise err
+            new = not os.path.exists(path)
             try:
-                return temp_beside(path)
+                return temp_keeping(path, name, "output"), new
             except OSError as e:
-                raise OSError(f"output {path}: cannot create a temporary file beside it ({e})") from e
+                if str(e).startswith(f"output {path}"):  # temp_keeping's own: the file is not one to replace
+                    raise
+                raise OSError(f"output {path}: cannot create a temporary file beside it ({one_line(e)})") from None
 
-        tmp = on_root(create, comm=comm, bcast=True)
+        tmp, new = on_root(create, comm=comm, bcast=True)
         err = shared_dir_error(path, comm, "output")  # the same on every rank
         if err is not None:
             if comm.rank == 0:
@@ -473,6 +480,7 @@ class DistMatrix:
             raise agreed(err)
         meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
+        meta = (meta, new)
         local = _device.asnumpy(self.local)
         local = local.astype(_file_dtype(self.dtype), copy=False)
         try:
@@ -492,28 +500,34 @@ class DistMatrix:
     def _write_mpio(self, tmp, name, local, meta, path):
         import h5py
 
+        meta, new = meta
         try:
-            with h5py.File(tmp, "w", driver="mpio", comm=self.grid.cart) as f:
+            with h5py.File(tmp, "r+", driver="mpio", comm=self.grid.cart) as f:
                 ds = f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
                 if local.size:
                     ds[self.rows, self.cols] = local
-                write_attrs(f, meta)
+                write_attrs(ds, meta)
+                if new:
+                    write_attrs(f, meta)
         except OSError as e:
-            return OSError(f"output {path}: parallel write failed ({e})")
+            return OSError(f"output {path}: parallel write failed ({one_line(e)})")
         return None
 
     def _write_sequential(self, tmp, name, local, meta, path):
         import h5py
         from mpi4py.util.sync import Sequential
 
+        meta, new = meta
         comm, err = self.grid.cart, None
         if comm.rank == 0:
             try:
-                with h5py.File(tmp, "w") as f:
-                    f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
-                    write_attrs(f, meta)
+                with h5py.File(tmp, "r+") as f:
+                    ds = f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
+                    write_attrs(ds, meta)
+                    if new:
+                        write_attrs(f, meta)
             except OSError as e:
-                err = OSError(f"output {path}: cannot create ({e})")
+                err = OSError(f"output {path}: cannot create ({one_line(e)})")
         agree(err, comm=comm)
         with Sequential(comm):
             try:
@@ -521,7 +535,7 @@ class DistMatrix:
                     with h5py.File(tmp, "r+") as f:
                         f[name][self.rows, self.cols] = local
             except OSError as e:
-                err = OSError(f"output {path}: rank {comm.rank} cannot write its block ({e})")
+                err = OSError(f"output {path}: rank {comm.rank} cannot write its block ({one_line(e)})")
         return err
 
 

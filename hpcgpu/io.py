@@ -10,8 +10,8 @@ from typing import Any
 
 from .comm import agree
 
-__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "shared_dir_error", "open_hdf5",
-           "write_attrs"]
+__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
+           "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line"]
 
 
 def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSError,),
@@ -175,6 +175,287 @@ def writable_error(path: str | os.PathLike, what: str = "--out") -> OSError | No
     except OSError as e:
         return PermissionError(f"{what} {path}: cannot write in {d} ({e.strerror or e})")
     return None
+
+
+def _file_locking() -> bool:
+    """Whether HDF5 locks the files it opens here (``HDF5_USE_FILE_LOCKING`` not FALSE, as HDF5 reads it)."""
+    return os.environ.get("HDF5_USE_FILE_LOCKING", "").strip().upper() not in ("FALSE", "0")
+
+
+def _writers_on_this_node(path: str) -> list[int]:
+    """PIDs of this node's other processes that have ``path`` open for writing (Linux ``/proc``; [] elsewhere)."""
+    try:
+        target = os.stat(path)
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's: not visible
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                if (st.st_dev, st.st_ino) != (target.st_dev, target.st_ino):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    flags = next(int(line.split()[1], 8) for line in f if line.startswith("flags:"))
+            except (OSError, StopIteration, ValueError, IndexError):
+                continue
+            if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+                found.append(int(pid))
+                break
+    return found
+
+
+def held_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
+    """Whether another process holds ``path`` open for writing: replacing it would lose what it writes.
+
+    Not collective (rank 0 calls it before any work). An HDF5 writer holds
+    an exclusive lock on its file (``flock``, HDF5 >= 1.10), which a shared
+    lock request sees on any node where the file system supports locks.
+    Where the site turned HDF5's locking off (``HDF5_USE_FILE_LOCKING=FALSE``),
+    or the file system has no locks, writers take none: then this node's
+    processes are looked at instead (``/proc/PID/fdinfo``, Linux), and a
+    writer on another node cannot be seen. A process that has the file open
+    for reading does not stop a write: the new file replaces the name, and
+    the reader keeps the old one whole.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output file; nothing is checked when it does not exist.
+    what : str
+        How the message names ``path`` (an option such as ``--out``).
+
+    Returns
+    -------
+    OSError or None
+        An error naming ``what``, the path and how the writer was seen; ``None``.
+    """
+    import errno
+    import fcntl
+
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # no file (or unreadable: writable_error and the write itself say so)
+    locks = _file_locking()
+    try:
+        if locks:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                return OSError(f"{what} {path}: another process has it open for writing (its HDF5 file lock is "
+                               "held): close it there first, or write elsewhere")
+            except OSError as e:
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    raise
+                locks = False  # a file system without locks: look at this node's processes
+    finally:
+        os.close(fd)
+    if not locks:
+        pids = _writers_on_this_node(path)
+        if pids:
+            return OSError(f"{what} {path}: process {pids[0]} on this node has it open for writing "
+                           "(HDF5_USE_FILE_LOCKING=FALSE or no file locks: only this node's processes are seen): "
+                           "close it there first, or write elsewhere")
+    return None
+
+
+def same_dataset(a: str, b: str | None) -> bool:
+    """Whether HDF5 dataset paths ``a`` and ``b`` name the same object (``"C"`` and ``"/C/"`` do). Not collective.
+
+    Parameters
+    ----------
+    a, b : str or None
+        Dataset paths within one file; ``None`` never matches.
+
+    Returns
+    -------
+    bool
+    """
+    return b is not None and "/" + a.strip("/") == "/" + b.strip("/")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def output_error(path: str | os.PathLike, what: str = "--out", *, inputs=(), dataset: str | None = None) \
+        -> OSError | ValueError | None:
+    """Everything that would make writing ``path`` lose data or fail, checked before any work. Not collective.
+
+    In order: ``path`` cannot be created (:func:`writable_error`); it is one
+    of the job's ``inputs`` (the whole file when ``dataset`` is ``None``, else
+    the same dataset of the same file); another process holds it open for
+    writing (:func:`held_error`). Rank 0 calls it, then the ranks agree
+    (:func:`check_output` does both).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output file.
+    what : str
+        How the message names ``path``.
+    inputs : iterable of (str, str or None)
+        The files (and datasets; ``None`` for a whole file) the job reads.
+    dataset : str, optional
+        The dataset the job writes into ``path`` (keeping the file's other
+        objects); ``None``: the job replaces the whole file.
+
+    Returns
+    -------
+    OSError or ValueError or None
+        ``ValueError`` when the output is an input, ``OSError`` otherwise;
+        ``None`` when all is well.
+    """
+    path = os.fspath(path)
+    err = writable_error(path, what)
+    if err is not None:
+        return err
+    for src, name in inputs:
+        if src is None or not os.path.exists(path) or not _same_file(os.fspath(src), path):
+            continue
+        if dataset is None or name is None or same_dataset(dataset, name):
+            label = f"{path}:{dataset}" if dataset is not None else path
+            return ValueError(f"{what} {label}: is also an input ({src}{':' + name if name else ''}); "
+                              "writing it would replace what is read: choose another output")
+    return held_error(path, what)
+
+
+def check_output(path: str | os.PathLike, comm, what: str = "--out", *, inputs=(), dataset: str | None = None) -> None:
+    """Check an output before any work: rank 0 runs :func:`output_error`, then every node must share its directory.
+
+    Collective over ``comm``: every rank raises the same error
+    (:func:`hpcgpu.comm.agree`), so a job never computes a result it
+    cannot write, nor overwrites its input.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output file.
+    comm : mpi4py.MPI.Intracomm
+    what : str
+        How the message names ``path`` (an option such as ``--out``).
+    inputs, dataset
+        As in :func:`output_error`.
+
+    Raises
+    ------
+    OSError, ValueError
+        An :class:`hpcgpu.AgreedError`, on every rank: see :func:`output_error`
+        and :func:`shared_dir_error`.
+    """
+    agree(output_error(path, what, inputs=inputs, dataset=dataset) if comm.rank == 0 else None, comm=comm)
+    agree(shared_dir_error(path, comm, what), comm=comm)
+
+
+def temp_keeping(path: str | os.PathLike, dataset: str, what: str = "output") -> str:
+    """A temporary file beside ``path`` holding everything of ``path`` except ``dataset``. Not collective.
+
+    The first half of adding or replacing one dataset atomically: the
+    caller writes ``dataset`` into the temporary, then :func:`publish`
+    renames it over ``path``. The file's other objects are copied with
+    their attributes (HDF5's ``H5Ocopy``), soft and external links as
+    links, the root attributes as they were; a replaced dataset's space is
+    not carried over. Without ``path`` the temporary is a new, empty HDF5
+    file. Costs a copy of the file's other objects: one file of many large
+    matrices is best written once each, not rewritten for every one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The final file; it may not exist yet.
+    dataset : str
+        The path of the dataset that will be written (and is not copied);
+        the groups above it are kept, with their attributes.
+    what : str
+        How the message names ``path``.
+
+    Returns
+    -------
+    str
+        The temporary file's name (closed).
+
+    Raises
+    ------
+    OSError
+        ``path`` exists but is not HDF5 (it is never replaced then), or
+        the temporary cannot be written; nothing is left behind.
+    """
+    import h5py
+
+    path = os.fspath(path)
+    tmp = temp_beside(path)
+    try:
+        if not os.path.exists(path):
+            with h5py.File(tmp, "w"):
+                pass
+            return tmp
+        try:
+            src = h5py.File(path, "r")
+        except OSError as e:
+            raise OSError(f"{what} {path}: exists and is not a readable HDF5 file ({one_line(e)}): it is not "
+                          "replaced; remove it or write elsewhere") from None
+        with src:
+            there = src.get(dataset)
+            if there is not None and not isinstance(there, h5py.Dataset):
+                raise OSError(f"{what} {path}:{dataset}: is a {type(there).__name__.lower()} in that file, not a "
+                              "dataset: it is not replaced; name another dataset")
+            with h5py.File(tmp, "w") as dst:
+                _copy_group(src["/"], dst["/"], "/" + dataset.strip("/"))
+        return tmp
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _copy_group(src, dst, skip: str) -> None:
+    """Copy ``src``'s attributes and members into ``dst``, all but the object at ``skip`` (groups above it kept)."""
+    import h5py
+
+    for k in src.attrs:
+        dst.attrs[k] = src.attrs[k]
+    for name in src:
+        here = src.name.rstrip("/") + "/" + name
+        if here == skip:
+            continue
+        link = src.get(name, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            dst[name] = h5py.SoftLink(link.path)
+        elif isinstance(link, h5py.ExternalLink):
+            dst[name] = h5py.ExternalLink(link.filename, link.path)
+        elif skip.startswith(here + "/") and isinstance(src[name], h5py.Group):
+            _copy_group(src[name], dst.create_group(name), skip)
+        else:
+            src.copy(name, dst, name=name)
+
+
+def one_line(e: BaseException | str) -> str:
+    """An exception's message (or a text) on one line: libraries' messages (HDF5's) may hold newlines.
+
+    Not collective.
+
+    Parameters
+    ----------
+    e : BaseException or str
+
+    Returns
+    -------
+    str
+        The lines joined by ``"; "``, blank ones dropped.
+    """
+    text = str(e)
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def shared_dir_error(path: str | os.PathLike, comm, what: str = "--out") -> OSError | None:

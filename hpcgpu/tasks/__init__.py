@@ -27,7 +27,7 @@ from mpi4py import MPI
 from .._version import __version__
 from ..comm import agree, default_comm
 from ..errors import agreed
-from ..io import shared_dir_error, writable_error
+from ..io import output_error, shared_dir_error
 from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Alarm, _Keeper, agreed_outcome, balance,
                     current_task, manage, resume_from, work, work_alone)
 from ._params import Params, read_params
@@ -256,7 +256,8 @@ def _prepare(fn, params, name: str, opts: Options, what: str) -> tuple[Ledger, l
     _check_signature(fn, table, name)
     label = f"-o {opts.out}" if what == "--params" else f"out {opts.out}"
     if opts.out is not None:
-        err = writable_error(opts.out, label.split()[0])
+        source = [(os.fspath(params), None)] if isinstance(params, (str, os.PathLike)) else []
+        err = output_error(opts.out, label.split()[0], inputs=source)
         if err is not None:
             raise err
     ledger = Ledger(table, name)

@@ -1,33 +1,47 @@
-"""Training checkpoints in HDF5: written atomically, the last K kept, read back with fallback.
+"""Training checkpoints in HDF5: written atomically, checksummed, the last K kept, read back with fallback.
 
 A checkpoint holds everything a run needs to continue exactly where it
-stopped: the flat parameters and momentum buffers, the epoch, the global step
+stopped: the flat parameters and the optimizer's state arrays (by name:
+``velocity`` for SGD, ``m`` and ``v`` for Adam), the epoch, the global step
 and the step within the epoch, the partial sums of the current epoch, the
-metrics of the finished epochs, and the options that must not change. The
-sample order needs no saved generator state: it is a pure function of
-``(seed, epoch)`` (see :class:`hpcgpu.train.data.GlobalBatchSampler`).
+metrics of the finished epochs, the options that must not change, and a
+fingerprint of the training data. The sample order needs no saved generator
+state: it is a pure function of ``(seed, epoch)`` (see
+:class:`hpcgpu.train.data.GlobalBatchSampler`).
+
+Every dataset carries the SHA-256 of its type, shape and bytes (attribute
+``sha256``), and the root the SHA-256 of its other attributes
+(``attrs_sha256``): a reader recomputes them, so a damaged or altered file
+is refused (and the trainer falls back to an older one) instead of resumed.
 
 Files: ``PATH`` is the newest, ``PATH.1`` the one before, up to
-``PATH.{K-1}``. A new checkpoint is written to a temporary name, flushed to
-disk, the older ones are shifted, and the temporary is renamed to ``PATH``;
-a process killed at any moment leaves at least one complete checkpoint.
+``PATH.{K-1}``. A new checkpoint is written to a temporary name and flushed
+to disk; the older ones are shifted, the current ``PATH`` is hard-linked to
+``PATH.1`` (copied where the file system has no hard links), and the
+temporary is renamed over ``PATH``. ``PATH`` therefore always names a complete
+checkpoint once the first one is written, whenever the process is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io import atomic_path, write_attrs
+from ..io import atomic_path, publish, temp_beside, write_attrs
 
-__all__ = ["MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config", "candidates"]
+__all__ = ["MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config", "read_header",
+           "candidates", "digest"]
 
-FORMAT = 1
+FORMAT = 2
+"""Format 2: optimizer state by name, checksums, the data's fingerprint. Format 1 (params, velocity, no
+checksums) is still read."""
 
 # Options a resumed run must share with the run that wrote the checkpoint:
 # they decide the model's shape, the sample order or the update rule.
@@ -41,15 +55,19 @@ class CheckpointState:
 
     Attributes
     ----------
-    params, velocity : numpy.ndarray, shape (n_params,)
+    params : numpy.ndarray, shape (n_params,)
+        The parameters, in the unsplit model's layout.
+    optimizer : dict of str to numpy.ndarray
+        The optimizer's state arrays by name, each of shape (n_params),
+        laid out like ``params`` (SGD: ``velocity``).
     epoch : int
         Finished epochs.
     step : int
         Global steps done since the start of training.
     step_in_epoch : int
         Steps done in the unfinished epoch ``epoch``.
-    epoch_totals : numpy.ndarray, shape (2,)
-        Loss sum and correct count of the unfinished epoch's steps.
+    epoch_totals : numpy.ndarray, shape (k,)
+        The unfinished epoch's sums of the step statistics (loss sum, correct count).
     epoch_seconds : float
         Training time already spent in the unfinished epoch (s).
     history : dict of list
@@ -68,10 +86,16 @@ class CheckpointState:
         Clean steps since the loss scale last changed.
     phase_seconds : dict
         Seconds per phase of the unfinished epoch so far (writing rank's), see :mod:`hpcgpu.timing`.
+    optimizer_name : str
+        The optimizer that wrote ``optimizer`` (``"sgd"``).
+    data : dict
+        The training data's fingerprint (:func:`hpcgpu.train.data.fingerprint`); empty when unknown.
+    verified : bool
+        Whether the checksums were checked on reading (False for a format-1 file, which has none).
     """
 
     params: np.ndarray
-    velocity: np.ndarray
+    optimizer: dict
     epoch: int
     step: int
     step_in_epoch: int
@@ -85,6 +109,41 @@ class CheckpointState:
     loss_scale: float = 1.0
     clean_steps: int = 0
     phase_seconds: dict = field(default_factory=dict)
+    optimizer_name: str = "sgd"
+    data: dict = field(default_factory=dict)
+    verified: bool = True
+
+
+def digest(a: np.ndarray) -> str:
+    """SHA-256 of an array's type, shape and bytes, as hex. Not collective.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+
+    Returns
+    -------
+    str
+        64 hex digits; arrays equal in dtype, shape and every byte (NaN
+        payloads included) have the same digest.
+    """
+    a = np.ascontiguousarray(a)
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(memoryview(a).cast("B") if a.size else b"")
+    return h.hexdigest()
+
+
+def _attrs_digest(attrs) -> str:
+    """SHA-256 of the root attributes but ``attrs_sha256`` (names sorted, values as JSON)."""
+    def plain(v):
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        return v.item() if isinstance(v, np.generic) else v
+
+    items = {k: plain(attrs[k]) for k in sorted(attrs) if k != "attrs_sha256"}
+    return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def candidates(path: str) -> list[str]:
@@ -118,18 +177,37 @@ def candidates(path: str) -> list[str]:
 
 
 def _rotate(path: str, keep: int) -> None:
-    """Shift ``path.{i}`` to ``path.{i+1}``, keeping ``keep`` files with the new one."""
+    """Make room for a new ``path``: shift ``path.{i}`` to ``path.{i+1}`` and link ``path`` to ``path.1``.
+
+    ``path`` itself is left in place (the caller renames the new file over
+    it), so it names a complete checkpoint at every moment.
+    """
     for i in sorted((int(p.rsplit(".", 1)[1]) for p in candidates(path)[1:] if p != path), reverse=True):
         if i >= keep - 1:
             os.unlink(f"{path}.{i}")
         else:
             os.replace(f"{path}.{i}", f"{path}.{i + 1}")
     if keep > 1 and os.path.exists(path):
-        os.replace(path, f"{path}.1")
+        try:
+            os.link(path, f"{path}.1")
+        except OSError:  # no hard links on this file system: a copy, published whole
+            tmp = temp_beside(f"{path}.1")
+            try:
+                shutil.copyfile(path, tmp)
+                publish(tmp, f"{path}.1")
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+
+
+def _dataset(f, name: str, data) -> None:
+    ds = f.create_dataset(name, data=data)
+    ds.attrs["sha256"] = digest(ds[()])
 
 
 def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: dict | None = None) -> str:
-    """Write ``state`` to ``path`` atomically, keeping the ``keep`` newest files.
+    """Write ``state`` to ``path`` atomically, with checksums, keeping the ``keep`` newest files.
 
     Not collective: one rank (rank 0) calls it. Temporary files that killed
     writers left beside ``path`` are removed first.
@@ -163,34 +241,68 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
     # Temporaries of writers that were killed (SIGKILL leaves them): one rank of
     # one job writes these checkpoints, so any found now are stale.
     for stale in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(os.path.basename(path))}.*.tmp")):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # (the copies of _rotate's fallback match too)
             os.unlink(stale)
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f:
-            f.create_dataset("params", data=state.params)
-            f.create_dataset("velocity", data=state.velocity)
-            f.create_dataset("epoch_totals", data=np.asarray(state.epoch_totals, dtype=np.float64))
-            h = f.create_group("history")
+            _dataset(f, "params", state.params)
+            for name, value in state.optimizer.items():
+                _dataset(f, f"optimizer/{name}", value)
+            _dataset(f, "epoch_totals", np.asarray(state.epoch_totals, dtype=np.float64))
+            f.create_group("history")
             for k, v in state.history.items():
-                h.create_dataset(k, data=np.asarray(v, dtype=np.float64))
+                _dataset(f, f"history/{k}", np.asarray(v, dtype=np.float64))
             f.attrs.update(dict(format=FORMAT, epoch=state.epoch, step=state.step,
                                 step_in_epoch=state.step_in_epoch, epoch_seconds=state.epoch_seconds,
                                 config=json.dumps(state.config, sort_keys=True), world_size=state.world_size,
                                 gemm_threads=state.gemm_threads, skipped_steps=state.skipped_steps,
                                 loss_scale=state.loss_scale, clean_steps=state.clean_steps,
-                                phase_seconds=json.dumps(state.phase_seconds)))
+                                phase_seconds=json.dumps(state.phase_seconds), optimizer=state.optimizer_name,
+                                data_fingerprint=json.dumps(state.data, sort_keys=True)))
             write_attrs(f, attrs or {})
+            f.attrs["attrs_sha256"] = _attrs_digest(f.attrs)
         with open(tmp, "rb") as fh:  # on disk before it can replace the previous checkpoint
             os.fsync(fh.fileno())
         _rotate(path, max(1, keep))
     return path
 
 
+def read_header(path: str) -> dict | None:
+    """A checkpoint's options, data fingerprint and optimizer, without reading (or checking) its arrays.
+
+    Not collective. So a checkpoint of another model or other data still
+    says what it was written for.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    dict or None
+        ``config`` (dict), ``data`` (dict, the fingerprint; empty for a
+        format-1 file), ``optimizer`` (str); None when the file or its
+        ``config`` attribute cannot be read.
+    """
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            a = f.attrs
+            if a.get("format") == FORMAT and a.get("attrs_sha256") != _attrs_digest(a):
+                return None  # not to be trusted: read_checkpoint says why
+            config = json.loads(a["config"])
+            data = json.loads(a.get("data_fingerprint", "{}"))
+            optimizer = str(a.get("optimizer", "sgd"))
+    except Exception:  # unreadable in any way: the caller's own reading says how
+        return None
+    if not isinstance(config, dict) or not isinstance(data, dict):
+        return None
+    return dict(config=config, data=data, optimizer=optimizer)
+
+
 def read_config(path: str) -> dict | None:
     """The options a checkpoint was written with (its ``config`` attribute), or None. Not collective.
-
-    Reads nothing else, so a checkpoint of another model still says which
-    options it had.
 
     Parameters
     ----------
@@ -201,18 +313,30 @@ def read_config(path: str) -> dict | None:
     dict or None
         None when the file or the attribute cannot be read.
     """
+    header = read_header(path)
+    return None if header is None else header["config"]
+
+
+def _verified(f, path: str) -> None:
+    """Recompute every checksum of an open format-2 file; raise ValueError naming what differs."""
     import h5py
 
-    try:
-        with h5py.File(path, "r") as f:
-            config = json.loads(f.attrs["config"])
-    except Exception:  # unreadable in any way: the caller's own reading says how
-        return None
-    return config if isinstance(config, dict) else None
+    if f.attrs.get("attrs_sha256") != _attrs_digest(f.attrs):
+        raise ValueError("its attributes fail their checksum (changed or damaged since it was written)")
+    bad = []
+
+    def check(name, obj):
+        if isinstance(obj, h5py.Dataset) and obj.attrs.get("sha256") != digest(obj[()]):
+            bad.append(name)
+
+    f.visititems(check)
+    if bad:
+        raise ValueError(f"{', '.join(bad[:3])} fail{'s' if len(bad) == 1 else ''} its checksum "
+                         "(changed or damaged since it was written)")
 
 
 def read_checkpoint(path: str, n_params: int) -> CheckpointState:
-    """Read and check one checkpoint file. Not collective.
+    """Read one checkpoint file and check it: checksums, sizes, finite values. Not collective.
 
     Parameters
     ----------
@@ -220,32 +344,43 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
         The checkpoint file (one of :func:`candidates`).
     n_params : int
         The model's number of parameters, which must be the length of
-        ``params`` and ``velocity`` in the file.
+        ``params`` and of every optimizer state array in the file.
 
     Returns
     -------
     CheckpointState
-        What the file holds; ``config`` as written, not yet compared with
-        the current run's.
+        What the file holds; ``config`` and ``data`` as written, not yet
+        compared with the current run's.
 
     Raises
     ------
     ValueError
-        The file is truncated, not HDF5, not a checkpoint, or for a model of
+        The file is truncated, not HDF5, not a checkpoint, fails a
+        checksum, holds a NaN or infinity in its arrays (never written: the
+        trainer refuses to checkpoint a diverged model), or is for a model of
         another size; the message names the file and the reason.
     """
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != FORMAT:
+            fmt = f.attrs.get("format")
+            if fmt not in (1, FORMAT):
                 raise ValueError("not an hpcgpu checkpoint (no format attribute)")
-            params, velocity = f["params"][()], f["velocity"][()]
-            if params.shape != (n_params,) or velocity.shape != (n_params,):
-                raise ValueError(f"holds {params.shape[0]} parameters, the model has {n_params}")
+            if fmt == FORMAT:
+                _verified(f, path)
+                params = f["params"][()]
+                optimizer = {k: f["optimizer"][k][()] for k in f["optimizer"]} if "optimizer" in f else {}
+            else:
+                params, optimizer = f["params"][()], {"velocity": f["velocity"][()]}
+            for name, arr in [("params", params), *optimizer.items()]:
+                if arr.shape != (n_params,):
+                    raise ValueError(f"holds {arr.shape[0] if arr.ndim else 0} parameters, the model has {n_params}")
+                if not np.isfinite(arr).all():
+                    raise ValueError(f"{name} holds NaN or infinity (damaged: a checkpoint is never written so)")
             a = f.attrs
             return CheckpointState(
-                params=params, velocity=velocity, epoch=int(a["epoch"]), step=int(a["step"]),
+                params=params, optimizer=optimizer, epoch=int(a["epoch"]), step=int(a["step"]),
                 step_in_epoch=int(a["step_in_epoch"]), epoch_totals=f["epoch_totals"][()],
                 epoch_seconds=float(a["epoch_seconds"]),
                 history={k: f["history"][k][()].tolist() for k in f["history"]},
@@ -253,8 +388,12 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 gemm_threads=str(a.get("gemm_threads", "")), skipped_steps=int(a.get("skipped_steps", 0)),
                 loss_scale=float(a.get("loss_scale", 1.0)), clean_steps=int(a.get("clean_steps", 0)),
                 phase_seconds=json.loads(a.get("phase_seconds", "{}")),
+                optimizer_name=str(a.get("optimizer", "sgd")),
+                data=json.loads(a.get("data_fingerprint", "{}")), verified=fmt == FORMAT,
             )
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None
     except (OSError, KeyError, TypeError) as e:
-        raise ValueError(f"checkpoint {path}: unreadable ({e})") from None
+        from ..io import one_line
+
+        raise ValueError(f"checkpoint {path}: unreadable ({one_line(e)})") from None

@@ -26,7 +26,7 @@ from .._partition import block_range, block_starts
 from ..comm import agree
 from ..io import open_hdf5
 
-__all__ = ["Split", "load_split", "GlobalBatchSampler"]
+__all__ = ["Split", "load_split", "GlobalBatchSampler", "fingerprint"]
 
 
 @dataclass
@@ -155,6 +155,63 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
             err = ValueError(f"--data {path}: /{split}/y has a negative label ({int(y.min())})")
     agree(err, comm=comm)
     return Split(X, y, start, stop, n, d), nc
+
+
+def _words(a: np.ndarray) -> np.ndarray:
+    """The rows of ``a`` (n, ...) as unsigned 64-bit words, one per element (its bits, zero-extended)."""
+    a = np.ascontiguousarray(a).reshape(a.shape[0], -1)
+    unsigned = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}[a.dtype.itemsize]
+    return a.view(unsigned).astype(np.uint64, copy=False)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on uint64, elementwise (Steele et al., OOPSLA 2014): each input bit moves each output."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def fingerprint(split: Split, comm: MPI.Intracomm, chunk: int = 4096) -> dict:
+    """A fingerprint of a whole data split that does not depend on how it is sharded.
+
+    Collective over ``comm`` (the ranks that hold the split's shards). Row
+    ``r`` (features and target) hashes to ``mix(sum_j w_j K_j + r K_r)``:
+    its elements' bits ``w_j`` times fixed odd 64-bit constants, plus its
+    global index, through SplitMix64's finalizer; the fingerprint is the
+    sum of the row hashes modulo 2**64. Each rank hashes its own rows, so
+    the same data gives the same digest at any number of ranks, and one
+    changed bit or two swapped rows change it (with probability about
+    1 - 2**-64; it detects accidents, not an adversary). One pass over the
+    shard, ``chunk`` rows at a time.
+
+    Parameters
+    ----------
+    split : Split
+        This rank's shard (rows ``start..stop`` of the split).
+    comm : mpi4py.MPI.Intracomm
+    chunk : int
+        Rows hashed at a time (bounds the temporaries).
+
+    Returns
+    -------
+    dict
+        ``n`` (rows), ``dim`` (features), ``dtype`` (of X as loaded),
+        ``targets`` (dtype and trailing shape of y), ``digest`` (16 hex
+        digits); the same on every rank.
+    """
+    X, y = split.X, split.y
+    width = X.shape[1] + (int(np.prod(y.shape[1:])) if y.ndim > 1 else 1)
+    K = np.random.default_rng([0x68706367, width]).integers(1, 2**63, size=width + 1, dtype=np.uint64) | np.uint64(1)
+    total = np.uint64(0)
+    with np.errstate(over="ignore"):
+        for lo in range(0, X.shape[0], chunk):
+            hi = min(lo + chunk, X.shape[0])
+            h = np.dot(_words(X[lo:hi]), K[: X.shape[1]]) + np.dot(_words(y[lo:hi]), K[X.shape[1] : width])
+            h += np.arange(split.start + lo, split.start + hi, dtype=np.uint64) * K[width]
+            total += _mix(h).sum(dtype=np.uint64)
+    digest = sum(comm.allgather(int(total))) % 2**64
+    return dict(n=int(split.n_global), dim=int(split.dim), dtype=str(X.dtype),
+                targets=f"{y.dtype}{tuple(y.shape[1:]) if y.ndim > 1 else ''}", digest=f"{digest:016x}")
 
 
 def check_labels(path: str, splits, num_classes: int | None, comm: MPI.Intracomm) -> int:

@@ -36,9 +36,9 @@ from ..watchdog import Watchdog
 from ..grid import ProcessGrid
 from ..energy import EnergyMeter
 from ..timing import PhaseTimer, reduce_phases, write_trace
-from ..io import atomic_path, on_root, shared_dir_error, writable_error, write_attrs
+from ..io import atomic_path, check_output, on_root, write_attrs
 from ..runtime import Runtime, init, placement
-from .data import GlobalBatchSampler, check_labels, load_split
+from .data import GlobalBatchSampler, check_labels, fingerprint, load_split
 from .graphs import StepGraph, graphs_plan
 from .model import MLP, local_layout
 from .optim import SGD, LRSchedule
@@ -136,17 +136,11 @@ class Trainer:
         self.rt = rt = runtime if runtime is not None else init(c.device)
         comm, self.xp = rt.comm, rt.xp
 
-        err = None
-        if rt.rank == 0:
-            err = writable_error(c.out, "--out")
-            if err is None and c.checkpoint_path:
-                err = writable_error(c.checkpoint_path, "--checkpoint")
-            if err is None and c.trace:  # checked now: a trace that cannot be written must not cost the run
-                err = writable_error(c.trace, "--trace")
-        agree(err, comm=comm)
-        agree(shared_dir_error(c.out, comm, "--out"), comm=comm)
-        if c.checkpoint_path:
-            agree(shared_dir_error(c.checkpoint_path, comm, "--checkpoint"), comm=comm)
+        # Checked now: an output that cannot be written, or that would replace the input, must not cost the run.
+        inputs = [(c.data, None)] if c.data else []
+        for path, what in ((c.out, "--out"), (c.checkpoint_path, "--checkpoint"), (c.trace, "--trace")):
+            if path:
+                check_output(path, comm, what, inputs=inputs)
         self.data_path = self._data_path(c.data, comm)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
@@ -232,6 +226,7 @@ class Trainer:
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
         self.gemm_plan: GemmPlan | None = None
+        self._fingerprint: dict | None = None
         plan = self._resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
         self._plan_gemm_threads(plan)
@@ -772,7 +767,7 @@ class Trainer:
         st = self.state_dict()
         p = st["progress"]
         return CheckpointState(
-            params=params, velocity=velocity,
+            params=params, optimizer={"velocity": velocity}, optimizer_name="sgd", data=self.data_fingerprint(),
             epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
             epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
             config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
@@ -815,24 +810,64 @@ class Trainer:
                 f"training diverged: parameters are not finite after step {self.step} "
                 f"(epoch {self.epoch + 1}); not writing a checkpoint; start again with a smaller --lr "
                 "(a resume keeps the checkpoint's --lr)"))
+        self.data_fingerprint()  # collective, once
         full = self.gather_global()  # collective: the unsplit parameters and momentum on rank 0
         on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), self.config.keep_checkpoints,
                                          attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path))),
                 comm=self.rt.comm, error=lambda e: OSError(f"--checkpoint {path}: cannot write ({e})"))
         return path
 
+    def data_fingerprint(self) -> dict:
+        """The training (and test) data's fingerprints (:func:`hpcgpu.train.data.fingerprint`). Collective.
+
+        Computed on the first call (one pass over each rank's shard), then
+        kept; written into checkpoints and checked on resume.
+
+        Returns
+        -------
+        dict
+            ``{"train": {...}, "test": {...}}`` (``test`` absent without a test split).
+        """
+        if self._fingerprint is None:
+            fp = {"train": fingerprint(self.train_split, self.data_comm)}
+            if self.test_split is not None:
+                fp["test"] = fingerprint(self.test_split, self.data_comm)
+            self._fingerprint = fp
+        return self._fingerprint
+
+    def _data_changed(self, path: str, theirs: dict) -> ValueError | None:
+        """How the checkpoint's data fingerprint ``theirs`` differs from this run's data (None: it does not)."""
+        mine = self.data_fingerprint()
+        for split in ("train", "test"):
+            a, b = theirs.get(split), mine.get(split)
+            if a is None or a == b:
+                continue
+            where = f"--resume: {path} was trained on"
+            if b is None:
+                return ValueError(f"{where} data with a /test split, --data {self.data_path} has none")
+            for key, what in (("dim", "features"), ("n", f"/{split} samples")):
+                if a.get(key) != b.get(key):
+                    return ValueError(f"{where} data with {a.get(key)} {what}, --data {self.data_path} has "
+                                      f"{b.get(key)}: resume with the data it was trained on, or start afresh")
+            return ValueError(f"{where} other data (/{split} fingerprint {a.get('digest')}, --data "
+                              f"{self.data_path} has {b.get('digest')}: the same shape, other values): resume with "
+                              "the data it was trained on, or start afresh without --resume")
+        return None
+
     def _newest_checkpoint(self, path: str, notes: list):
         """The newest readable checkpoint's state (``None`` when there is none); rank 0 only.
 
-        Unreadable files are skipped, with a note in ``notes``.
+        A file that is damaged (truncated, not HDF5, failing a checksum) is
+        skipped, with a note in ``notes``; one written for other options or
+        other data is an error, not skipped: an older one would be the same.
 
         Raises
         ------
         ValueError
             Every checkpoint is unreadable, or the newest readable one was
-            written with options that must not change.
+            written with options that must not change, or for other data.
         """
-        from .checkpoint import MUST_MATCH, candidates, read_checkpoint, read_config
+        from .checkpoint import MUST_MATCH, candidates, read_checkpoint, read_header
 
         found = candidates(path)
         mine = json.loads(self.config.to_json())
@@ -850,21 +885,20 @@ class Trainer:
             return None
 
         for p in found:
+            header = read_header(p)
+            if header is not None:  # what it was written for, before its size is compared with the model's
+                why = changed(p, header["config"]) or self._data_changed(p, header["data"])
+                if why:
+                    raise why
             try:
                 state = read_checkpoint(p, self.model.n_global)
                 break
             except ValueError as e:
-                why = changed(p, config) if (config := read_config(p)) is not None else None
-                if why:  # a good checkpoint of another model (--hidden): say so, not "unreadable"
-                    raise why from None
                 notes.append(str(e))
         else:
             if found:
                 raise ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
             return None
-        why = changed(p, state.config)
-        if why:
-            raise why
         self.resumed_from = p
         return state
 
@@ -876,12 +910,16 @@ class Trainer:
         """
         path, comm = self.config.checkpoint_path, self.rt.comm
         notes: list[str] = []
+        self.data_fingerprint()  # collective: rank 0 compares it with the checkpoint's
         state = on_root(lambda: self._newest_checkpoint(path, notes), comm=comm, catch=(ValueError,))
         meta, err = None, None
         if self.rt.rank == 0:
             for note in notes:
                 print(f"hpcgpu.train: warning: {note}; falling back to an older checkpoint", file=sys.stderr,
                       flush=True)
+            if state is not None and not state.verified:
+                print(f"hpcgpu.train: warning: checkpoint {self.resumed_from} has no checksums (an older hpcgpu "
+                      "wrote it): resumed without verifying it", file=sys.stderr, flush=True)
             if state is None:
                 print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
             else:
@@ -899,7 +937,8 @@ class Trainer:
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None
-        self._bcast_global(state.params if self.rt.rank == 0 else None, state.velocity if self.rt.rank == 0 else None)
+        self._bcast_global(state.params if self.rt.rank == 0 else None,
+                           state.optimizer["velocity"] if self.rt.rank == 0 else None)
         small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
         small = comm.bcast(small if self.rt.rank == 0 else None, root=0)
         if self.rt.rank != 0:

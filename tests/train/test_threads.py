@@ -12,7 +12,7 @@ from mpi4py import MPI
 import _mpi
 from hpcgpu import _blas
 from hpcgpu.train import threads
-from hpcgpu.train.checkpoint import candidates, read_checkpoint
+from hpcgpu.train.checkpoint import _attrs_digest, candidates, read_checkpoint
 from hpcgpu.train.model import MLP
 from hpcgpu.train.threads import GemmPlan, plan_gemm_threads
 
@@ -199,8 +199,9 @@ def test_resume_reuses_the_checkpoints_plan_and_is_exact(tmp_path):
     # a checkpoint without a plan (--gemm-threads all, or written before plans): all threads, nothing timed
     (tmp_path / "none").mkdir()
     shutil.copy(mid, tmp_path / "none" / "ck.h5")
-    with h5py.File(tmp_path / "none" / "ck.h5", "a") as f:
+    with h5py.File(tmp_path / "none" / "ck.h5", "a") as f:  # as such a run writes it, checksum included
         f.attrs["gemm_threads"] = ""
+        f.attrs["attrs_sha256"] = _attrs_digest(f.attrs)
     p = _train(data, tmp_path / "none.h5", "--checkpoint", tmp_path / "none" / "ck.h5", "--resume")
     assert p.returncode == 0, p.stderr
     assert _model(tmp_path / "none.h5")[1] is None and "GEMMs on" not in p.stdout

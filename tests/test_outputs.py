@@ -1,0 +1,206 @@
+"""Outputs lose nothing: FILE:DATASET adds or replaces one dataset, an input is never an output, a file another
+process writes is never replaced."""
+
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+from _data import blobs, write_h5
+
+import _mpi
+from hpcgpu.io import held_error, output_error, temp_keeping
+
+HOLD = """
+import sys, h5py
+f = h5py.File(sys.argv[1], "r+")
+print("holding", flush=True)
+sys.stdin.readline()
+f["written_while_held"] = [1, 2, 3]
+f.close()
+"""
+
+
+@pytest.fixture
+def holder():
+    """Start a process that holds an HDF5 file open in r+ (as another program of the user's would)."""
+    procs = []
+
+    def start(path, env=None):
+        p = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, **(env or {})})
+        assert p.stdout.readline().strip() == "holding"
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _release(p):
+    p.stdin.write("\n")
+    p.stdin.flush()
+    assert p.wait(timeout=30) == 0
+
+
+def _one_line_exit_2(p):
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+# -- the library's checks -----------------------------------------------------------
+
+def test_temp_keeping_copies_everything_but_the_dataset(tmp_path):
+    path = tmp_path / "keep.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["note"] = "the user's"
+        f["A"] = np.arange(6.0).reshape(2, 3)
+        f["A"].attrs["units"] = "m"
+        f["grp/C"] = np.zeros(4)
+        f["grp/D"] = np.ones(2)
+        f["grp"].attrs["g"] = 7
+        f["soft"] = h5py.SoftLink("/A")
+        f["ext"] = h5py.ExternalLink("other.h5", "/X")
+    tmp = temp_keeping(path, "/grp/C/")
+    try:
+        with h5py.File(tmp) as f:
+            assert f.attrs["note"] == "the user's" and f["grp"].attrs["g"] == 7
+            np.testing.assert_array_equal(f["A"][()], np.arange(6.0).reshape(2, 3))
+            assert f["A"].attrs["units"] == "m" and "C" not in f["grp"] and list(f["grp/D"][()]) == [1, 1]
+            assert f.get("soft", getlink=True).path == "/A"
+            assert f.get("ext", getlink=True).filename == "other.h5"
+    finally:
+        os.unlink(tmp)
+
+
+def test_temp_keeping_refuses_a_group_and_a_file_that_is_not_hdf5(tmp_path):
+    path = tmp_path / "g.h5"
+    write_h5(path, grp__x=np.zeros(2))
+    with pytest.raises(OSError, match="is a group in that file, not a dataset"):
+        temp_keeping(path, "grp")
+    text = tmp_path / "notes.txt"
+    text.write_text("mine\n")
+    with pytest.raises(OSError, match="exists and is not a readable HDF5 file"):
+        temp_keeping(text, "C")
+    assert text.read_text() == "mine\n"
+    assert sorted(os.listdir(tmp_path)) == ["g.h5", "notes.txt"]  # no temporary left
+
+
+def test_an_input_is_never_an_output(tmp_path):
+    a = write_h5(tmp_path / "a.h5", A=np.eye(2), B=np.eye(2))
+    assert "is also an input" in str(output_error(a, "-o", inputs=[(a, "A")], dataset="/A"))
+    assert output_error(a, "-o", inputs=[(a, "A")], dataset="C") is None  # another dataset of the same file
+    assert "is also an input" in str(output_error(a, "--out", inputs=[(a, None)]))  # the whole file
+    other = tmp_path / "link.h5"  # the same file by another name
+    os.symlink(a, other)
+    assert "is also an input" in str(output_error(other, "--out", inputs=[(a, None)]))
+
+
+@pytest.mark.parametrize("locking", ["TRUE", "FALSE"])
+def test_held_error_sees_a_writer(tmp_path, holder, monkeypatch, locking):
+    path = tmp_path / "held.h5"
+    write_h5(path, x=np.zeros(3))
+    monkeypatch.setenv("HDF5_USE_FILE_LOCKING", locking)
+    assert held_error(path) is None
+    p = holder(path, {"HDF5_USE_FILE_LOCKING": locking})
+    err = str(held_error(path, "--out"))
+    assert "--out" in err and str(path) in err and "open for writing" in err
+    assert ("HDF5_USE_FILE_LOCKING=FALSE" in err) == (locking == "FALSE")
+    _release(p)
+    assert held_error(path) is None
+
+
+def test_a_reader_does_not_stop_a_write(tmp_path):
+    path = tmp_path / "read.h5"
+    write_h5(path, x=np.zeros(3))
+    with h5py.File(path, "r"):
+        assert held_error(path) is None
+
+
+# -- the command lines -----------------------------------------------------------------
+
+
+@pytest.fixture
+def matrices(tmp_path):
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(5, 4)), rng.normal(size=(4, 3))
+    write_h5(tmp_path / "a.h5", A=a)
+    write_h5(tmp_path / "b.h5", B=b)
+    return a, b
+
+
+@pytest.mark.mpi
+def test_matmul_adds_its_dataset_and_keeps_the_others(tmp_path, matrices):
+    a, b = matrices
+    keep = tmp_path / "keep.h5"
+    with h5py.File(keep, "w") as f:
+        f["mine"] = np.arange(10)
+        f["mine"].attrs["units"] = "s"
+        f.attrs["project"] = "x"
+    for rep in range(2):  # added, then replaced
+        p = _mpi.run(2, ["-m", "hpcgpu", "matmul", tmp_path / "a.h5", tmp_path / "b.h5", "-o", f"{keep}:res/C"],
+                     timeout=90)
+        assert p.returncode == 0, p.stderr
+        with h5py.File(keep) as f:
+            assert sorted(f) == ["mine", "res"] and list(f["res"]) == ["C"], rep
+            np.testing.assert_allclose(f["res/C"][()], a @ b, rtol=1e-12)
+            assert f["res/C"].attrs["world_size"] == 2
+            assert list(f["mine"][()]) == list(range(10)) and f["mine"].attrs["units"] == "s"
+            assert f.attrs["project"] == "x"  # the root's attributes are the user's
+    assert sorted(os.listdir(tmp_path)) == ["a.h5", "b.h5", "keep.h5"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("out", ["a.h5:A", "a.h5", "a.h5:/A/"])
+def test_matmul_refuses_to_write_over_its_input(tmp_path, matrices, out):
+    a, _ = matrices
+    p = _mpi.run(2, ["-m", "hpcgpu", "matmul", tmp_path / "a.h5", tmp_path / "b.h5", "-o", f"{tmp_path}/{out}",
+                     "--dtype", "float64"], timeout=90)
+    if out == "a.h5":  # the default dataset is C: added beside A
+        assert p.returncode == 0, p.stderr
+        with h5py.File(tmp_path / "a.h5") as f:
+            np.testing.assert_array_equal(f["A"][()], a)
+            assert f["C"].shape == (5, 3)
+        return
+    line = _one_line_exit_2(p)
+    assert "is also an input" in line and "a.h5" in line, line
+    with h5py.File(tmp_path / "a.h5") as f:
+        assert list(f) == ["A"]
+        np.testing.assert_array_equal(f["A"][()], a)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("locking", ["TRUE", "FALSE"])
+def test_train_refuses_an_output_another_process_writes(tmp_path, holder, locking):
+    X, y = blobs(80)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    held = tmp_path / "held.h5"
+    write_h5(held, theirs=np.arange(5))
+    env = {"HDF5_USE_FILE_LOCKING": locking}
+    p_hold = holder(held, env)
+    p = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", held, "--epochs", "1", "--hidden", "4",
+                     "--batch-size", "16", "--progress", "none"], timeout=120, env=env)
+    line = _one_line_exit_2(p)
+    assert line.startswith("hpcgpu.train: error: --out ") and "open for writing" in line, line
+    _release(p_hold)
+    with h5py.File(held) as f:  # the other process's data, and what it wrote while holding the file
+        assert sorted(f) == ["theirs", "written_while_held"]
+
+
+@pytest.mark.mpi
+def test_train_refuses_its_data_as_output(tmp_path):
+    X, y = blobs(80)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    p = _mpi.run(3, ["-m", "hpcgpu.train", "--data", data, "--out", data, "--epochs", "1", "--progress", "none"],
+                 timeout=120)
+    line = _one_line_exit_2(p)
+    assert "--out" in line and "is also an input" in line, line
+    with h5py.File(data) as f:
+        assert sorted(f) == ["train"]
