@@ -11,8 +11,11 @@ memory, and ``Split_type(COMM_TYPE_SHARED)`` sees one node per namespace set.
 
 Root is needed. Everything made is listed under the cluster's directory in
 ``/run`` and removed by :meth:`NsCluster.down`, which also kills what still
-runs in the namespaces; the bridge and veth names carry the directory's
-number, so two clusters (two test sessions) do not collide.
+runs in the namespaces. Two clusters (two test sessions) do not collide: each
+takes a number no other bridge here has (the bridge's creation is the claim),
+and its bridge, veth names and subnet carry it. Used as a context manager, a
+cluster is also removed when its session is killed before ``down`` (a reaper
+process waits for the session's end).
 """
 
 from __future__ import annotations
@@ -54,23 +57,46 @@ class NsCluster:
 
     def __init__(self, n: int = 2):
         self.n = n
-        self.id = os.getpid() % 200 + 20
         self.dir = f"/run/hpcgpu-cluster-{os.getpid()}"
-        self.bridge = f"hpcgbr{self.id}"
         self.nodes = [f"node{i + 1}" for i in range(n)]
-        self.addr = {h: f"10.77.{self.id}.{11 + i}" for i, h in enumerate(self.nodes)}
-        self.gateway = f"10.77.{self.id}.1"  # this machine's address on the bridge (slurmctld listens there)
+        self._number(os.getpid() % 200 + 20)
+        self._claimed = False  # whether the bridge hpcgbr{id} is this cluster's (down removes only then)
         self._holders: list = []
+        self._reaper = None
         self._started = time.time()
+
+    def _number(self, k: int) -> None:
+        """Take number ``k``: the bridge's, veths' and subnet's names."""
+        self.id = k
+        self.bridge = f"hpcgbr{k}"
+        self.addr = {h: f"10.77.{k}.{11 + i}" for i, h in enumerate(self.nodes)}
+        self.gateway = f"10.77.{k}.1"  # this machine's address on the bridge (slurmctld listens there)
+
+    def _claim_bridge(self) -> None:
+        """Make the bridge under the first free number from :attr:`id` on (220 numbers, 20-239): another
+        session's cluster, or one a killed session left, keeps its own."""
+        start = self.id
+        for k in [*range(start, 240), *range(20, start)]:
+            self._number(k)
+            p = _sh("ip", "link", "add", self.bridge, "type", "bridge", check=False)
+            if p.returncode == 0:
+                self._claimed = True
+                with open(os.path.join(self.dir, "id"), "w") as f:  # for `down DIR`
+                    f.write(f"{k}\n")
+                return
+            if "exists" not in p.stderr:
+                raise RuntimeError(f"ip link add {self.bridge} type bridge: {p.stderr.strip()}")
+        raise RuntimeError("no free bridge number in 20-239 (hpcgbrN): clusters left by killed sessions? "
+                           "`python tests/cluster/nodes.py down /run/hpcgpu-cluster-PID` removes one")
 
     # ---- making it ---------------------------------------------------------------------------------
     def up(self) -> NsCluster:
         os.makedirs(self.dir, exist_ok=True)
-        with open(os.path.join(self.dir, "nodes"), "w") as f:  # first: what `down DIR` removes
+        self._claim_bridge()
+        with open(os.path.join(self.dir, "nodes"), "w") as f:  # before any node: what `down DIR` removes
             f.write("\n".join(self.nodes) + "\n")
         with open(os.path.join(self.dir, "hosts"), "w") as f:
             f.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in self.addr.items()))
-        _sh("ip", "link", "add", self.bridge, "type", "bridge")
         _sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)  # this host, as the nodes see it
         _sh("ip", "link", "set", self.bridge, "up")
         for i, h in enumerate(self.nodes):
@@ -87,7 +113,7 @@ class NsCluster:
         self._holders.append(holder)
         with open(os.path.join(self.dir, f"{h}.pid"), "w") as f:
             f.write(f"{holder.pid}\n")
-        deadline = time.time() + 10
+        deadline = time.time() + 60  # reached only on failure
         while self.run(h, "hostname", check=False).stdout.strip() != h:
             if time.time() > deadline or holder.poll() is not None:
                 raise RuntimeError(f"node {h} did not come up")
@@ -132,6 +158,8 @@ class NsCluster:
     def pids(self, host: str) -> list[int]:
         """Processes running in ``host``'s network namespace (its holder included)."""
         target = os.stat(f"/proc/{self.holder(host)}/ns/net").st_ino
+        if target == os.stat("/proc/self/ns/net").st_ino:  # the holder is gone and its pid is another's now
+            raise ProcessLookupError(f"{host}'s holder no longer runs")
         out = []
         for d in os.listdir("/proc"):
             if d.isdigit():
@@ -169,21 +197,56 @@ class NsCluster:
             with contextlib.suppress(Exception):
                 self.kill_node(h)  # the holder too: the namespaces go with their last process
         self._remove_orphan_segments()
-        for i in range(self.n):
-            _sh("ip", "link", "del", f"hpcg{self.id}h{i + 1}", check=False)
-        _sh("ip", "link", "del", self.bridge, check=False)
+        if self._claimed:  # else hpcgbr{id} may be another cluster's
+            for i in range(self.n):
+                _sh("ip", "link", "del", f"hpcg{self.id}h{i + 1}", check=False)
+            _sh("ip", "link", "del", self.bridge, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
+        # A reaper: once this process has ended, however it ended (its end closes the reaper's stdin), it
+        # removes the cluster if it is still there; after __exit__ it finds nothing to do.
+        self._reaper = subprocess.Popen([sys.executable, os.path.abspath(__file__), "reap", self.dir],
+                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
         try:
             return self.up()
         except BaseException:
-            self.down()
+            self.__exit__()
             raise
 
     def __exit__(self, *exc):
-        self.down()
+        try:
+            self.down()
+        finally:
+            if self._reaper is not None:
+                self._reaper.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._reaper.wait(timeout=60)
+                self._reaper = None
         return False
+
+    @classmethod
+    def at(cls, path: str) -> NsCluster:
+        """The cluster whose directory is ``path`` (made by another process), to remove it."""
+        c = cls()
+        c.dir = path
+        try:
+            with open(os.path.join(path, "nodes")) as f:
+                c.nodes = [ln.strip() for ln in f if ln.strip()]
+        except FileNotFoundError:
+            c.nodes = []
+        c.n = len(c.nodes)
+        try:
+            with open(os.path.join(path, "id")) as f:
+                c._number(int(f.read()))
+            c._claimed = True
+        except (OSError, ValueError):
+            # No number recorded: made by an older nodes.py (the number its pid gave, the bridge made after the
+            # nodes file), or by this one before it claimed a bridge (no nodes file yet either).
+            c._number(int(path.rsplit("-", 1)[1]) % 200 + 20)
+            c._claimed = bool(c.nodes)
+        return c
 
 
 if __name__ == "__main__":
@@ -196,12 +259,12 @@ if __name__ == "__main__":
             raise
         print(c.dir)
     elif sys.argv[1:2] == ["down"]:
-        pid = int(sys.argv[2].rsplit("-", 1)[1])
-        c = NsCluster()
-        c.dir, c.id = sys.argv[2], pid % 200 + 20
-        c.bridge = f"hpcgbr{c.id}"
-        c.nodes = [ln.strip() for ln in open(os.path.join(c.dir, "nodes"))]
-        c.n = len(c.nodes)
-        c.down()
+        NsCluster.at(sys.argv[2]).down()
+    elif sys.argv[1:2] == ["reap"]:  # see __enter__
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the session's terminal is the session's
+        while sys.stdin.buffer.read(65536):
+            pass
+        if os.path.isdir(sys.argv[2]):
+            NsCluster.at(sys.argv[2]).down()
     else:
         sys.exit(__doc__)

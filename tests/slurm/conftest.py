@@ -11,7 +11,8 @@ from cluster import SlurmCluster, install_packages  # noqa: E402
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """A running one-node Slurm. Skipped without root (or without apt and Slurm); CI must have it."""
+    """A running one-node Slurm of this session's own (its ports, state and spool; tests/slurm/cluster.py).
+    Skipped without root (or without apt and Slurm); CI must have it."""
     why = None
     if os.geteuid() != 0:
         why = "needs root to start slurmctld, slurmd and munged"
@@ -39,10 +40,10 @@ def slurm(tmp_path_factory):
 @pytest.fixture(scope="session")
 def slurm2(cluster, tmp_path_factory):
     """A two-node Slurm on tests/cluster's nodes: a slurmd in each node's namespaces, slurmctld on this
-    machine's bridge address (ports 6917-6918, beside the one-node cluster's)."""
+    machine's bridge address (on ports of its own, like the one-node cluster's)."""
     c = SlurmCluster(str(tmp_path_factory.mktemp("slurm2")), cpus=16, gpus=2,
                      nodes=[(h, cluster.addr[h], cluster.prefix(h)) for h in cluster.nodes[:2]],
-                     ctl_addr=cluster.gateway, port=6917)
+                     ctl_addr=cluster.gateway)
     try:
         c.start()
     except Exception:

@@ -122,7 +122,10 @@ def test_preemption_signal_requeue_resume(slurm, tmp_path):
 
 def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
     """A sweep warned mid-way: the running tasks finish, the results so far are written (exit 3), the job
-    requeues itself and the rerun (--resume) runs the rest: every task done once in the final file."""
+    requeues itself and the rerun (--resume) runs the rest: every task done once in the final file.
+
+    One worker sleeps 0.1 s a task: warned after 8 tasks, at least 5 s of sleeping is left however fast the
+    machine is, and the signal leaves within 0.1 s of the 8th (the batch shell is found beforehand)."""
     if _mpi.LEAN:
         pytest.skip("HPCGPU_CI_LEAN: the script's warning, requeue and resume are Slurm's and the farm's, the "
                     "same under every MPI (the trainer's requeue test launches under each); the MPICH pass runs it")
@@ -146,41 +149,112 @@ def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
     assert ran() == n  # the stop let running tasks finish and returned the rest: none ran twice
 
 
+WAIT_S = 300
+"""Deadline of each wait on a job (its batch shell, its progress): reached only when something is wrong."""
+
+
 def _warned_job(slurm, sbatch_args, env, tmp_path, ready, timeout):
-    """``sbatch --wait SBATCH_ARGS``; once ``ready()``, Slurm's warning signal to the batch shell (as
-    ``--signal=B:USR1`` sends it); the job's exit status and stderr. Cancelled if the test fails first."""
+    """``sbatch --wait SBATCH_ARGS``; Slurm's warning signal to the batch shell (as ``--signal=B:USR1`` sends
+    it) once that shell traps USR1 and ``ready()`` (``None``: at once); the job's exit status and stderr.
+    Cancelled if the test fails first.
+
+    Every wait is on a condition, with a deadline reached only on failure: nothing assumes how fast the
+    machine is. The batch shell is found before ``ready()`` holds, so that the signal then leaves at once.
+    """
     job = subprocess.Popen(["sbatch", "--wait", *sbatch_args], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
+    job_id = None
     try:
-        job_id = job.stdout.readline().split()[-1]
-        deadline = time.time() + 120
-        while not ready():
-            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
-            time.sleep(0.3)
-        os.kill(_batch_shell(slurm, job_id), signal.SIGUSR1)
+        first = job.stdout.readline()
+        assert first.startswith("Submitted batch job"), (first, job.communicate(timeout=60))
+        job_id = first.split()[-1]
+        shell = _find_batch_shell(slurm, job_id, job, tmp_path)
+        assert shell is not None, f"job {job_id} ended before its batch shell was seen:\n{_log(tmp_path)}"
+        deadline = time.time() + WAIT_S
+        while ready is not None and not ready():
+            assert job.poll() is None, f"job {job_id} ended before it was ready to be warned:\n{_log(tmp_path)}"
+            assert time.time() < deadline, f"job {job_id} not ready to be warned after {WAIT_S} s:\n{_log(tmp_path)}"
+            time.sleep(0.1)
+        # The shell found may have ended since (a run that Slurm's own warning requeued): then its rerun's. If
+        # the whole job has ended first, Slurm's warnings did it all; the caller's assertions judge the log.
+        while shell is not None and not _signal_usr1(shell):
+            shell = _find_batch_shell(slurm, job_id, job, tmp_path)
         rc = job.wait(timeout=timeout)
     finally:
         if job.poll() is None:
-            subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
+            if job_id is not None:
+                subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
             job.kill()
     return rc, job.stderr.read()
 
 
-def _batch_shell(slurm, job_id):
-    """PID of the job's batch script (what --signal=B: signals)."""
-    prefix = slurm.nodes[0][2]  # listpids asks the local slurmd: the first node's (where a batch shell runs)
-    out = subprocess.run([*prefix, "scontrol", "listpids", job_id], env=slurm.env, capture_output=True, text=True,
-                         timeout=30).stdout
-    for line in out.splitlines()[1:]:
+def _traps_usr1(pid):
+    """Whether process ``pid`` catches SIGUSR1 (the batch script's ``trap ... USR1`` has run; before it, the
+    signal would kill the shell). ProcessLookupError once it has ended."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigCgt:"))
+    except (FileNotFoundError, ProcessLookupError):
+        raise ProcessLookupError(pid) from None
+    return bool(caught >> (signal.SIGUSR1 - 1) & 1)
+
+
+def _signal_usr1(pid):
+    """SIGUSR1 to ``pid`` if it still runs and traps it; whether it was sent."""
+    try:
+        if _traps_usr1(pid):
+            os.kill(pid, signal.SIGUSR1)
+            return True
+    except ProcessLookupError:
+        pass
+    return False
+
+
+def _find_batch_shell(slurm, job_id, job, tmp_path):
+    """Wait for the job's batch shell (what ``--signal=B:`` signals) to run and trap USR1; its PID (None if the
+    job ends first).
+
+    ``scontrol listpids`` asks the local slurmd (the first node's, where a batch shell runs) and lists a
+    step's processes only once slurmd has started it: a pending, requeued or starting job has none yet.
+    """
+    prefix = slurm.nodes[0][2]
+    deadline = time.time() + WAIT_S
+    while True:
+        out = subprocess.run([*prefix, "scontrol", "listpids", job_id], env=slurm.env, capture_output=True,
+                             text=True, timeout=60)
+        pid = _batch_shell(out.stdout)
+        if pid is not None or job.poll() is not None:
+            return pid
+        if time.time() > deadline:
+            state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=slurm.env, capture_output=True,
+                                   text=True, timeout=60).stdout.strip()
+            raise AssertionError(f"no batch shell trapping USR1 in scontrol listpids {job_id} after {WAIT_S} s "
+                                 f"(squeue: {state or 'gone'}):\n{out.stdout}{out.stderr}\n{_log(tmp_path)}")
+        time.sleep(0.1)
+
+
+def _batch_shell(listpids):
+    """The batch shell's PID in ``scontrol listpids`` output, if it runs and traps USR1: the ``batch`` step's
+    ``slurm_script`` process whose parent is not one too (a subshell has the same command line)."""
+    shells = {}
+    for line in listpids.splitlines()[1:]:
         cols = line.split()
         if len(cols) >= 3 and cols[2] == "batch":
             try:
                 with open(f"/proc/{cols[0]}/cmdline", "rb") as f:
-                    if b"slurm_script" in f.read():
-                        return int(cols[0])
-            except OSError:
+                    if b"slurm_script" not in f.read():
+                        continue
+                with open(f"/proc/{cols[0]}/stat") as f:
+                    shells[int(cols[0])] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
                 continue
-    raise AssertionError(f"no batch shell in scontrol listpids {job_id}:\n{out}")
+    for pid, parent in shells.items():
+        try:
+            if parent not in shells and _traps_usr1(pid):
+                return pid
+        except ProcessLookupError:
+            continue
+    return None
 
 
 def test_srun_mpi_none_is_a_clear_error(slurm, tmp_path):

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 from _data import blobs, write_h5
-from test_jobs import JOBS, _log, _run_dir, _vars, _warned_job
+from test_jobs import JOBS, WAIT_S, _log, _run_dir, _vars, _warned_job
 
 import _mpi
 
@@ -45,6 +45,11 @@ fails depends on the values' lengths (hex with run-length compression of address
 two-node matmul job failed in 3 runs out of 5, requeues in most, with or without UCX_NET_DEVICES. MPICH's PMI2
 (``MPIR_CVAR_PMI_VERSION=2``) fails at init with this Slurm. srun --mpi=pmi2 for MPICH is tested on one node
 (test_jobs.py); docs/troubleshooting.rst tells users."""
+
+
+LOST_S = 150
+"""How long srun may take to report a killed node: well above SlurmdTimeout=5 plus slurmctld's ping interval
+(10 s measured) on a loaded machine, well below the 300 s that Slurm's default SlurmdTimeout would take."""
 
 
 def _two(tmp_path, **extra):
@@ -89,7 +94,12 @@ def test_srun_mpi_none_across_two_nodes_is_a_clear_error(slurm2, tmp_path):
 
 def test_preemption_requeue_resume_across_two_nodes(slurm2, tmp_path):
     """The warning signal on a two-node job: checkpoint, requeue, resume on both nodes, the same model as
-    an uninterrupted run at 4 ranks."""
+    an uninterrupted run at 4 ranks.
+
+    The warning is sent as soon as the batch shell traps it, before the ranks start: the whole run takes
+    about 2 s here, so a warning sent once training shows progress could arrive after the end on a faster
+    machine (rank 0 looks for the stop file once a second). The trainer stops after its first step (or
+    within a second of the warning)."""
     if _mpi.flavor() not in TWO_NODE_REQUEUE_FLAVORS:
         pytest.skip(f"a requeued two-node job fails in MPI_Init under {_mpi.flavor()} with Slurm 22.05's pmi2 "
                     "(TWO_NODE_REQUEUE_FLAVORS); test_jobs.py requeues on one node")
@@ -98,7 +108,7 @@ def test_preemption_requeue_resume_across_two_nodes(slurm2, tmp_path):
     opts = "--epochs 40 --batch-size 32 --hidden 128 --dtype float64"
     env = dict(slurm2.env, **_two(tmp_path, DATA=data, CHECKPOINT_EVERY=200, TRAIN_ARGS=opts))
     rc, err = _warned_job(slurm2, ["--nodes=2", "-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "train-cpu.sbatch")],
-                          env, tmp_path, lambda: "epoch   3/" in _log(tmp_path), 400)
+                          env, tmp_path, None, 400)
     log = _log(tmp_path)
     assert rc == 0, (err, log)
     assert "restart 1" in log and "resumed from" in log and log.count("(node1: ranks 0-1; node2: ranks 2-3)") == 2
@@ -134,18 +144,25 @@ def test_a_node_lost_ends_the_job_and_it_resumes_on_the_node_left(slurm2, cluste
                               text=True, timeout=30).stdout.strip()
 
     try:
-        deadline = time.time() + 120
+        # The first checkpoint comes 20 steps in, 5100 before the end: the kill follows within 0.1 s.
+        deadline = time.time() + WAIT_S
         while not ((run_dir / "checkpoint.h5").exists() and "(node1: ranks 0-1; node2: ranks 2-3)" in _log(tmp_path)):
-            assert time.time() < deadline and job.poll() is None, _log(tmp_path)
-            time.sleep(0.3)
+            assert job.poll() is None, f"the job ended before node2 was killed:\n{_log(tmp_path)}"
+            assert time.time() < deadline, f"no checkpoint on two nodes after {WAIT_S} s:\n{_log(tmp_path)}"
+            time.sleep(0.1)
+        assert "final test_accuracy" not in _log(tmp_path), f"the run ended before node2 was killed:\n{_log(tmp_path)}"
         t0 = time.time()
         assert cluster.kill_node("node2") >= 3  # its holder, slurmd, slurmstepd and ranks
-        while "Node failure on node2" not in _log(tmp_path):
-            assert time.time() < t0 + 90 and job.poll() is None, (_log(tmp_path), state())
+        while "Node failure on node2" not in _log(tmp_path):  # SlurmdTimeout=5; by default 300 s
+            assert job.poll() is None, (_log(tmp_path), state())
+            assert time.time() < t0 + LOST_S, (f"srun did not report node2 {LOST_S} s after the kill",
+                                              _log(tmp_path), state())
             time.sleep(0.2)
         ended = time.time() - t0
+        deadline = time.time() + WAIT_S
         while not state().startswith("PENDING"):  # requeued, waiting for a second node
-            assert time.time() < t0 + 120 and job.poll() is None, (_log(tmp_path), state())
+            assert job.poll() is None, (_log(tmp_path), state())
+            assert time.time() < deadline, (f"not requeued {WAIT_S} s after the node failure", _log(tmp_path), state())
             time.sleep(0.3)
         subprocess.run(["scancel", job_id], env=slurm2.env, check=True, timeout=30)
         job.wait(timeout=60)
@@ -160,7 +177,6 @@ def test_a_node_lost_ends_the_job_and_it_resumes_on_the_node_left(slurm2, cluste
     log = _log(tmp_path)
     print(f"node2 lost: srun said so {ended:.1f} s later (SlurmdTimeout=5)")
     assert rerun.returncode == 0, log
-    assert ended < 30, log
     second = log.split("Node failure on node2")[1]
     assert f"job {int(job_id) + 1} restart 0 on node1: {run_dir}" in second, log
     assert "resumed from" in second and "hpcgpu.train: 2 rank(s) on cpu" in second, log
