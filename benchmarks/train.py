@@ -20,7 +20,7 @@ of ``--models`` (hidden widths @ global batch), on the first ``--samples``
 training samples, and prints samples/s per split with its ratio to 1 x 1:
 
     python benchmarks/train.py --sweep [--splits 1x1,1x2,2x1,d1,d2] [--models "256,256@256;1024,1024@1024"]
-                               [--peer ../shared/peers/sgd/numpy_mpi_mlp.py]
+                               [--peer benchmarks/peers/numpy_sgd.py] [--baseline DIR]
 
 ``--tensor-parallel`` runs data x tensor grids (``--grids 2x1,1x2,4x1,2x2,1x4``)
 for each model of ``--models`` and prints samples/s with the ratio to the
@@ -33,8 +33,12 @@ variable at all, what a user gets by default (hpcgpu's split of the cores).
 A split ending in ``all`` (``1x2all``) runs with ``--gemm-threads all``: every
 GEMM on the rank's threads instead of the timed choice per GEMM.
 The default splits are every R x T with R * T = the cores here, 1 x 1, and
-dR for R = 1 and R = cores. ``--peer`` also runs the plain NumPy + mpi4py
-loop at every RxT split of the model it has (784-256-256-10, its batch).
+dR for R = 1 and R = cores. ``--peer`` (default ``benchmarks/peers/numpy_sgd.py``,
+``none`` for none) also runs the plain NumPy + mpi4py loop at every RxT split of
+the model it has (784-256-256-10, its batch). ``--baseline DIR`` runs every
+split of hpcgpu in another tree too (a git worktree of an earlier commit), in
+the same rounds, and prints its samples/s, its ratio to the peer and ours over
+it: a change's effect on speed, measured in one run.
 """
 
 from __future__ import annotations
@@ -59,9 +63,9 @@ def mpiexec() -> str:
         or "mpiexec"
 
 
-def env1() -> dict:
+def env1(root: str = ROOT) -> dict:
     e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e["PYTHONPATH"] = root + os.pathsep + e.get("PYTHONPATH", "")
     return e
 
 
@@ -98,14 +102,15 @@ def compute_only(steps: int) -> None:
     X = rng.random((hi - lo, 784), dtype=np.float32)
     y = rng.integers(0, 10, hi - lo)
     m = MLP([784, 256, 256, 10], seed=0)
-    opt = SGD(m.params, 0.9, 1e-4)
+    opt = SGD(0.01, momentum=0.9, weight_decay=1e-4)
+    state = opt.init(m.params)
     for _ in range(20):  # warm-up
         m.loss_and_grad(X, y)
     rt.comm.Barrier()
     t0 = MPI.Wtime()
     for _ in range(steps):
         m.loss_and_grad(X, y)
-        opt.step(m.grad, 0.01, scale=1 / 256)
+        opt.update(m.grad, state, m.params, lr=0.01, scale=1 / 256)
     dt = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     if rt.rank == 0:
         print(json.dumps({"samples_per_second": steps * 256 / dt}))
@@ -120,9 +125,9 @@ def compute_run(P: int, steps: int) -> float:
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
 
-def split_env(threads: int | None) -> dict:
+def split_env(threads: int | None, root: str = ROOT) -> dict:
     """The environment of a sweep run: T threads per rank, or (None) no thread variable at all."""
-    e = {k: v for k, v in env1().items() if k not in _THREAD_VARS}
+    e = {k: v for k, v in env1(root).items() if k not in _THREAD_VARS}
     if threads is not None:
         e["OMP_NUM_THREADS"] = str(threads)
     return e
@@ -141,14 +146,14 @@ def subset(data: str, n: int, out: str) -> str:
     return out
 
 
-def sweep_run(split: str, hidden: str, batch: int, data: str, epochs: int, out: str) -> float:
+def sweep_run(split: str, hidden: str, batch: int, data: str, epochs: int, out: str, root: str = ROOT) -> float:
     extra = ["--gemm-threads", "all"] if split.endswith("all") else []
     split = split.removesuffix("all")
     ranks, threads = (int(split[1:]), None) if split.startswith("d") else map(int, split.split("x"))
     cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcgpu.train", "--data", data, "--out", out,
            "--hidden", hidden, "--batch-size", str(batch), "--epochs", str(epochs), "--lr", "0.05",
            "--weight-decay", "0", "--device", "cpu", "--progress", "none", *extra]  # the peer's update: no decay
-    subprocess.run(cmd, check=True, env=split_env(threads), timeout=3600)
+    subprocess.run(cmd, check=True, env=split_env(threads, root), timeout=3600, cwd=root)
     with h5py.File(out) as f:
         return float(np.median(f["metrics/samples_per_second"][1:]))
 
@@ -173,8 +178,11 @@ def sweep(a, data: str) -> int:
         for rnd in range(a.repeat):  # rounds over every split, so drift falls on all of them alike
             for hidden, batch in models:
                 for split in splits:
-                    r = runs.setdefault((hidden, batch, split), {"ours": [], "peer": []})
-                    r["ours"].append(sweep_run(split, hidden, batch, small, a.epochs, os.path.join(tmp, "o.h5")))
+                    r = runs.setdefault((hidden, batch, split), {"ours": [], "peer": [], "base": []})
+                    trees = [("ours", ROOT)] + ([("base", os.path.abspath(a.baseline))] if a.baseline else [])
+                    for key, root in trees[:: 1 if rnd % 2 == 0 else -1]:  # each goes first in every other round
+                        r[key].append(sweep_run(split, hidden, batch, small, a.epochs, os.path.join(tmp, "o.h5"),
+                                                root=root))
                     if a.peer and hidden == "256,256" and batch == 256 and not split.startswith("d") \
                             and not split.endswith("all"):
                         r["peer"].append(peer_run(a.peer, split, small, a.epochs))
@@ -182,7 +190,8 @@ def sweep(a, data: str) -> int:
     res = [{"hidden": h, "batch": b, "split": sp, "samples_per_second": float(np.median(r["ours"])),
             "best_samples_per_second": float(max(r["ours"])),
             "peer_samples_per_second": float(np.median(r["peer"])) if r["peer"] else None,
-            "peer_best_samples_per_second": float(max(r["peer"])) if r["peer"] else None, "runs": r}
+            "peer_best_samples_per_second": float(max(r["peer"])) if r["peer"] else None,
+            "baseline_samples_per_second": float(np.median(r["base"])) if r["base"] else None, "runs": r}
            for (h, b, sp), r in runs.items()]
     print(f"cores here: {len(os.sched_getaffinity(0))}; {a.samples} samples; samples/s: median over {a.repeat} "
           f"rounds of the median of epochs 2..{a.epochs}; RxT: R ranks x T threads (OMP_NUM_THREADS=T), "
@@ -206,6 +215,13 @@ def sweep(a, data: str) -> int:
               f"{r['samples_per_second']:>9.0f} {r['best_samples_per_second']:>8.0f} "
               f"{pair(r['ratio_to_1x1'], r['best_ratio_to_1x1']):>13} {pair(peer, peer_best, '.0f'):>15} "
               f"{pair(r['ratio_to_peer'], r['best_ratio_to_peer']):>11}")
+        base = r["baseline_samples_per_second"]
+        if base:
+            r["baseline_ratio_to_peer"] = base / peer if peer else None
+            r["ratio_to_baseline"] = r["samples_per_second"] / base
+            vs = f", baseline vs peer {r['baseline_ratio_to_peer']:.3f}" if peer else ""
+            print(f"{'':>18} {'':>5} {'':>6} baseline {a.baseline}: {base:.0f}/s; ours / baseline "
+                  f"{r['ratio_to_baseline']:.3f}{vs}")
     os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump({"data": data, "samples": a.samples, "epochs": a.epochs, "sweep": res}, f, indent=1)
@@ -261,7 +277,9 @@ def main() -> int:
                     help="--sweep: hidden widths @ global batch, ';'-separated")
     ap.add_argument("--samples", type=int, default=16384, help="--sweep: training samples used")
     ap.add_argument("--repeat", type=int, default=3, help="--sweep: rounds over the splits; medians are kept")
-    ap.add_argument("--peer", help="--sweep: the plain NumPy + mpi4py loop (numpy_mpi_mlp.py) to run beside")
+    ap.add_argument("--peer", default=os.path.join(HERE, "peers", "numpy_sgd.py"),
+                    help="--sweep: the plain NumPy + mpi4py loop to run beside ('none': none)")
+    ap.add_argument("--baseline", help="--sweep: another hpcgpu tree (a worktree of an earlier commit) run beside")
     ap.add_argument("--tensor-parallel", action="store_true",
                     help="data x tensor grids instead: --grids of DxT, each model of --models")
     ap.add_argument("--grids", default="2x1,1x2,4x1,2x2,1x4", help="--tensor-parallel: DxT items")
@@ -272,6 +290,8 @@ def main() -> int:
     data = ensure_data(a.data)
     if a.tensor_parallel:
         return tensor(a, data)
+    if a.peer == "none":
+        a.peer = None
     if a.sweep:
         if a.json.endswith("bench-train.json"):
             a.json = a.json.replace("bench-train.json", "bench-train-sweep.json")

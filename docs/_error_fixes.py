@@ -125,17 +125,70 @@ FIXES: dict[str, str] = {
         "The L2 coefficient ``--weight-decay`` cannot be negative. Give 0 to switch it off."
     ),
     "--zero-stage must be 0 or 1, got …": (
-        "Only ZeRO stage 1 (the momentum sharded over the data-parallel ranks) is implemented. Give "
+        "Only ZeRO stage 1 (the optimizer state sharded over the data-parallel ranks) is implemented. Give "
         "``--zero-stage 1`` or ``--zero-stage 0`` (off)."
     ),
     "schedule must be cosine, step or constant, got …": (
         "``LRSchedule(kind=...)`` in library use was given another kind. Use ``\"cosine\"``, ``\"step\"`` or "
         "``\"constant\"``."
     ),
-    "velocity of shape … for parameters of shape …": (
-        "``SGD.load_state_dict`` was given a momentum array of another length than the parameters it "
-        "updates: the state comes from a model of another size (other ``--hidden``, other data dimensions) "
-        "or from another tensor-parallel slice. Load state saved from the same model layout."
+    "--loss must be cross-entropy, mse or huber, got …": (
+        "``TrainConfig(loss=...)`` was given another value (the command line's choices catch it earlier). Use "
+        "``cross-entropy`` (classification), ``mse`` or ``huber`` (regression), or leave it empty for the "
+        "task's default: cross-entropy for classification, mse for regression. In library use with a model, "
+        "pass the loss object instead: ``Trainer(model, nn.Huber(), optimizer, ...)``."
+    ),
+    "--optimizer must be sgd, adam or adamw, got …": (
+        "``TrainConfig(optimizer=...)`` was given another value (the command line's choices catch it "
+        "earlier). Use ``sgd`` (with ``--momentum``), ``adam`` or ``adamw``. In library use, pass an "
+        "optimizer object instead: ``Trainer(model, loss, optim.AdamW(lr=1e-3), ...)``."
+    ),
+    "--task must be classification or regression, got …": (
+        "``TrainConfig(task=...)`` was given another value (the command line's choices catch it earlier). "
+        "Use ``classification`` (integer class labels) or ``regression`` (numeric targets), or leave it "
+        "empty to take the task from the targets' type: integers are labels, floats regression targets."
+    ),
+    "optimizer must be one of …, got …": (
+        "``hpcgpu.optim.optimizer_by_name(name, ...)`` was given a name it does not know (the command "
+        "line's ``--optimizer`` choices catch it earlier). Use ``\"sgd\"``, ``\"adam\"`` or ``\"adamw\"``, or "
+        "construct the optimizer yourself (``optim.SGD(...)``, ``optim.Adam(...)``, ``optim.AdamW(...)``) "
+        "and pass it to ``Trainer``."
+    ),
+    "Nesterov momentum needs momentum > 0": (
+        "``optim.SGD(nesterov=True)`` was given no momentum: Nesterov's look-ahead follows the velocity, so "
+        "without momentum there is nothing to look ahead along. Give a momentum, e.g. "
+        "``optim.SGD(lr=0.01, momentum=0.9, nesterov=True)``, or drop ``nesterov``."
+    ),
+    "betas must be in [0, 1), got …": (
+        "``optim.Adam(betas=...)`` and ``optim.AdamW(betas=...)`` take the decay rates of the first and "
+        "second moment estimates, each at least 0 and below 1 (at 1 the bias correction divides by zero). "
+        "Keep the default ``(0.9, 0.999)``, or give two values in that range, e.g. ``betas=(0.9, 0.98)``."
+    ),
+    "eps must be > 0, got …": (
+        "``optim.Adam(eps=...)`` and ``optim.AdamW(eps=...)`` add ``eps`` to the root of the second moment "
+        "so that a step never divides by zero; it must be positive. Keep the default ``1e-8``, or give "
+        "another small positive value such as ``1e-6``."
+    ),
+    "lr must be a positive number, got …": (
+        "An optimizer of ``hpcgpu.optim`` (``SGD``, ``Adam``, ``AdamW``) was given a learning rate that is 0, "
+        "negative, NaN or infinite. Give a finite positive rate, e.g. ``optim.SGD(lr=0.01)`` or "
+        "``optim.Adam(lr=1e-3)``; on the command line it is ``--lr``."
+    ),
+    "momentum must be in [0, 1), got …": (
+        "``optim.SGD(momentum=...)`` must be at least 0 and below 1: at 1 or more the velocity never decays "
+        "and the steps grow without bound. Give e.g. ``momentum=0.9``, or 0 for plain SGD."
+    ),
+    "weight_decay must be >= 0, got …": (
+        "The ``weight_decay`` of ``optim.SGD``, ``Adam`` or ``AdamW`` cannot be negative (it would push the "
+        "weights away from zero). Give 0 to switch it off. ``SGD`` and ``Adam`` add it to the gradient as "
+        "L2; ``AdamW`` shrinks the weights by ``lr * weight_decay`` every step (default 0.01)."
+    ),
+    "… does not define update": (
+        "Raised by the base class ``hpcgpu.optim.Optimizer`` when a subclass does not implement ``update``. "
+        "An optimizer of your own must define ``update(grad, state, params, *, lr, scale=1.0, count=1)``, "
+        "which changes ``params`` and its ``state`` arrays in place from ``scale * grad``; set ``name`` and "
+        "``state_names`` (the arrays ``init`` makes), and add its hyperparameters to ``config()`` so that a "
+        "checkpoint records them. Or use ``optim.SGD``, ``optim.Adam`` or ``optim.AdamW``."
     ),
     "--precision bf16-mixed needs the ml_dtypes package (pip install ml_dtypes)": (
         "NumPy has no bfloat16 type of its own; hpcgpu takes it from ``ml_dtypes``, which is not installed "
@@ -219,26 +272,31 @@ FIXES: dict[str, str] = {
         "file's ``/train`` has fewer rows than ranks. Run on fewer ranks (``mpiexec -n`` or Slurm's "
         "``--ntasks``), or use a larger training set."
     ),
-    "--data …: /…/X row … holds NaN or infinity": (
-        "Every rank checks its shard of the features before training; the row named (a global row index) "
-        "holds a NaN or an infinite value, which would make the loss NaN at once. Clean or impute the data "
-        "set (drop or fill that row) and write the file again."
+    "… row … holds NaN or infinity": (
+        "Every rank checks its rows before training; the row named (a global row index) of the features, or "
+        "of regression targets, holds a NaN or an infinite value, which would make the loss NaN at once. The "
+        "prefix says which data: ``--data FILE: /train/X`` for a file, ``data: X``, ``validation: y`` or "
+        "``predict: X`` for arrays given to ``fit``, ``evaluate`` or ``predict``. Clean or impute the data "
+        "(drop or fill that row), then write the file again or pass the cleaned arrays."
     ),
-    "--data …: /…/y has a negative label (…)": (
-        "Labels must be class indices ``0 .. C-1``; the file holds a negative one. Map your classes to "
-        "0-based integers (e.g. with ``numpy.unique(y, return_inverse=True)``) and write ``/train/y`` and "
-        "``/test/y`` again."
+    "… has a negative label (…)": (
+        "Labels must be class indices ``0 .. C-1``, and the labels named (``--data FILE: /train/y`` of a "
+        "file, ``data: y`` or ``validation: y`` of arrays) hold a negative one. Map your classes to 0-based "
+        "integers (e.g. with ``numpy.unique(y, return_inverse=True)``), then write the file again or pass "
+        "the mapped labels."
     ),
-    "--data …: label … is outside 0..… (num_classes = …)": (
-        "The file's ``num_classes`` attribute says C classes but a label is C or larger. Either the "
-        "attribute is wrong (fix it with ``h5py``: ``f.attrs[\"num_classes\"] = C``, or delete it so that C is "
-        "the largest label plus one) or the labels are not 0-based."
+    "…: label … is outside 0..… (num_classes = …)": (
+        "A label is C or larger, C being the number of classes: on the command line the file's "
+        "``num_classes`` attribute (or else the largest label plus one); with a model given to ``Trainer``, "
+        "the number of outputs of its last ``Dense`` layer. Give the last layer one output per class "
+        "(``nn.Dense(h, C)``), fix the attribute with ``h5py`` (``f.attrs[\"num_classes\"] = C``, or delete it), "
+        "or map the labels to ``0 .. C-1``."
     ),
     "--data …: no dataset …": (
-        "The trainer reads ``/train/X`` (N x D features) and ``/train/y`` (N labels), optionally "
-        "``/test/X`` and ``/test/y``; the dataset named is missing (or is a group). Write the file in that "
-        "layout (``python -m hpcgpu.datasets`` shows one), or rename the datasets with ``h5py``. A ``/test`` "
-        "with only one of its two datasets is also an error."
+        "The trainer reads ``/train/X`` (N x D features) and ``/train/y`` (N labels or regression targets), "
+        "optionally ``/test/X`` and ``/test/y``; the dataset named is missing (or is a group). Write the file "
+        "in that layout (``python -m hpcgpu.datasets`` shows one), or rename the datasets with ``h5py``. A "
+        "``/test`` with only one of its two datasets is also an error."
     ),
     "--data …: rank … cannot read /… rows …:… (…)": (
         "This rank could open the file but not read its shard; the HDF5 reason follows. Usual causes: the "
@@ -246,9 +304,12 @@ FIXES: dict[str, str] = {
         "changed or truncated while the job started, or HDF5 file locking fails on a parallel file system "
         "(then set ``HDF5_USE_FILE_LOCKING=FALSE``). All ranks stop with this message."
     ),
-    "--data …: … class(es); classification needs at least 2": (
-        "The labels (or the ``num_classes`` attribute) give fewer than two classes, so there is nothing to "
-        "classify. Check that ``/train/y`` holds the labels you meant, or fix ``num_classes``."
+    "…: … class(es); classification needs at least 2": (
+        "There are fewer than two classes, so there is nothing to classify: on the command line the labels "
+        "(or the file's ``num_classes`` attribute) give one; with a model given to ``Trainer``, its last "
+        "``Dense`` layer has a single output. Check that ``/train/y`` (or ``y``) holds the labels you meant, "
+        "fix ``num_classes``, or give the last layer one output per class; for a single score per sample use "
+        "a regression loss (``nn.MeanSquaredError()``) with float targets."
     ),
     "--data …: … has no features (D = 0)": (
         "``/train/X`` (or ``/test/X``) has shape N x 0. Write the features as a 2-D array with at least one "
@@ -262,10 +323,17 @@ FIXES: dict[str, str] = {
         "The features must be one row per sample. Reshape images before writing, e.g. "
         "``X.reshape(len(X), -1)`` turns N x 28 x 28 into N x 784."
     ),
-    "--data …: … must be a 1-D integer label array, has shape … and dtype …": (
-        "Labels must be a 1-D integer array of class indices, not one-hot rows, floats or strings. Write "
-        "``y.argmax(axis=1)`` for one-hot labels, ``y.astype(\"int64\")`` for integral floats, or map strings "
-        "to indices."
+    "--data …: … must be a 1-D integer label array for classification, has shape … and dtype …": (
+        "For classification (``--task classification``, or by default when the targets are integers or not "
+        "numbers) ``y`` must be a 1-D integer array of class indices, not one-hot rows, floats or strings. "
+        "Write ``y.argmax(axis=1)`` for one-hot labels, ``y.astype(\"int64\")`` for integral floats, or map "
+        "strings to indices; for numeric targets to fit, give ``--task regression``."
+    ),
+    "--data …: … must be numbers of shape (N,) or (N, k) for regression, has shape … and dtype …": (
+        "For regression (``--task regression``, or by default when the targets are floats) ``y`` must hold "
+        "one number per sample, shape (N,), or k numbers per sample, shape (N, k); this dataset has more "
+        "dimensions or is not numeric. Write it as a float array of shape (N,) or (N, k) "
+        "(``y.reshape(len(y), -1)``); for class labels, store integers and give ``--task classification``."
     ),
     "--data …: … must be real numbers, has dtype …": (
         "The features must be integers or floats (they are converted to ``--dtype``); the dataset holds "
@@ -291,6 +359,61 @@ FIXES: dict[str, str] = {
         "With ``--data-placement replicated`` (the message then says so) use ``sharded``; otherwise check "
         "that ranks do not share a GPU (``python -m hpcgpu info``), that no other process holds its memory "
         "(``nvidia-smi``), or run more ranks so that each holds less."
+    ),
+    "…: X and y must be arrays (or h5py datasets) with a shape (…)": (
+        "``fit((X, y))``, ``evaluate((X, y))`` and ``predict(X)`` take arrays that have a ``shape`` and a "
+        "``dtype``: NumPy or CuPy arrays, or h5py datasets (each rank then reads only its rows). A Python "
+        "list has neither: pass ``numpy.asarray(X)`` and ``numpy.asarray(y)`` (``df.to_numpy()`` for pandas)."
+    ),
+    "…: X has … rows but y has shape …": (
+        "``X`` and ``y`` of one data set differ in length (or ``y`` has no length at all): every row of "
+        "features needs one target. Pass both from the same selection of samples; with ``sharded=True`` each "
+        "rank's ``X`` and ``y`` must be its own rows of both."
+    ),
+    "…: X must be 2-D (N x D) with D > 0, has shape …": (
+        "Features given to ``fit``, ``evaluate`` or ``predict`` (arrays, or the dataset of "
+        "``predict(\"FILE:DATASET\")``) must be one row per sample with at least one column. Flatten images "
+        "first (``X.reshape(len(X), -1)``), and give a single feature as a column (``x[:, None]``)."
+    ),
+    "…: y must be 1-D integer labels for classification, has shape … and kind …": (
+        "For a classification model (a ``Sequential`` with ``nn.SoftmaxCrossEntropy``, or "
+        "``task=\"classification\"``) the targets must be one integer class index per sample; ``kind`` is "
+        "NumPy's dtype kind (``f`` float, ``U`` string, ``O`` object). Convert one-hot rows with "
+        "``y.argmax(axis=1)`` and integral floats with ``y.astype(\"int64\")``; for continuous targets use a "
+        "regression loss (``nn.MeanSquaredError()``, ``nn.Huber()``)."
+    ),
+    "…: y must be numbers of shape (N,) or (N, k) for regression, has shape …": (
+        "For a regression model (``nn.MeanSquaredError``, ``nn.Huber``, or a model of one's own with float "
+        "targets) the targets must be numbers, one per sample (N,) or k per sample (N, k). Reshape them "
+        "(``y.reshape(len(y), -1)``) and convert strings to numbers; for class labels use "
+        "``nn.SoftmaxCrossEntropy`` with integer labels."
+    ),
+    "…: the ranks hold data of different shapes or tasks (…)": (
+        "Every rank must pass data with the same number of features, the same targets per sample and the "
+        "same task (integer labels, or numeric targets); what each rank passed (features, target shape, "
+        "task) follows. Load the same data on every rank; with ``sharded=True``, prepare every rank's part "
+        "alike (the same columns, labels of an integer type on every rank)."
+    ),
+    (
+        "…: rank 0 holds … rows and rank … …: with sharded=False every rank passes the whole set; pass "
+        "sharded=True when each passes its own rows"
+    ): (
+        "With ``sharded=False`` (the default) ``fit``, ``evaluate`` and ``predict`` expect the whole data set "
+        "on every rank, each rank taking its block of it; here the ranks passed arrays of different lengths, "
+        "so they do not hold the same set. If each rank loaded its own part, pass ``sharded=True`` (the set "
+        "is then the ranks' rows in rank order); otherwise make every rank load the same full set (the same "
+        "file, preprocessing and seed)."
+    ),
+    "…: … samples, fewer than the … ranks (each rank needs at least one)": (
+        "The training data given to ``fit`` has fewer rows than there are data-parallel ranks, and each rank "
+        "needs at least one. Run on fewer ranks, or train on more data."
+    ),
+    "…: rank … cannot take rows …:… (…: …)": (
+        "The rank named could not copy its rows of the arrays given into its own float arrays (the error "
+        "follows): usually out of memory (``MemoryError``), values that cannot be converted to numbers "
+        "(strings, objects), or an h5py dataset that rank's node cannot read. Free memory or run more ranks "
+        "(with ``sharded=True`` each rank holds only its own rows), convert the data to numbers, or put the "
+        "file on a file system every node shares."
     ),
     # -- Training: checkpoints, resume and divergence -----------------------------------------------------
     "checkpoint …: unreadable (…)": (
@@ -321,10 +444,6 @@ FIXES: dict[str, str] = {
         "infinity was damaged afterwards (an older file, written before checksums, is checked this way "
         "too). ``--resume`` falls back to the older checkpoint; move the damaged file aside."
     ),
-    "hpcgpu.train: warning: checkpoint … has no checksums (an older hpcgpu wrote it): resumed without verifying it": (
-        "Not an error: the checkpoint was written by an hpcgpu from before checksums (format 1), so damage "
-        "to it cannot be detected. The run resumes from it; its next checkpoint has checksums."
-    ),
     "… data with a /test split, --data … has none": (
         "A checkpoint records a fingerprint of the training and test data it was trained on. The run that "
         "wrote it had a ``/test`` split and this ``--data`` has none: it is another file. Resume with the "
@@ -345,6 +464,20 @@ FIXES: dict[str, str] = {
         "features and labels, the same at any number of ranks) differs. Another file, or the same file "
         "rewritten (other preprocessing, another shuffle). Resume with the data the checkpoint was trained "
         "on, or start a new run without ``--resume``."
+    ),
+    "hpcgpu.train: warning: checkpoint … has no checksums (an older hpcgpu wrote it): resumed without verifying it": (
+        "Not an error: the checkpoint was written by an hpcgpu from before checksums (format 1), so damage to it "
+        "cannot be detected. The run resumes from it; its next checkpoint has checksums."
+    ),
+    "loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got …": (
+        "``Trainer(model, loss, optimizer)`` takes the loss second: an object of :mod:`hpcgpu.nn`'s losses. "
+        "When the message goes on with *give the optimizer as optimizer=*, an optimizer was passed in the "
+        "loss's place: write ``Trainer(model, nn.MeanSquaredError(), optim.Adam(...))`` or name it, "
+        "``optimizer=optim.Adam(...)``."
+    ),
+    "model … is a layer: give a Sequential of layers, Sequential(…(...))": (
+        "A single layer is not a model: the trainer runs a :class:`hpcgpu.nn.Sequential` of layers with a loss. "
+        "Wrap it, ``Trainer(nn.Sequential(nn.Dense(4, 1)), nn.MeanSquaredError())``."
     ),
     "holds … parameters, the model has …": (
         "The checkpoint is for a model of another size: other ``--hidden`` widths, or a data set with another "
@@ -370,9 +503,10 @@ FIXES: dict[str, str] = {
         "or made read-only during the run). The older checkpoints are untouched and every rank stops. Free "
         "space or choose another ``--checkpoint``, then rerun with ``--resume``."
     ),
-    "--data …: /test/X has … features, /train/X has …": (
-        "The test set must have the same features as the training set. Write ``/test/X`` with the same "
-        "number of columns (the same preprocessing), or remove ``/test``."
+    "…: /test/X has … features, /train/X has …": (
+        "The file's test set must have the same features as its training set (the file of ``--data``, or "
+        "the path given to ``fit``). Write ``/test/X`` with the same number of columns (the same "
+        "preprocessing), or remove ``/test``."
     ),
     "--grad-accum-steps …: a micro-batch of … samples is smaller than the …": (
         "Each of the K micro-batches (``BATCH_SIZE / K`` samples) is split among the data-parallel ranks, "
@@ -403,10 +537,12 @@ FIXES: dict[str, str] = {
     ),
     "--resume: … was written with --… …, this run has …": (
         "A resumed run must keep the options that decide the model, the sample order and the update rule: "
-        "``--hidden``, ``--batch-size``, ``--seed``, ``--dtype``, ``--lr``, ``--momentum``, "
-        "``--weight-decay``, ``--schedule``, ``--warmup-epochs``, ``--lr-step-epochs``, ``--lr-gamma`` and "
-        "``--epochs``. Rerun with the value the message names for the checkpoint; to train longer or "
-        "differently, start a new run under another ``--checkpoint``. The number of ranks may change."
+        "``--hidden``, ``--task``, ``--loss``, ``--optimizer``, ``--batch-size``, ``--seed``, ``--dtype``, "
+        "``--lr``, ``--momentum``, ``--weight-decay``, ``--schedule``, ``--warmup-epochs``, "
+        "``--lr-step-epochs``, ``--lr-gamma`` and ``--epochs`` (in library use the same ``Trainer(...)`` "
+        "options, and the optimizer's ``lr``, ``momentum`` and ``weight_decay``). Rerun with the value the "
+        "message names for the checkpoint; to train longer or differently, start a new run under another "
+        "``--checkpoint``. The number of ranks may change."
     ),
     "--resume: …: …": (
         "The newest readable checkpoint has a field that cannot be loaded (progress, history or loss scaler "
@@ -427,7 +563,7 @@ FIXES: dict[str, str] = {
     ),
     "broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO": (
         "``Trainer.broadcast_state(root)`` (library use) gathers the global state on rank 0 when the model or "
-        "its momentum is split over ranks. Call it with ``root=0``."
+        "its optimizer state is split over ranks. Call it with ``root=0``."
     ),
     "hpcgpu.train: warning: …; falling back to an older checkpoint": (
         "Not an error: with ``--resume`` the newest checkpoint could not be read (the reason is given) and "
@@ -454,26 +590,163 @@ FIXES: dict[str, str] = {
         "would repeat the same steps exactly, so start a new run (without ``--resume``, or with another "
         "``--checkpoint``)."
     ),
+    "--resume: … was written with the optimizer …, this run has …": (
+        "A checkpoint records its optimizer's configuration (the name and every hyperparameter, such as "
+        "``betas``, ``eps`` or ``nesterov``), and this run's optimizer differs: the saved state (momentum, "
+        "moment estimates) belongs to the other update rule. Build the optimizer as it was (the message names "
+        "both), or start a new run without ``resume=True`` (``--resume``) or under another ``checkpoint=`` "
+        "(``--checkpoint``)."
+    ),
+    "--resume: … was written for another model (…), this run has …": (
+        "A checkpoint records the model it was trained for (the ``Dense`` sizes, activations and loss, or the "
+        "class and parameter shapes of a model of one's own), and this run's model differs, so the saved "
+        "parameters would not fit or would mean something else. Resume with the model that wrote it (the "
+        "message names both), or start a new run without ``resume=True`` (``--resume``) or under another "
+        "``checkpoint=`` (``--checkpoint``)."
+    ),
+    "holds optimizer state …, … has …": (
+        "Reported as ``--resume: FILE: holds optimizer state [...]``: the checkpoint's optimizer state "
+        "arrays (named first) are not those this run's optimizer keeps (SGD ``velocity``; Adam and AdamW "
+        "``m`` and ``v``), although its recorded configuration matched: an optimizer of your own with the "
+        "``name`` of another but other ``state_names``, or a damaged file. Resume with the optimizer that "
+        "wrote it, or start a new run without resuming."
+    ),
+    "optimizer state … for …'s …": (
+        "``Trainer.load_state_dict(state)`` was given optimizer state arrays under other names than this "
+        "trainer's optimizer keeps (SGD ``velocity``; Adam and AdamW ``m`` and ``v``): the state comes from a "
+        "trainer with another optimizer. Load state saved by a trainer built with the same optimizer class, "
+        "or leave the ``\"optimizer\"`` entry out of the dict to keep this optimizer's own state."
+    ),
+    "… of shape … for parameters of shape …": (
+        "Optimizer state given to ``Trainer.load_state_dict`` has another length than this rank's "
+        "parameters: it comes from a model of another size, or from a run whose ranks held other slices "
+        "(tensor parallelism or ZeRO-1, where ``state_dict()`` holds each rank's own part). Load the state of "
+        "the same model on the same layout of ranks, or use checkpoints (``save_checkpoint`` and "
+        "``resume=True``), which store the unsplit state and resume at any number of ranks."
+    ),
+    "Trainer: …": (
+        "``Trainer(...)`` was given a keyword that is not an option of ``TrainConfig``; Python's message "
+        "follows and names it (``got an unexpected keyword argument 'batchsize'``). Check the spelling "
+        "against ``TrainConfig``'s fields (``batch_size``, ``epochs``, ``seed``, ``precision``, ...). The "
+        "model, the loss and the optimizer are the first three arguments, not options."
+    ),
+    "optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got …": (
+        "The trainer runs the update on its own flat buffers, so it needs an optimizer of ``hpcgpu.optim``: "
+        "not another library's (``torch.optim``, optax), and an instance, not the class. Pass e.g. "
+        "``optim.SGD(lr=0.01, momentum=0.9)`` or ``optim.Adam(lr=1e-3)``; an optimizer of your own "
+        "subclasses ``hpcgpu.optim.Optimizer``."
+    ),
+    "a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), nn.MeanSquaredError() or nn.Huber())": (
+        "The built-in layers end in raw outputs, and the trainer needs the loss to compute on them. Pass it "
+        "as the second argument: ``Trainer(model, nn.SoftmaxCrossEntropy(), optimizer, ...)`` for integer "
+        "class labels, ``nn.MeanSquaredError()`` or ``nn.Huber()`` for numeric targets."
+    ),
+    "model … computes its own loss in loss_and_grad: give loss= with a Sequential only": (
+        "The model is not an ``nn.Sequential``, so the trainer takes it as a model of one's own, whose "
+        "``loss_and_grad`` returns the loss; a separate loss was given too. For a model of your own, drop the "
+        "loss and give the optimizer by keyword: ``Trainer(model, optimizer=optim.Adam(lr=1e-3), ...)`` (an "
+        "optimizer passed second by position is taken for the loss). For built-in layers, wrap them in a "
+        "``Sequential``: a single layer is not one, write ``nn.Sequential(nn.Dense(4, 1))``."
+    ),
+    "the trainer runs Dense layers with their activations; … has other layers": (
+        "The trainer runs a ``Sequential`` of ``Dense`` layers only, folding an activation layer into the "
+        "linear ``Dense`` just before it; this model has a layer that cannot be folded: an activation first, "
+        "after another activation or after a ``Dense`` that has one, or a nested ``Sequential``. Give each "
+        "``Dense`` its activation (``nn.Dense(64, 128, activation=\"relu\")``) and flatten nested "
+        "``Sequential`` models into one; for other computations write a model of one's own."
+    ),
+    "model …: init(rng) failed (…: …)": (
+        "The trainer calls a model of one's own's ``init(rng)`` (a ``numpy.random.Generator``) to learn its "
+        "parameters' sizes, and it raised (the exception follows); an ``AttributeError`` about ``values`` "
+        "means that it returned something other than a dict. Make ``init`` return ``{name: array}``; call "
+        "``model.init(numpy.random.default_rng(0))`` by hand to see the whole traceback."
+    ),
+    (
+        "--tensor-parallel …: a model of one's own (…) cannot be split over ranks; tensor parallelism needs "
+        "the built-in Dense layers (hpcgpu.nn.Sequential)"
+    ): (
+        "Tensor parallelism splits the weight matrices of ``Dense`` layers over the ranks of a group; the "
+        "parameters of a model of one's own are named arrays the trainer cannot know how to split. Use "
+        "``tensor_parallel=1`` (data parallelism: every rank holds the whole model), or build the model as an "
+        "``hpcgpu.nn.Sequential`` of ``Dense`` layers."
+    ),
+    (
+        "--precision …: a model of one's own (…) computes in its parameters' type; mixed precision needs the "
+        "built-in layers"
+    ): (
+        "``bf16-mixed`` and ``16-mixed`` multiply in 16 bits inside the built-in ``Dense`` layers; a model of "
+        "one's own computes as its ``loss_and_grad`` does, in the type of the trainer's float32 or float64 "
+        "parameters. Use ``precision=\"32-true\"`` or ``\"64-true\"`` (or ``dtype=``) with it, or build the "
+        "model as an ``hpcgpu.nn.Sequential`` of ``Dense`` layers."
+    ),
+    "fit: give the training data, fit((X, y)) or fit('data.h5')": (
+        "``fit()`` was called without data, and the trainer was not made with ``data=``. Pass the training "
+        "set: ``fit((X, y))`` for arrays (the whole set on every rank, or each rank's own rows with "
+        "``sharded=True``), or the path of an HDF5 file in the trainer's layout, ``fit(\"data.h5\")``."
+    ),
+    "… must be (X, y) or an HDF5 path, got …": (
+        "``fit``, its ``validation=`` and ``evaluate`` take a data set as one pair ``(X, y)`` or as the path "
+        "of an HDF5 file; the value named is something else. The usual cause is ``fit(X, y)``: write "
+        "``fit((X, y))``, the pair in parentheses, and ``validation=(X_val, y_val)``."
+    ),
+    "validation: X has … features, the training data has …": (
+        "The validation set given to ``fit(..., validation=(X_val, y_val))`` (or to ``evaluate``) has another "
+        "number of feature columns than the training data. Prepare both with the same preprocessing."
+    ),
+    "…: the validation targets have shape … per sample, the training targets …": (
+        "The validation (or ``/test``) targets have another shape per sample than the training targets: "
+        "``(N,)`` against ``(N, 1)``, or another number of regression targets. Give both the same shape "
+        "(``y.reshape(len(y), -1)`` for both, or ``y.ravel()`` for a single target)."
+    ),
+    "…: X has … features, the model's first layer takes …": (
+        "The data has another number of feature columns than the model's input, the ``n_in`` of its first "
+        "``Dense`` layer. Build the first layer for the data (``nn.Dense(X.shape[1], ...)``), or prepare the "
+        "data as the model expects."
+    ),
+    "…: y has … target(s) per sample, the model's last layer gives …": (
+        "For regression the model's last ``Dense`` layer needs one output per target: k outputs for targets "
+        "of shape (N, k), 1 for targets of shape (N,). Make the last layer ``nn.Dense(h, k)``, or reshape "
+        "the targets."
+    ),
+    "predict: X has … features, the model's first layer takes …": (
+        "``predict`` (or ``python -m hpcgpu.train predict``) was given rows of another width than the model's "
+        "input, the ``n_in`` of its first ``Dense`` layer: the features were prepared differently from the "
+        "training data, or the wrong dataset was named (``--data FILE:DATASET``, default ``/test/X``). Apply "
+        "the training data's preprocessing, or name the dataset of features."
+    ),
+    "predict: …:…: cannot be read (…)": (
+        "``predict(\"FILE:DATASET\")`` or ``python -m hpcgpu.train predict --data FILE[:DATASET]`` could "
+        "not open the features (the reason follows): the file does not exist or is not HDF5, or it has no "
+        "dataset of that name (a ``KeyError``; the default is ``/test/X``). Check the path, and name the "
+        "dataset after a colon (``h5ls -r FILE`` lists them)."
+    ),
+    "save: give a path (the trainer was made without out=)": (
+        "``Trainer.save()`` writes the results file to the trainer's ``out``, and a trainer made from a model "
+        "has none unless given. Name the file, ``trainer.save(\"results.h5\")``, or make the trainer with "
+        "``out=\"results.h5\"``."
+    ),
     # -- Training: the model and its gradient (library use) -----------------------------------------------
     "a tensor-parallel model needs tensor_allreduce": (
-        "``MLP(tensor=(T, t))`` with T > 1 must be given ``tensor_allreduce``, the function that sums a "
-        "buffer over the tensor group. Pass it, or use the ``Trainer``, which wires it up."
+        "``Network(..., tensor=(T, t))`` (or ``MLP``) with T > 1 must be given ``tensor_allreduce``, the "
+        "function that sums a buffer over the tensor group. Pass it, or use the ``Trainer``, which wires it up."
     ),
     "layer sizes must be at least [D, C], all positive, got …": (
-        "``MLP(sizes)`` takes the input dimension, the hidden widths and the class count, all positive, at "
-        "least two entries: e.g. ``[784, 256, 10]``."
+        "``MLP(sizes)`` and ``relu_stack(sizes)`` take the input dimension, the hidden widths and the number "
+        "of outputs, all positive, at least two entries: e.g. ``[784, 256, 10]``."
     ),
     "mixed precision is float32 weights with float16 or bfloat16 GEMMs, not … with …": (
-        "``MLP(compute_dtype=...)`` needs ``dtype=float32`` weights and a float16 or bfloat16 compute type. "
-        "Use those, or leave ``compute_dtype`` unset for full precision."
+        "``Network(..., compute_dtype=...)`` (or ``MLP``) needs ``dtype=float32`` weights and a float16 or "
+        "bfloat16 compute type. Use those, or leave ``compute_dtype`` unset for full precision."
     ),
     "params of shape … for a model of … parameters": (
-        "``MLP.load_state_dict`` was given parameters of another length: a state from another layer layout "
-        "or tensor slice. Load state from a model built with the same ``sizes`` and ``tensor``."
+        "``load_state_dict`` of a model (``Network``, ``MLP``, ``FlatModel``; also the ``model`` entry of "
+        "``Trainer.load_state_dict``) was given parameters of another length: a state from another layer "
+        "layout or tensor slice. Load state from a model built with the same layers and ``tensor``."
     ),
     "… must be of shape (…,) and dtype …, got … …": (
-        "An array passed to ``MLP`` as ``grad``, ``stats`` or ``params`` is not a flat buffer of the model's "
-        "length and dtype. Allocate it as ``xp.zeros(n, dtype)`` with the length and dtype named."
+        "An array passed to ``Network``, ``MLP`` or ``FlatModel`` as ``grad``, ``stats`` or ``params`` is not "
+        "a flat buffer of the model's length and dtype. Allocate it as ``xp.zeros(n, dtype)`` with the length "
+        "and dtype named."
     ),
     "layers … do not cover the gradient of … in order": (
         "``GradientReducer(layers=...)`` takes the layers' ``(start, stop)`` ranges in the flat gradient, "
@@ -507,6 +780,165 @@ FIXES: dict[str, str] = {
         "With ``--gemm-threads auto`` the trainer times a whole step on a random local batch, which could not "
         "be allocated on some rank. Reduce ``--batch-size``, run fewer ranks per node, or use "
         "``--gemm-threads all``."
+    ),
+    "epoch totals of shape …, expected (2,)": (
+        "The state given to ``Trainer.load_state_dict`` (or read from a checkpoint, then reported as "
+        "``--resume: FILE: …``) holds running totals of the unfinished epoch that are not two numbers (the "
+        "loss sum and the metric sum): it is damaged, or not the dict ``Trainer.state_dict()`` returned. Pass "
+        "that dict unchanged; for a checkpoint, move the file aside so that ``--resume`` takes the older one "
+        "(``PATH.1``)."
+    ),
+    "… …: no such file": (
+        "The file named by ``--model`` of ``python -m hpcgpu.train predict`` does not exist. Give the results "
+        "file a training run wrote (its ``--out``, by default ``results/train.h5``), with a path valid in the "
+        "job's working directory."
+    ),
+    "… …: not a readable HDF5 file (…)": (
+        "The ``--model`` file of ``python -m hpcgpu.train predict`` exists but h5py cannot open it (the "
+        "reason follows): it is not HDF5, truncated by an interrupted copy, or locked by a writer still "
+        "running. Give the results file (``--out``) of a finished training run."
+    ),
+    "… …: not a results file of python -m hpcgpu.train (no /model)": (
+        "``--model`` must name the results file of a training run (its ``--out``, or the file of "
+        "``Trainer.save``), which holds the parameters in ``/model`` and the options in its attributes; this "
+        "HDF5 file is something else, often the checkpoint or the data set. Pass the results file."
+    ),
+    "… …: holds a model of one's own (…): predict with it from the Python code that defines it (Trainer.predict)": (
+        "``python -m hpcgpu.train predict`` rebuilds the built-in layers from the model description of the "
+        "results file, and this file was written for a model of one's own (its class is named), which only "
+        "its Python code can run. In that code, build the model and a ``Trainer`` as for training, copy the "
+        "arrays of the file's ``/model`` group into ``trainer.params`` (by name), and call "
+        "``trainer.predict(X)`` or ``trainer.predict(X, out=\"FILE:DATASET\")``."
+    ),
+    "Dense needs positive sizes, got Dense(…, …)": (
+        "``nn.Dense(n_in, n_out)`` takes the numbers of input and output features, both at least 1. Give the "
+        "data's number of features as the first layer's ``n_in`` and, for the last layer, the number of "
+        "classes (or of regression targets) as ``n_out``."
+    ),
+    "Dense(…, …) follows a layer of … outputs": (
+        "In a ``Sequential`` each ``Dense`` layer's ``n_in`` must equal the ``n_out`` of the layer before it; "
+        "the layer named does not fit its predecessor. Make the sizes chain: "
+        "``nn.Sequential(nn.Dense(64, 128, activation=\"relu\"), nn.Dense(128, 10))``."
+    ),
+    "a Sequential of input … follows a layer of … outputs": (
+        "A ``Sequential`` nested in another starts with an ``n_in`` other than the ``n_out`` of the layer "
+        "before it. Make the sizes chain; and since the trainer runs only a flat ``Sequential`` of ``Dense`` "
+        "layers, list the layers in one ``Sequential`` instead of nesting them."
+    ),
+    "Sequential needs at least one layer": (
+        "``nn.Sequential()`` was given no layers (or an empty list). Pass them one by one or as one list: "
+        "``nn.Sequential(nn.Dense(64, 32, activation=\"relu\"), nn.Dense(32, 10))``."
+    ),
+    "Sequential needs at least one Dense layer": (
+        "``nn.Sequential`` has no ``Dense`` layer of its own: it was given only activation layers "
+        "(``ReLU()``, ``Tanh()``, ``GELU()``) or only nested ``Sequential`` models, and so has no input size. "
+        "Add the ``Dense`` layers, listed in this ``Sequential`` itself."
+    ),
+    "Sequential takes hpcgpu.nn layers, got …": (
+        "``nn.Sequential`` takes layers of ``hpcgpu.nn`` (``Dense``, ``ReLU``, ``Tanh``, ``GELU``, a "
+        "``Sequential``), one by one or as one list; it was given something else: another library's layer, "
+        "an activation's name, or a class instead of an instance (``nn.ReLU`` for ``nn.ReLU()``). For an "
+        "activation by name write ``nn.Dense(n_in, n_out, activation=\"relu\")``."
+    ),
+    "activation must be one of … or None, got …": (
+        "``nn.Dense(..., activation=...)`` takes ``\"relu\"``, ``\"tanh\"``, ``\"gelu\"`` or ``None`` "
+        "(linear), in lower case. Leave it ``None`` on the last layer: the losses take its raw outputs "
+        "(logits for ``nn.SoftmaxCrossEntropy``)."
+    ),
+    "unknown layer type … in a model description": (
+        "``python -m hpcgpu.train predict`` (like ``hpcgpu.nn.from_spec``) rebuilds the model from the "
+        "description a results file records (its ``model`` attribute), and it names a layer type this "
+        "hpcgpu does not have: the file was written by a newer hpcgpu, or the attribute was edited. Predict "
+        "with the hpcgpu version that trained the model."
+    ),
+    "unknown loss type … in a model description": (
+        "``python -m hpcgpu.train predict`` (like ``hpcgpu.nn.loss_from_spec``) rebuilds the loss from the "
+        "description a results file records (its ``model`` attribute), and it names a loss this hpcgpu does "
+        "not have: the file was written by a newer hpcgpu, or the attribute was edited. Predict with the "
+        "hpcgpu version that trained the model."
+    ),
+    "… does not define forward": (
+        "Raised by the base class ``hpcgpu.nn.Layer`` when a subclass does not implement ``forward``. A layer "
+        "of your own must define ``forward(params, grads, x)`` returning ``(y, backprop)``, where "
+        "``backprop(dy)`` writes its parameters' gradients into ``grads`` and returns ``dx``; with "
+        "parameters, also ``shapes()`` and ``init(seed, stream)``. The trainer runs ``Dense`` layers only: "
+        "for another computation, write a model of one's own (``init``, ``loss_and_grad``, ``predict``)."
+    ),
+    "loss must be one of …, got …": (
+        "``hpcgpu.nn.loss_by_name(name)`` was given a name it does not know (the command line's ``--loss`` "
+        "choices catch it earlier). Use ``\"cross-entropy\"``, ``\"mse\"`` or ``\"huber\"``, or construct "
+        "the loss itself: ``nn.SoftmaxCrossEntropy()``, ``nn.MeanSquaredError()``, ``nn.Huber(delta)``."
+    ),
+    "Huber's delta must be > 0, got …": (
+        "``nn.Huber(delta)`` is quadratic in the residual up to ``delta`` and linear beyond, so ``delta`` must "
+        "be positive. Choose it on the scale of a typical residual: the default 1.0 suits standardized "
+        "targets."
+    ),
+    "… does not define terms": (
+        "Raised by the base class ``hpcgpu.nn.Loss`` when a subclass does not implement ``terms``. A loss of "
+        "your own must define ``terms(z, y, slots, bias=None)``: write the loss sum and the metric sum into "
+        "``slots[0]`` and ``slots[1]``, overwrite ``z`` with the gradient of the loss sum and return it; set "
+        "``task`` and ``name`` too. Or use ``nn.SoftmaxCrossEntropy``, ``nn.MeanSquaredError`` or "
+        "``nn.Huber``."
+    ),
+    "check_grad of a Sequential needs its loss": (
+        "``nn.check_grad`` differentiates a loss, and a ``Sequential`` has none of its own. Pass it: "
+        "``nn.check_grad(model, x, y, loss=nn.SoftmaxCrossEntropy())``."
+    ),
+    (
+        "check_grad: the gradient of … is off by … (relative) from central differences (eps …), more than "
+        "rtol …"
+    ): (
+        "``nn.check_grad`` compared the gradient that ``loss_and_grad`` returns with central finite "
+        "differences of its loss, and for the parameter named they differ by more than ``rtol``: the "
+        "hand-written gradient is wrong (a sign, a missing factor, a transposed matrix, or the gradient of "
+        "the mean where the loss is the sum). Fix that parameter's gradient. A small excess (about 1e-4 to "
+        "1e-3) can also come from a loss that is not smooth at the point (``abs``, ``max``) or is computed in "
+        "float32: then try another ``eps`` or a looser ``rtol``."
+    ),
+    (
+        "model …: needs the method(s) … (init(rng), loss_and_grad(params, x, y), predict(params, x); see "
+        "hpcgpu.nn.Model)"
+    ): (
+        "The model passed to ``Trainer`` is not an ``nn.Sequential``, so it is taken as a model of one's own, "
+        "and it lacks the methods named. Define all three: ``init(rng)`` (the initial parameters by name), "
+        "``loss_and_grad(params, x, y)`` (the SUM of the per-sample losses and its gradient by name) and "
+        "``predict(params, x)``. Built-in layers go in an ``nn.Sequential``, even a single ``nn.Dense``."
+    ),
+    "model …: init(rng) must return a non-empty dict of arrays, got …": (
+        "A model of one's own's ``init(rng)`` must return its initial parameters as ``{name: array}``, at "
+        "least one. Return a dict, not a list, a tuple or a single array: e.g. "
+        "``{\"w\": rng.normal(0, 0.1, (D, 1)), \"b\": np.zeros(1)}``."
+    ),
+    "model …: loss_and_grad must return (loss_sum, dict of gradients), got a … as the gradient": (
+        "``loss_and_grad(params, x, y)`` returns a pair: the SUM of the micro-batch's per-sample losses, and "
+        "the gradient as a dict by parameter name. Its second value was something else (a list, a single "
+        "array): return ``loss_sum, {\"w\": dw, \"b\": db}``."
+    ),
+    "model …: loss_and_grad's gradient has … (the parameters are …)": (
+        "The gradient dict must have exactly the names of the parameters ``init`` returned, one entry each; "
+        "it lacks some (``no ...``) or has names ``init`` does not (``unknown ...``). Return a gradient for "
+        "every parameter under the same name, zeros for one the loss does not depend on."
+    ),
+    "model …: the gradient of … has shape …, the parameter …": (
+        "Each gradient must have its parameter's shape (a scalar may stand for a one-element parameter), and "
+        "the one named does not: often a transposed matrix, or a bias gradient not summed over the batch. "
+        "For ``z = x @ w + b`` return ``x.T @ dz`` for ``w`` and ``dz.sum(axis=0)`` for ``b``."
+    ),
+    "… does not define init(rng)": (
+        "Raised by the base class ``hpcgpu.nn.Model`` when a subclass does not implement ``init``. A model of "
+        "your own must define ``init(rng)``, returning its initial parameters as ``{name: array}`` (``rng`` "
+        "is a ``numpy.random.Generator``, seeded alike on every rank)."
+    ),
+    "… does not define loss_and_grad(params, x, y)": (
+        "Raised by the base class ``hpcgpu.nn.Model`` when a subclass does not implement ``loss_and_grad``. "
+        "A model of your own must define ``loss_and_grad(params, x, y)``, returning the SUM of the per-sample "
+        "losses of the rows given and its gradient as ``{name: array}`` (check it with ``nn.check_grad``)."
+    ),
+    "… does not define predict(params, x)": (
+        "Raised by the base class ``hpcgpu.nn.Model`` when a subclass does not implement ``predict``. A model "
+        "of your own must define ``predict(params, x)``, returning its outputs for the rows of ``x``: an array "
+        "of one row per sample (``Trainer.predict`` and ``evaluate`` use it)."
     ),
     # -- Matrix multiply and distributed matrices ---------------------------------------------------------
     "--alpha and --beta must be finite, got … and …": (
@@ -594,30 +1026,6 @@ FIXES: dict[str, str] = {
         "The dataset path of a ``FILE:DATASET`` output names a group (or another object) of the existing "
         "file; writing there would remove it with everything under it. Name a dataset path that is free or "
         "holds a dataset, e.g. ``-o out.h5:/results/C``."
-    ),
-    "output …: cannot create (…)": (
-        "Rank 0 could not create the temporary output file (named by its temporary ``.tmp`` name) beside the "
-        "final path; the reason follows. Check the directory's permissions and free space, or give another "
-        "``-o``."
-    ),
-    "output …: cannot create a temporary file beside it (…)": (
-        "C is written to a temporary file in the output's directory and renamed when complete; rank 0 could "
-        "not create it. Make the directory writable, free space, or give another ``-o``."
-    ),
-    "output …: cannot rename (…)": (
-        "C was written completely to its temporary file, but the rename onto the output path failed (the "
-        "reason follows: a directory or a read-only file in the way, a file system that refuses the "
-        "rename). Remove what is at the output path, or choose another ``-o``."
-    ),
-    "output …: parallel write failed (…)": (
-        "With h5py built for parallel HDF5, every rank writes its block through the MPI-IO driver, and that "
-        "failed (the path named is the temporary file). Check space and that the directory is on a file "
-        "system that supports MPI-IO from every node (Lustre, GPFS; not always NFS)."
-    ),
-    "output …: rank … cannot write its block (…)": (
-        "Without parallel HDF5 the ranks write their blocks one after another, and the rank named could not "
-        "open or write the temporary file (named by its temporary name). Usually the directory is not the "
-        "same on that rank's node: put the output on a shared file system; else check space."
     ),
     "random: shape must be two sizes >= 0, got …": (
         "``DistMatrix.random(gshape)`` takes a pair ``(m, n)`` of non-negative sizes."
@@ -1005,6 +1413,34 @@ FIXES: dict[str, str] = {
         "``.npy``), truncated by an interrupted copy, or locked by a writer still running. Convert it to "
         "HDF5 or copy it again; on a parallel file system whose locking fails, set "
         "``HDF5_USE_FILE_LOCKING=FALSE``."
+    ),
+    "… …: cannot create a temporary file beside it (…)": (
+        "A distributed HDF5 output (``matmul -o``, ``DistMatrix.to_hdf5``, the predictions of "
+        "``Trainer.predict(out=...)`` or ``python -m hpcgpu.train predict -o``) is written to a temporary "
+        "file in the output's directory and renamed when complete, and rank 0 could not create it (the reason "
+        "follows). With ``FILE:DATASET`` the other objects of an existing file are copied into it first, so "
+        "a full disk shows here too. Make the directory writable, free space, or give another output."
+    ),
+    "… …: cannot rename (…)": (
+        "The output was written completely to its temporary file, but the rename onto the output path "
+        "failed (the reason follows: a directory in the way, a file system that refuses the rename). The "
+        "output path is left as it was; remove what is in the way, or choose another output."
+    ),
+    "…: cannot create (…)": (
+        "Without parallel HDF5, rank 0 first creates the output's dataset in the temporary file beside it, "
+        "and could not (the reason follows: usually a full disk or quota). The output path is left as it "
+        "was; free space, or give another output."
+    ),
+    "…: parallel write failed (…)": (
+        "With h5py built for parallel HDF5, every rank writes its block of the output through the MPI-IO "
+        "driver, and that failed (the reason follows). Check the free space, and that the directory is on a "
+        "file system that supports MPI-IO from every node (Lustre, GPFS; not always NFS). The output path is "
+        "left as it was."
+    ),
+    "…: rank … cannot write its block (…)": (
+        "Without parallel HDF5 the ranks write their blocks into the temporary output file one after "
+        "another, and the rank named could not open or write it. Usually the directory is not the same on "
+        "that rank's node: put the output on a shared file system; else check the free space."
     ),
     # -- Launch, runtime and GPUs -------------------------------------------------------------------------
     (

@@ -22,10 +22,10 @@ HOLE = "…"
 # Groups of the page, by the module a message comes from (first match wins).
 GROUPS = [
     ("Training: options", ("hpcgpu/train/config.py", "hpcgpu/train/precision.py", "hpcgpu/_cli.py",
-                           "hpcgpu/watchdog.py", "hpcgpu/train/optim.py")),
+                           "hpcgpu/watchdog.py", "hpcgpu/optim.py")),
     ("Training: data", ("hpcgpu/train/data.py", "hpcgpu/datasets.py")),
     ("Training: checkpoints, resume and divergence", ("hpcgpu/train/checkpoint.py", "hpcgpu/train/trainer.py")),
-    ("Training: the model and its gradient (library use)", ("hpcgpu/train/",)),
+    ("Training: the model and its gradient (library use)", ("hpcgpu/train/", "hpcgpu/nn/")),
     ("Matrix multiply and distributed matrices", ("hpcgpu/summa.py", "hpcgpu/_matmul_cli.py",
                                                   "hpcgpu/distmatrix.py", "hpcgpu/grid.py", "hpcgpu/_partition.py")),
     ("Task farm", ("hpcgpu/tasks/",)),

@@ -3,7 +3,8 @@
 ``rt = hpcgpu.init()`` gives the communicator, the bound device and the array
 module ``xp``; :mod:`hpcgpu.comm` the collectives on ``xp`` arrays;
 :class:`DistMatrix` and :func:`matmul` (SUMMA) the distributed matrix
-multiply; :mod:`hpcgpu.train` the data-parallel SGD trainer; :mod:`hpcgpu.tasks`
+multiply; :class:`Trainer` (:mod:`hpcgpu.train`) data-parallel training of a
+model of :mod:`hpcgpu.nn` or one's own, with an optimizer of :mod:`hpcgpu.optim`; :mod:`hpcgpu.tasks`
 the task farm (``hpcgpu.tasks.map``).
 
 ``hpcgpu.matmul`` is always the function (no submodule has that name); the
@@ -23,16 +24,18 @@ from ._version import __version__  # noqa: E402
 from .comm import Allgather, Allreduce, Bcast, Iallreduce, Ibcast, agree  # noqa: E402
 from .distmatrix import DistMatrix  # noqa: E402
 from .errors import AgreedError, agreed  # noqa: E402
+from ._cli import run as run_guarded  # noqa: E402
 from .grid import ProcessGrid, default_grid  # noqa: E402
 from .runtime import Runtime, current_runtime, detect_cuda_aware, get_runtime, init  # noqa: E402
 from .summa import matmul  # noqa: E402
+from . import nn, optim  # noqa: E402, F401  (hpcgpu.nn, hpcgpu.optim: the trainer's models and optimizers)
 from .train import MLP, SGD, LRSchedule, TrainConfig, Trainer  # noqa: E402
 from . import tasks  # noqa: E402, F401  (so that hpcgpu.tasks.map works after import hpcgpu)
 
 __all__ = [
     "__version__",
     "Allgather", "Allreduce", "Bcast", "Iallreduce", "Ibcast", "agree",
-    "AgreedError", "agreed",
+    "AgreedError", "agreed", "run_guarded",
     "Runtime", "current_runtime", "detect_cuda_aware", "get_runtime", "init",
     "DistMatrix", "ProcessGrid", "default_grid", "matmul",
     "MLP", "SGD", "LRSchedule", "TrainConfig", "Trainer",

@@ -49,7 +49,7 @@ def _info(args: argparse.Namespace) -> int:
         print("\n".join(lines), flush=True)
     if args.hidden is None:
         return 0
-    from .train.model import MLP
+    from .nn import MLP
     from .train.threads import MARGIN, plan_gemm_threads
 
     sizes = [args.features, *args.hidden, args.classes]

@@ -178,6 +178,22 @@ def _vector_op(table, y, x=None):
     return (f, lib) if f is not None else (None, None)
 
 
+def vector_ops(*arrays) -> bool:
+    """Whether :func:`axpy`, :func:`axpby` and :func:`scal` can work on ``arrays`` with NumPy's BLAS.
+
+    Not collective. True when they are host arrays, C-contiguous, float32
+    or float64, of one dtype and size, and NumPy's BLAS is bound.
+    """
+    a = arrays[0]
+    if a.dtype not in (np.float32, np.float64) or not all(
+            isinstance(x, np.ndarray) and x.dtype == a.dtype and x.size == a.size and x.flags.c_contiguous
+            for x in arrays):
+        return False
+    lib = numpy_blas()
+    t = _TYPES[a.dtype][0]
+    return lib is not None and lib.axpys.get(t) is not None and lib.scals.get(t) is not None
+
+
 def axpy(alpha, x, y) -> bool:
     """``y += alpha * x`` in place by NumPy's BLAS; False when it cannot (then nothing is done).
 

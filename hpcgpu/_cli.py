@@ -56,7 +56,25 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str = "hpcgpu") -> None:
-    """Call ``main(argv)`` under the guard and exit with its status."""
+    """Call ``main(argv)`` under the error contract's guard and exit with its status.
+
+    Collective in effect: every rank calls it. An :class:`hpcgpu.AgreedError`
+    (bad input every rank agreed on) makes rank 0 print ``PROG: error:
+    MESSAGE`` on one line and every rank exit with status 2; any other
+    exception on a rank prints ``[rank r] error: ...`` with its traceback and
+    aborts the whole job (``MPI_Abort``), so no rank hangs in a collective.
+    A science code's program runs under it as the command lines do:
+    ``hpcgpu.run_guarded(main, prog="my_sim")``.
+
+    Parameters
+    ----------
+    main : callable
+        ``main(argv) -> int or None``: the exit status (None is 0).
+    argv : list of str, optional
+        Passed to ``main``.
+    prog : str
+        Names the program in the error line.
+    """
     try:
         rc = main(argv)
     except SystemExit:

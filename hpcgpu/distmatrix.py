@@ -6,7 +6,6 @@ Nothing global is held by one rank unless the user asks for it
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 from mpi4py import MPI
@@ -17,7 +16,7 @@ from ._version import __version__
 from .comm import Alltoallv, agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
-from .io import on_root, one_line, open_hdf5, output_error, publish, shared_dir_error, temp_keeping, write_attrs
+from .io import open_hdf5, write_dataset
 
 __all__ = ["DistMatrix", "DTYPES"]
 
@@ -456,87 +455,10 @@ class DistMatrix:
             writing, or it exists and is not HDF5 (every rank; the file is
             left as it was).
         """
-        import h5py
-
-        comm = self.grid.cart
-
-        def create():
-            err = output_error(path, "output", dataset=name)
-            if err is not None:
-                raise err
-            new = not os.path.exists(path)
-            try:
-                return temp_keeping(path, name, "output"), new
-            except OSError as e:
-                if str(e).startswith(f"output {path}"):  # temp_keeping's own: the file is not one to replace
-                    raise
-                raise OSError(f"output {path}: cannot create a temporary file beside it ({one_line(e)})") from None
-
-        tmp, new = on_root(create, comm=comm, bcast=True)
-        err = shared_dir_error(path, comm, "output")  # the same on every rank
-        if err is not None:
-            if comm.rank == 0:
-                os.unlink(tmp)
-            raise agreed(err)
-        meta = dict(world_size=comm.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
+        meta = dict(world_size=self.grid.cart.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
-        meta = (meta, new)
-        local = _device.asnumpy(self.local)
-        local = local.astype(_file_dtype(self.dtype), copy=False)
-        try:
-            if h5py.get_config().mpi:
-                err = self._write_mpio(tmp, name, local, meta, path)
-            else:
-                err = self._write_sequential(tmp, name, local, meta, path)
-            agree(err, comm=comm)
-            on_root(lambda: publish(tmp, path), comm=comm,
-                    error=lambda e: OSError(f"output {path}: cannot rename ({e})"))
-        except BaseException:
-            if comm.rank == 0 and os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return path
-
-    def _write_mpio(self, tmp, name, local, meta, path):
-        import h5py
-
-        meta, new = meta
-        try:
-            with h5py.File(tmp, "r+", driver="mpio", comm=self.grid.cart) as f:
-                ds = f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
-                if local.size:
-                    ds[self.rows, self.cols] = local
-                write_attrs(ds, meta)
-                if new:
-                    write_attrs(f, meta)
-        except OSError as e:
-            return OSError(f"output {path}: parallel write failed ({one_line(e)})")
-        return None
-
-    def _write_sequential(self, tmp, name, local, meta, path):
-        import h5py
-        from mpi4py.util.sync import Sequential
-
-        meta, new = meta
-        comm, err = self.grid.cart, None
-        if comm.rank == 0:
-            try:
-                with h5py.File(tmp, "r+") as f:
-                    ds = f.create_dataset(name, shape=self.gshape, dtype=_file_dtype(self.dtype))
-                    write_attrs(ds, meta)
-                    if new:
-                        write_attrs(f, meta)
-            except OSError as e:
-                err = OSError(f"output {path}: cannot create ({one_line(e)})")
-        agree(err, comm=comm)
-        with Sequential(comm):
-            try:
-                if local.size:
-                    with h5py.File(tmp, "r+") as f:
-                        f[name][self.rows, self.cols] = local
-            except OSError as e:
-                err = OSError(f"output {path}: rank {comm.rank} cannot write its block ({one_line(e)})")
-        return err
+        local = _device.asnumpy(self.local).astype(_file_dtype(self.dtype), copy=False)
+        return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart, attrs=meta)
 
 
 def _hdf5_meta(path: str, name: str | None):

@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .comm import agree
+from .errors import agreed
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
-           "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line"]
+           "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line",
+           "write_dataset"]
 
 
 def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSError,),
@@ -567,3 +569,121 @@ def write_attrs(obj, attrs: dict) -> None:
             obj.attrs[key] = value
         except (TypeError, ValueError):
             obj.attrs[key] = str(value).replace("\x00", "")
+
+
+def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, comm, attrs: dict | None = None,
+                  what: str = "output") -> str:
+    """Write a distributed array into dataset ``name`` of ``path``, each rank its block, atomically.
+
+    Collective over ``comm``. Rank 0 checks the output (:func:`output_error`)
+    and copies everything of an existing ``path`` but ``name`` into a
+    temporary file beside it (:func:`temp_keeping`); with a parallel h5py
+    (``h5py.get_config().mpi``) every rank then writes its block through
+    the ``mpio`` driver, otherwise the ranks write their blocks one after
+    another (``mpi4py.util.sync.Sequential``); rank 0 renames the temporary
+    over ``path`` when it is complete. A failed or killed write never
+    changes ``path``. ``attrs`` go on the dataset, and on the root too when
+    the file is new.
+
+    Parameters
+    ----------
+    path : str
+        The HDF5 file: created (with missing parent directories), or an
+        existing HDF5 file in which ``name`` is added or replaced.
+    name : str
+        The dataset's path in the file.
+    gshape : tuple of int
+        The global shape.
+    local : numpy.ndarray
+        This rank's block (host memory, of the dataset's dtype, the same on every rank).
+    where : tuple of slice
+        The block's place in the global array (one slice per dimension).
+    comm : mpi4py.MPI.Intracomm
+    attrs : dict, optional
+        Provenance attributes (:func:`write_attrs`).
+    what : str
+        How messages name ``path``.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        The path cannot be written, another process has it open for
+        writing, it exists and is not HDF5, or ``name`` is a group there
+        (every rank; the file is left as it was).
+    """
+    import h5py
+
+    def create():
+        err = output_error(path, what, dataset=name)
+        if err is not None:
+            raise err
+        new = not os.path.exists(path)
+        try:
+            return temp_keeping(path, name, what), new
+        except OSError as e:
+            if str(e).startswith(f"{what} {path}"):  # temp_keeping's own: the file is not one to replace
+                raise
+            raise OSError(f"{what} {path}: cannot create a temporary file beside it ({one_line(e)})") from None
+
+    tmp, new = on_root(create, comm=comm, bcast=True)
+    err = shared_dir_error(path, comm, what)  # the same on every rank
+    if err is not None:
+        if comm.rank == 0:
+            os.unlink(tmp)
+        raise agreed(err)
+    meta = attrs or {}
+    try:
+        writer = _write_mpio if h5py.get_config().mpi else _write_sequential
+        agree(writer(tmp, name, gshape, local, where, meta, new, comm, f"{what} {path}"), comm=comm)
+        on_root(lambda: publish(tmp, path), comm=comm, error=lambda e: OSError(f"{what} {path}: cannot rename ({e})"))
+    except BaseException:
+        if comm.rank == 0 and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
+    import h5py
+
+    try:
+        with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
+            ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
+            if local.size:
+                ds[where] = local
+            write_attrs(ds, meta)
+            if new:
+                write_attrs(f, meta)
+    except OSError as e:
+        return OSError(f"{label}: parallel write failed ({one_line(e)})")
+    return None
+
+
+def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
+    import h5py
+    from mpi4py.util.sync import Sequential
+
+    err = None
+    if comm.rank == 0:
+        try:
+            with h5py.File(tmp, "r+") as f:
+                ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
+                write_attrs(ds, meta)
+                if new:
+                    write_attrs(f, meta)
+        except OSError as e:
+            err = OSError(f"{label}: cannot create ({one_line(e)})")
+    agree(err, comm=comm)
+    with Sequential(comm):
+        try:
+            if local.size:
+                with h5py.File(tmp, "r+") as f:
+                    f[name][where] = local
+        except OSError as e:
+            err = OSError(f"{label}: rank {comm.rank} cannot write its block ({one_line(e)})")
+    return err

@@ -67,20 +67,21 @@ def test_sgd_update_runs_on_numpys_blas(monkeypatch):
     """The optimizer's axpy/scal come from NumPy's library too (SciPy's would wake a second pool)."""
     import scipy.linalg.blas
 
-    from hpcgpu.train.optim import SGD
+    from hpcgpu.optim import SGD
 
     monkeypatch.setattr(scipy.linalg.blas, "get_blas_funcs", lambda *a, **k: pytest.fail("SciPy's BLAS"))
     p = np.arange(5, dtype=np.float32)
-    opt = SGD(p, momentum=0.5, weight_decay=0.1)
-    assert opt._host
+    opt = SGD(1.0, momentum=0.5, weight_decay=0.1)
+    state = opt.init(p)
+    assert _blas.vector_ops(p, state["velocity"])
     g = np.ones(5, np.float32)
     want_v = 0.5 * 0 + 0.25 * g + 0.1 * np.arange(5, dtype=np.float32)
-    opt.step(g, lr=2.0, scale=0.25)
-    np.testing.assert_allclose(opt.velocity, want_v, rtol=1e-6)
+    opt.update(g, state, p, lr=2.0, scale=0.25)
+    np.testing.assert_allclose(state["velocity"], want_v, rtol=1e-6)
     np.testing.assert_allclose(p, np.arange(5) - 2.0 * want_v, rtol=1e-6)
-    opt.step(g, lr=1.0, scale=1.0)  # momentum: v = 0.5 v + g + 0.1 p
+    opt.update(g, state, p, lr=1.0, scale=1.0)  # momentum: v = 0.5 v + g + 0.1 p
     want_v2 = 0.5 * want_v + g + 0.1 * (np.arange(5) - 2.0 * want_v)
-    np.testing.assert_allclose(opt.velocity, want_v2, rtol=1e-6)
+    np.testing.assert_allclose(state["velocity"], want_v2, rtol=1e-6)
 
 
 def test_axpby_axpy_scal():

@@ -51,3 +51,29 @@ def test_sir_sweep_keeps_the_final_size_relation(tmp_path):
         np.testing.assert_allclose(np.log((1 - 1e-4) / s), r0 * (1 - s - i_end), atol=1e-6)
         assert f["results/infected"].shape == (48, 101)
         assert (fs[r0 > 2] > 0.75).all() and (fs[r0 < 1] < 0.01).all()  # herd immunity overshoot; no epidemic
+
+
+@pytest.mark.mpi
+def test_regression_example_reaches_least_squares_at_1_and_3_ranks():
+    """examples/regression.py: test R^2 >= 0.45 (ordinary least squares' on this split), the same to 4 decimals
+    at 1 and 3 ranks."""
+    got = {}
+    for n in (1, 3):
+        p = _mpi.run(n, [os.path.join(_mpi.ROOT, "examples", "regression.py")], timeout=180)
+        assert p.returncode == 0, p.stderr
+        line = p.stdout.strip().splitlines()[-1]
+        assert line.startswith(f"diabetes, {n} rank(s), 60 epochs: test RMSE "), line
+        got[n] = line.split(", R^2 ")[1]
+        assert float(got[n]) >= 0.45, line
+    assert got[1] == got[3]
+
+
+@pytest.mark.mpi
+def test_decay_example_fits_the_law_with_its_own_gradient():
+    p = _mpi.run(3, [os.path.join(_mpi.ROOT, "examples", "decay.py")], timeout=180)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert float(lines[0].split("error ")[1]) < 1e-6, lines[0]
+    fitted = dict(part.split(" = ") for part in lines[2][len("fitted "):].split(", "))
+    for k, true in (("a", 5.0), ("k", 0.25), ("c", 0.5)):
+        assert abs(float(fitted[k].split()[0]) - true) < 0.02 * true + 0.01, lines[2]

@@ -1,8 +1,10 @@
-"""Data-parallel SGD: ``mpiexec -n 8 python -m hpcgpu.train``."""
+"""Data-parallel training: ``mpiexec -n 8 python -m hpcgpu.train``, or :class:`Trainer` from a science code."""
 
-from .data import GlobalBatchSampler, Split, load_split
-from .model import MLP
-from .optim import SGD, LRSchedule
-from .trainer import TrainConfig, Trainer
+from ..nn import MLP
+from ..optim import SGD, Adam, AdamW, LRSchedule
+from .config import TrainConfig
+from .data import GlobalBatchSampler, Split, from_arrays, load_split
+from .trainer import Trainer
 
-__all__ = ["GlobalBatchSampler", "LRSchedule", "MLP", "SGD", "Split", "TrainConfig", "Trainer", "load_split"]
+__all__ = ["Adam", "AdamW", "GlobalBatchSampler", "LRSchedule", "MLP", "SGD", "Split", "TrainConfig", "Trainer",
+           "from_arrays", "load_split"]

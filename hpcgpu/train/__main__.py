@@ -1,18 +1,24 @@
-"""``mpiexec -n P python -m hpcgpu.train [options]``: data-parallel SGD of an MLP.
+"""``mpiexec -n P python -m hpcgpu.train [options]``: data-parallel training of an MLP.
 
 Exit status: 0 done, 2 bad input (one line on stderr), 3 stopped by SIGUSR1,
 SIGTERM or --stop-file after writing a checkpoint (rerun with --resume), 1 anything else
 (the job is aborted).
 
-Reads an HDF5 data set (``/train/X`` N x D, ``/train/y`` N labels, optional
-``/test``), trains with a global batch split among the ranks, and writes
-metrics and model to HDF5. Without ``--data`` it trains on scikit-learn's
-handwritten digits.
+Reads an HDF5 data set (``/train/X`` N x D, ``/train/y`` N labels or targets,
+optional ``/test``), trains with a global batch split among the ranks, and
+writes metrics and model to HDF5. Without ``--data`` it trains on
+scikit-learn's handwritten digits.
+
+``python -m hpcgpu.train predict --model RESULTS.h5 --data FILE[:DATASET] -o FILE[:DATASET]``
+applies a trained model to the rows of a dataset, each rank its block, and
+writes the predictions (logits for classification) beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+
+import sys
 
 from .._cli import ArgumentParser, hidden_widths, run
 from .precision import PRECISIONS
@@ -36,8 +42,15 @@ def parser() -> ArgumentParser:
     p.add_argument("--grad-accum-steps", type=int, default=d.grad_accum_steps, metavar="K",
                    help="gradient accumulation: each step is K micro-batches of BATCH_SIZE/K samples, reduced once")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (mean-loss gradient)")
+    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=d.optimizer,
+                   help="sgd (with --momentum), adam or adamw (betas 0.9, 0.999)")
     p.add_argument("--momentum", type=float, default=d.momentum, help="SGD momentum")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2 coefficient")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="weight decay: L2 for sgd and adam, decoupled for adamw")
+    p.add_argument("--task", choices=("classification", "regression"), default=None,
+                   help="default: from /train/y, integer labels or float targets")
+    p.add_argument("--loss", choices=("cross-entropy", "mse", "huber"), default=None,
+                   help="default: cross-entropy for classification, mse for regression")
     p.add_argument("--hidden", type=hidden_widths, default=d.hidden,
                    help="hidden layer widths, comma-separated ('none' for softmax regression)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of initial weights and sample order")
@@ -109,28 +122,104 @@ def main(argv=None) -> int:
     """
     # First of all: a warning signal that comes while the data loads must not
     # kill the job, and one that comes after the last step is simply late.
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["predict"]:
+        return predict(argv[1:])
     stop = StopRequest().install()
     args = parser().parse_args(argv)
-    args.precision = args.precision or ""
+    args.precision, args.task, args.loss = args.precision or "", args.task or "", args.loss or ""
     trainer = Trainer(TrainConfig(**vars(args)))
     stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
     trainer.stop_request = stop
     trainer.fit()
     trainer.write_trace()
-    trainer.close()
     talk = trainer.rt.rank == 0 and trainer.config.progress != "none"
     if trainer.stopped_by:
         if trainer.rt.rank == 0:
+            saved = (f"checkpoint {trainer.checkpoint_file}; rerun with --resume to continue"
+                     if trainer.checkpoint_file else "nothing was saved (no --checkpoint, and no --out to put one "
+                                                     "beside)")
             print(f"hpcgpu.train: stopped ({trainer.stopped_by}) after step {trainer.step} "
-                  f"(epoch {trainer.epoch + 1}); checkpoint {trainer.config.checkpoint_path}; "
-                  "rerun with --resume to continue", flush=True)
+                  f"(epoch {trainer.epoch + 1}); {saved}", flush=True)
+        trainer.close()
         return EXIT_STOPPED
     path = trainer.save()
+    trainer.close()
     if talk:
         h = trainer.history
-        print(f"final test_accuracy {h['test_accuracy'][-1]:.4f}; wrote {path}", flush=True)
+        final = (f"test_accuracy {h['test_accuracy'][-1]:.4f}" if trainer.model.task == "classification"
+                 else f"test_rmse {h['test_rmse'][-1]:.4g} test_r2 {h['test_r2'][-1]:.4f}") if h["epoch"] else ""
+        print(f"final {final}; wrote {path}" if final else f"wrote {path}", flush=True)
     return 0
 
 
-if __name__ == "__main__":
+def predict_parser() -> ArgumentParser:
+    """The parser of ``python -m hpcgpu.train predict``."""
+    p = ArgumentParser(prog="python -m hpcgpu.train predict",
+                       description="Apply a trained model (a results file of python -m hpcgpu.train) to the rows of "
+                                   "an HDF5 dataset; each rank predicts and writes its block of rows.")
+    p.add_argument("--model", required=True, metavar="RESULTS.h5", help="the results file of a training run")
+    p.add_argument("--data", required=True, metavar="FILE[:DATASET]",
+                   help="the features, N x D (dataset default: /test/X)")
+    p.add_argument("-o", "--out", required=True, metavar="FILE[:DATASET]",
+                   help="where the predictions go, N x k (dataset default: y_hat; other objects of FILE are kept)")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
+    return p
+
+
+def predict(argv) -> int:
+    """``python -m hpcgpu.train predict``: a results file's model applied to a dataset's rows. Collective.
+
+    Parameters
+    ----------
+    argv : list of str
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    hpcgpu.AgreedError
+        A missing or unreadable model or data file, a model of one's own,
+        features of another width than the model's, an unwritable output.
+    """
+    from ..comm import agree
+    from ..nn import SoftmaxCrossEntropy, from_spec, loss_from_spec, relu_stack
+    from ..runtime import init
+    from .output import read_model
+
+    a = predict_parser().parse_args(argv)
+    rt = init(a.device)
+    found, err = None, None
+    try:
+        found = read_model(a.model)
+    except (ValueError, FileNotFoundError) as e:
+        err = e
+    agree(err, comm=rt.comm)
+    spec, params, config = found
+    if spec.get("mlp"):  # a results file from before models were recorded: the command line's MLP
+        sizes = [params["fc0.weight"].shape[0]] + [params[f"fc{i}.bias"].shape[0] for i in range(len(params) // 2)]
+        net, loss = relu_stack(sizes), SoftmaxCrossEntropy()
+    else:
+        net, loss = from_spec(spec["net"]), loss_from_spec(spec["loss"])
+    trainer = Trainer(net, loss, runtime=rt, dtype=config.get("dtype", "float32"), progress="none")
+    views = trainer.params
+    for name, value in params.items():
+        views[name][...] = rt.xp.asarray(value.astype(trainer.model.dtype, copy=False))
+    trainer.predict(a.data, out=a.out)
+    if rt.rank == 0:
+        print(f"hpcgpu.train predict: {a.model} on {a.data} -> {a.out}", flush=True)
+    trainer.close()
+    return 0
+
+
+def cli() -> None:
+    """The console script ``hpcgpu-train``: :func:`main` under the guard that ``python -m`` runs it under."""
     run(main, prog="hpcgpu.train")
+
+
+if __name__ == "__main__":
+    cli()

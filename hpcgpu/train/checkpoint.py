@@ -36,8 +36,8 @@ import numpy as np
 
 from ..io import atomic_path, publish, temp_beside, write_attrs
 
-__all__ = ["MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config", "read_header",
-           "candidates", "digest"]
+__all__ = ["MUST_MATCH", "LEGACY", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config",
+           "read_header", "candidates", "digest", "Resumer"]
 
 FORMAT = 2
 """Format 2: optimizer state by name, checksums, the data's fingerprint. Format 1 (params, velocity, no
@@ -45,8 +45,11 @@ checksums) is still read."""
 
 # Options a resumed run must share with the run that wrote the checkpoint:
 # they decide the model's shape, the sample order or the update rule.
-MUST_MATCH = ("hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay", "schedule",
-              "warmup_epochs", "lr_step_epochs", "lr_gamma", "epochs")
+LEGACY = {"optimizer": "sgd", "task": "classification", "loss": "cross-entropy"}
+"""What a checkpoint that predates an option of ``MUST_MATCH`` was written with."""
+
+MUST_MATCH = ("optimizer", "hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay",
+              "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "epochs", "task", "loss")
 
 
 @dataclass
@@ -92,6 +95,13 @@ class CheckpointState:
         The training data's fingerprint (:func:`hpcgpu.train.data.fingerprint`); empty when unknown.
     verified : bool
         Whether the checksums were checked on reading (False for a format-1 file, which has none).
+    updates : int or None
+        Optimizer updates applied (steps skipped for an overflow are not);
+        None in a file that predates it (then: ``step``).
+    optimizer_config : dict
+        The optimizer's name and hyperparameters (:meth:`hpcgpu.optim.Optimizer.config`).
+    model : dict
+        The model's description (its layers and loss, or its class and parameter shapes).
     """
 
     params: np.ndarray
@@ -112,6 +122,9 @@ class CheckpointState:
     optimizer_name: str = "sgd"
     data: dict = field(default_factory=dict)
     verified: bool = True
+    updates: int | None = None
+    optimizer_config: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
 
 
 def digest(a: np.ndarray) -> str:
@@ -258,7 +271,10 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
                                 gemm_threads=state.gemm_threads, skipped_steps=state.skipped_steps,
                                 loss_scale=state.loss_scale, clean_steps=state.clean_steps,
                                 phase_seconds=json.dumps(state.phase_seconds), optimizer=state.optimizer_name,
-                                data_fingerprint=json.dumps(state.data, sort_keys=True)))
+                                data_fingerprint=json.dumps(state.data, sort_keys=True),
+                                updates=state.step if state.updates is None else state.updates,
+                                optimizer_config=json.dumps(state.optimizer_config, sort_keys=True),
+                                model=json.dumps(state.model, sort_keys=True)))
             write_attrs(f, attrs or {})
             f.attrs["attrs_sha256"] = _attrs_digest(f.attrs)
         with open(tmp, "rb") as fh:  # on disk before it can replace the previous checkpoint
@@ -281,7 +297,9 @@ def read_header(path: str) -> dict | None:
     -------
     dict or None
         ``config`` (dict), ``data`` (dict, the fingerprint; empty for a
-        format-1 file), ``optimizer`` (str); None when the file or its
+        format-1 file), ``optimizer`` (its config: ``name`` and
+        hyperparameters), ``model`` (its description; empty when not
+        recorded); None when the file or its
         ``config`` attribute cannot be read.
     """
     import h5py
@@ -293,12 +311,13 @@ def read_header(path: str) -> dict | None:
                 return None  # not to be trusted: read_checkpoint says why
             config = json.loads(a["config"])
             data = json.loads(a.get("data_fingerprint", "{}"))
-            optimizer = str(a.get("optimizer", "sgd"))
+            optimizer = json.loads(a.get("optimizer_config", "{}")) or {"name": str(a.get("optimizer", "sgd"))}
+            model = json.loads(a.get("model", "{}"))
     except Exception:  # unreadable in any way: the caller's own reading says how
         return None
-    if not isinstance(config, dict) or not isinstance(data, dict):
+    if not all(isinstance(d, dict) for d in (config, data, optimizer, model)):
         return None
-    return dict(config=config, data=data, optimizer=optimizer)
+    return dict(config=config, data=data, optimizer=optimizer, model=model)
 
 
 def read_config(path: str) -> dict | None:
@@ -390,6 +409,8 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 phase_seconds=json.loads(a.get("phase_seconds", "{}")),
                 optimizer_name=str(a.get("optimizer", "sgd")),
                 data=json.loads(a.get("data_fingerprint", "{}")), verified=fmt == FORMAT,
+                updates=int(a["updates"]) if "updates" in a else None,
+                optimizer_config=json.loads(a.get("optimizer_config", "{}")), model=json.loads(a.get("model", "{}")),
             )
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None
@@ -397,3 +418,153 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
         from ..io import one_line
 
         raise ValueError(f"checkpoint {path}: unreadable ({one_line(e)})") from None
+
+
+class Resumer:
+    """Finds the newest checkpoint a run can continue from, and says why others were passed over.
+
+    Not collective: rank 0 uses it (the trainer broadcasts what it found).
+    A damaged file (truncated, not HDF5, failing a checksum) is skipped,
+    with a note; a good one written with other options, another optimizer,
+    another model or for other data is an error, not skipped: an older one
+    would be the same.
+
+    Parameters
+    ----------
+    path : str
+        The newest checkpoint's name (``--checkpoint``).
+    config : hpcgpu.train.TrainConfig
+        This run's options.
+    precision : str
+        This run's precision's name.
+    optimizer : dict
+        This run's optimizer's config (:meth:`hpcgpu.optim.Optimizer.config`).
+    model : dict
+        This run's model's description.
+    data : dict
+        This run's data fingerprint (:meth:`hpcgpu.train.Trainer.data_fingerprint`).
+    data_name : str
+        How messages name the data.
+
+    Attributes
+    ----------
+    notes : list of str
+        Why files were skipped, newest first.
+    found : str or None
+        The file :meth:`newest` returned.
+    """
+
+    def __init__(self, path: str, config, precision: str, optimizer: dict, model: dict, data: dict, data_name: str):
+        self.path, self.config, self.precision = path, config, precision
+        self.optimizer, self.model, self.data, self.data_name = optimizer, model, data, data_name
+        self.notes: list[str] = []
+        self.found: str | None = None
+
+    def newest(self, n_global: int) -> CheckpointState | None:
+        """The newest good checkpoint's state, or None when there is none.
+
+        Parameters
+        ----------
+        n_global : int
+            The model's parameter count.
+
+        Returns
+        -------
+        CheckpointState or None
+
+        Raises
+        ------
+        ValueError
+            Every checkpoint is damaged; or the newest readable one was
+            written with options that must not change, another optimizer or
+            model, or for other data.
+        """
+        found = candidates(self.path)
+        for p in found:
+            header = read_header(p)
+            if header is not None:  # what it was written for, before its size is compared with the model's
+                why = self._changed(p, header)
+                if why:
+                    raise why
+            try:
+                state = read_checkpoint(p, n_global)
+                break
+            except ValueError as e:
+                self.notes.append(str(e))
+        else:
+            if found:
+                raise ValueError(f"--resume: no readable checkpoint: {'; '.join(self.notes)}")
+            return None
+        self.found = p
+        return state
+
+    def warn(self) -> None:
+        """Print the notes of skipped files on stderr, one line each (rank 0)."""
+        import sys
+
+        for note in self.notes:
+            print(f"hpcgpu.train: warning: {note}; falling back to an older checkpoint", file=sys.stderr, flush=True)
+
+    def _changed(self, p: str, header: dict) -> ValueError | None:
+        """The first thing a resume must keep that this run changed, as the error to raise."""
+        from .config import TrainConfig
+
+        config = header["config"]
+        mine = json.loads(self.config.to_json())
+        theirs = TrainConfig(**{k: v for k, v in config.items() if k in mine})
+        try:
+            their_precision = theirs.resolved_precision()[0]
+        except ValueError:
+            their_precision = None
+        if their_precision != self.precision:
+            return ValueError(f"--resume: {p} was written with --precision {their_precision}, this run has "
+                              f"{self.precision}")
+        for k in MUST_MATCH:
+            if config.get(k, LEGACY.get(k)) != mine[k]:
+                return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "
+                                  f"{config.get(k, LEGACY.get(k))}, this run has {mine[k]}")
+        opt = header["optimizer"]
+        if len(opt) > 1 and opt != self.optimizer:
+            return ValueError(f"--resume: {p} was written with the optimizer {_described(opt)}, this run has "
+                              f"{_described(self.optimizer)}")
+        why = self._data_changed(p, header["data"])  # first: the data decides the command line's model
+        if why is None and header["model"] and header["model"] != self.model:
+            why = ValueError(f"--resume: {p} was written for another model ({_model_text(header['model'])}), this "
+                             f"run has {_model_text(self.model)}")
+        return why
+
+    def _data_changed(self, p: str, theirs: dict) -> ValueError | None:
+        """How the checkpoint's data fingerprint ``theirs`` differs from this run's data (None: it does not)."""
+        for split in ("train", "test"):
+            a, b = theirs.get(split), self.data.get(split)
+            if a is None or a == b:
+                continue
+            where = f"--resume: {p} was trained on"
+            if b is None:
+                return ValueError(f"{where} data with a /test split, --data {self.data_name} has none")
+            for key, what in (("dim", "features"), ("n", f"/{split} samples")):
+                if a.get(key) != b.get(key):
+                    return ValueError(f"{where} data with {a.get(key)} {what}, --data {self.data_name} has "
+                                      f"{b.get(key)}: resume with the data it was trained on, or start afresh")
+            return ValueError(f"{where} other data (/{split} fingerprint {a.get('digest')}, --data "
+                              f"{self.data_name} has {b.get('digest')}: the same shape, other values): resume with "
+                              "the data it was trained on, or start afresh without --resume")
+        return None
+
+
+def _model_text(spec: dict) -> str:
+    """A model's description on one line: ``Dense 6-16-3 (relu, -), cross-entropy`` or the class and its shapes."""
+    net = spec.get("net")
+    if net and all(lay.get("type") == "Dense" for lay in net.get("layers", [])):
+        layers = net["layers"]
+        sizes = "-".join(str(x) for x in [layers[0]["n_in"]] + [lay["n_out"] for lay in layers])
+        acts = ", ".join(lay.get("activation") or "-" for lay in layers)
+        return f"Dense {sizes} ({acts}), {spec.get('loss', {}).get('type', '?')}"
+    return _described(spec)
+
+
+def _described(d: dict) -> str:
+    """A config dict as ``name(key=value, ...)`` on one line."""
+    name = d.get("name") or d.get("model") or ""
+    rest = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(d.items()) if k not in ("name", "model"))
+    return f"{name}({rest})" if name else rest

@@ -37,7 +37,16 @@ class TrainConfig:
     lr : float
         Peak learning rate (per mean-loss gradient).
     momentum, weight_decay : float
-        SGD momentum and L2 coefficient.
+        SGD momentum, and the weight decay: L2 for SGD and Adam,
+        decoupled for AdamW.
+    optimizer : {"sgd", "adam", "adamw"}
+        :class:`hpcgpu.optim.SGD` (with ``momentum``), ``Adam`` or ``AdamW``
+        (betas 0.9 and 0.999, eps 1e-8).
+    task : {"", "classification", "regression"}
+        "" (the default): from the targets, integer labels or float values.
+    loss : {"", "cross-entropy", "mse", "huber"}
+        "" (the default): ``cross-entropy`` for classification, ``mse`` for
+        regression.
     hidden : tuple of int
         Hidden layer widths; empty for softmax regression.
     seed : int
@@ -84,7 +93,7 @@ class TrainConfig:
         T: the ranks form a data x tensor grid of ``P / T`` replicas of T
         ranks each (consecutive ranks: a node's, under block placement);
         each tensor group splits the layers in Megatron-LM's pattern
-        (``hpcgpu.train.model.layer_plan``). T must divide P and be at
+        (``hpcgpu.nn.layer_plan``). T must divide P and be at
         most the smallest hidden width.
     zero_stage : {0, 1}
         1: ZeRO stage 1, the momentum sharded over the data-parallel ranks
@@ -131,6 +140,9 @@ class TrainConfig:
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 1e-4
+    optimizer: str = "sgd"
+    task: str = ""
+    loss: str = ""
     hidden: tuple = (256, 256)
     seed: int = 0
     device: str = "auto"
@@ -162,9 +174,20 @@ class TrainConfig:
         if self.checkpoint:
             return self.checkpoint
         if self.checkpoint_every or self.resume:
-            base = self.out[:-3] if self.out.endswith(".h5") else self.out
-            return base + ".ckpt.h5"
+            return self.default_checkpoint
         return None
+
+    @property
+    def default_checkpoint(self) -> str | None:
+        """``out`` with ``.ckpt.h5`` for ``.h5``: where a checkpoint goes by default (None without ``out``).
+
+        A stopped run writes its checkpoint there even when none was asked
+        for, and ``--resume`` looks there.
+        """
+        if not self.out:
+            return None
+        base = self.out[:-3] if self.out.endswith(".h5") else self.out
+        return base + ".ckpt.h5"
 
     def validate(self) -> ValueError | None:
         """The first bad option, as an error naming it; ``None`` when all are fine."""
@@ -176,6 +199,12 @@ class TrainConfig:
              f"got {self.grad_accum_steps}"),
             (self.lr > 0 and math.isfinite(self.lr), f"--lr must be a positive number, got {self.lr}"),
             (0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}"),
+            (self.optimizer in ("sgd", "adam", "adamw"),
+             f"--optimizer must be sgd, adam or adamw, got {self.optimizer!r}"),
+            (self.task in ("", "classification", "regression"),
+             f"--task must be classification or regression, got {self.task!r}"),
+            (self.loss in ("", "cross-entropy", "mse", "huber"),
+             f"--loss must be cross-entropy, mse or huber, got {self.loss!r}"),
             (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
             (all(int(h) >= 1 for h in self.hidden), f"--hidden widths must be >= 1, got {self.hidden}"),
             (self.device in ("auto", "cpu", "gpu"), f"--device must be auto, cpu or gpu, got {self.device!r}"),

@@ -1,7 +1,9 @@
 """Training data: HDF5 shards read by hyperslab, and the global-batch sampler.
 
 Each rank reads only its contiguous shard of ``/train`` (rows
-``block_range(N, P, rank)``) and of ``/test``. Every epoch the global order
+``block_range(N, P, rank)``) and of ``/test``; data given in memory
+(:func:`from_arrays`) is either the whole set on every rank, of which each
+rank takes the same block, or each rank's own rows. Every epoch the global order
 of the training samples is a permutation drawn from ``(seed, epoch)``; global
 batch ``b`` is positions ``b*B .. (b+1)*B`` of that order, and rank ``r``
 takes positions ``block_range(B, P, r)`` of each global batch (with K
@@ -26,7 +28,7 @@ from .._partition import block_range, block_starts
 from ..comm import agree
 from ..io import open_hdf5
 
-__all__ = ["Split", "load_split", "GlobalBatchSampler", "fingerprint"]
+__all__ = ["Split", "load_split", "from_arrays", "GlobalBatchSampler", "fingerprint", "task_of"]
 
 
 @dataclass
@@ -36,11 +38,16 @@ class Split:
     Attributes
     ----------
     X : numpy.ndarray, shape (stop - start, D)
-    y : numpy.ndarray, shape (stop - start,), int64
+    y : numpy.ndarray, shape (stop - start,) or (stop - start, k)
+        int64 class labels (classification) or float targets (regression).
     start, stop : int
         Global rows of the shard.
     n_global, dim : int
         N and D of the whole split.
+    starts : numpy.ndarray or None
+        Every rank's first global row and N after them (P + 1 values) when
+        the shards are not ``block_range``'s (each rank's own rows given in
+        memory); None for ``block_range``'s.
     """
 
     X: np.ndarray
@@ -49,9 +56,34 @@ class Split:
     stop: int
     n_global: int
     dim: int
+    starts: np.ndarray | None = None
+
+    @property
+    def task(self) -> str:
+        """``"classification"`` for integer targets, ``"regression"`` for float ones."""
+        return task_of(self.y.dtype)
+
+    @property
+    def outputs(self) -> int:
+        """The targets' width k (1 for labels and for 1-D targets)."""
+        return int(np.prod(self.y.shape[1:])) if self.y.ndim > 1 else 1
 
 
-def _meta(path: str, split: str, required: bool):
+def task_of(dtype) -> str:
+    """The task of targets of ``dtype``: ``"classification"`` for integers, ``"regression"`` otherwise.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype or str
+
+    Returns
+    -------
+    str
+    """
+    return "classification" if np.dtype(dtype).kind in "iu" else "regression"
+
+
+def _meta(path: str, split: str, required: bool, task: str | None = None):
     """Shapes and dtypes of ``/split/X`` and ``/split/y``, or an error (no raise)."""
     import h5py
 
@@ -73,9 +105,15 @@ def _meta(path: str, split: str, required: bool):
             return None, ValueError(f"--data {path}: {names[0]} must be 2-D (N x D), has shape {X.shape}")
         if X.dtype.kind not in "fiu":
             return None, ValueError(f"--data {path}: {names[0]} must be real numbers, has dtype {X.dtype}")
-        if y.ndim != 1 or y.dtype.kind not in "iu":
+        want = task or (task_of(y.dtype) if y.dtype.kind in "fiu" else "classification")
+        if want == "classification" and (y.ndim != 1 or y.dtype.kind not in "iu"):
             return None, ValueError(
-                f"--data {path}: {names[1]} must be a 1-D integer label array, "
+                f"--data {path}: {names[1]} must be a 1-D integer label array for classification, "
+                f"has shape {y.shape} and dtype {y.dtype}"
+            )
+        if want != "classification" and (y.ndim not in (1, 2) or y.dtype.kind not in "fiu"):
+            return None, ValueError(
+                f"--data {path}: {names[1]} must be numbers of shape (N,) or (N, k) for regression, "
                 f"has shape {y.shape} and dtype {y.dtype}"
             )
         if X.shape[0] != y.shape[0]:
@@ -85,11 +123,11 @@ def _meta(path: str, split: str, required: bool):
         if X.shape[1] == 0:
             return None, ValueError(f"--data {path}: {names[0]} has no features (D = 0)")
         nc = f.attrs.get("num_classes")
-        return (X.shape[0], X.shape[1], None if nc is None else int(nc)), None
+        return (X.shape[0], X.shape[1], None if nc is None else int(nc), want, y.shape[1:]), None
 
 
 def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True,
-               dtype="float32", min_rows: int = 1) -> tuple[Split | None, int | None]:
+               dtype="float32", min_rows: int = 1, task: str | None = None) -> tuple[Split | None, int | None]:
     """Read this rank's shard of ``/split/X`` and ``/split/y`` and check it.
 
     Collective: all ranks of ``comm`` must call it. Every check is agreed
@@ -105,9 +143,13 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
     required : bool
         Whether a missing split is an error (else ``(None, None)``).
     dtype : str
-        dtype of the returned ``X`` (float32 or float64).
+        dtype of the returned ``X`` (float32 or float64), and of regression targets.
     min_rows : int
         Fewest rows the split may have (the number of ranks for training).
+    task : {"classification", "regression"}, optional
+        What ``/split/y`` must hold: 1-D integer labels (read as int64), or
+        numbers of shape (N,) or (N, k) (read as ``dtype``). By default
+        integer targets are labels and float ones regression targets.
 
     Returns
     -------
@@ -120,16 +162,17 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
         No file at ``path``.
     ValueError
         Not HDF5; a dataset missing, of the wrong rank or dtype; X and y of
-        different lengths; fewer than ``min_rows`` rows; NaN or infinity in X;
-        a negative label (labels are checked against the class count later).
+        different lengths; fewer than ``min_rows`` rows; NaN or infinity in X
+        (or in regression targets); a negative label (labels are checked
+        against the class count later).
     """
     import h5py
 
-    meta, err = _meta(path, split, required)
+    meta, err = _meta(path, split, required, task)
     agree(err, comm=comm)
     if meta == "absent":
         return None, None
-    n, d, nc = meta
+    n, d, nc, task, tail = meta
     err = None
     if n < min_rows:
         err = ValueError(
@@ -138,23 +181,133 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
         )
     agree(err, comm=comm)
     start, stop = block_range(n, comm.size, comm.rank)
+    ytype = np.int64 if task == "classification" else dtype
     try:
         with h5py.File(path, "r") as f:
             X = np.empty((stop - start, d), dtype=dtype)
             if stop > start:
                 f[f"/{split}/X"].read_direct(X, np.s_[start:stop])
-            y = f[f"/{split}/y"][start:stop].astype(np.int64)
+            y = np.asarray(f[f"/{split}/y"][start:stop], dtype=ytype)
     except (OSError, TypeError, ValueError) as e:
         X = y = None
         err = OSError(f"--data {path}: rank {comm.rank} cannot read /{split} rows {start}:{stop} ({e})")
     if err is None:
-        bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
-        if bad.size:
-            err = ValueError(f"--data {path}: /{split}/X row {start + int(bad[0])} holds NaN or infinity")
-        elif y.size and y.min() < 0:
-            err = ValueError(f"--data {path}: /{split}/y has a negative label ({int(y.min())})")
+        err = _rows_error(X, y, start, f"--data {path}: /{split}/X", f"--data {path}: /{split}/y")
     agree(err, comm=comm)
     return Split(X, y, start, stop, n, d), nc
+
+
+def _rows_error(X, y, start: int, xname: str, yname: str) -> ValueError | None:
+    """A non-finite feature (or regression target) or a negative label in a shard, as an error naming its row."""
+    bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
+    if bad.size:
+        return ValueError(f"{xname} row {start + int(bad[0])} holds NaN or infinity")
+    if y.dtype.kind in "iu":
+        if y.size and y.min() < 0:
+            return ValueError(f"{yname} has a negative label ({int(y.min())})")
+        return None
+    bad = np.flatnonzero(~np.isfinite(y.reshape(y.shape[0], -1)).all(axis=1))
+    if bad.size:
+        return ValueError(f"{yname} row {start + int(bad[0])} holds NaN or infinity")
+    return None
+
+
+def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="float32", task: str | None = None,
+                what: str = "data", min_rows: int = 1) -> Split:
+    """This rank's shard of data given in memory, checked. Collective over ``comm``.
+
+    Nothing is broadcast: with ``sharded=False`` every rank holds (or can
+    index) the whole set and takes rows ``block_range(N, P, rank)``; with
+    ``sharded=True`` each rank passes its own rows, and the global set is
+    their concatenation in rank order.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D) or (n_rank, D)
+        Anything with ``len()``, ``shape`` and slicing by rows: a NumPy or
+        CuPy array, an h5py dataset (only this rank's rows are read).
+    y : array_like, shape (N,) or (N, k)
+        Integer labels (classification) or float targets (regression).
+    comm : mpi4py.MPI.Intracomm
+    sharded : bool
+        Each rank's own rows (True) or the whole set on every rank (False).
+    dtype : str
+        Of the features (float32 or float64), and of regression targets.
+    task : {"classification", "regression"}, optional
+        Default: integer targets are labels, float ones regression targets.
+    what : str
+        How messages name the data (``data``, ``validation``).
+    min_rows : int
+        Fewest rows the whole set may have.
+
+    Returns
+    -------
+    Split
+
+    Raises
+    ------
+    ValueError
+        Every rank, the same line: not 2-D features, a length mismatch,
+        targets of the wrong shape or type, the ranks holding sets of
+        different sizes with ``sharded=False``, too few rows, NaN or
+        infinity, a negative label.
+    """
+    from .. import _device
+
+    P, rank = comm.size, comm.rank
+    err = None
+    try:
+        xshape, yshape = tuple(X.shape), tuple(getattr(y, "shape", np.shape(y)))
+        ykind = np.dtype(y.dtype).kind if hasattr(y, "dtype") else np.asarray(y).dtype.kind
+    except (AttributeError, TypeError) as e:
+        xshape, yshape, ykind = (), (), "O"
+        err = ValueError(f"{what}: X and y must be arrays (or h5py datasets) with a shape ({e})")
+    task = task or (task_of(np.dtype("int64") if ykind in "iu" else np.dtype("float64")))
+    if err is None:
+        if len(xshape) != 2 or xshape[1] == 0:
+            err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {xshape}")
+        elif not yshape or yshape[0] != xshape[0]:
+            err = ValueError(f"{what}: X has {xshape[0]} rows but y has shape {yshape}")
+        elif task == "classification" and (len(yshape) != 1 or ykind not in "iu"):
+            err = ValueError(f"{what}: y must be 1-D integer labels for classification, has shape {yshape} "
+                             f"and kind {ykind!r}")
+        elif task == "regression" and (len(yshape) not in (1, 2) or ykind not in "fiu"):
+            err = ValueError(f"{what}: y must be numbers of shape (N,) or (N, k) for regression, has shape "
+                             f"{yshape}")
+    agree(err, comm=comm)
+    n_here, d = xshape[0], xshape[1]
+    counts = np.asarray(comm.allgather(n_here), dtype=np.int64)
+    dims = comm.allgather((d, yshape[1:], task))
+    err = None
+    if len(set(dims)) > 1:
+        err = ValueError(f"{what}: the ranks hold data of different shapes or tasks ({sorted(set(dims))})")
+    elif not sharded and len(set(counts.tolist())) > 1:
+        r = int(np.flatnonzero(counts != counts[0])[0])
+        err = ValueError(f"{what}: rank 0 holds {counts[0]} rows and rank {r} {counts[r]}: with sharded=False every "
+                         "rank passes the whole set; pass sharded=True when each passes its own rows")
+    agree(err, comm=comm)
+    if sharded:
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        n, (start, stop) = int(starts[-1]), (int(starts[rank]), int(starts[rank + 1]))
+        lo, hi, starts_out = 0, n_here, starts
+    else:
+        n = int(counts[0])
+        start, stop = block_range(n, P, rank)
+        lo, hi, starts_out = start, stop, None
+    err = None
+    if n < min_rows:
+        err = ValueError(f"{what}: {n} samples, fewer than the {min_rows} ranks (each rank needs at least one)")
+    agree(err, comm=comm)
+    ytype = np.int64 if task == "classification" else dtype
+    try:
+        Xr = np.array(_device.asnumpy(X[lo:hi]), dtype=dtype).reshape(hi - lo, d)
+        yr = np.array(_device.asnumpy(y[lo:hi]), dtype=ytype).reshape((hi - lo,) + yshape[1:])
+        err = _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
+    except (OSError, TypeError, ValueError, MemoryError) as e:
+        Xr = yr = None
+        err = ValueError(f"{what}: rank {rank} cannot take rows {lo}:{hi} ({type(e).__name__}: {e})")
+    agree(err, comm=comm)
+    return Split(Xr, yr, start, stop, n, d, starts_out)
 
 
 def _words(a: np.ndarray) -> np.ndarray:
@@ -214,11 +367,24 @@ def fingerprint(split: Split, comm: MPI.Intracomm, chunk: int = 4096) -> dict:
                 targets=f"{y.dtype}{tuple(y.shape[1:]) if y.ndim > 1 else ''}", digest=f"{digest:016x}")
 
 
-def check_labels(path: str, splits, num_classes: int | None, comm: MPI.Intracomm) -> int:
+def check_labels(where: str, splits, num_classes: int | None, comm: MPI.Intracomm) -> int:
     """Agree on the class count C and check every label is in ``0..C-1``.
 
-    Collective. ``C`` is the file's ``num_classes`` attribute, else the
+    Collective. ``C`` is ``num_classes`` (the file's attribute), else the
     largest label of any split plus one.
+
+    Parameters
+    ----------
+    where : str
+        How messages name the data (``--data PATH``, ``data``).
+    splits : sequence of Split or None
+    num_classes : int or None
+    comm : mpi4py.MPI.Intracomm
+
+    Returns
+    -------
+    int
+        C, the same on every rank.
 
     Raises
     ------
@@ -230,9 +396,9 @@ def check_labels(path: str, splits, num_classes: int | None, comm: MPI.Intracomm
     C = num_classes if num_classes is not None else gmax + 1
     err = None
     if gmax >= C:
-        err = ValueError(f"--data {path}: label {gmax} is outside 0..{C - 1} (num_classes = {C})")
+        err = ValueError(f"{where}: label {gmax} is outside 0..{C - 1} (num_classes = {C})")
     elif C < 2:
-        err = ValueError(f"--data {path}: {C} class(es); classification needs at least 2")
+        err = ValueError(f"{where}: {C} class(es); classification needs at least 2")
     agree(err, comm=comm)
     return C
 
@@ -298,8 +464,10 @@ class GlobalBatchSampler:
         lo, hi = self.bounds[comm.rank]
         self.local_micro_batch = hi - lo
         self.local_batch = self.K * self.local_micro_batch
-        self.shard_starts = np.asarray(block_starts(self.N, self.P))
+        self.shard_starts = np.asarray(train.starts if train.starts is not None else block_starts(self.N, self.P))
         self._rowtype = from_numpy_dtype(train.X.dtype).Create_contiguous(train.dim).Commit()
+        ytail, ytype = train.y.shape[1:], train.y.dtype
+        self._ytype = from_numpy_dtype(ytype).Create_contiguous(max(1, int(np.prod(ytail)))).Commit()
         n_local = train.stop - train.start
         self.replicated = bool(replicate)
         # Another rank's rows in one epoch: at most all of this rank's local batches.
@@ -310,18 +478,18 @@ class GlobalBatchSampler:
             err = None
             try:
                 self._pool_X = np.empty((self.N, D), dt)
-                self._pool_y = np.empty(self.N, np.int64)
+                self._pool_y = np.empty((self.N,) + ytail, ytype)
             except MemoryError:
                 err = MemoryError(f"--data-placement replicated: no room for the training set "
                                   f"({self.N * (D * dt.itemsize + 8) / 2**20:.0f} MiB) on rank {comm.rank}; "
                                   "use --data-placement sharded")
             agree(err, comm=comm)
             comm.Allgatherv([train.X, n_local, self._rowtype], [self._pool_X, (counts, displs), self._rowtype])
-            comm.Allgatherv([train.y, n_local, MPI.INT64_T], [self._pool_y, (counts, displs), MPI.INT64_T])
+            comm.Allgatherv([train.y, n_local, self._ytype], [self._pool_y, (counts, displs), self._ytype])
             train.X, train.y = self._pool_X[train.start : train.stop], self._pool_y[train.start : train.stop]
         else:
             self._pool_X = np.empty((n_local + self._cap, D), dt)
-            self._pool_y = np.empty(n_local + self._cap, np.int64)
+            self._pool_y = np.empty((n_local + self._cap,) + ytail, ytype)
             self._pool_X[:n_local], self._pool_y[:n_local] = train.X, train.y
             train.X, train.y = self._pool_X[:n_local], self._pool_y[:n_local]  # no second copy of the shard
         if xp is np:
@@ -335,14 +503,15 @@ class GlobalBatchSampler:
                                   + ("; use --data-placement sharded" if self.replicated else ""))
             agree(err, comm=comm)
         self._bX = xp.empty((self.local_batch, D), dt)
-        self._by = xp.empty(self.local_batch, np.int64)
+        self._by = xp.empty((self.local_batch,) + ytail, ytype)
         self._index = None
-        self._send = (np.empty((0, D), dt), np.empty(0, np.int64))
+        self._send = (np.empty((0, D), dt), np.empty((0,) + ytail, ytype))
 
     def free(self) -> None:
-        """Free the MPI datatype (not collective)."""
-        if self._rowtype != MPI.DATATYPE_NULL:
-            self._rowtype.Free()
+        """Free the MPI datatypes (not collective)."""
+        for t in (self._rowtype, self._ytype):
+            if t != MPI.DATATYPE_NULL:
+                t.Free()
 
     def order(self, epoch: int) -> np.ndarray:
         """The global order of the training samples in ``epoch`` (N,), same on every rank.
@@ -447,15 +616,15 @@ class GlobalBatchSampler:
         n_recv = int(recv_counts.sum())
         if self._send[0].shape[0] < send_idx.size:  # grown, with room: counts vary by epoch
             cap = send_idx.size + send_idx.size // 8
-            self._send = (np.empty((cap, t.dim), t.X.dtype), np.empty(cap, np.int64))
+            self._send = (np.empty((cap, t.dim), t.X.dtype), np.empty((cap,) + t.y.shape[1:], t.y.dtype))
         sX, sy = self._send[0][: send_idx.size], self._send[1][: send_idx.size]
         np.take(t.X, send_idx, axis=0, out=sX)
-        np.take(t.y, send_idx, out=sy)
+        np.take(t.y, send_idx, axis=0, out=sy)
         rX = self._pool_X[n_local : n_local + n_recv]
         ry = self._pool_y[n_local : n_local + n_recv]
         sd, rd = _displs(send_counts), _displs(recv_counts)
         comm.Alltoallv([sX, (send_counts, sd), self._rowtype], [rX, (recv_counts, rd), self._rowtype])
-        comm.Alltoallv([sy, (send_counts, sd), MPI.INT64_T], [ry, (recv_counts, rd), MPI.INT64_T])
+        comm.Alltoallv([sy, (send_counts, sd), self._ytype], [ry, (recv_counts, rd), self._ytype])
         # Where each wanted row sits in the pool, in step order.
         index = np.empty(want.size, np.int64)
         index[local] = want[local] - t.start
@@ -493,17 +662,18 @@ class GlobalBatchSampler:
         X : xp.ndarray, shape (local_batch, D)
             Features, of the training data's dtype; micro-batch ``k`` is rows
             ``k * local_micro_batch .. (k + 1) * local_micro_batch``.
-        y : xp.ndarray, shape (local_batch,), int64
-            Labels. Both arrays are buffers reused (overwritten) by the next call.
+        y : xp.ndarray, shape (local_batch,) or (local_batch, k)
+            Targets (int64 labels, or regression targets). Both arrays are
+            buffers reused (overwritten) by the next call.
         """
         lb, xp = self.local_batch, self.xp
         rows = self._index[step * lb : (step + 1) * lb]
         if xp is np:  # mode "raise" with out= buffers the whole gather and checks each index: twice the time
             np.take(self._dev_X, rows, axis=0, out=self._bX, mode="clip")
-            np.take(self._dev_y, rows, out=self._by, mode="clip")
+            np.take(self._dev_y, rows, axis=0, out=self._by, mode="clip")
         else:
             xp.take(self._dev_X, rows, axis=0, out=self._bX)
-            xp.take(self._dev_y, rows, out=self._by)
+            xp.take(self._dev_y, rows, axis=0, out=self._by)
         return self._bX, self._by
 
 

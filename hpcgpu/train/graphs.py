@@ -4,7 +4,7 @@ On a GPU a small step is bound by kernel launches: CuPy launches each kernel
 from Python (about 19 us each on an H100 with CuPy 14), and a step of an
 L-layer MLP is 3 + 6 L of them. :class:`StepGraph` captures the step's
 forward and backward passes once (every GEMM, the fused bias/ReLU kernels,
-the loss kernel and the sums: :meth:`hpcgpu.train.model.MLP.loss_and_grad`)
+the loss kernel and the sums: :meth:`hpcgpu.nn.Network.loss_and_grad`)
 and replays them as one launch. The batch gather before it and the update
 after it stay eager (the update's learning rate changes from step to step,
 and it runs after the gradient's reduction).
@@ -48,7 +48,7 @@ from .. import _device
 __all__ = ["StepGraph", "graphs_plan"]
 
 
-def graphs_plan(config, xp, compute_dtype, overlap: bool) -> tuple[bool, str]:
+def graphs_plan(config, xp, compute_dtype, overlap: bool, own_model: bool = False) -> tuple[bool, str]:
     """Whether a run's steps are replayed from a CUDA graph, and why not. Not collective.
 
     Parameters
@@ -62,6 +62,8 @@ def graphs_plan(config, xp, compute_dtype, overlap: bool) -> tuple[bool, str]:
         The GEMMs' 16-bit type under mixed precision.
     overlap : bool
         The gradient's reduction is posted from inside the backward pass.
+    own_model : bool
+        A model of one's own (its kernels are not known to be capturable).
 
     Returns
     -------
@@ -73,6 +75,8 @@ def graphs_plan(config, xp, compute_dtype, overlap: bool) -> tuple[bool, str]:
         return False, ""
     if config.cuda_graphs == "off":
         return False, "--cuda-graphs off"
+    if own_model:
+        return False, "a model of one's own"
     ok, why = _device.graphs_available()
     if not ok:
         return False, why
@@ -88,7 +92,7 @@ def graphs_plan(config, xp, compute_dtype, overlap: bool) -> tuple[bool, str]:
 
 
 class StepGraph:
-    """Runs :meth:`hpcgpu.train.model.MLP.loss_and_grad` of one batch, replayed from a CUDA graph.
+    """Runs :meth:`hpcgpu.nn.Network.loss_and_grad` of one batch, replayed from a CUDA graph.
 
     Not collective. One graph at a time: a step whose key (the batch
     arrays, the model's flat buffers, the loss scale) differs from the
@@ -96,7 +100,7 @@ class StepGraph:
 
     Parameters
     ----------
-    model : hpcgpu.train.model.MLP
+    model : hpcgpu.nn.Network
         On a GPU (CuPy arrays).
     warn : callable
         ``warn(message)`` when graphs are turned off for the run (this
@@ -149,7 +153,7 @@ class StepGraph:
             captures again).
         y : cupy.ndarray, shape (n,), int64
         loss_scale : float
-            As :meth:`hpcgpu.train.model.MLP.loss_and_grad`.
+            As :meth:`hpcgpu.nn.Network.loss_and_grad`.
         """
         model = self.model
         if not self.on:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PRECISIONS", "LossScaler", "resolve"]
+__all__ = ["PRECISIONS", "LossScaler", "Precision", "MixedPrecision", "ScaledMixedPrecision", "policy", "resolve"]
 
 PRECISIONS = ("64-true", "32-true", "bf16-mixed", "16-mixed")
 
@@ -133,3 +133,160 @@ class LossScaler:
             A :meth:`state_dict`.
         """
         self.scale, self.clean_steps = float(state["scale"]), int(state["clean_steps"])
+
+
+class Precision:
+    """A precision policy: hooks the trainer's step calls, which do nothing by default (``64-true``, ``32-true``).
+
+    Lightning Fabric's precision plugins (``lightning/fabric/plugins/precision``):
+    the step asks the policy for the loss scale and whether to skip the
+    update, and knows no precision by name. The policy's state (a loss
+    scaler's) is checkpointed as its :meth:`state_dict`.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`PRECISIONS`.
+    master : numpy.dtype
+        The weights', optimizer state's and gradient's type.
+    compute : numpy.dtype or None
+        The GEMMs' 16-bit type (mixed precision), else None.
+
+    Attributes
+    ----------
+    name, master, compute
+    """
+
+    def __init__(self, name: str, master, compute=None):
+        self.name, self.master = name, np.dtype(master)
+        self.compute = None if compute is None else np.dtype(compute)
+
+    @property
+    def loss_scale(self) -> float:
+        """The factor on the loss gradient before the backward pass (1)."""
+        return 1.0
+
+    def skip_update(self, grad, any_rank) -> bool:
+        """Whether this step's update must be skipped, after the gradient's reduction (never). Collective in effect.
+
+        Parameters
+        ----------
+        grad : xp.ndarray
+            This rank's reduced gradient (its ZeRO block, or its tensor slice).
+        any_rank : callable
+            ``any_rank(flag) -> bool``: whether ``flag`` holds on any rank
+            whose slice differs (so every rank decides alike).
+
+        Returns
+        -------
+        bool
+        """
+        return False
+
+    def state_dict(self) -> dict:
+        """The policy's state (none)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take :meth:`state_dict`'s values (none).
+
+        Parameters
+        ----------
+        state : dict
+        """
+
+
+class MixedPrecision(Precision):
+    """``bf16-mixed``: 16-bit GEMMs, float32 everything else; bfloat16 has float32's range, so no scaling.
+
+    Parameters
+    ----------
+    name, master, compute
+        As :class:`Precision`.
+    """
+
+
+class ScaledMixedPrecision(MixedPrecision):
+    """``16-mixed``: float16 GEMMs with a dynamic loss scale (:class:`LossScaler`).
+
+    The loss gradient is multiplied by :attr:`loss_scale`; a step whose
+    reduced gradient holds an inf or a NaN on any rank is skipped (no
+    update of weights or optimizer state) and the scale backs off.
+
+    Parameters
+    ----------
+    name, master, compute
+        As :class:`Precision`.
+    scaler : LossScaler, optional
+        A new one (``torch.amp.GradScaler``'s constants) by default.
+    """
+
+    def __init__(self, name: str, master, compute, scaler: LossScaler | None = None):
+        super().__init__(name, master, compute)
+        self.scaler = scaler if scaler is not None else LossScaler()
+
+    @property
+    def loss_scale(self) -> float:
+        """The scaler's current scale."""
+        return self.scaler.scale
+
+    def skip_update(self, grad, any_rank) -> bool:
+        """True, and the scale backed off, when the gradient overflowed on any rank.
+
+        Otherwise the scaler counts a clean step.
+
+        Parameters
+        ----------
+        grad, any_rank
+            As :meth:`Precision.skip_update`.
+
+        Returns
+        -------
+        bool
+        """
+        from .. import _device
+
+        xp = _device.cupy_or_none() if _device.is_device_array(grad) else np
+        overflow = any_rank(not bool(_device.asnumpy(xp.isfinite(grad).all())))
+        self.scaler.update(overflow)
+        return overflow
+
+    def state_dict(self) -> dict:
+        """The scaler's ``scale`` and ``clean_steps``."""
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take the scaler's state.
+
+        Parameters
+        ----------
+        state : dict
+        """
+        if state:
+            self.scaler.load_state_dict(state)
+
+
+def policy(precision: str | None, dtype: str) -> Precision:
+    """The precision policy of ``--precision`` and ``--dtype`` (see :func:`resolve`). Not collective.
+
+    Parameters
+    ----------
+    precision : str or None
+    dtype : {"float32", "float64"}
+
+    Returns
+    -------
+    Precision
+        :class:`Precision`, :class:`MixedPrecision` or :class:`ScaledMixedPrecision`.
+
+    Raises
+    ------
+    ValueError
+        As :func:`resolve`.
+    """
+    name, master, compute = resolve(precision, dtype)
+    if name == "16-mixed":
+        return ScaledMixedPrecision(name, master, compute)
+    if compute is not None:
+        return MixedPrecision(name, master, compute)
+    return Precision(name, master)

@@ -20,10 +20,13 @@ class Report:
         ``none``: nothing.
     epochs, steps_per_epoch : int
         The bar's length is ``epochs * steps_per_epoch`` steps.
+    task : {"classification", "regression"}
+        Which test metric an epoch's line shows (accuracy, or RMSE and R^2).
     """
 
-    def __init__(self, rank: int, progress: str, epochs: int, steps_per_epoch: int):
+    def __init__(self, rank: int, progress: str, epochs: int, steps_per_epoch: int, task: str = "classification"):
         self.talk = rank == 0 and progress != "none"
+        self.task = task
         self.progress, self.epochs, self.steps_per_epoch = progress, epochs, steps_per_epoch
         self.bar = None
 
@@ -76,8 +79,10 @@ class Report:
         row : dict
             The epoch's metrics (:attr:`hpcgpu.train.Trainer.history`'s names).
         """
+        test = (f"test_accuracy {row['test_accuracy']:.4f}" if self.task == "classification"
+                else f"test_rmse {row['test_rmse']:.4g}  test_r2 {row['test_r2']:.4f}")
         self.say(
             f"epoch {row['epoch']:>3}/{self.epochs}  train_loss {row['train_loss']:.4f}  "
-            f"test_loss {row['test_loss']:.4f}  test_accuracy {row['test_accuracy']:.4f}  "
+            f"test_loss {row['test_loss']:.4f}  {test}  "
             f"{row['seconds']:.2f} s  {row['samples_per_second']:.0f} samples/s"
         )

@@ -56,7 +56,7 @@ class GemmPlan:
     blas_threads : int
         Rank 0's host BLAS threads ``t`` when the plan was made.
     threaded : dict of str to bool
-        Per GEMM key of :meth:`hpcgpu.train.model.MLP.gemm_shapes`: True
+        Per GEMM key of :meth:`hpcgpu.nn.Network.gemm_shapes`: True
         runs it on the rank's ``t`` threads, False on one.
     speedup : dict of str to float
         Time on one thread over time on ``t``, summed over the ranks, as
@@ -191,7 +191,7 @@ def time_gemms(gemms, dtype, threads: int, comm: MPI.Intracomm, seconds: float =
     Parameters
     ----------
     gemms : list of (key, (m, k, n), trans_a, trans_b)
-        As :meth:`hpcgpu.train.model.MLP.gemm_shapes` returns; the same
+        As :meth:`hpcgpu.nn.Network.gemm_shapes` returns; the same
         number of GEMMs on every rank (shapes may differ).
     dtype : numpy.dtype
     threads : int
@@ -235,14 +235,14 @@ def time_steps(model, local_batch: int, candidates, comm: MPI.Intracomm, seconds
                timer=time.perf_counter) -> np.ndarray:
     """Seconds per forward and backward pass of ``model`` under each GEMM thread choice. Collective.
 
-    Times :meth:`~hpcgpu.train.model.MLP.loss_and_grad` on a random local
+    Times :meth:`~hpcgpu.nn.Network.loss_and_grad` on a random local
     batch (no communication, no update), the candidates in alternating
     rounds, every rank at once; the fastest round of each is kept.
     ``model.grad`` and ``model.stats`` are left overwritten, ``model.params`` untouched.
 
     Parameters
     ----------
-    model : hpcgpu.train.model.MLP
+    model : hpcgpu.nn.Network
         On NumPy.
     local_batch : int
         Rows of the batch on this rank.
@@ -267,7 +267,10 @@ def time_steps(model, local_batch: int, candidates, comm: MPI.Intracomm, seconds
     err = None
     try:
         X = rng.standard_normal((local_batch, model.sizes[0])).astype(model.dtype)
-        y = rng.integers(0, model.sizes[-1], local_batch)
+        if model.task == "classification":
+            y = rng.integers(0, model.sizes[-1], local_batch)
+        else:
+            y = rng.standard_normal((local_batch, model.sizes[-1])).astype(model.dtype)
     except (MemoryError, ValueError) as e:
         err = MemoryError(f"timing the step at local batch {local_batch}: {e}")
     agree(err, comm=comm)
@@ -295,7 +298,7 @@ def plan_gemm_threads(model, local_batch: int, comm: MPI.Intracomm, margin: floa
 
     Parameters
     ----------
-    model : hpcgpu.train.model.MLP
+    model : hpcgpu.nn.Network
         On NumPy (a model on a GPU gets ``None``).
     local_batch : int
         This rank's samples per step.

@@ -1,23 +1,23 @@
-"""The data-parallel SGD trainer.
+"""The data-parallel trainer: the user's model, loss and optimizer, wired to the rest.
 
-One step (Goyal et al., "Accurate, Large Minibatch SGD", 2017, section 2):
-every rank runs forward and backward on its local batch (as K micro-batches
-with gradient accumulation), which gives the SUM of its per-sample gradients
-in the gradient reducer's flat buffer (:mod:`hpcgpu.train.reducer`); one
-``Allreduce(SUM)`` of that buffer (with the loss sum, correct count and stop
-request riding in named slots after the gradient) gives the global sum;
-dividing by the global batch size gives the mean gradient, and every rank
-applies the same SGD update, so the parameters stay identical without ever
-being broadcast again.
+:class:`Trainer` wires the parts: the process groups
+(:mod:`hpcgpu.train.groups`), the model bound to the gradient reducer's
+flat buffer (:class:`hpcgpu.nn.Network` for built-in layers,
+:class:`hpcgpu.nn.FlatModel` for a model of one's own), the optimizer's
+state, the precision policy (:mod:`hpcgpu.train.precision`), the sampler
+(:mod:`hpcgpu.train.data`), the step (:mod:`hpcgpu.train.step`), the epoch
+metrics (:mod:`hpcgpu.train.metrics`), checkpoints
+(:mod:`hpcgpu.train.checkpoint`) and the results file
+(:mod:`hpcgpu.train.output`).
 
-Each part keeps its own state (``state_dict`` / ``load_state_dict``: the
-model, the optimizer, the schedule, the sampler); a checkpoint is written
-from them and :meth:`Trainer.broadcast_state` makes every rank agree
-(Horovod's ``TorchState.sync``).
+Each part keeps its own state (``state_dict`` / ``load_state_dict``); a
+checkpoint is written from them and :meth:`Trainer.broadcast_state` makes
+every rank agree (Horovod's ``TorchState.sync``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -31,25 +31,31 @@ from mpi4py import MPI
 from .. import _blas, _device
 from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
-from ..errors import AgreedError, agreed
-from ..watchdog import Watchdog
-from ..grid import ProcessGrid
 from ..energy import EnergyMeter
-from ..timing import PhaseTimer, reduce_phases, write_trace
-from ..io import atomic_path, check_output, on_root, write_attrs
+from ..errors import AgreedError, agreed
+from ..io import check_output, on_root, write_dataset
+from ..nn import FlatModel, Layer, Loss, Network, Sequential, loss_by_name, relu_stack
+from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
-from .data import GlobalBatchSampler, check_labels, fingerprint, load_split
+from ..timing import PhaseTimer, reduce_phases, write_trace
+from ..watchdog import Watchdog
+from .config import TrainConfig
+from .data import GlobalBatchSampler, Split, check_labels, fingerprint, from_arrays, load_split
 from .graphs import StepGraph, graphs_plan
-from .model import MLP, local_layout
-from .optim import SGD, LRSchedule
-from .precision import LossScaler
+from .groups import ProcessGroups
+from .metrics import EpochMetrics
+from .precision import Precision, ScaledMixedPrecision, policy
 from .reducer import GradientReducer
 from .report import Report
-from .config import TrainConfig
+from .step import Step
 from .stop import StopRequest
 from .threads import GemmPlan, plan_gemm_threads
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest stop.py's
+
+LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
+"""What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
+unless :meth:`Trainer.save` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
 
 
 def _host_memory() -> int:
@@ -70,42 +76,72 @@ def _host_memory() -> int:
 
 
 class Trainer:
-    """Data-parallel SGD of an MLP on an HDF5 data set.
+    """Data-parallel training of a model: the user's, or the command line's MLP.
 
     Collective: every rank of the runtime's communicator constructs it with
-    the same config and calls :meth:`fit` and :meth:`save` together.
+    the same arguments and calls :meth:`fit`, :meth:`evaluate`,
+    :meth:`predict` and :meth:`save` together.
 
     Parameters
     ----------
-    config : TrainConfig
-    runtime : Runtime, optional
+    model : hpcgpu.nn.Sequential, or an object of the hpcgpu.nn.Model contract, or None
+        The built-in layers (with ``loss``), or a model of one's own (its
+        ``loss_and_grad`` is the loss; see :class:`hpcgpu.nn.Model`). None:
+        the command line's MLP, built from ``config`` (``hidden``, the
+        data's features and classes).
+    loss : hpcgpu.nn.Loss, optional
+        For a ``Sequential``: :class:`~hpcgpu.nn.SoftmaxCrossEntropy`,
+        :class:`~hpcgpu.nn.MeanSquaredError` or :class:`~hpcgpu.nn.Huber`.
+    optimizer : hpcgpu.optim.Optimizer, optional
+        :class:`~hpcgpu.optim.SGD`, :class:`~hpcgpu.optim.Adam` or
+        :class:`~hpcgpu.optim.AdamW`; by default the config's (SGD with
+        momentum 0.9 at lr 0.05).
+    config : TrainConfig, optional
+        The run's options; a ``TrainConfig`` as the first argument is taken
+        as ``config`` (the command line's way in). The object is not changed.
+    runtime : hpcgpu.Runtime, optional
         Made with ``init(config.device)`` when omitted.
+    **options
+        Any field of :class:`TrainConfig` (``batch_size=32``, ``epochs=10``,
+        ``seed=0``, ``precision="bf16-mixed"``, ``zero_stage=1``...). With a
+        model given, the defaults differ in :data:`LIBRARY_DEFAULTS`.
 
     Raises
     ------
-    ValueError, FileNotFoundError, OSError
-        Bad options or data, on every rank with the same message (an
-        :class:`hpcgpu.AgreedError`): see :func:`hpcgpu.train.data.load_split` and
-        :meth:`TrainConfig.validate`; the global batch larger than the
-        training set or smaller than the number of ranks; ``out`` not
-        writable; ``resume`` with checkpoints that are all unreadable or
-        were written with other values of the options in
-        ``hpcgpu.train.checkpoint.MUST_MATCH``.
+    ValueError, TypeError, FileNotFoundError, OSError
+        Bad options, model or data, on every rank with the same message (an
+        :class:`hpcgpu.AgreedError`): see :meth:`TrainConfig.validate`,
+        :func:`hpcgpu.train.data.load_split`; a model without the contract;
+        a model of one's own with tensor parallelism or mixed precision;
+        an output that cannot be written or is an input.
 
     Attributes
     ----------
-    model : MLP
+    model : hpcgpu.nn.Network or hpcgpu.nn.FlatModel
+        The model on its flat buffers.
+    optimizer : hpcgpu.optim.Optimizer
+    opt_state : dict of str to xp.ndarray
+        The optimizer's state (this rank's ZeRO block with ZeRO-1).
+    precision : hpcgpu.train.precision.Precision
+        The precision policy.
+    groups : hpcgpu.train.groups.ProcessGroups
     history : dict of list
-        Per epoch: ``epoch``, ``train_loss``, ``train_accuracy``,
-        ``test_loss``, ``test_accuracy``, ``lr``, ``seconds`` (training time
-        of the epoch, wall clock, s), ``samples_per_second``, and per phase
-        of :data:`PHASES` ``<phase>_seconds_{min,mean,max}`` over the ranks
-        (with ``timing``).
+        Per epoch: ``epoch``, ``train_loss``, the task's metrics
+        (``train_accuracy``, ``test_loss``, ``test_accuracy``; or
+        ``train_rmse``, ``test_loss``, ``test_rmse``, ``test_r2``), ``lr``,
+        ``seconds`` (training time of the epoch, s), ``samples_per_second``,
+        energy, and per phase of :data:`PHASES` ``<phase>_seconds_{min,mean,max}``
+        over the ranks (with ``timing``).
     epoch, step, step_in_epoch : int
         Finished epochs, global steps done, steps done in the current epoch.
     stopped_by : str or None
         What stopped :meth:`fit` early, after a checkpoint (``"SIGUSR1"``,
         ``"SIGTERM"``, ``"stop file PATH"``); ``None`` when it ran to the end.
+    checkpoint_file : str or None
+        The run's newest checkpoint after :meth:`fit`: the config's, or after
+        a stop without one, ``out`` with ``.ckpt.h5`` (where ``--resume``
+        looks); None when there is none (no checkpoint asked for, or a stop
+        with neither a checkpoint path nor ``out``).
     resumed_from : str or None
         The checkpoint file this run continued from.
     gemm_plan : GemmPlan or None
@@ -114,127 +150,148 @@ class Trainer:
         on the rank's threads.
     """
 
-    METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
-               "lr", "seconds", "samples_per_second")
-    MIXED_METRICS = ("loss_scale", "skipped_steps")  # bf16-mixed and 16-mixed only
-    ENERGY_METRICS = ("energy_joules", "energy_joules_cpu", "energy_joules_gpu", "gflop", "joules_per_gflop")
-    """Per epoch's training steps, over all nodes (:mod:`hpcgpu.energy`): joules in all (the parts that
-    could be read), of the CPU packages and DRAM (RAPL), of the GPUs (NVML); the step's floating-point
-    operations counted analytically (GFLOP); joules per GFLOP. NaN where no counter could be read."""
-    UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1", "energy_joules": "J",
-             "energy_joules_cpu": "J", "energy_joules_gpu": "J", "gflop": "GFLOP", "joules_per_gflop": "J/GFLOP"}
     PHASES = ("data", "compute", "comm", "io")
     """The phases of a step (:mod:`hpcgpu.timing`): ``data`` the epoch's row exchange and each batch's
     gather; ``compute`` forward, backward and update; ``comm`` the wait for the gradient reduction (and
     ZeRO's Allgather); ``io`` checkpoints written during the epoch."""
 
-    def __init__(self, config: TrainConfig, runtime: Runtime | None = None):
-        self.config = c = config
+    def __init__(self, model=None, loss=None, optimizer: Optimizer | None = None, *, config: TrainConfig | None = None,
+                 runtime: Runtime | None = None, **options):
+        if isinstance(model, TrainConfig):  # Trainer(config[, runtime]): the command line's way in
+            config, model = model, None
+            if isinstance(loss, Runtime):
+                runtime, loss = loss, None
+        base = config if config is not None else TrainConfig(**LIBRARY_DEFAULTS) if model is not None else TrainConfig()
+        try:
+            c = dataclasses.replace(base, **options)
+        except TypeError as e:
+            raise agreed(TypeError(f"Trainer: {e}")) from None
         err = c.validate()
         if err is not None:
             raise agreed(err)  # the same config on every rank: all raise it
         self.rt = rt = runtime if runtime is not None else init(c.device)
         comm, self.xp = rt.comm, rt.xp
-
-        # Checked now: an output that cannot be written, or that would replace the input, must not cost the run.
         inputs = [(c.data, None)] if c.data else []
         for path, what in ((c.out, "--out"), (c.checkpoint_path, "--checkpoint"), (c.trace, "--trace")):
-            if path:
+            if path:  # checked now: an output that cannot be written must not cost the run
                 check_output(path, comm, what, inputs=inputs)
-        self.data_path = self._data_path(c.data, comm)
+        self.precision: Precision = policy(c.precision, c.dtype)
+        c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
+        agree(self._compute_dtype_error(self.precision.compute), comm=comm)
+        agree(self._layout_error(c, model), comm=comm)
+        self.groups = ProcessGroups(comm, c.tensor_parallel)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
+        self.train_split = self.test_split = None
+        self.data_path: str | None = None
+        self._validation_from_file = True
+        self._prepared = False
+        if model is None:  # the command line's MLP: its sizes come from the data
+            self.data_path = self._data_path(c.data, comm)
+            train, test, nc = self._read(self.data_path, c.task or None, self.precision.master)
+            task = c.task or train.task
+            loss = loss_by_name(c.loss or ("cross-entropy" if task == "classification" else "mse"))
+            width = check_labels(f"--data {self.data_path}", [train, test], nc, self.groups.data_comm) \
+                if task == "classification" else train.outputs
+            model = relu_stack([train.dim, *c.hidden, width])
+            optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
+            c = dataclasses.replace(c, task=task, loss=loss.name)
+        else:
+            optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
+        self.config = c
+        self._bind(model, loss, optimizer)
+        self.config = self._described(c)
+        if self.data_path is not None:
+            self._set_data(train, test, f"--data {self.data_path}")
+            self._prepare()
 
-        self.precision, master, compute = c.resolved_precision()
-        c.dtype = master.name  # --precision 64-true with --dtype's default: float64 in outputs and checkpoints
-        agree(self._compute_dtype_error(compute), comm=comm)
-        T = c.tensor_parallel
-        agree(self._layout_error(T), comm=comm)
-        self._setup_grid(T)
-        dcomm, D = self.data_comm, self.data_comm.size
-        # A tensor group's ranks see the same samples: the data is split among the D replicas. Their
-        # errors are agreed within a data group; a second agreement over every rank makes sure no data
-        # group goes on while another has failed (an error may be one rank's: a read that failed).
+    # -- set-up --------------------------------------------------------------------------------
+    def _bind(self, model, loss, optimizer) -> None:
+        """The model on the reducer's flat buffer, the optimizer's state: what a step needs but data. Collective."""
+        c, rt, g = self.config, self.rt, self.groups
+        master = self.precision.master
         err = None
-        try:
-            train, nc = load_split(self.data_path, "train", dcomm, dtype=master.name, min_rows=D)
-            test, _ = load_split(self.data_path, "test", dcomm, required=False, dtype=master.name, min_rows=0)
-            err = self._batch_error(train, test, D, T)
-            if err is None:
-                self.num_classes = check_labels(self.data_path, [train, test], nc, dcomm)
-        except AgreedError as e:
-            err = e
-        agree(err, comm=comm)
-        self.train_split, self.test_split = train, test
-
-        sizes = [train.dim, *c.hidden, self.num_classes]
-        n_local = local_layout(sizes, T, self.tensor_rank)[1]
-        self.watchdog = Watchdog(comm, c.stall_timeout)
-        self.reducer = GradientReducer(n_local, self.xp, master, dcomm, watchdog=self.watchdog,
-                                       layers=MLP.ranges_of(sizes, T, self.tensor_rank),
-                                       bucket_bytes=c.bucket_mb * 1e6, shards=D if c.zero_stage == 1 else 1)
+        if loss is not None and not isinstance(loss, Loss):
+            err = TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
+                            f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
+                                loss, Optimizer) else ""))
+        elif isinstance(model, Layer) and not isinstance(model, Sequential):
+            err = TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
+                            f"Sequential({type(model).__name__}(...))")
+        elif not isinstance(optimizer, Optimizer):
+            err = TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
+                            f"{type(optimizer).__name__}")
+        elif isinstance(model, Sequential) and loss is None:
+            err = ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), nn.MeanSquaredError() "
+                             "or nn.Huber())")
+        elif not isinstance(model, Sequential) and loss is not None:
+            err = ValueError(f"model {type(model).__name__} computes its own loss in loss_and_grad: give loss= with "
+                             "a Sequential only")
+        elif isinstance(model, Sequential) and model.sizes is None:
+            err = ValueError(f"the trainer runs Dense layers with their activations; {model} has other layers")
+        agree(err, comm=rt.comm)
+        self.optimizer = optimizer
+        self.watchdog = Watchdog(rt.comm, c.stall_timeout)
+        if isinstance(model, Sequential):
+            n_local, layers = Network.layout(model.sizes, g.T, g.tensor_rank)
+            stats = loss.stats
+        else:
+            n_local, layers, stats = self._own_model_size(model), None, ("loss_sum", "metric")
+        self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
+                                       watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
+                                       shards=g.D if c.zero_stage == 1 else 1)
+        self._params_pad = self.xp.zeros(self.reducer.padded, dtype=master) if c.zero_stage == 1 else None
+        buffers = dict(grad=self.reducer.grad, stats=self.reducer.view(stats[0], 2),
+                       params=None if self._params_pad is None else self._params_pad[:n_local])
+        if isinstance(model, Sequential):
+            self.model = Network(model, loss, self.xp, master, c.seed, compute_dtype=self.precision.compute,
+                                 tensor=(g.T, g.tensor_rank),
+                                 tensor_allreduce=self._tensor_allreduce if g.T > 1 else None, **buffers)
+        else:
+            self.model = FlatModel(model, self.xp, master, c.seed, task=c.task or "regression", **buffers)
+        # Same seed gives the same weights everywhere; the Bcast makes sure even with different NumPy builds
+        # on different nodes (a tensor slice: over the replicas).
+        Bcast(self.model.params, root=0, comm=g.data_comm)
+        lo, hi = self.reducer.shard_range
+        self._update_params = self.model.params if self._params_pad is None else self._params_pad[lo:hi]
+        self.opt_state = optimizer.init(self._update_params)  # ZeRO-1: this rank's block only
         self.tensor_bytes = 0  # bytes this rank passed to tensor-group Allreduces in training steps
         self._steps_run = 0  # steps this process ran (not those of a checkpoint it resumed from)
-        # With ZeRO the parameters live in a buffer padded to D equal blocks, for the Allgather.
-        self._params_pad = self.xp.zeros(self.reducer.padded, dtype=master) if c.zero_stage == 1 else None
-        self.model = MLP(sizes, self.xp, master, c.seed, grad=self.reducer.grad,
-                         stats=self.reducer.view("loss_sum", 2), compute_dtype=compute,
-                         tensor=(T, self.tensor_rank), tensor_allreduce=self._tensor_allreduce if T > 1 else None,
-                         params=None if self._params_pad is None else self._params_pad[:n_local])
-        self.scaler = LossScaler() if self.precision == "16-mixed" else None
-        self.metrics = self.METRICS + (self.MIXED_METRICS if compute is not None else ()) + self.ENERGY_METRICS
-        self._skipped = 0  # steps of the current epoch skipped for an overflow (16-mixed)
-        # Same seed gives the same weights everywhere; the Bcast makes sure even
-        # with different NumPy builds on different nodes (a tensor slice: over the replicas).
-        Bcast(self.model.params, root=0, comm=dcomm)
-        if self._params_pad is None:
-            self.optimizer = SGD(self.model.params, c.momentum, c.weight_decay)
-        else:  # ZeRO-1: this rank's momentum covers its block only
-            lo, hi = self.reducer.shard_range
-            self.optimizer = SGD(self._params_pad[lo:hi], c.momentum, c.weight_decay)
-        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, dcomm, self.xp, c.grad_accum_steps,
-                                          replicate=self._replicate(train, comm))
-        steps = self.sampler.steps
-        self.schedule = LRSchedule(
-            c.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
-            c.lr_step_epochs * steps, c.lr_gamma,
-        )
-        if test is not None:
-            self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
-        # One rank on a GPU: nothing to reduce, and each step's loss sum and correct count stay on
-        # the device (a row of _stats) until the epoch ends, a checkpoint or a stop needs them, so no
-        # step waits for the GPU. Otherwise the reduced slots are read every step: free on the host,
-        # and with several ranks the reduction has synchronized the stream already.
-        self._deferred = rt.size == 1 and self.xp is not np and self.scaler is None
-        self._stats = self.xp.zeros((self.sampler.steps, 2), dtype=self.model.dtype) if self._deferred else None
-        # the buckets' Iallreduces are posted from inside the backward pass
-        self._overlap = not self._deferred and len(self.reducer.buckets) > 1 and rt.size > 1
-        graphs, self._graphs_why = graphs_plan(c, self.xp, compute, self._overlap)
-        self._graph = StepGraph(self.model, warn=self._warn) if graphs else None
-        self.report = Report(rt.rank, c.progress, c.epochs, steps)
         self.epoch = self.step = self.step_in_epoch = 0
-        self._epoch_totals = np.zeros(2)  # loss sum, correct count of the current epoch
-        self._epoch_seconds = 0.0
-        self.energy = EnergyMeter(comm, _device.pci_bus_id(rt.device_id) if rt.device == "gpu" else None)
+        self.energy = EnergyMeter(rt.comm, _device.pci_bus_id(rt.device_id) if rt.device == "gpu" else None)
         self._energy_reasons = {"cpu": "", "gpu": ""}
         self.timer = PhaseTimer(self.PHASES, cupy=None if self.xp is np else self.xp, trace=bool(c.trace),
                                 on=c.timing)
         self._phase_carry = dict.fromkeys(self.PHASES, 0.0)  # the unfinished epoch's phases before a resume
-        self.series = self.metrics + (self.timing_keys() if c.timing else ())
-        self.history: dict[str, list] = {k: [] for k in self.series}
         self.stopped_by: str | None = None
+        self.checkpoint_file: str | None = None
         self.resumed_from: str | None = None
         self.stop_request: StopRequest | None = None
         self.gemm_plan: GemmPlan | None = None
         self._fingerprint: dict | None = None
-        plan = self._resume() if c.resume else None
-        self._drained = self.step_in_epoch  # steps of the epoch whose loss is in _epoch_totals
-        self._plan_gemm_threads(plan)
-        self.tensor_bytes = 0  # the plan's timed steps are not training steps
         self._clock0 = 0.0
-        if c.trace:  # time 0 of every rank's track: an instant the ranks shared
-            comm.Barrier()
-            self._clock0 = time.perf_counter()
+
+    def _own_model_size(self, model) -> int:
+        """The parameter count of a model of one's own (its ``init``), agreed. Collective."""
+        from ..nn._model import contract_error
+
+        err, n = contract_error(model), 0
+        if err is None:
+            try:
+                init = model.init(np.random.default_rng(self.config.seed))
+                n = sum(int(np.size(v)) for v in init.values())
+            except Exception as e:  # noqa: BLE001 - the user's code: say what it raised, on every rank
+                err = TypeError(f"model {type(model).__name__}: init(rng) failed ({type(e).__name__}: {e})")
+        agree(err, comm=self.rt.comm)
+        return n
+
+    def _described(self, c: TrainConfig) -> TrainConfig:
+        """The config as the run is: the optimizer's, the model's and the loss's settings in its fields."""
+        o, m = self.optimizer, self.model
+        return dataclasses.replace(
+            c, lr=o.lr, optimizer=o.name, momentum=getattr(o, "momentum", 0.0), weight_decay=o.weight_decay,
+            hidden=tuple(m.sizes[1:-1]) if m.sizes else (), task=m.task,
+            loss=m.loss.name if isinstance(m, Network) else "")
 
     def _warn(self, message: str) -> None:
         """A warning line about this rank alone on its stderr, naming it when there are several."""
@@ -242,56 +299,26 @@ class Trainer:
             message = message.replace("warning: ", f"warning: rank {self.rt.rank}: ", 1)
         print(message, file=sys.stderr, flush=True)
 
-    def _layout_error(self, T: int) -> ValueError | None:
-        """What is wrong with ``--tensor-parallel T`` at this number of ranks (None: nothing)."""
-        c, P = self.config, self.rt.size
+    def _layout_error(self, c: TrainConfig, model) -> ValueError | None:
+        """What is wrong with the tensor-parallel layout, or a model of one's own with it (None: nothing)."""
+        T, P = c.tensor_parallel, self.rt.size
+        own = model is not None and not isinstance(model, Sequential)
+        if own and T > 1:
+            return ValueError(f"--tensor-parallel {T}: a model of one's own ({type(model).__name__}) cannot be split "
+                              "over ranks; tensor parallelism needs the built-in Dense layers (hpcgpu.nn.Sequential)")
+        if own and self.precision.compute is not None:
+            return ValueError(f"--precision {self.precision.name}: a model of one's own ({type(model).__name__}) "
+                              "computes in its parameters' type; mixed precision needs the built-in layers")
         if P % T:
             return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
-        if T > 1 and not c.hidden:
+        hidden = list(c.hidden) if model is None else (model.sizes[1:-1] if isinstance(model, Sequential) else [])
+        if T > 1 and not hidden:
             return ValueError(f"--tensor-parallel {T} needs hidden layers to split")
-        split = [h for i, h in enumerate(c.hidden) if i % 2 == 0]  # the column-parallel layers' (layer_plan)
+        split = [h for i, h in enumerate(hidden) if i % 2 == 0]  # the column-parallel layers' (layer_plan)
         if T > 1 and T > min(split):
             return ValueError(f"--tensor-parallel {T} is larger than the smallest hidden width it splits "
                               f"({min(split)})")
         return None
-
-    def _batch_error(self, train, test, D: int, T: int) -> ValueError | None:
-        """What is wrong with the data and the batch at D data-parallel ranks (None: nothing)."""
-        c = self.config
-        ranks = f"number of ranks ({D})" if T == 1 else f"number of data-parallel ranks ({D})"
-        if test is not None and test.dim != train.dim:
-            return ValueError(f"--data {self.data_path}: /test/X has {test.dim} features, /train/X has {train.dim}")
-        if c.batch_size > train.n_global:
-            return ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
-        if c.batch_size < D:
-            return ValueError(f"--batch-size {c.batch_size} is smaller than the {ranks}")
-        if c.batch_size // c.grad_accum_steps < D:
-            return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
-                              f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
-        return None
-
-    def _setup_grid(self, T: int) -> None:
-        """The data x tensor grid (collective): tensor groups of T consecutive ranks, data groups across them."""
-        comm = self.rt.comm
-        self.grid = None
-        if T == 1:
-            self.data_comm, self.tensor_comm, self.tensor_rank = comm, None, 0
-            return
-        # Row-major: rank = d * T + t, so under the usual block placement a tensor group shares a node.
-        self.grid = ProcessGrid((comm.size // T, T), comm=comm)
-        self.tensor_comm, self.data_comm = self.grid.row_comm, self.grid.col_comm
-        self.tensor_rank = self.grid.col
-
-    def _tensor_allreduce(self, buf) -> None:
-        """Sum ``buf`` over the tensor group (the row-parallel output, the column-parallel input gradient)."""
-        Allreduce(buf, comm=self.tensor_comm)
-        self.tensor_bytes += buf.nbytes
-
-    def _any(self, flag: bool, comm) -> bool:
-        """Whether ``flag`` holds on any rank of ``comm`` (one small Allreduce; none without ``comm``)."""
-        if comm is None or comm.size == 1:
-            return flag
-        return bool(comm.allreduce(bool(flag), op=MPI.LOR))
 
     def _compute_dtype_error(self, compute) -> ValueError | None:
         """Why this array module cannot hold the 16-bit type of mixed precision (None when it can)."""
@@ -302,16 +329,166 @@ class Trainer:
             (a > 0).astype(np.float32)  # what the mixed step does with it: compare (ReLU masks), widen
         except Exception as e:  # noqa: BLE001 - CuPy < 14 (no bfloat16), NumPy too old for ml_dtypes, ...
             where = "CuPy (>= 14 has bfloat16)" if self.xp is not np else "NumPy"
-            return ValueError(f"--precision {self.precision}: {where} cannot compute in {compute.name} here "
+            return ValueError(f"--precision {self.precision.name}: {where} cannot compute in {compute.name} here "
                               f"({type(e).__name__}: {e})")
         return None
+
+    @staticmethod
+    def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
+        if data is not None:
+            return data
+        from ..datasets import ensure_bundled
+
+        return ensure_bundled("digits", comm)
+
+    def _read(self, path: str, task: str | None, dtype) -> tuple:
+        """This data group's shards of ``/train`` and ``/test`` of an HDF5 file, and its ``num_classes``. Collective.
+
+        A tensor group's ranks see the same samples: the data is split among
+        the D replicas. Errors are agreed within a data group, then over
+        every rank (an error may be one rank's: a read that failed).
+        """
+        dcomm, err = self.groups.data_comm, None
+        train = test = nc = None
+        try:
+            train, nc = load_split(path, "train", dcomm, dtype=dtype, min_rows=dcomm.size, task=task)
+            test, _ = load_split(path, "test", dcomm, required=False, dtype=dtype, min_rows=0, task=task or train.task)
+        except AgreedError as e:
+            err = e
+        agree(err, comm=self.rt.comm)
+        return train, test, nc
+
+    def _arrays(self, data, what: str, sharded: bool, required_rows: int, task: str | None = None):
+        """A Split of ``data``: an HDF5 path (its ``/train``, or ``/test`` for validation) or ``(X, y)`` in memory.
+
+        Collective. An HDF5 file without ``/test`` gives None for validation.
+        """
+        if task is None:
+            task = self.model.task if isinstance(self.model, Network) else (self.config.task or None)
+        dtype, dcomm = self.precision.master, self.groups.data_comm
+        if isinstance(data, (str, os.PathLike)):
+            split = "train" if what == "data" else "test"
+            s, err = None, None
+            try:
+                s, _ = load_split(os.fspath(data), split, dcomm, required=split == "train", dtype=dtype,
+                                  min_rows=required_rows, task=task)
+            except AgreedError as e:
+                err = e
+            agree(err, comm=self.rt.comm)
+            return s
+        err = None
+        if not (isinstance(data, (tuple, list)) and len(data) == 2):
+            err = TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}")
+        agree(err, comm=self.rt.comm)
+        s, err = None, None
+        try:
+            s = from_arrays(data[0], data[1], dcomm, sharded=sharded, dtype=dtype, task=task, what=what,
+                            min_rows=required_rows)
+        except AgreedError as e:
+            err = e
+        agree(err, comm=self.rt.comm)
+        return s
+
+    def _set_data(self, train: Split, test: Split | None, where: str) -> None:
+        """The data's checks against the model and the batch, the sampler, the step. Collective."""
+        c, g, m = self.config, self.groups, self.model
+        err = self._data_error(train, test, where)
+        agree(err, comm=self.rt.comm)
+        if m.task == "classification" and isinstance(m, Network):
+            check_labels(where, [train, test], m.sizes[-1], g.data_comm)
+        if isinstance(m, FlatModel):
+            m.task = c.task or train.task
+            self.config = dataclasses.replace(self.config, task=m.task)
+        self.train_split, self.test_split = train, test
+        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, g.data_comm, self.xp, c.grad_accum_steps,
+                                          replicate=self._replicate(train, self.rt.comm))
+        steps = self.sampler.steps
+        self.schedule = LRSchedule(self.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
+                                   c.lr_step_epochs * steps, c.lr_gamma)
+        self._test_arrays(test)
+        self.metrics = EpochMetrics(m.task, train.outputs, self.precision.compute is not None,
+                                    self.timing_keys() if c.timing else ())
+        # One rank on a GPU: nothing to reduce, and each step's loss and metric sums stay on the device (a row of
+        # _stats_on_device) until the epoch ends, a checkpoint or a stop needs them, so no step waits for the GPU.
+        # Otherwise the reduced slots are read every step: free on the host, and with several ranks the reduction
+        # has synchronized the stream already.
+        self._stats_on_device = self.rt.size == 1 and self.xp is not np and not isinstance(self.precision,
+                                                                                             ScaledMixedPrecision)
+        self._stats = self.xp.zeros((steps, 2), dtype=m.dtype) if self._stats_on_device else None
+        # the buckets' Iallreduces are posted from inside the backward pass
+        overlap = not self._stats_on_device and len(self.reducer.buckets) > 1 and self.rt.size > 1
+        graphs, self._graphs_why = graphs_plan(c, self.xp, self.precision.compute, overlap,
+                                              own_model=isinstance(m, FlatModel))
+        self._step = Step(m, self.reducer, self.optimizer, self.opt_state, self._update_params, self.precision, g,
+                          self.sampler.K, self.sampler.local_micro_batch, self.sampler.B, self.schedule,
+                          graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
+                          padded_params=self._params_pad, timer=self.timer)
+        self.report = Report(self.rt.rank, c.progress, c.epochs, steps, m.task)
+
+    def _data_error(self, train: Split, test: Split | None, where: str) -> ValueError | None:
+        """What is wrong with the data for this model and batch at D data-parallel ranks (None: nothing)."""
+        c, m, D = self.config, self.model, self.groups.D
+        ranks = f"number of ranks ({D})" if c.tensor_parallel == 1 else f"number of data-parallel ranks ({D})"
+        if test is not None and test.dim != train.dim:
+            if where.startswith("--data") and self._validation_from_file:
+                return ValueError(f"{where}: /test/X has {test.dim} features, /train/X has {train.dim}")
+            return ValueError(f"validation: X has {test.dim} features, the training data has {train.dim}")
+        if test is not None and test.y.shape[1:] != train.y.shape[1:]:
+            return ValueError(f"{where}: the validation targets have shape {test.y.shape[1:]} per sample, the "
+                              f"training targets {train.y.shape[1:]}")
+        if isinstance(m, Network):
+            if train.dim != m.sizes[0]:
+                return ValueError(f"{where}: X has {train.dim} features, the model's first layer takes {m.sizes[0]}")
+            if m.task == "regression" and train.outputs != m.sizes[-1]:
+                return ValueError(f"{where}: y has {train.outputs} target(s) per sample, the model's last layer "
+                                  f"gives {m.sizes[-1]}")
+        if c.batch_size > train.n_global:
+            return ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
+        if c.batch_size < D:
+            return ValueError(f"--batch-size {c.batch_size} is smaller than the {ranks}")
+        if c.batch_size // c.grad_accum_steps < D:
+            return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
+                              f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
+        return None
+
+    def _test_arrays(self, test: Split | None) -> None:
+        """The test shard on the device, and for regression its targets' sum of squares about their mean (R^2)."""
+        self._Xt = self._yt = None
+        self._sst = math.nan
+        if test is None:
+            return
+        self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
+        if test.task == "regression":
+            y = test.y.reshape(test.y.shape[0], -1).astype(np.float64)
+            sums = np.concatenate([y.sum(axis=0), (y * y).sum(axis=0)])
+            self.groups.data_comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+            k, n = y.shape[1], max(1, test.n_global)
+            mean = sums[:k] / n
+            self._sst = float((sums[k:] - n * mean * mean).sum())
+
+    def _prepare(self) -> None:
+        """Resume from a checkpoint if asked, then plan the GEMM threads. Collective; once per run."""
+        c = self.config
+        plan = self._resume() if c.resume else None
+        self._drained = self.step_in_epoch  # steps of the epoch whose loss is in the metrics' totals
+        self._plan_gemm_threads(plan)
+        self.tensor_bytes = 0  # the plan's timed steps are not training steps
+        if c.trace:  # time 0 of every rank's track: an instant the ranks shared
+            self.rt.comm.Barrier()
+            self._clock0 = time.perf_counter()
+        self._prepared = True
+
+    def _tensor_allreduce(self, buf) -> None:
+        """Sum ``buf`` over the tensor group (the row-parallel output, the column-parallel input gradient)."""
+        Allreduce(buf, comm=self.groups.tensor_comm)
+        self.tensor_bytes += buf.nbytes
 
     def _replicate(self, train, comm) -> bool:
         """Whether every rank holds the whole training set (``data_placement``; ``auto``: when small). Collective."""
         mode = self.config.data_placement
         if mode != "auto":
             return mode == "replicated"
-        nbytes = train.n_global * (train.dim * train.X.dtype.itemsize + 8)
+        nbytes = train.n_global * (train.dim * train.X.dtype.itemsize + train.y.itemsize * train.outputs)
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         ranks_here = node.size
         node.Free()
@@ -327,11 +504,11 @@ class Trainer:
         """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective.
 
         A checkpoint without a plan (a GPU run, ``--gemm-threads all``, one
-        thread per rank, or hpcgpu before plans) means every GEMM on the
-        rank's threads, and nothing is timed: the resume stays exact where
-        the thread count is the same.
+        thread per rank, or a run whose plan was not recorded) means every
+        GEMM on the rank's threads, and nothing is timed: the resume stays
+        exact where the thread count is the same.
         """
-        if self.config.gemm_threads == "all" or self.xp is not np:
+        if self.config.gemm_threads == "all" or self.xp is not np or not isinstance(self.model, Network):
             return
         mine = _blas.threads() or 1
         root_threads = self.rt.comm.bcast(mine, root=0)
@@ -355,19 +532,100 @@ class Trainer:
         self.model.gemm_threads = plan.counts(mine) if plan is not None else None
 
     def close(self) -> None:
-        """Stop the stall watchdog, free the energy meter's node communicator. Collective."""
+        """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective."""
         self.watchdog.close()
         self.energy.free()
+        if getattr(self, "sampler", None) is not None:
+            self.sampler.free()
+        self.groups.free()
 
-    @staticmethod
-    def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
-        if data is not None:
-            return data
-        from ..datasets import ensure_bundled
+    # -- training ------------------------------------------------------------------------------
+    def fit(self, data=None, validation=None, *, sharded: bool = False) -> dict[str, list]:
+        """Train until the configured number of epochs, evaluating after each. Collective.
 
-        return ensure_bundled("digits", comm)
+        Parameters
+        ----------
+        data : (X, y) or str, optional
+            The training set: arrays in memory (NumPy, CuPy, h5py
+            datasets: anything with ``len()``, ``shape`` and row slicing), or
+            an HDF5 file in the trainer's layout (``/train/X``, ``/train/y``).
+            Not needed when the trainer was built from a config with ``data``.
+            Given once: a later ``fit`` continues the same run.
+        validation : (X, y) or str, optional
+            Evaluated after every epoch (``test_*`` metrics), as ``data``.
+        sharded : bool
+            Whether each rank passes its own rows of ``data`` and
+            ``validation`` (their concatenation in rank order is the set),
+            or every rank the whole set (each then takes its block). Nothing
+            is ever broadcast from one rank.
 
-    # -- the step ---------------------------------------------------------
+        Returns
+        -------
+        dict of list
+            :attr:`history`.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad data (every rank, one line): see
+            :func:`hpcgpu.train.data.from_arrays`; data of another number of
+            features or targets than the model's.
+        FloatingPointError
+            Training diverged (every rank): the loss or the parameters are
+            not finite; no checkpoint is written after it.
+
+        Notes
+        -----
+        SIGUSR1 or SIGTERM (Slurm's warning signal, preemption), or the
+        config's stop file, make every rank stop after the same step and
+        write a checkpoint; then :attr:`stopped_by` says why. The handlers are those of
+        :attr:`stop_request` when set (the command line installs one before
+        anything else, so that a signal during start-up is not lost),
+        otherwise installed for the duration of ``fit``. With a checkpoint
+        path, a checkpoint is also written at the end.
+        """
+        if not self._prepared:
+            if data is None and self.config.data is None:
+                raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
+            source = data if data is not None else self.config.data
+            train = self._arrays(source, "data", sharded, self.groups.D)
+            path = isinstance(source, (str, os.PathLike))
+            test_source = validation if validation is not None else (source if path else None)
+            test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
+                                                                 task=train.task)
+            self._validation_from_file = isinstance(test_source, (str, os.PathLike))
+            self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
+            self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
+            self._prepare()
+        c, rt, report = self.config, self.rt, self.report
+        report.say(self._header())
+        bar = report.open_bar(self.step)
+        own = self.stop_request is None
+        if own:
+            self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
+        # Overflow becomes inf/NaN, which the step detects and reports once with
+        # its epoch and step; NumPy's per-operation warnings would only add noise.
+        try:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                while self.epoch < c.epochs:
+                    lr = self.schedule(self.epoch * self.sampler.steps)
+                    if not self.train_epoch(bar):
+                        self.stopped_by = self.stop_request.reason or "a stop request on another rank"
+                        break
+                    report.epoch(self._finish_epoch(lr))
+        finally:
+            if own:
+                self.stop_request.uninstall()
+            report.close_bar()
+        just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
+        unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
+        # A stop always leaves a checkpoint: the one asked for, or beside the output (where --resume looks).
+        path = c.checkpoint_path or (c.default_checkpoint if self.stopped_by else None)
+        if path and not just_written and not unchanged:
+            self.save_checkpoint(path)
+        self.checkpoint_file = path
+        return self.history
+
     def train_epoch(self, bar=None) -> bool:
         """Run the rest of the current epoch. Collective.
 
@@ -396,148 +654,213 @@ class Trainer:
             checkpoint and at a stop, so it is raised then, naming the same
             first step.
         """
-        model, red, sampler = self.model, self.reducer, self.sampler
-        K, lm = sampler.K, sampler.local_micro_batch
+        sampler, tm, step = self.sampler, self.timer, self._step
         t0 = MPI.Wtime()
-        tm = self.timer
         tm.mark("data", f"epoch {self.epoch + 1} start")
         self.energy.start()
         with self.watchdog.watch("epoch data Alltoallv", f"epoch {self.epoch + 1}"):
             sampler.start_epoch(self.epoch)
-        every = self.config.checkpoint_every
-        deferred, overlap = self._deferred, self._overlap  # see __init__
+        every, on_device = self.config.checkpoint_every, self._stats_on_device
         self._drained = self.step_in_epoch
+        finished = True
         for s in range(self.step_in_epoch, sampler.steps):
-            at = f"step {self.step + 1}"
-            tm.mark("data", at)
+            tm.mark("data", f"step {self.step + 1}")
             X, y = sampler.batch(s)
-            tm.mark("compute", at)
-            scale = self.scaler.scale if self.scaler is not None else 1.0
+            tm.mark("compute", f"step {self.step + 1}")
             stop = self.stop_request is not None and self.stop_request.requested()
-            if not deferred:
-                red.set("stop", 1.0 if stop else 0.0)  # before the backward pass posts the bucket that holds it
-            hook = red.ready if overlap else None
-            if self._graph is not None:  # K == 1, no hook: see graphs_plan
-                self._graph.step(X, y, scale)
-            elif K == 1:
-                model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook)
-            else:  # gradient accumulation: one reduction per step, not per micro-batch
-                for k in range(K):
-                    model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0,
-                                        loss_scale=scale, on_layer=hook if k == K - 1 else None)
-            if deferred:
-                self._stats[s] = model.stats
-            else:
-                tm.mark("comm", at)
-                red.finish(f"step {self.step + 1}")
-                slots = red.read()
-                # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
-                stop = self._any(bool(slots["stop"]), self.tensor_comm)
-                self._add_step(slots["loss_sum"], slots["correct"], self.step)
+            slots = step(X, y, self.step, stop, reduce=not on_device)
+            self.metrics.skipped += step.skipped_last
+            if on_device:
+                self._stats[s] = self.model.stats
+            else:  # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
+                stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
+                self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.B)
                 self._drained = s + 1
-                tm.mark("compute", at)
-            self._update(scale)
             self._steps_run += 1
             self.step += 1
             self.step_in_epoch = s + 1
             if bar is not None:
                 bar.update(1)
             if stop:
-                tm.mark(None)
-                self.energy.stop()
-                self._drain()
-                self._epoch_seconds += MPI.Wtime() - t0
-                return False
+                finished = False
+                break
             if every and self.step % every == 0:
-                tm.mark("io", at)
+                tm.mark("io", f"step {self.step}")
                 self.save_checkpoint()
         tm.mark(None)
         self.energy.stop()
         self._drain()
-        self._epoch_seconds += MPI.Wtime() - t0
-        return True
+        self.metrics.seconds += MPI.Wtime() - t0
+        return finished
 
-    def _update(self, scale: float) -> None:
-        """The optimizer's step on this rank's parameters (its ZeRO block), and the Allgather of ZeRO."""
-        red, B = self.reducer, self.sampler.B
-        grad = red.grad if red.shard is None else red.shard
-        if self.scaler is None:
-            self.optimizer.step(grad, self.schedule(self.step), scale=1.0 / B)
-        else:
-            overflow = not bool(_device.asnumpy(self.xp.isfinite(grad).all()))
-            if self.tensor_comm is not None or red.shard is not None:  # slices differ: agree on the verdict
-                overflow = self._any(overflow, self.rt.comm)
-            if overflow:
-                self._skipped += 1  # no update of weights or momentum
-            else:
-                self.optimizer.step(grad, self.schedule(self.step), scale=1.0 / (B * scale))
-            self.scaler.update(overflow)
-            if overflow:
-                return
-        if red.shard is not None:
-            self.timer.mark("comm", f"step {self.step + 1}")
-            red.allgather(self._params_pad)
-
-    def _add_step(self, loss_sum: float, correct: float, step: int) -> None:
-        """Add a finished step's reduced loss sum and correct count to the epoch's (0-based ``step``)."""
-        if not math.isfinite(loss_sum):
-            # the reduced loss is the same on every rank
-            raise agreed(FloatingPointError(
-                f"training diverged: the loss of step {step + 1} (epoch {self.epoch + 1}) is "
-                f"{loss_sum / self.sampler.B}; the last checkpoint is kept; start again with a smaller --lr "
-                f"(a resume keeps the checkpoint's --lr)"))
-        self._epoch_totals += (loss_sum, correct)
+    def _sums(self, slots: dict) -> tuple:
+        """A step's reduced loss sum and metric sum, from the reducer's slots."""
+        names = list(slots)
+        return slots[names[0]], slots[names[1]]
 
     def _drain(self) -> None:
-        """Add the steps whose loss is still on the device (one copy to the host), in step order.
+        """Add the steps whose sums are still on the device (one copy to the host), in step order.
 
         Raises FloatingPointError naming the first step whose loss was not finite.
         """
         lo, hi = self._drained, self.step_in_epoch
         if hi > lo:
             first = self.step - (hi - lo)
-            for i, (loss_sum, correct) in enumerate(_device.asnumpy(self._stats[lo:hi]).tolist()):
-                self._add_step(loss_sum, correct, first + i)
+            for i, (loss_sum, metric) in enumerate(_device.asnumpy(self._stats[lo:hi]).tolist()):
+                self.metrics.add_step(loss_sum, metric, first + i, self.epoch, self.sampler.B)
         self._drained = hi
-
-    def evaluate(self) -> tuple[float, float]:
-        """Mean loss and accuracy on the test split (NaN without one, or an empty one). Collective."""
-        if self.test_split is None or self.test_split.n_global == 0:
-            return math.nan, math.nan
-        counted = self.tensor_bytes
-        tot = self.model.evaluate(self._Xt, self._yt)
-        self.tensor_bytes = counted  # training steps' bytes only
-        with self.watchdog.watch("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
-            Allreduce(tot, comm=self.data_comm)  # a tensor group's ranks hold the same totals
-        loss_sum, correct = (float(v) for v in _device.asnumpy(tot))
-        n = self.test_split.n_global
-        return loss_sum / n, correct / n
 
     def _finish_epoch(self, lr: float) -> dict:
         n = self.sampler.steps * self.sampler.B
-        test_loss, test_acc = self.evaluate()
+        row = dict(epoch=self.epoch + 1, lr=lr, seconds=self.metrics.seconds,
+                   samples_per_second=n / self.metrics.seconds if self.metrics.seconds > 0 else math.nan,
+                   loss_scale=self.precision.loss_scale, skipped_steps=self._skipped_in_epoch())
+        row.update(self.metrics.train_values(n))
+        row.update(self._test_metrics())
         self.epoch += 1
-        row = dict(epoch=self.epoch, train_loss=self._epoch_totals[0] / n, train_accuracy=self._epoch_totals[1] / n,
-                   test_loss=test_loss, test_accuracy=test_acc, lr=lr, seconds=self._epoch_seconds,
-                   samples_per_second=n / self._epoch_seconds if self._epoch_seconds > 0 else math.nan,
-                   loss_scale=self.scaler.scale if self.scaler is not None else 1.0, skipped_steps=self._skipped)
         j = self.energy.total()  # collective: the nodes' joules of this epoch's steps
         gflop = self.flops_per_sample() * n / 1e9
         row.update(energy_joules=j.total, energy_joules_cpu=j.cpu, energy_joules_gpu=j.gpu, gflop=gflop,
-                   joules_per_gflop=j.total / gflop)
+                   joules_per_gflop=j.total / gflop if gflop > 0 else math.nan)
         self._energy_reasons = {"cpu": j.cpu_reason, "gpu": j.gpu_reason}
         if self.config.timing:
-            seconds = self._phase_partial()
+            seconds = self._collect_phases()
             self._phase_carry = dict.fromkeys(self.PHASES, 0.0)
             for phase, stats in reduce_phases(seconds, self.rt.comm).items():
                 row.update({f"{phase}_seconds_{n}": v for n, v in zip(("min", "mean", "max"), stats, strict=True)})
-        for k in self.series:
-            self.history[k].append(row[k])
-        self.step_in_epoch, self._epoch_totals[:], self._epoch_seconds, self._skipped = 0, 0.0, 0.0, 0
+        self.metrics.append(row)
+        self.step_in_epoch = 0
         return row
 
+    def _skipped_in_epoch(self) -> int:
+        return self.metrics.skipped
+
+    def _test_sums(self, X, y, n_global: int) -> list:
+        """The reduced ``[loss_sum, metric_sum]`` over a test shard. Collective."""
+        counted = self.tensor_bytes
+        tot = self.model.evaluate(X, y) if X is not None and X.shape[0] else self.xp.zeros(2, dtype=np.float64)
+        self.tensor_bytes = counted  # training steps' bytes only
+        with self.watchdog.watch("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
+            Allreduce(tot, comm=self.groups.data_comm)  # a tensor group's ranks hold the same totals
+        return [float(v) for v in _device.asnumpy(tot)]
+
+    def _test_metrics(self) -> dict:
+        """The test split's metrics (NaN without one, or an empty one). Collective."""
+        test = self.test_split
+        if test is None or test.n_global == 0:
+            return self.metrics.test_values([math.nan, math.nan], 0, math.nan)
+        return self.metrics.test_values(self._test_sums(self._Xt, self._yt, test.n_global), test.n_global, self._sst)
+
+    def evaluate(self, data=None, *, sharded: bool = False) -> dict:
+        """The task's metrics on a data set, as exact global means. Collective.
+
+        Parameters
+        ----------
+        data : (X, y) or str, optional
+            As :meth:`fit`'s ``validation``; by default the validation set
+            (the ``/test`` split of the training file).
+        sharded : bool
+            As :meth:`fit`.
+
+        Returns
+        -------
+        dict
+            ``loss`` and ``accuracy`` (classification), or ``loss``, ``rmse``
+            and ``r2`` (regression); NaN without data.
+        """
+        if data is None:
+            values = self._test_metrics()
+        else:
+            split = self._arrays(data, "evaluate", sharded, 0)
+            if self.model.task == "classification" and isinstance(self.model, Network):
+                check_labels("evaluate", [split], self.model.sizes[-1], self.groups.data_comm)
+            saved = (self.test_split, self._Xt, self._yt, self._sst)
+            try:
+                self._test_arrays(split)
+                self.test_split = split
+                values = self._test_metrics()
+            finally:
+                self.test_split, self._Xt, self._yt, self._sst = saved
+        return {k[5:]: v for k, v in values.items()}
+
+    def predict(self, X, *, sharded: bool = False, root: int | None = 0, out: str | None = None):
+        """The model's outputs for the rows of ``X``, in input order, with no padding. Collective.
+
+        Each data-parallel rank predicts its block of rows (its own rows with
+        ``sharded``); the blocks are gathered in rank order by ``Gatherv``
+        (or ``Allgatherv``), or written by each rank into an HDF5 dataset.
+
+        Parameters
+        ----------
+        X : array_like or str, shape (N, D)
+            As :meth:`fit`'s ``data`` features, or an HDF5 ``FILE[:DATASET]``
+            (the dataset defaults to ``/test/X``).
+        sharded : bool
+            Each rank passes its own rows (their concatenation in rank order is ``X``).
+        root : int or None
+            The rank that receives the predictions (others get None); None: every rank.
+        out : str, optional
+            ``FILE:DATASET`` to write the predictions to instead (added to
+            or replaced in ``FILE``, atomically; each rank writes its rows).
+
+        Returns
+        -------
+        numpy.ndarray of shape (N, k), or None
+            On ``root`` (every rank with ``root=None``); None elsewhere and with ``out``.
+            For classification the outputs are logits (before the softmax).
+
+        Raises
+        ------
+        ValueError
+            ``X`` of another number of features than the model's, not 2-D,
+            or with NaN; an unwritable ``out`` (every rank).
+        """
+        from .._matmul_cli import split_spec
+
+        comm, dcomm = self.rt.comm, self.groups.data_comm
+        if isinstance(X, (str, os.PathLike)):
+            path, name = split_spec(os.fspath(X), "/test/X")
+            X, err = None, None
+            try:
+                X = _HDF5Rows(path, name)
+            except ValueError as e:
+                err = e
+            agree(err, comm=comm)
+        dtype = self.precision.master
+        split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
+        D = self.model.sizes[0] if isinstance(self.model, Network) else split.dim
+        agree(ValueError(f"predict: X has {split.dim} features, the model's first layer takes {D}")
+              if split.dim != D else None, comm=comm)
+        local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
+        k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
+        local = local.reshape(local.shape[0], k)
+        if out is not None:
+            path, name = split_spec(out, "y_hat")
+            err = None
+            if self.groups.tensor_rank == 0:  # one tensor column writes: every column holds the same rows
+                try:
+                    write_dataset(path, name, (split.n_global, k), local,
+                                  (slice(split.start, split.stop), slice(None)), comm=dcomm,
+                                  attrs=dict(hpcgpu_version=__version__, rows=split.n_global))
+                except AgreedError as e:
+                    err = str(e)
+            if self.groups.tensor_comm is not None:  # the other columns learn the outcome
+                err = self.groups.tensor_comm.bcast(err, root=0)
+            if err is not None:
+                raise agreed(OSError(err))
+            return None
+        counts = np.asarray(dcomm.allgather(local.shape[0]), dtype=np.int64) * k
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        droot = None if root is None else root // self.groups.T  # the data rank of global rank root
+        full = np.empty((split.n_global, k), dtype) if root is None or dcomm.rank == droot else None
+        if root is None:
+            dcomm.Allgatherv(local, [full, (counts, displs)])
+        else:
+            dcomm.Gatherv(local, [full, (counts, displs)] if dcomm.rank == droot else None, root=droot)
+        return full if root is None or comm.rank == root else None
+
     def flops_per_sample(self) -> float:
-        """Floating-point operations of one sample's forward and backward pass (analytic).
+        """Floating-point operations of one sample's forward and backward pass (analytic; 0 for a model of one's own).
 
         A layer of ``a`` inputs and ``b`` outputs costs ``2ab`` forward,
         ``2ab`` for its weight gradient and, past the first layer, ``2ab``
@@ -548,6 +871,8 @@ class Trainer:
         -------
         float
         """
+        if not isinstance(self.model, Network):
+            return 0.0
         pairs = list(itertools.pairwise(self.model.sizes))
         return float(6 * sum(a * b for a, b in pairs) - 2 * pairs[0][0] * pairs[0][1])
 
@@ -561,76 +886,33 @@ class Trainer:
         """
         return tuple(f"{p}_seconds_{n}" for p in cls.PHASES for n in ("min", "mean", "max"))
 
-    def _phase_partial(self) -> dict:
+    def _collect_phases(self) -> dict:
         """This rank's seconds per phase of the unfinished epoch (those before a resume included)."""
         got = self.timer.collect()
         self._phase_carry = {k: self._phase_carry[k] + got[k] for k in self.PHASES}
         return dict(self._phase_carry)
 
-    def fit(self) -> dict[str, list]:
-        """Train until the configured number of epochs, evaluating after each. Collective.
-
-        SIGUSR1 or SIGTERM (Slurm's warning signal, preemption), or the
-        config's stop file, make every rank stop after the same step and
-        write a checkpoint; then :attr:`stopped_by` says why. The handlers are those of
-        :attr:`stop_request` when set (the command line installs one before
-        anything else, so that a signal during start-up is not lost),
-        otherwise installed for the duration of ``fit``. With a checkpoint
-        path, a checkpoint is also written at the end.
-
-        Returns
-        -------
-        dict of list
-            :attr:`history`.
-        """
-        c, rt = self.config, self.rt
-        report = self.report
-        report.say(self._header())
-        bar = report.open_bar(self.step)
-        own = self.stop_request is None
-        if own:
-            self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
-        # Overflow becomes inf/NaN, which the step detects and reports once with
-        # its epoch and step; NumPy's per-operation warnings would only add noise.
-        try:
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                while self.epoch < c.epochs:
-                    lr = self.schedule(self.epoch * self.sampler.steps)
-                    if not self.train_epoch(bar):
-                        self.stopped_by = self.stop_request.reason or "a stop request on another rank"
-                        break
-                    report.epoch(self._finish_epoch(lr))
-        finally:
-            if own:
-                self.stop_request.uninstall()
-            report.close_bar()
-        just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
-        unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
-        if c.checkpoint_path and not just_written and not unchanged:
-            self.save_checkpoint()
-        return self.history
-
-    # -- checkpoints ----------------------------------------------------------
+    # -- state and checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything a run needs to continue exactly, as host values. Not collective.
+        """Everything a run needs to continue exactly, as host values. Not collective; no side effects.
 
         Returns
         -------
         dict
-            ``model``, ``optimizer``, ``schedule``, ``sampler`` (each part's
-            own ``state_dict()``), ``progress`` (``epoch``, ``step``,
-            ``step_in_epoch``, ``epoch_totals`` (loss sum, correct count of
-            the unfinished epoch), ``epoch_seconds``, ``history``) and
+            ``model``, ``optimizer`` (its state arrays by name, this rank's),
+            ``schedule``, ``sampler``, ``precision`` (each part's own
+            ``state_dict()``), ``progress`` (``epoch``, ``step``,
+            ``step_in_epoch``, ``updates``, the metrics' state, and the
+            unfinished epoch's ``phase_seconds`` as last collected) and
             ``gemm_threads`` (the :class:`GemmPlan` as JSON, or "").
         """
         return dict(
-            model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            model=self.model.state_dict(), optimizer={k: _device.asnumpy(v).copy() for k, v in self.opt_state.items()},
             schedule=self.schedule.state_dict(), sampler=self.sampler.state_dict(),
+            precision=self.precision.state_dict(),
             progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
-                          epoch_totals=self._epoch_totals.tolist(), epoch_seconds=self._epoch_seconds,
-                          skipped_steps=self._skipped, history={k: list(v) for k, v in self.history.items()},
-                          phase_seconds=self._phase_partial()),
-            scaler=self.scaler.state_dict() if self.scaler is not None else None,
+                          updates=self._step.updates, phase_seconds=dict(self._phase_carry),
+                          **self.metrics.state_dict()),
             gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
 
     def load_state_dict(self, state: dict) -> None:
@@ -648,36 +930,41 @@ class Trainer:
         ------
         ValueError
             A part does not fit this run (another model size, another
-            sample order).
+            sample order, another optimizer's state).
         """
         if "model" in state:
             self.model.load_state_dict(state["model"])
         if "optimizer" in state:
-            self.optimizer.load_state_dict(state["optimizer"])
+            self._load_opt_state(state["optimizer"])
         if "schedule" in state:
             self.schedule.load_state_dict(state["schedule"])
         if "sampler" in state:
             self.sampler.load_state_dict(state["sampler"])
-        if state.get("scaler") is not None and self.scaler is not None:
-            self.scaler.load_state_dict(state["scaler"])
+        if state.get("precision"):
+            self.precision.load_state_dict(state["precision"])
         if "progress" in state:
             p = state["progress"]
             self.epoch, self.step, self.step_in_epoch = int(p["epoch"]), int(p["step"]), int(p["step_in_epoch"])
-            self._epoch_totals[:] = p["epoch_totals"]
-            self._epoch_seconds = float(p["epoch_seconds"])
-            self._skipped = int(p.get("skipped_steps", 0))
-            self.history = {k: list(p["history"].get(k, [])) for k in self.series}
-            n = len(self.history["epoch"])
-            for k in self.series:  # a checkpoint of a run without timing: NaN for its epochs
-                self.history[k] = self.history[k] or [math.nan] * n
+            self._step.updates = int(p.get("updates", self.step))
+            self.metrics.load_state_dict(p)
             self._phase_carry = {k: float(p.get("phase_seconds", {}).get(k, 0.0)) for k in self.PHASES}
             self._drained = self.step_in_epoch
+
+    def _load_opt_state(self, arrays: dict) -> None:
+        """Copy this rank's optimizer state arrays in place (the names and shapes must be this optimizer's)."""
+        if set(arrays) != set(self.opt_state):
+            raise ValueError(f"optimizer state {sorted(arrays)} for {self.optimizer.name}'s {sorted(self.opt_state)}")
+        for k, v in arrays.items():
+            v = np.asarray(v)
+            if v.shape != self.opt_state[k].shape:
+                raise ValueError(f"{k} of shape {v.shape} for parameters of shape {self.opt_state[k].shape}")
+            self.opt_state[k][...] = self.xp.asarray(v.astype(self.opt_state[k].dtype, copy=False))
 
     def broadcast_state(self, root: int = 0) -> None:
         """Make every rank's state rank ``root``'s. Collective.
 
-        The parameters and the momentum go by ``Bcast`` (device to device
-        where MPI can), the rest as one pickled object (Horovod's
+        The parameters and the optimizer state go by ``Bcast`` (device to
+        device where MPI can), the rest as one pickled object (Horovod's
         ``TorchState.sync``). With tensor parallelism or ZeRO the ranks hold
         different slices: the unsplit state is gathered on rank 0 and each
         rank takes its slice of it (``root`` must then be 0).
@@ -696,83 +983,68 @@ class Trainer:
         small = None
         if self.rt.rank == root:
             small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
-        if self.tensor_comm is None and self.reducer.shard is None:
+        if self.groups.tensor_comm is None and self.reducer.shard is None:
             Bcast(self.model.params, root=root, comm=comm)
-            Bcast(self.optimizer.velocity, root=root, comm=comm)
+            for k in sorted(self.opt_state):
+                Bcast(self.opt_state[k], root=root, comm=comm)
         else:
             if root != 0:
                 raise agreed(ValueError("broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO"))
-            params, velocity = self.gather_global()
-            self._bcast_global(params, velocity)
+            self.load_global(*self._bcast(*self.gather_global()))
         small = comm.bcast(small, root=root)
         if self.rt.rank != root:
             self.load_state_dict(small)
 
-    def _bcast_global(self, params, velocity) -> None:
-        """Rank 0's unsplit ``params`` and ``velocity`` to every rank, each taking its slice. Collective."""
-        n, dt = self.model.n_global, self.model.dtype
-        bufs = [np.asarray(params, dt) if self.rt.rank == 0 else np.empty(n, dt),
-                np.asarray(velocity, dt) if self.rt.rank == 0 else np.empty(n, dt)]
-        for b in bufs:
-            Bcast(b, root=0, comm=self.rt.comm)
-        self.load_global(*bufs)
+    def _bcast(self, params, states) -> tuple:
+        return self.groups.bcast_global(params, states, sorted(self.opt_state), self.model.dtype, self.model.n_global)
 
     def gather_global(self) -> tuple:
-        """The unsplit model's parameters and momentum, on rank 0. Collective.
-
-        With tensor parallelism each rank holds slices and with ZeRO a block
-        of the momentum: the blocks come together over the data group, the
-        slices over the tensor group of replica 0, in the global layout
-        (:attr:`MLP.params` of the unsplit model).
+        """The unsplit model's parameters and optimizer state, on rank 0. Collective.
 
         Returns
         -------
-        (numpy.ndarray, numpy.ndarray) or (None, None)
-            ``params`` and ``velocity``, shape (n_global,), on rank 0; None
-            elsewhere.
+        (numpy.ndarray, dict) or (None, None)
+            ``params`` of shape (n_global,) and the optimizer's state arrays
+            by name, each of shape (n_global,), on rank 0; None elsewhere.
         """
-        params = _device.asnumpy(self.model.params)
-        velocity = _device.asnumpy(self.optimizer.velocity)
-        n = self.model.n_params
-        if self.reducer.shard is not None:  # ZeRO: the momentum's blocks, over the data group
-            blocks = self.data_comm.gather(velocity, root=0)
-            velocity = np.concatenate(blocks)[:n] if blocks is not None else None
-        if self.tensor_comm is None:
-            return (params, velocity) if self.rt.rank == 0 else (None, None)
-        if self.grid.row != 0:  # replicas hold the same slices: replica 0's are gathered
-            return None, None
-        pieces = self.tensor_comm.gather((params, velocity), root=0)
-        if pieces is None:
-            return None, None
-        return self.model.global_of([p for p, _ in pieces]), self.model.global_of([v for _, v in pieces])
+        return self.groups.gather_global(self.model, self.model.params, self.opt_state, self.reducer.shard is not None)
 
-    def load_global(self, params, velocity) -> None:
-        """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and ``velocity``. Not collective.
+    def load_global(self, params, states: dict) -> None:
+        """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and optimizer state. Not collective.
 
         Parameters
         ----------
-        params, velocity : numpy.ndarray, shape (n_global,)
-            In the layout of :meth:`gather_global`.
+        params : numpy.ndarray, shape (n_global,)
+        states : dict of str to numpy.ndarray
+            Each of shape (n_global,), in the layout of :meth:`gather_global`.
         """
         self.model.load_state_dict({"params": self.model.local_of(np.asarray(params))})
-        v = self.model.local_of(np.asarray(velocity))
-        if self.reducer.shard is not None:
-            lo, hi = self.reducer.shard_range
-            v = np.concatenate([v, np.zeros(self.reducer.padded - v.size, v.dtype)])[lo:hi]
-        self.optimizer.load_state_dict({"velocity": v})
+        mine = {}
+        for k, v in states.items():
+            v = self.model.local_of(np.asarray(v))
+            if self.reducer.shard is not None:
+                lo, hi = self.reducer.shard_range
+                v = np.concatenate([v, np.zeros(self.reducer.padded - v.size, v.dtype)])[lo:hi]
+            mine[k] = v
+        self._load_opt_state(mine)
 
-    def _checkpoint_state(self, params, velocity):
-        from .checkpoint import CheckpointState
+    def data_fingerprint(self) -> dict:
+        """The training (and test) data's fingerprints (:func:`hpcgpu.train.data.fingerprint`). Collective.
 
-        st = self.state_dict()
-        p = st["progress"]
-        return CheckpointState(
-            params=params, optimizer={"velocity": velocity}, optimizer_name="sgd", data=self.data_fingerprint(),
-            epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
-            epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
-            config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
-            skipped_steps=p["skipped_steps"], loss_scale=(st["scaler"] or {}).get("scale", 1.0),
-            clean_steps=(st["scaler"] or {}).get("clean_steps", 0), phase_seconds=p["phase_seconds"])
+        Computed on the first call (one pass over each rank's shard), then
+        kept; written into checkpoints and checked on resume.
+
+        Returns
+        -------
+        dict
+            ``{"train": {...}, "test": {...}}`` (``test`` absent without a test split).
+        """
+        if self._fingerprint is None:
+            fp = {"train": fingerprint(self.train_split, self.groups.data_comm)}
+            if self.test_split is not None:
+                fp["test"] = fingerprint(self.test_split, self.groups.data_comm)
+            self._fingerprint = fp
+        return self._fingerprint
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
@@ -811,134 +1083,75 @@ class Trainer:
                 f"(epoch {self.epoch + 1}); not writing a checkpoint; start again with a smaller --lr "
                 "(a resume keeps the checkpoint's --lr)"))
         self.data_fingerprint()  # collective, once
-        full = self.gather_global()  # collective: the unsplit parameters and momentum on rank 0
+        if self.config.timing:
+            self._collect_phases()  # the unfinished epoch's phases so far, into the checkpoint
+        full = self.gather_global()  # collective: the unsplit parameters and optimizer state on rank 0
         on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), self.config.keep_checkpoints,
-                                         attrs=dict(hpcgpu_version=__version__, data=os.path.abspath(self.data_path))),
+                                         attrs=dict(hpcgpu_version=__version__, data=self._data_name())),
                 comm=self.rt.comm, error=lambda e: OSError(f"--checkpoint {path}: cannot write ({e})"))
         return path
 
-    def data_fingerprint(self) -> dict:
-        """The training (and test) data's fingerprints (:func:`hpcgpu.train.data.fingerprint`). Collective.
+    def _data_name(self) -> str:
+        return os.path.abspath(self.data_path) if self.data_path and not self.data_path.startswith("(") \
+            else (self.data_path or "")
 
-        Computed on the first call (one pass over each rank's shard), then
-        kept; written into checkpoints and checked on resume.
+    def _checkpoint_state(self, params, states):
+        from .checkpoint import CheckpointState
 
-        Returns
-        -------
-        dict
-            ``{"train": {...}, "test": {...}}`` (``test`` absent without a test split).
-        """
-        if self._fingerprint is None:
-            fp = {"train": fingerprint(self.train_split, self.data_comm)}
-            if self.test_split is not None:
-                fp["test"] = fingerprint(self.test_split, self.data_comm)
-            self._fingerprint = fp
-        return self._fingerprint
-
-    def _data_changed(self, path: str, theirs: dict) -> ValueError | None:
-        """How the checkpoint's data fingerprint ``theirs`` differs from this run's data (None: it does not)."""
-        mine = self.data_fingerprint()
-        for split in ("train", "test"):
-            a, b = theirs.get(split), mine.get(split)
-            if a is None or a == b:
-                continue
-            where = f"--resume: {path} was trained on"
-            if b is None:
-                return ValueError(f"{where} data with a /test split, --data {self.data_path} has none")
-            for key, what in (("dim", "features"), ("n", f"/{split} samples")):
-                if a.get(key) != b.get(key):
-                    return ValueError(f"{where} data with {a.get(key)} {what}, --data {self.data_path} has "
-                                      f"{b.get(key)}: resume with the data it was trained on, or start afresh")
-            return ValueError(f"{where} other data (/{split} fingerprint {a.get('digest')}, --data "
-                              f"{self.data_path} has {b.get('digest')}: the same shape, other values): resume with "
-                              "the data it was trained on, or start afresh without --resume")
-        return None
-
-    def _newest_checkpoint(self, path: str, notes: list):
-        """The newest readable checkpoint's state (``None`` when there is none); rank 0 only.
-
-        A file that is damaged (truncated, not HDF5, failing a checksum) is
-        skipped, with a note in ``notes``; one written for other options or
-        other data is an error, not skipped: an older one would be the same.
-
-        Raises
-        ------
-        ValueError
-            Every checkpoint is unreadable, or the newest readable one was
-            written with options that must not change, or for other data.
-        """
-        from .checkpoint import MUST_MATCH, candidates, read_checkpoint, read_header
-
-        found = candidates(path)
-        mine = json.loads(self.config.to_json())
-
-        def changed(p: str, config: dict) -> ValueError | None:
-            """The first option that must not change and did, as the error to raise."""
-            theirs = TrainConfig(**{k: v for k, v in config.items() if k in mine})
-            if theirs.resolved_precision()[0] != self.precision:
-                return ValueError(f"--resume: {p} was written with --precision {theirs.resolved_precision()[0]}, "
-                                  f"this run has {self.precision}")
-            for k in MUST_MATCH:
-                if config.get(k) != mine[k]:
-                    return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} {config.get(k)}, "
-                                      f"this run has {mine[k]}")
-            return None
-
-        for p in found:
-            header = read_header(p)
-            if header is not None:  # what it was written for, before its size is compared with the model's
-                why = changed(p, header["config"]) or self._data_changed(p, header["data"])
-                if why:
-                    raise why
-            try:
-                state = read_checkpoint(p, self.model.n_global)
-                break
-            except ValueError as e:
-                notes.append(str(e))
-        else:
-            if found:
-                raise ValueError(f"--resume: no readable checkpoint: {'; '.join(notes)}")
-            return None
-        self.resumed_from = p
-        return state
+        st = self.state_dict()
+        p, prec = st["progress"], st["precision"]
+        return CheckpointState(
+            params=params, optimizer=states, optimizer_name=self.optimizer.name, data=self.data_fingerprint(),
+            epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
+            epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
+            config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
+            skipped_steps=p["skipped_steps"], loss_scale=prec.get("scale", 1.0), clean_steps=prec.get("clean_steps", 0),
+            phase_seconds=p["phase_seconds"], updates=p["updates"], optimizer_config=self.optimizer.config(),
+            model=self.model.spec())
 
     def _resume(self) -> tuple | None:
-        """Load the newest readable checkpoint on rank 0 and broadcast it. Collective.
+        """Load the newest good checkpoint on rank 0 and broadcast it. Collective.
 
         Returns its GEMM thread plan ``(json, path, world_size)``, or None
         when there was no checkpoint.
         """
+        from .checkpoint import Resumer
+
         path, comm = self.config.checkpoint_path, self.rt.comm
-        notes: list[str] = []
-        self.data_fingerprint()  # collective: rank 0 compares it with the checkpoint's
-        state = on_root(lambda: self._newest_checkpoint(path, notes), comm=comm, catch=(ValueError,))
+        resumer = Resumer(path, self.config, self.precision.name, self.optimizer.config(), self.model.spec(),
+                          self.data_fingerprint(), self._data_name())
+        state = on_root(lambda: resumer.newest(self.model.n_global), comm=comm, catch=(ValueError,))
         meta, err = None, None
         if self.rt.rank == 0:
-            for note in notes:
-                print(f"hpcgpu.train: warning: {note}; falling back to an older checkpoint", file=sys.stderr,
-                      flush=True)
+            resumer.warn()
             if state is not None and not state.verified:
-                print(f"hpcgpu.train: warning: checkpoint {self.resumed_from} has no checksums (an older hpcgpu "
-                      "wrote it): resumed without verifying it", file=sys.stderr, flush=True)
+                print(f"hpcgpu.train: warning: checkpoint {resumer.found} has no checksums (an older hpcgpu wrote "
+                      "it): resumed without verifying it", file=sys.stderr, flush=True)
             if state is None:
                 print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
             else:
-                meta = dict(path=self.resumed_from, world_size=state.world_size, gemm_threads=state.gemm_threads)
+                meta = dict(path=resumer.found, world_size=state.world_size, gemm_threads=state.gemm_threads,
+                            names=sorted(state.optimizer))
                 try:  # a readable file with a malformed field must not leave the other ranks waiting below
                     self.load_state_dict(dict(
                         progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
                                       epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
                                       skipped_steps=state.skipped_steps, history=state.history,
-                                      phase_seconds=state.phase_seconds),
-                        scaler=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
+                                      phase_seconds=state.phase_seconds,
+                                      updates=state.step if state.updates is None else state.updates),
+                        precision=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
+                    if sorted(state.optimizer) != sorted(self.opt_state):
+                        raise ValueError(f"holds optimizer state {sorted(state.optimizer)}, {self.optimizer.name} "
+                                         f"has {sorted(self.opt_state)}")
                 except (ValueError, TypeError, KeyError) as e:
-                    err = ValueError(f"--resume: {self.resumed_from}: {e}")
+                    err = ValueError(f"--resume: {resumer.found}: {e}")
         agree(err, comm=comm)
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None
-        self._bcast_global(state.params if self.rt.rank == 0 else None,
-                           state.optimizer["velocity"] if self.rt.rank == 0 else None)
+        params = state.params if self.rt.rank == 0 else None
+        states = state.optimizer if self.rt.rank == 0 else None
+        self.load_global(*self._bcast(params, states))
         small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
         small = comm.bcast(small if self.rt.rank == 0 else None, root=0)
         if self.rt.rank != 0:
@@ -951,18 +1164,18 @@ class Trainer:
                   flush=True)
         return meta["gemm_threads"], meta["path"], meta["world_size"]
 
-    # -- output -----------------------------------------------------------
+    # -- output --------------------------------------------------------------------------------
     def save(self, path: str | None = None) -> str:
-        """Write metrics, model and provenance to HDF5, atomically, from rank 0.
+        """Write metrics, the model and provenance to HDF5, atomically, from rank 0.
 
         Collective (the outcome is agreed, so a failed write raises on every
-        rank). Layout: ``/metrics/<name>`` (one value per epoch, attribute
-        ``units``), ``/model/<fc{i}.weight|fc{i}.bias>`` (weights are
-        ``(in, out)``), root attributes ``config`` (JSON), ``world_size``,
+        rank). Layout: :mod:`hpcgpu.train.output`; root attributes
+        ``config`` (JSON), ``model`` (JSON), ``task``, ``world_size``,
         ``device``, ``mpi_library``, ``hpcgpu_version``, ``data``,
-        ``num_classes``, ``epochs_done``, ``steps_done``, ``resumed_from``,
-        ``blas_threads`` and ``gemm_threads`` (the :class:`GemmPlan` as
-        JSON; empty when every GEMM ran on the rank's threads).
+        ``data_fingerprint``, ``num_classes`` (classification),
+        ``epochs_done``, ``steps_done``, ``resumed_from``, ``blas_threads``
+        and ``gemm_threads`` (the :class:`GemmPlan` as JSON; empty when every
+        GEMM ran on the rank's threads).
 
         Parameters
         ----------
@@ -977,57 +1190,69 @@ class Trainer:
 
         Raises
         ------
+        ValueError
+            No path, and the config has no ``out`` (every rank).
         OSError
-            The file cannot be written (every rank).
+            The file cannot be written, or is an input (every rank).
         """
-        import h5py
+        from .output import write_results
 
-        path = self.config.out if path is None else path
-        rt = self.rt
+        rt, c = self.rt, self.config
+        path = c.out if path is None else path
+        if path is None:
+            raise agreed(ValueError("save: give a path (the trainer was made without out=)"))
+        if path != c.out:
+            check_output(path, rt.comm, "save", inputs=[(self.data_path, None)] if self.data_path and not
+                         self.data_path.startswith("(") else [])
         params, _ = self.gather_global()  # collective: the unsplit model on rank 0
+        fp = json.dumps(self.data_fingerprint(), sort_keys=True)
         comm_stats = self.comm_stats()
+        m = self.model
+        attrs = dict(config=c.to_json(), model=json.dumps(m.spec(), sort_keys=True), task=m.task,
+                     world_size=rt.size, device=rt.device, mpi_library=rt.mpi_library, hpcgpu_version=__version__,
+                     data=self._data_name(), data_fingerprint=fp, epochs_done=self.epoch, steps_done=self.step,
+                     resumed_from=self.resumed_from, blas_threads=rt.blas_threads,
+                     gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
+        if m.task == "classification" and isinstance(m, Network):
+            attrs["num_classes"] = m.sizes[-1]
 
         def write():
-            with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-                m = f.create_group("metrics")
-                for k in self.metrics:
-                    ds = m.create_dataset(k, data=np.asarray(self.history[k]))
-                    ds.attrs["units"] = self.UNITS.get(k, "1")
-                    part = {"energy_joules_cpu": "cpu", "energy_joules_gpu": "gpu"}.get(k)
-                    if part:
-                        ds.attrs["source"] = ("RAPL package and DRAM counters, one reader per node" if part == "cpu"
-                                              else "NVML total-energy counters of the GPUs in use, one reader per node")
-                        ds.attrs["why_nan"] = self._energy_reasons[part]
-                    if k == "energy_joules":
-                        ds.attrs["counted"] = "+".join(p for p in ("cpu", "gpu") if not self._energy_reasons[p]) \
-                            or "nothing: no counter could be read"
-                if self.config.timing:
-                    self._write_timing(f.create_group("timing"))
-                g = f.create_group("model")
-                for lay, (i, (a, b)) in zip(self.model.plan, enumerate(itertools.pairwise(self.model.sizes)),
-                                            strict=True):
-                    g.create_dataset(f"fc{i}.weight", data=params[lay["start"] : lay["start"] + a * b].reshape(a, b))
-                    g.create_dataset(f"fc{i}.bias", data=params[lay["start"] + a * b : lay["start"] + a * b + b])
-                write_attrs(f.create_group("comm"), comm_stats)
-                write_attrs(f, dict(config=self.config.to_json(), world_size=rt.size, device=rt.device,
-                                    mpi_library=rt.mpi_library, hpcgpu_version=__version__,
-                                    data=os.path.abspath(self.data_path), num_classes=self.num_classes,
-                                    epochs_done=self.epoch, steps_done=self.step, resumed_from=self.resumed_from,
-                                    blas_threads=rt.blas_threads,
-                                    gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else ""))
+            write_results(path, metrics=self.metrics.metrics, history=self.history, params=self._named(params),
+                          attrs=attrs, comm_stats=comm_stats, energy_reasons=self._energy_reasons,
+                          phases=self.PHASES if c.timing else (),
+                          clock="cuda events" if self.xp is not np else "host")
 
         on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
         return path
 
-    def _write_timing(self, g) -> None:
-        """``/timing/<phase>``: epochs x (min, mean, max) seconds over the ranks."""
-        write_attrs(g, {"description": "seconds per phase of each epoch's training steps, over the ranks "
-                                       "(columns min, mean, max); on a GPU from CUDA events on the stream",
-                        "phases": ",".join(self.PHASES), "clock": "cuda events" if self.xp is not np else "host"})
-        for p in self.PHASES:
-            rows = [self.history[f"{p}_seconds_{n}"] for n in ("min", "mean", "max")]
-            ds = g.create_dataset(p, data=np.asarray(rows, dtype=np.float64).T.reshape(-1, 3))
-            ds.attrs["units"], ds.attrs["columns"] = "s", ["min", "mean", "max"]
+    def _named(self, params) -> dict:
+        """The unsplit flat ``params`` as ``{name: array of its shape}`` (rank 0)."""
+        if params is None:
+            return {}
+        if isinstance(self.model, Network):
+            out = {}
+            for i, lay in enumerate(self.model.plan):
+                a, b = lay["shape"]
+                out[f"fc{i}.weight"] = params[lay["start"] : lay["start"] + a * b].reshape(a, b)
+                out[f"fc{i}.bias"] = params[lay["start"] + a * b : lay["start"] + a * b + b]
+            return out
+        off, out = 0, {}
+        for name, shape in self.model.shapes:
+            n = math.prod(shape)
+            out[name] = params[off : off + n].reshape(shape)
+            off += n
+        return out
+
+    @property
+    def history(self) -> dict:
+        """Per-epoch series by name (see the class's attributes); empty before data is given."""
+        metrics = getattr(self, "metrics", None)
+        return metrics.history if metrics is not None else {}
+
+    @property
+    def params(self) -> dict:
+        """This rank's parameters by name, as views into the flat buffer (a tensor slice with tensor parallelism)."""
+        return dict(self.model.named_parameters())
 
     def write_trace(self, path: str | None = None) -> str | None:
         """Write the phases of every step of this run as a Chrome trace, one track per rank.
@@ -1053,7 +1278,7 @@ class Trainer:
         path = path or self.config.trace
         if not path or not self.config.timing:
             return None
-        self._phase_partial()  # read the device's events (GPU) into the trace
+        self._collect_phases()  # read the device's events (GPU) into the trace
         write_trace(path, self.timer.events, self.rt.comm, self._clock0)
         return path
 
@@ -1067,30 +1292,76 @@ class Trainer:
             ``tensor_bytes_per_step`` and ``data_bytes_per_step``: the bytes
             this rank passed to tensor-group and data-group collectives, per
             step of this run (message sizes: evaluation excluded);
-            ``optimizer_state_bytes``: the momentum this rank holds.
+            ``optimizer_state_bytes``: the optimizer state this rank holds.
         """
         steps = max(1, self._steps_run)
-        return dict(data_parallel=self.data_comm.size, tensor_parallel=self.config.tensor_parallel,
+        return dict(data_parallel=self.groups.D, tensor_parallel=self.config.tensor_parallel,
                     zero_stage=self.config.zero_stage, tensor_bytes_per_step=self.tensor_bytes / steps,
                     data_bytes_per_step=self.reducer.bytes_sent / steps,
-                    optimizer_state_bytes=int(self.optimizer.velocity.nbytes))
+                    optimizer_state_bytes=int(sum(v.nbytes for v in self.opt_state.values())))
 
-    # -- rank 0's voice -----------------------------------------------------
+    # -- rank 0's voice ------------------------------------------------------------------------
     def _header(self) -> str:
-        s = self.sampler
+        s, m = self.sampler, self.model
         accum = f", {s.K} micro-batches of {s.B // s.K}" if s.K > 1 else ""
+        if isinstance(m, Network):
+            what = f"model {m.sizes} ({m.n_global} parameters" + (
+                f", {m.n_params} on rank 0" if m.n_params != m.n_global else "") + f"), loss {m.loss.name}"
+        else:
+            what = f"model {type(m.model).__name__} ({m.n_global} parameters)"
+        task = (f"C={m.sizes[-1]}" if m.task == "classification" and isinstance(m, Network)
+                else f"{m.task}")
         return (
             f"hpcgpu.train: {self.rt.size} rank(s){self._placement} on {self.rt.summary()}, data {self.data_path}: "
-            f"N={s.N} D={self.train_split.dim} C={self.num_classes}, model {self.model.sizes} "
-            f"({self.model.n_global} parameters"
-            + (f", {self.model.n_params} on rank 0" if self.model.n_params != self.model.n_global else "")
-            + f"), global batch {s.B} "
-            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision}, "
-            + ("CUDA graphs on, " if self._graph is not None
+            f"N={s.N} D={self.train_split.dim} {task}, {what}, optimizer {self.optimizer.name}, global batch {s.B} "
+            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision.name}, "
+            + ("CUDA graphs on, " if self._step.graph is not None
                else f"CUDA graphs off ({self._graphs_why}), " if self._graphs_why else "")
             + f"data {'replicated' if s.replicated else 'sharded'}"
-            + (f", {self.data_comm.size} data x {self.config.tensor_parallel} tensor parallel"
+            + (f", {self.groups.D} data x {self.config.tensor_parallel} tensor parallel"
                if self.config.tensor_parallel > 1 else "")
-            + (", ZeRO-1 (momentum sharded)" if self.config.zero_stage == 1 else "")
+            + (", ZeRO-1 (optimizer state sharded)" if self.config.zero_stage == 1 else "")
             + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
         )
+
+
+class _HDF5Rows:
+    """Rows of an HDF5 dataset, read on demand (``len``, ``shape``, slicing): predict's input from a file.
+
+    Raises ValueError (not agreed: the caller agrees) when the dataset cannot be read.
+    """
+
+    def __init__(self, path: str, name: str):
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                ds = f[name]
+                self.shape, self.dtype = tuple(ds.shape), ds.dtype
+        except (OSError, KeyError) as e:
+            raise ValueError(f"predict: {path}:{name}: cannot be read ({e})") from None
+        self.path, self.name = path, name
+
+    def __len__(self):
+        return self.shape[0] if self.shape else 0
+
+    def __getitem__(self, key):
+        import h5py
+
+        with h5py.File(self.path, "r") as f:
+            return f[self.name][key]
+
+
+class _Zeros:
+    """Float targets of zeros that ``predict``'s rows are checked with (its inputs have no targets)."""
+
+    dtype = np.dtype("float64")
+
+    def __init__(self, n: int):
+        self.shape = (int(n),)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        return np.zeros(len(range(*key.indices(self.shape[0]))))

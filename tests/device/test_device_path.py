@@ -191,7 +191,7 @@ print(json.dumps(out))
 
 # Kernel launches (and cuBLAS calls, host-to-device copies) of one training step on a GPU, as the
 # stand-in counts them, so that the count can only go down (issue 24, item 2). Before the fused
-# kernels of hpcgpu/train/_kernels.py: 26 + 8 per layer; with the elementwise ones, 18 + 6.
+# kernels of hpcgpu/_kernels.py: 26 + 8 per layer; with the elementwise ones, 18 + 6.
 # Fixed: the batch gather (2), the softmax cross-entropy kernel and its sum (2), the loss's row (1), the
 # update (1); less the first layer's input gradient and ReLU backward (2) and the last layer's bias (1,
 # in the loss kernel).
@@ -425,11 +425,11 @@ def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fused_loss_kernel_is_numpys_softmax_cross_entropy(cp, dtype):
-    """The one-launch softmax cross-entropy (hpcgpu/train/_kernels.py, compiled from its C++ by the stand-in)
-    against the model's NumPy form: gradient, loss sum and correct count, with a tie (the first maximum
+    """The one-launch softmax cross-entropy (hpcgpu/_kernels.py, compiled from its C++ by the stand-in)
+    against the loss's NumPy form: gradient, loss sum and correct count, with a tie (the first maximum
     wins, as numpy.argmax), a NaN logit (the loss stays NaN: divergence is still seen), an infinite one,
     and a saturated row (p_y below the smallest normal: the loss is clamped, not infinite)."""
-    from hpcgpu.train.model import MLP
+    from hpcgpu.nn import SoftmaxCrossEntropy
 
     rng = np.random.default_rng(3)
     z = rng.standard_normal((9, 5)).astype(dtype) * 3
@@ -440,16 +440,16 @@ def test_fused_loss_kernel_is_numpys_softmax_cross_entropy(cp, dtype):
     z[3, 0] = np.inf
     z[4] = [0, 0, 0, 0, 1e4]
     y[4] = 0
-    host, dev = MLP([4, 5], np, dtype), MLP([4, 5], cp, dtype)
+    host, dev = SoftmaxCrossEntropy(), SoftmaxCrossEntropy()
+    assert dev.takes_bias(cp) and not host.takes_bias(np)
     b = rng.standard_normal(5).astype(dtype)
-    host._p["fc0.bias"][...] = b
-    dev._p["fc0.bias"][...] = cp.asarray(b)
+    db = cp.asarray(b)
     want_slots = np.zeros(2, dtype)
     with np.errstate(invalid="ignore"):
-        want = host._loss_terms(z + b, y, want_slots)
+        want = host.terms(z + b, y, want_slots)
     slots = cp.zeros(2, dtype)
     cp._standin.reset_counters()
-    got = dev._loss_terms(cp.asarray(z), cp.asarray(y), slots).get()
+    got = dev.terms(cp.asarray(z), cp.asarray(y), slots, bias=db).get()
     assert cp._standin.counters()["launches"] <= 4  # two copies in, the kernel, the sum
     tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)  # NaN where NumPy has NaN
@@ -460,8 +460,8 @@ def test_fused_loss_kernel_is_numpys_softmax_cross_entropy(cp, dtype):
     assert g[1] == want_slots[1]
     finite = np.delete(np.arange(9), [2, 3])
     fs, ws = cp.zeros(2, dtype), np.zeros(2, dtype)
-    host._loss_terms((z + b)[finite], y[finite], ws)
-    dev._loss_terms(cp.asarray(z[finite]), cp.asarray(y[finite]), fs)
+    host.terms((z + b)[finite], y[finite], ws)
+    dev.terms(cp.asarray(z[finite]), cp.asarray(y[finite]), fs, bias=db)
     np.testing.assert_allclose(fs.get(), ws, rtol=tol)
     assert np.isfinite(fs.get()).all()  # the saturated row: -log(tiny), not inf
 
@@ -469,7 +469,7 @@ def test_fused_loss_kernel_is_numpys_softmax_cross_entropy(cp, dtype):
 def test_accumulated_micro_batches_on_the_device(cp):
     """Gradient accumulation on a GPU: the weight gradients accumulate through cuBLAS's beta = 1, the bias
     gradients and statistics by small kernels; the sum equals the host's whole-batch gradient."""
-    from hpcgpu.train.model import MLP
+    from hpcgpu.nn import MLP
 
     rng = np.random.default_rng(5)
     X, y = rng.normal(size=(21, 6)), rng.integers(0, 3, 21)

@@ -190,7 +190,7 @@ def test_capture_holds_its_temporaries_and_puts_the_cublas_stream_back(cp):
 
 
 def _model(cp, dtype="float64"):
-    from hpcgpu.train.model import MLP
+    from hpcgpu.nn import MLP
 
     rng = np.random.default_rng(3)
     m = MLP([6, 16, 8, 3], cp, dtype, seed=1)

@@ -108,16 +108,17 @@ def test_evaluate_matches_loss_and_grad_in_chunks():
 def test_sgd_matches_the_closed_form(dtype, blas, momentum, wd):
     p0, g = np.array([1.0, -2.0, 0.5]), np.array([0.6, 0.8, -0.2])
     p = p0.astype(dtype)
-    opt = SGD(p, momentum=momentum, weight_decay=wd)
+    opt = SGD(0.2, momentum=momentum, weight_decay=wd)
+    state = opt.init(p)
     if not blas:
-        opt._host = False  # the device path's plain array arithmetic, run on NumPy
+        opt._host_blas = False  # the device path's plain array arithmetic, run on NumPy
     v = np.zeros(3)
     for _ in range(3):
         before = p.astype(np.float64)
-        opt.step(g.astype(dtype), lr=0.2, scale=0.5)
+        opt.update(g.astype(dtype), state, p, lr=0.2, scale=0.5)
         v = momentum * v + 0.5 * g + wd * before
         np.testing.assert_allclose(p, before - 0.2 * v, rtol=1e-6 if dtype == "float32" else 1e-14)
-    np.testing.assert_allclose(opt.velocity, v, rtol=1e-6 if dtype == "float32" else 1e-14)
+    np.testing.assert_allclose(state["velocity"], v, rtol=1e-6 if dtype == "float32" else 1e-14)
 
 
 def test_schedules():

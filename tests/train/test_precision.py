@@ -104,7 +104,7 @@ INJECT = r"""
 import sys
 import numpy as np
 from mpi4py import MPI
-from hpcgpu.train import reducer, trainer
+from hpcgpu.train import precision, reducer
 from hpcgpu.train.__main__ import main
 
 BAD = int(sys.argv[1])  # the global step (1-based) whose gradient overflows, on rank 1 only
@@ -116,11 +116,11 @@ def poisoned(self, what=""):
         self.grad[7] = np.inf
     finish(self, what)
 reducer.GradientReducer.finish = poisoned
-update = trainer.LossScaler.update
+update = precision.LossScaler.update
 def record(self, found_inf):
     verdicts.append(found_inf)
     update(self, found_inf)
-trainer.LossScaler.update = record
+precision.LossScaler.update = record
 status = main(sys.argv[2:])
 skipped = [i + 1 for i, v in enumerate(verdicts) if v]
 sys.stdout.write(f"rank {MPI.COMM_WORLD.rank} skipped {skipped}\n")

@@ -9,7 +9,7 @@ import pytest
 import _mpi
 from _data import blobs, write_h5
 from hpcgpu.train.checkpoint import candidates, read_checkpoint
-from hpcgpu.train.model import MLP, layer_plan, local_layout
+from hpcgpu.nn import MLP, layer_plan, local_layout
 
 HIDDEN = "12,9"  # 12 splits evenly at T = 2, 3, 4; 9 only at 3
 SIZES = [6, 12, 9, 4]

@@ -13,7 +13,7 @@ import _mpi
 from hpcgpu import _blas
 from hpcgpu.train import threads
 from hpcgpu.train.checkpoint import _attrs_digest, candidates, read_checkpoint
-from hpcgpu.train.model import MLP
+from hpcgpu.nn import MLP
 from hpcgpu.train.threads import GemmPlan, plan_gemm_threads
 
 SIZES = [6, 5, 4, 3]
@@ -138,7 +138,7 @@ def test_every_rank_gets_the_same_plan():
     whatever OMP_NUM_THREADS says: then no rank has a plan, and none times anything."""
     code = ("import hpcgpu, json, os, sys\n"
             "from hpcgpu import _blas\n"
-            "from hpcgpu.train.model import MLP\n"
+            "from hpcgpu.nn import MLP\n"
             "from hpcgpu.train.threads import plan_gemm_threads\n"
             "rt = hpcgpu.init('cpu')\n"
             "plan = plan_gemm_threads(MLP([20, 16, 3]), 10 + rt.rank, rt.comm)\n"  # unequal local batches

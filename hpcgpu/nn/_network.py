@@ -1,9 +1,18 @@
-"""A multilayer perceptron whose parameters live in one flat buffer.
+"""A stack of Dense layers and a loss, run on flat buffers: the trainer's engine for built-in models.
 
 Every weight and bias is a view into ``params``; every gradient a view into
 ``grad``. A data-parallel step therefore reduces all gradients with one
 Allreduce of one buffer, and the optimizer updates all parameters with a few
 vector operations. Written in ``xp``: the same code runs on NumPy and CuPy.
+
+:class:`Network` runs a :class:`hpcgpu.nn.Sequential` of :class:`hpcgpu.nn.Dense`
+layers with the semantics of their own forward and backward passes, and
+adds what a fast step needs: on a GPU a layer's bias and ReLU are one
+kernel, and the softmax cross-entropy kernel adds the last bias; GEMMs go
+through :func:`hpcgpu._gemm.gemm` (capturable in a CUDA graph) on their
+planned host threads; layers split over a tensor-parallel group; 16-bit
+GEMMs for mixed precision. :class:`MLP` is the ReLU network with softmax
+cross-entropy of the command line.
 """
 
 from __future__ import annotations
@@ -15,9 +24,11 @@ from types import ModuleType
 import numpy as np
 
 from .. import _blas, _gemm
-from ._kernels import kernels as _fused
+from .._kernels import kernels as _fused
+from ._layers import Dense, Sequential, activation_backward, activation_forward
+from ._losses import Loss, SoftmaxCrossEntropy
 
-__all__ = ["MLP", "layer_plan", "local_layout"]
+__all__ = ["Network", "MLP", "relu_stack", "layer_plan", "local_layout", "uniform_block"]
 
 
 def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
@@ -158,13 +169,21 @@ def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np
     return out
 
 
-class MLP:
-    """ReLU multilayer perceptron with a softmax cross-entropy loss.
+class Network:
+    """A :class:`~hpcgpu.nn.Sequential` of Dense layers and a loss, on flat parameter and gradient buffers.
+
+    Not collective, except through ``tensor_allreduce`` with tensor
+    parallelism. The model contract of the trainer (see
+    :class:`hpcgpu.nn.Model`) in its fast form: the gradient of the SUM of
+    per-sample losses is written into :attr:`grad`, the loss sum and the
+    metric sum into :attr:`stats`.
 
     Parameters
     ----------
-    sizes : sequence of int
-        ``[D, h_1, ..., h_k, C]``: input features, hidden widths, classes.
+    net : hpcgpu.nn.Sequential
+        Dense layers only (each with its activation: ReLU, tanh, GELU or none).
+    loss : hpcgpu.nn.Loss
+        Softmax cross-entropy, mean squared error or Huber.
     xp : module
         ``numpy`` or ``cupy``; arrays are allocated with it.
     dtype : str or numpy.dtype
@@ -179,8 +198,15 @@ class MLP:
         owns (the trainer's ``hpcgpu.train.reducer.GradientReducer``
         buffer); allocated when omitted.
     stats : xp.ndarray, shape (2,), optional
-        Where :meth:`loss_and_grad` writes the loss sum and the number of
-        correct predictions; allocated when omitted.
+        Where :meth:`loss_and_grad` writes the loss sum and the metric sum
+        (the loss's ``stats``); allocated when omitted.
+    compute_dtype : numpy.dtype, optional
+        float16 or bfloat16 for mixed precision (``hpcgpu.train.precision``):
+        the GEMMs multiply 16-bit copies of the weights (refreshed from
+        :attr:`params` at each :meth:`loss_and_grad` that does not
+        accumulate, and each :meth:`evaluate`) with 16-bit activations,
+        accumulating in float32; bias, activations and the loss stay in
+        ``dtype`` (float32). ``None``: everything in ``dtype``.
     tensor : (int, int)
         ``(T, t)``: this model is tensor rank ``t``'s slice of a model split
         over T ranks (``layer_plan``); ``(1, 0)``: the whole model. Then
@@ -194,13 +220,6 @@ class MLP:
     params : xp.ndarray, shape (n_params,), optional
         Where the parameters live (ZeRO keeps them in a padded buffer);
         allocated when omitted.
-    compute_dtype : numpy.dtype, optional
-        float16 or bfloat16 for mixed precision (``hpcgpu.train.precision``):
-        the GEMMs multiply 16-bit copies of the weights (refreshed from
-        :attr:`params` at each :meth:`loss_and_grad` that does not
-        accumulate, and each :meth:`evaluate`) with 16-bit activations,
-        accumulating in float32; bias, ReLU and the loss stay in ``dtype``
-        (float32). ``None``: everything in ``dtype``.
 
     Attributes
     ----------
@@ -212,25 +231,40 @@ class MLP:
         Gradient of the SUM of per-sample losses of the last
         :meth:`loss_and_grad`, laid out like ``params``.
     stats : xp.ndarray, shape (2,)
-        The loss sum and the number of correct predictions of the last
-        :meth:`loss_and_grad`, of the model's dtype.
+        The loss sum and the metric sum of the last :meth:`loss_and_grad`,
+        of the model's dtype.
+    sizes : list of int
+        ``[D, h_1, ..., k]``.
+    activations : list
+        Each layer's activation.
     gemm_threads : dict of str to int, or None
         Host BLAS threads for each GEMM of :meth:`loss_and_grad`, by the keys
-        of :meth:`gemm_shapes` (see ``hpcgpu.train.threads.plan_gemm_threads``);
+        of :meth:`gemm_shapes` (see ``hpcgpu.train.gemm_threads.plan_gemm_threads``);
         ``None`` (the default): every GEMM on the rank's BLAS threads.
         Ignored on a GPU.
+
+    Raises
+    ------
+    ValueError
+        A layer that is not Dense; buffers of the wrong shape or dtype;
+        mixed precision with other than float32 weights; tensor parallelism
+        without ``tensor_allreduce``.
 
     References
     ----------
     K. He et al., "Delving Deep into Rectifiers", ICCV 2015 (initialization).
     """
 
-    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None, stats=None,
-                 compute_dtype=None, tensor: tuple = (1, 0), tensor_allreduce=None, params=None):
-        sizes = [int(s) for s in sizes]
-        if len(sizes) < 2 or min(sizes) < 1:
-            raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
+    def __init__(self, net: Sequential, loss: Loss, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None,
+                 stats=None, compute_dtype=None, tensor: tuple = (1, 0), tensor_allreduce=None, params=None):
+        if not isinstance(net, Sequential):
+            net = Sequential(net)
+        if net.sizes is None:
+            raise ValueError(f"the trainer runs Dense layers with their activations; {net} has other layers")
+        self.net, self.loss = net, loss
+        sizes = net.sizes
         self.sizes, self.xp, self.dtype = sizes, xp, np.dtype(dtype)
+        self.activations = list(net.activations)
         self.tensor = (int(tensor[0]), int(tensor[1]))
         if self.tensor[0] > 1 and tensor_allreduce is None:
             raise ValueError("a tensor-parallel model needs tensor_allreduce")
@@ -255,10 +289,39 @@ class MLP:
                                  f"not {self.dtype} with {self.compute_dtype}")
             self._params16 = xp.zeros(self.n_params, dtype=self.compute_dtype)
             self._p16 = self._views(self._params16)
-        self._part = None  # a micro-batch's loss sum and correct count, before they are added
-        self._scratch: dict = {}  # per batch size: the loss kernel's (n, 2) per-row loss and hit
+        self._part = None  # a micro-batch's loss sum and metric sum, before they are added
         self._fused = _fused(xp)  # one kernel where CuPy's form takes several; None on NumPy
+        # The loss kernel adds the last layer's bias (softmax cross-entropy on a GPU): one launch fewer.
+        self._bias_in_loss = self.activations[-1] is None and loss.takes_bias(xp)
         self.reset(seed)
+
+    @staticmethod
+    def layout(sizes, tensor: int = 1, rank: int = 0) -> tuple:
+        """``(n_params, layer ranges)`` of tensor rank ``rank``'s slice of a network of ``sizes``. Not collective.
+
+        Parameters
+        ----------
+        sizes : sequence of int
+            ``[D, h_1, ..., k]``.
+        tensor, rank : int
+            As in ``layer_plan``.
+
+        Returns
+        -------
+        (int, list of (int, int) or None)
+            The flat buffer's length (:func:`local_layout`), and each
+            layer's ``[lo, hi)`` in it (:meth:`ranges_of`).
+        """
+        return local_layout(sizes, tensor, rank)[1], Network.ranges_of(sizes, tensor, rank)
+
+    @property
+    def task(self) -> str:
+        """``"classification"`` or ``"regression"``: the loss's."""
+        return self.loss.task
+
+    def spec(self) -> dict:
+        """The model as JSON-able dicts: ``{"net": Sequential spec, "loss": loss spec}``. Not collective."""
+        return {"net": self.net.spec(), "loss": self.loss.spec()}
 
     def _views(self, flat):
         out, off = {}, 0
@@ -445,7 +508,7 @@ class MLP:
             self._now = n
 
     def forward(self, X):
-        """Logits of a batch. ``X``: (n, D) -> (n, C). Not collective.
+        """The network's outputs for a batch ``X``: (n, D) -> (n, k). Not collective.
 
         Parameters
         ----------
@@ -454,38 +517,66 @@ class MLP:
 
         Returns
         -------
-        xp.ndarray, shape (n, C)
-            Logits (before the softmax), a new array.
+        xp.ndarray, shape (n, k)
+            The last layer's outputs (logits, before the softmax, for
+            classification), a new array.
         """
         if self.compute_dtype is not None:
             self._refresh16()
-        z = self._last_mixed(X, None) if self.compute_dtype is not None else self._last(X)
-        if self._fused is not None:
+        z = self._forward(X)
+        if self._bias_in_loss:
             z += self._p[f"fc{self.n_layers - 1}.bias"]
         return z
 
-    def _last(self, X, acts=None, threads=None):
-        """The last layer's output of ``X``: without its bias on a GPU (the loss kernel adds it).
+    def predict(self, X, chunk: int = 8192):
+        """:meth:`forward` in chunks of ``chunk`` rows (bounded temporaries). Not collective.
 
-        The hidden activations are appended to ``acts`` when given.
+        Parameters
+        ----------
+        X : xp.ndarray, shape (n, D)
+        chunk : int
+
+        Returns
+        -------
+        xp.ndarray, shape (n, k)
         """
-        a, L = X, self.n_layers
+        if X.shape[0] <= chunk:
+            return self.forward(X)
+        return self.xp.concatenate([self.forward(X[s : s + chunk]) for s in range(0, X.shape[0], chunk)])
+
+    def _forward(self, X, acts=None, pres=None, threads=None):
+        """The last layer's output of ``X`` (without its bias where the loss adds it).
+
+        Each layer's input is appended to ``acts`` (16-bit under mixed
+        precision: the GEMMs' and the activations' operand in the backward
+        pass), each GELU's input to ``pres`` (None for the others).
+        """
+        mixed = self.compute_dtype is not None
+        weights = self._p16 if mixed else self._p
+        a, L = (X.astype(self.compute_dtype) if mixed else X), self.n_layers
         for i in range(L):
             if threads is not None:
                 threads(f"fc{i}.forward")
-            z = self._mm(a, self._p[f"fc{i}.weight"])
+            if acts is not None:
+                acts.append(a)
+            z = self._mm(a, weights[f"fc{i}.weight"])
             if self.plan[i]["kind"] == "row":  # partial products of the split input features: sum them
                 self._tp_reduce(z)
-            if i < L - 1 or self._fused is None:
-                self._bias_relu(z, i, i < L - 1)
-            if acts is not None and i < L - 1:
-                acts.append(z)
-            a = z
-        return a
+            last = i == L - 1
+            if not (last and self._bias_in_loss):
+                pre = self._bias_act(z, i, keep=acts is not None)
+                if pres is not None:
+                    pres.append(pre)
+            a = z.astype(self.compute_dtype) if mixed and not last else z
+        return z
 
     def _mm(self, a, b):
-        """``a @ b``, a new array; on a GPU through :func:`hpcgpu._gemm.gemm` (capturable in a CUDA graph)."""
-        if self.xp is np:
+        """``a @ b``, a new array of the model's dtype.
+
+        On a GPU, or from 16-bit operands, through :func:`hpcgpu._gemm.gemm`
+        (capturable in a CUDA graph; float32 accumulation).
+        """
+        if self.xp is np and self.compute_dtype is None:
             return a @ b
         c = self.xp.empty((a.shape[0], b.shape[1]), dtype=self.dtype)
         _gemm.gemm(a, b, c)
@@ -495,7 +586,7 @@ class MLP:
         """The arrays a step of ``n`` samples uses besides its inputs and the flat buffers (CUDA graphs' key).
 
         Not collective. Allocates nothing: empty before the first step of
-        ``n`` samples (the CUDA graph of a step holds them: ``hpcgpu/train/graphs.py``).
+        ``n`` samples (the CUDA graph of a step holds them: ``hpcgpu/train/cuda_graphs.py``).
 
         Parameters
         ----------
@@ -506,46 +597,22 @@ class MLP:
         -------
         tuple of xp.ndarray
         """
-        lh = self._scratch.get(n)
+        scratch = getattr(self.loss, "scratch", None)
+        lh = scratch(n) if scratch is not None else None
         return () if lh is None else (lh,)
 
-    def _bias_relu(self, z, i: int, relu: bool) -> None:
-        """``z += b_i``, then ``z = max(z, 0)`` for a hidden layer: one kernel on a GPU."""
-        if relu and self._fused is not None:
-            self._fused.bias_relu(self._p[f"fc{i}.bias"], z)
-            return
-        z += self._p[f"fc{i}.bias"]
-        if relu:
-            self.xp.maximum(z, 0, out=z)
+    def _bias_act(self, z, i: int, keep: bool):
+        """``z += b_i``, then layer ``i``'s activation, in place: one kernel for ReLU on a GPU.
 
-    def _loss_terms(self, z, y, slots):
-        """Softmax cross-entropy of the last layer's output ``z`` (n, C); returns its gradient, in ``z``.
-
-        The loss sum and correct count go to ``slots`` (2,). On a GPU ``z`` is
-        before the last bias, which the fused kernel adds: one launch and one
-        sum for the whole of it.
+        Returns a copy of the activation's input when ``keep`` and it is
+        GELU (its backward pass reads it), else None.
         """
-        xp, fused = self.xp, self._fused
-        n = z.shape[0]
-        tiny = self.dtype.type(xp.finfo(self.dtype).tiny)
-        if fused is not None:
-            lh = self._scratch.get(n)
-            if lh is None:
-                if len(self._scratch) > 8:  # evaluation's last chunks: keep a few sizes only
-                    self._scratch.clear()
-                lh = self._scratch[n] = xp.empty((n, 2), dtype=self.dtype)
-            fused.softmax_xent(self._p[f"fc{self.n_layers - 1}.bias"], y, z.shape[1], tiny, z, lh[:, 0], lh[:, 1])
-            lh.sum(axis=0, out=slots)
-            return z
-        rows = xp.arange(n)
-        slots[1] = (z.argmax(axis=1) == y).sum()
-        z -= z.max(axis=1, keepdims=True)
-        xp.exp(z, out=z)
-        z /= z.sum(axis=1, keepdims=True)
-        # loss_i = log(sum_j exp(z_j)) - z_y, with z shifted; p_y = exp(z_y) / s
-        slots[0] = -xp.log(xp.maximum(z[rows, y], tiny)).sum()
-        z[rows, y] -= 1
-        return z
+        act, b = self.activations[i], self._p[f"fc{i}.bias"]
+        if act == "relu" and self._fused is not None:
+            self._fused.bias_relu(b, z)
+            return None
+        z += b
+        return activation_forward(act, z, keep_input=keep)
 
     def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0, on_layer=None) -> None:
         """Forward and backward pass over a local batch. Not collective.
@@ -553,7 +620,9 @@ class MLP:
         Parameters
         ----------
         X : xp.ndarray, shape (n, D), dtype of the model
-        y : xp.ndarray, shape (n,), int64 labels in ``0..C-1``
+        y : xp.ndarray, shape (n,) or (n, k)
+            int64 labels in ``0..C-1`` (classification) or targets of the
+            model's dtype (regression).
         accumulate : bool
             Add to :attr:`grad` and :attr:`stats` instead of overwriting
             them: a micro-batch of gradient accumulation (the weight
@@ -571,11 +640,11 @@ class MLP:
         Notes
         -----
         Fills :attr:`grad` with the gradient of the SUM over the ``n``
-        samples of the cross-entropy loss (so that summing over ranks and
-        dividing by the global batch gives the mean), and :attr:`stats` with
-        the loss sum and the number of correct predictions.
-        With :attr:`gemm_threads`, each GEMM runs on its planned number of
-        host BLAS threads, and the rank's number is restored on return.
+        samples of the loss (so that summing over ranks and dividing by the
+        global batch gives the mean), and :attr:`stats` with the loss sum
+        and the metric sum. With :attr:`gemm_threads`, each GEMM runs on its
+        planned number of host BLAS threads, and the rank's number is
+        restored on return.
         """
         if self.gemm_threads and self.xp is np:
             before = self._now = _blas.threads()
@@ -588,30 +657,29 @@ class MLP:
             self._loss_and_grad(X, y, lambda key: None, accumulate, loss_scale, on_layer)
 
     def _loss_and_grad(self, X, y, threads, accumulate: bool, loss_scale: float, on_layer) -> None:
-        xp = self.xp
-        mixed = self.compute_dtype is not None
-        acts = []
+        xp, L = self.xp, self.n_layers
         if accumulate:
             if self._part is None:
                 self._part = xp.zeros(2, dtype=self.dtype)
             part = self._part
         else:
             part = self.stats
-            if mixed:
+            if self.compute_dtype is not None:
                 self._refresh16()
-        if mixed:
-            dz = self._loss_terms(self._last_mixed(X, acts, threads), y, part)
-        else:
-            acts.append(X)
-            dz = self._loss_terms(self._last(X, acts, threads), y, part)
+        acts, pres = [], []
+        z = self._forward(X, acts, pres, threads)
+        last_act = self.activations[-1]
+        out = z.copy() if last_act in ("relu", "tanh") else None  # the loss overwrites z with its gradient
+        dz = self.loss.terms(z, y, part, bias=self._p[f"fc{L - 1}.bias"] if self._bias_in_loss else None)
+        activation_backward(last_act, out, pres[-1] if last_act else None, dz)
         if accumulate:
             self.stats += part
         if loss_scale != 1:
             dz *= self.dtype.type(loss_scale)
-        self._backward(acts, dz, threads, accumulate, on_layer)
+        self._backward(acts, pres, dz, threads, accumulate, on_layer)
 
-    def _backward(self, acts, dz, threads, accumulate: bool, on_layer=None) -> None:
-        """The gradient from the loss gradient ``dz`` (n, C) and every layer's input ``acts``."""
+    def _backward(self, acts, pres, dz, threads, accumulate: bool, on_layer=None) -> None:
+        """The gradient from the loss gradient ``dz`` (n, k), every layer's input ``acts`` and GELU inputs ``pres``."""
         xp, fused = self.xp, self._fused
         mixed = self.compute_dtype is not None
         weights = self._p16 if mixed else self._p
@@ -630,52 +698,26 @@ class MLP:
                 dz.sum(axis=0, out=gb)
             if on_layer is not None:
                 on_layer(i)
-            if i > 0:
-                threads(f"fc{i}.dgrad")
-                w = weights[f"fc{i}.weight"]
-                if mixed:
-                    da = xp.empty((d.shape[0], w.shape[0]), dtype=self.dtype)
-                    _gemm.gemm(d, w.T, da)
-                else:
-                    da = self._mm(d, w.T)
-                if self.plan[i]["kind"] == "col":  # each rank's part of the input gradient: sum them
-                    self._tp_reduce(da)
-                if fused is not None and not mixed:  # ReLU: a_in = max(z, 0), so z > 0 <=> a_in > 0
-                    fused.relu_backward(a_in, da)
-                else:
-                    da *= a_in > 0
-                dz = da
+            if i == 0:
+                break
+            threads(f"fc{i}.dgrad")
+            da = self._mm(d, weights[f"fc{i}.weight"].T)
+            if self.plan[i]["kind"] == "col":  # each rank's part of the input gradient: sum them
+                self._tp_reduce(da)
+            act = self.activations[i - 1]  # of the layer whose output a_in is
+            if act == "relu" and fused is not None and not mixed:  # a_in = max(z, 0): z > 0 <=> a_in > 0
+                fused.relu_backward(a_in, da)
+            else:
+                out = a_in.astype(self.dtype) if mixed and act == "tanh" else a_in
+                activation_backward(act, out, pres[i - 1], da)
+            dz = da
 
     def _refresh16(self) -> None:
         """The 16-bit copy of the parameters, from the float32 master (one pass)."""
         self._params16[...] = self.params.astype(self.compute_dtype)
 
-    def _last_mixed(self, X, acts, threads=None):
-        """:meth:`_last` in mixed precision: 16-bit GEMM operands, float32 accumulation and outputs.
-
-        ``acts`` receives the 16-bit input of every layer (the GEMMs' and
-        the ReLU masks' operand in the backward pass).
-        """
-        xp, c16, L = self.xp, self.compute_dtype, self.n_layers
-        a = X.astype(c16)
-        for i in range(L):
-            if threads is not None:
-                threads(f"fc{i}.forward")
-            if acts is not None:
-                acts.append(a)
-            w = self._p16[f"fc{i}.weight"]
-            z = xp.empty((a.shape[0], w.shape[1]), dtype=self.dtype)
-            _gemm.gemm(a, w, z)
-            if self.plan[i]["kind"] == "row":
-                self._tp_reduce(z)
-            if i < L - 1 or self._fused is None:
-                self._bias_relu(z, i, i < L - 1)
-            if i == L - 1:
-                return z
-            a = z.astype(c16)
-
     def evaluate(self, X, y, chunk: int = 8192):
-        """Loss sum and correct count over ``X`` (n, D), ``y`` (n,), in chunks.
+        """Loss sum and metric sum over ``X`` (n, D), ``y``, in chunks.
 
         Not collective. Leaves :attr:`params` and :attr:`grad` unchanged.
 
@@ -683,8 +725,8 @@ class MLP:
         ----------
         X : xp.ndarray, shape (n, D)
             Features, of the model's dtype.
-        y : xp.ndarray, shape (n,)
-            Integer labels in ``0..C-1``.
+        y : xp.ndarray, shape (n,) or (n, k)
+            Targets, as for :meth:`loss_and_grad`.
         chunk : int
             Rows per forward pass: bounds the temporary activations to
             ``chunk`` rows.
@@ -692,18 +734,66 @@ class MLP:
         Returns
         -------
         xp.ndarray, shape (2,), float64
-            ``[loss_sum, correct]`` (the cross-entropy loss summed over the
-            ``n`` samples, and the number of correct predictions), ready for an
-            Allreduce.
+            ``[loss_sum, metric_sum]`` over the ``n`` samples (the metric:
+            correct predictions, or squared errors), ready for an Allreduce.
         """
-        xp = self.xp
+        xp, L = self.xp, self.n_layers
         tot = xp.zeros(2, dtype=np.float64)
         slots = xp.zeros(2, dtype=self.dtype)
-        mixed = self.compute_dtype is not None
-        if mixed:
+        if self.compute_dtype is not None:
             self._refresh16()
+        bias = self._p[f"fc{L - 1}.bias"] if self._bias_in_loss else None
         for s in range(0, X.shape[0], chunk):
-            z = self._last_mixed(X[s : s + chunk], None) if mixed else self._last(X[s : s + chunk])
-            self._loss_terms(z, y[s : s + chunk], slots)
+            self.loss.terms(self._forward(X[s : s + chunk]), y[s : s + chunk], slots, bias=bias)
             tot += slots
         return tot
+
+
+class MLP(Network):
+    """The command line's model: Dense layers with ReLU between them and softmax cross-entropy.
+
+    ``MLP(sizes)`` is ``Network(Sequential(Dense(D, h_1, "relu"), ..., Dense(h_k, C)),
+    SoftmaxCrossEntropy())``; the other parameters are :class:`Network`'s.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``[D, h_1, ..., h_k, C]``: input features, hidden widths, classes.
+    xp, dtype, seed, grad, stats, compute_dtype, tensor, tensor_allreduce, params
+        As for :class:`Network`.
+
+    Raises
+    ------
+    ValueError
+        Fewer than two sizes, or a size below 1; and :class:`Network`'s errors.
+    """
+
+    def __init__(self, sizes, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None, stats=None,
+                 compute_dtype=None, tensor: tuple = (1, 0), tensor_allreduce=None, params=None):
+        super().__init__(relu_stack(sizes), SoftmaxCrossEntropy(), xp, dtype, seed, grad, stats, compute_dtype,
+                         tensor, tensor_allreduce, params)
+
+
+def relu_stack(sizes) -> Sequential:
+    """``Sequential(Dense(sizes[0], sizes[1], "relu"), ..., Dense(sizes[-2], sizes[-1]))``. Not collective.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``[D, h_1, ..., k]``, at least two, all positive.
+
+    Returns
+    -------
+    hpcgpu.nn.Sequential
+
+    Raises
+    ------
+    ValueError
+        Fewer than two sizes, or a size below 1.
+    """
+    sizes = [int(s) for s in sizes]
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
+    L = len(sizes) - 1
+    return Sequential([Dense(a, b, "relu" if i < L - 1 else None)
+                       for i, (a, b) in enumerate(itertools.pairwise(sizes))])

@@ -1,4 +1,4 @@
-"""The trainer's fused elementwise kernels on a GPU (issue 24: fewer launches per step).
+"""The trainer's fused elementwise kernels on a GPU: fewer launches per step.
 
 Each is one ``cupy.ElementwiseKernel``, built once per array module, where
 the plain CuPy form takes two to seven launches; on NumPy there are none
@@ -65,7 +65,12 @@ def kernels(xp) -> SimpleNamespace | None:
         sum, divide, gather, log, one-hot, and their sums' operands).
         ``sgd(g, mu, scale, wd, lr, v, p)``: ``v = mu v + scale g + wd p``,
         ``p = p - lr v``, in place (one for five to seven; the form of
-        :class:`hpcgpu.train.optim.SGD`).
+        :class:`hpcgpu.optim.SGD`); ``sgd_nesterov``, the same arguments:
+        ``d = scale g + wd p``, ``v = mu v + d``, ``p = p - lr (d + mu v)``.
+        ``adam(g, scale, l2, b1, b2, step, inv_c2, eps, decay, m, v, p)``:
+        ``d = scale g + l2 p``, the moments ``m``, ``v`` updated with ``b1``,
+        ``b2``, and ``p = decay p - step m / (sqrt(v) inv_c2 + eps)``
+        (:class:`hpcgpu.optim.Adam`, ``AdamW`` with ``decay = 1 - lr wd``).
     """
     if xp is np or not hasattr(xp, "ElementwiseKernel"):
         return None
@@ -83,5 +88,11 @@ def kernels(xp) -> SimpleNamespace | None:
                            "hpcgpu_softmax_xent"),
             sgd=E("T g, T mu, T scale, T wd, T lr", "T v, T p", "v = mu * v + scale * g + wd * p; p = p - lr * v",
                   "hpcgpu_sgd"),
+            sgd_nesterov=E("T g, T mu, T scale, T wd, T lr", "T v, T p",
+                           "T d = scale * g + wd * p; v = mu * v + d; p = p - lr * (d + mu * v)",
+                           "hpcgpu_sgd_nesterov"),
+            adam=E("T g, T scale, T l2, T b1, T b2, T step, T inv_c2, T eps, T decay", "T m, T v, T p",
+                   "T d = scale * g + l2 * p; m = b1 * m + ((T)1 - b1) * d; v = b2 * v + ((T)1 - b2) * d * d; "
+                   "p = decay * p - step * m / (sqrt(v) * inv_c2 + eps)", "hpcgpu_adam"),
         )
     return k

@@ -1,0 +1,20 @@
+"""Models for the trainer: layers that carry their own backward pass, losses, and a model of one's own.
+
+Two ways in:
+
+- the built-in layers, ``Sequential(Dense(64, 128, activation="relu"), Dense(128, 10))`` with a loss
+  (:class:`SoftmaxCrossEntropy`, :class:`MeanSquaredError`, :class:`Huber`): the trainer runs them as a
+  :class:`Network` (fused kernels on a GPU, CUDA graphs, tensor parallelism, mixed precision);
+- a model of your own (:class:`Model`): ``init(rng)``, ``loss_and_grad(params, x, y)`` returning the SUM of
+  per-sample losses and its gradient, ``predict(params, x)``; check its gradient with :func:`check_grad`.
+"""
+
+from ._layers import ACTIVATIONS, GELU, Activation, Dense, Layer, ReLU, Sequential, Tanh, from_spec
+from ._losses import LOSSES, Huber, Loss, MeanSquaredError, SoftmaxCrossEntropy, loss_by_name, loss_from_spec
+from ._model import FlatModel, Model, check_grad
+from ._network import MLP, Network, layer_plan, local_layout, relu_stack, uniform_block
+
+__all__ = ["ACTIVATIONS", "Activation", "Dense", "GELU", "Layer", "ReLU", "Sequential", "Tanh", "from_spec",
+           "LOSSES", "Huber", "Loss", "MeanSquaredError", "SoftmaxCrossEntropy", "loss_by_name", "loss_from_spec",
+           "FlatModel", "Model", "check_grad",
+           "MLP", "Network", "layer_plan", "local_layout", "relu_stack", "uniform_block"]

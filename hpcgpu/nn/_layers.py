@@ -1,0 +1,454 @@
+"""Layers that carry their own backward pass: Dense, ReLU, Tanh, GELU and a sequential container.
+
+There is no autograd on CuPy to depend on, so each layer's ``forward``
+returns its output and a callback that maps the output's gradient to the
+input's, writing its parameters' gradients into views it was given (Thinc's
+layers: ``thinc/layers/relu.py``, ``thinc/model.py``). A container composes
+the callbacks. Layers hold no arrays: parameters and gradients live in the
+flat buffers of whoever runs them (the trainer's), handed in as dicts of
+views, so the same layer object serves NumPy and CuPy, one rank or many.
+
+The trainer runs a :class:`Sequential` of :class:`Dense` layers through
+:class:`hpcgpu.nn.Network`, which keeps these semantics but fuses a Dense
+layer's bias and activation into one kernel on a GPU, splits layers for
+tensor parallelism, multiplies in 16 bits for mixed precision and can be
+captured in a CUDA graph; :meth:`Sequential.forward` is the plain reference
+composition, which the tests compare it with.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _device
+
+__all__ = ["Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "ACTIVATIONS", "activation_forward",
+           "activation_backward"]
+
+ACTIVATIONS = ("relu", "tanh", "gelu")
+"""The activations a :class:`Dense` layer can apply to its output (``None``: linear)."""
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _xp(a):
+    """The array module of ``a`` (NumPy, or CuPy for its arrays) without importing CuPy."""
+    return np if isinstance(a, np.ndarray) else _device.cupy_or_none()
+
+
+def activation_forward(name: str | None, z, keep_input: bool = False):
+    """Apply activation ``name`` to ``z`` in place. Not collective.
+
+    Parameters
+    ----------
+    name : {"relu", "tanh", "gelu"} or None
+        ``relu``: ``max(z, 0)`` (NaN kept); ``tanh``; ``gelu``: the tanh
+        approximation ``0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))``
+        (Hendrycks & Gimpel, arXiv:1606.08415, section 2); ``None``: nothing.
+    z : xp.ndarray
+        Pre-activations, overwritten with the activations.
+    keep_input : bool
+        Return a copy of ``z`` as it came (GELU's backward pass needs it).
+
+    Returns
+    -------
+    xp.ndarray or None
+        The copy of the input when ``keep_input`` and ``name`` is ``"gelu"``, else None.
+    """
+    if name is None:
+        return None
+    xp = _xp(z)
+    if name == "relu":
+        xp.maximum(z, 0, out=z)
+        return None
+    if name == "tanh":
+        xp.tanh(z, out=z)
+        return None
+    if name != "gelu":
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {name!r}")
+    pre = z.copy() if keep_input else None
+    t = z * z
+    t *= 0.044715
+    t += 1
+    t *= z
+    t *= _GELU_C
+    xp.tanh(t, out=t)
+    t += 1
+    z *= t
+    z *= 0.5
+    return pre
+
+
+def activation_backward(name: str | None, out, pre, d) -> None:
+    """Multiply the gradient ``d`` by the activation's derivative, in place. Not collective.
+
+    Parameters
+    ----------
+    name : {"relu", "tanh", "gelu"} or None
+    out : xp.ndarray
+        The activation's output (ReLU, tanh read it: ``out > 0``, ``1 - out**2``).
+    pre : xp.ndarray or None
+        The activation's input (GELU reads it).
+    d : xp.ndarray
+        The gradient with respect to the output; becomes the gradient with
+        respect to the input.
+    """
+    if name is None:
+        return
+    if name == "relu":
+        d *= out > 0
+    elif name == "tanh":
+        t = out * out
+        t -= 1
+        d *= t
+        d *= -1
+    else:  # d/dz 0.5 z (1 + tanh u) = 0.5 (1 + tanh u) + 0.5 z (1 - tanh^2 u) u', u = c (z + 0.044715 z^3)
+        xp = _xp(d)
+        u = pre * pre
+        du = u * (3 * 0.044715 * _GELU_C)
+        du += _GELU_C
+        u *= 0.044715
+        u += 1
+        u *= pre
+        u *= _GELU_C
+        th = xp.tanh(u)
+        g = 1 - th * th
+        g *= du
+        g *= pre
+        g += 1 + th
+        g *= 0.5
+        d *= g
+
+
+def _saved(name: str | None, out):
+    """What an activation's backward pass needs of its output, kept apart from it: ReLU's mask, tanh's values.
+
+    Callers may overwrite the output in place (a loss writes its gradient there).
+    """
+    if name == "relu":
+        return out > 0
+    return out.copy() if name == "tanh" else None
+
+
+def _back(name: str | None, saved, pre, d) -> None:
+    """:func:`activation_backward` from :func:`_saved`'s copy."""
+    if name == "relu":
+        d *= saved
+    else:
+        activation_backward(name, saved, pre, d)
+
+
+class Layer:
+    """The layer protocol: named parameter shapes, an initializer, and a forward pass with its backward.
+
+    A layer holds no arrays. :meth:`forward` takes dicts of the layer's
+    parameter views and gradient views (by the names of :meth:`shapes`) and
+    returns ``(y, backprop)``; ``backprop(dy)`` returns ``dx`` and writes
+    (overwrites) the parameters' gradients into the gradient views.
+    """
+
+    def shapes(self) -> list:
+        """``[(name, shape)]`` of the layer's parameters, in buffer order (none by default)."""
+        return []
+
+    def n_out(self, n_in: int) -> int:
+        """The number of output features for ``n_in`` input features (the same by default)."""
+        return n_in
+
+    def init(self, seed: int, stream: int) -> dict:
+        """Initial values of the parameters as host arrays (none by default).
+
+        Parameters
+        ----------
+        seed : int
+        stream : int
+            The layer's index: a separate random stream per layer.
+        """
+        return {}
+
+    def forward(self, params: dict, grads: dict, x):
+        """``(y, backprop)`` of a batch ``x`` (n, n_in); ``backprop(dy) -> dx``. Not collective."""
+        raise NotImplementedError(f"{type(self).__name__} does not define forward")
+
+    def spec(self) -> dict:
+        """The layer as a JSON-able dict (results files record the model; :func:`from_spec` rebuilds it)."""
+        return {"type": type(self).__name__}
+
+
+class Activation(Layer):
+    """An elementwise activation layer (its ``name`` says which); no parameters."""
+
+    name: str | None = None
+
+    def forward(self, params, grads, x):
+        """``(act(x), backprop)``; no parameters. Not collective."""
+        y = x.copy()
+        pre = activation_forward(self.name, y, keep_input=True)
+        saved = _saved(self.name, y)
+
+        def backprop(dy):
+            dx = dy.copy()
+            _back(self.name, saved, pre, dx)
+            return dx
+
+        return y, backprop
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class ReLU(Activation):
+    """``max(x, 0)``, elementwise. Folded into the :class:`Dense` layer before it by :class:`Sequential`."""
+
+    name = "relu"
+
+
+class Tanh(Activation):
+    """``tanh(x)``, elementwise. Folded into the :class:`Dense` layer before it by :class:`Sequential`."""
+
+    name = "tanh"
+
+
+class GELU(Activation):
+    """GELU, tanh approximation (Hendrycks & Gimpel, arXiv:1606.08415). Folded into the Dense before it."""
+
+    name = "gelu"
+
+
+class Dense(Layer):
+    """A fully connected layer ``y = act(x @ W + b)``.
+
+    Parameters
+    ----------
+    n_in, n_out : int
+        Input and output features: ``W`` is ``(n_in, n_out)`` (input-major,
+        as the trainer's results files store it), ``b`` is ``(n_out,)``.
+    activation : {"relu", "tanh", "gelu"} or None
+        Applied to the output (Keras's ``Dense(units, activation=...)``);
+        ``Sequential([Dense(a, b), ReLU()])`` is the same layer.
+
+    Notes
+    -----
+    Initial weights are He-uniform, U(-sqrt(6 / n_in), sqrt(6 / n_in))
+    (He et al., ICCV 2015), biases 0, drawn from a counter-based stream per
+    layer (:func:`hpcgpu.nn.uniform_block`): the same values on every rank,
+    device and tensor-parallel split.
+    """
+
+    def __init__(self, n_in: int, n_out: int, activation: str | None = None):
+        if int(n_in) < 1 or int(n_out) < 1:
+            raise ValueError(f"Dense needs positive sizes, got Dense({n_in}, {n_out})")
+        if activation is not None and activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
+        self.n_in, self.n_out_, self.activation = int(n_in), int(n_out), activation
+
+    def shapes(self) -> list:
+        """``[("weight", (n_in, n_out)), ("bias", (n_out,))]``."""
+        return [("weight", (self.n_in, self.n_out_)), ("bias", (self.n_out_,))]
+
+    def n_out(self, n_in: int) -> int:
+        """``n_out``; ``n_in`` must be the layer's.
+
+        Raises
+        ------
+        ValueError
+            ``n_in`` differs from the layer's input size.
+        """
+        if n_in != self.n_in:
+            raise ValueError(f"Dense({self.n_in}, {self.n_out_}) follows a layer of {n_in} outputs")
+        return self.n_out_
+
+    def init(self, seed: int, stream: int) -> dict:
+        """He-uniform weights of stream ``(seed, stream)``, zero biases (host, float64)."""
+        from ._network import uniform_block
+
+        shape = (self.n_in, self.n_out_)
+        w = uniform_block(seed, stream, shape, (0, self.n_in), (0, self.n_out_), math.sqrt(6.0 / self.n_in))
+        return {"weight": w, "bias": np.zeros(self.n_out_)}
+
+    def forward(self, params: dict, grads: dict, x):
+        """``(act(x @ W + b), backprop)``; ``backprop(dy)`` writes ``grads["weight"]``, ``grads["bias"]``.
+
+        Parameters
+        ----------
+        params, grads : dict
+            ``weight`` (n_in, n_out) and ``bias`` (n_out,) views.
+        x : xp.ndarray, shape (n, n_in)
+
+        Returns
+        -------
+        (xp.ndarray of shape (n, n_out), callable)
+        """
+        w, b = params["weight"], params["bias"]
+        y = x @ w
+        y += b
+        pre = activation_forward(self.activation, y, keep_input=True)
+        saved = _saved(self.activation, y)
+
+        def backprop(dy):
+            dz = dy.copy()
+            _back(self.activation, saved, pre, dz)
+            grads["weight"][...] = x.T @ dz
+            dz.sum(axis=0, out=grads["bias"])
+            return dz @ w.T
+
+        return y, backprop
+
+    def spec(self) -> dict:
+        """``{"type": "Dense", "n_in", "n_out", "activation"}``."""
+        return {"type": "Dense", "n_in": self.n_in, "n_out": self.n_out_, "activation": self.activation}
+
+    def __repr__(self):
+        act = f", activation={self.activation!r}" if self.activation else ""
+        return f"Dense({self.n_in}, {self.n_out_}{act})"
+
+
+class Sequential(Layer):
+    """Layers applied one after the other; an activation layer is folded into the :class:`Dense` before it.
+
+    Parameters
+    ----------
+    *layers : Layer
+        ``Sequential(Dense(64, 128), ReLU(), Dense(128, 10))`` or a list of
+        layers. Parameter names are ``fc{i}.weight`` and ``fc{i}.bias`` for
+        the ``i``-th Dense layer (the names of the trainer's results files).
+
+    Attributes
+    ----------
+    layers : list of Layer
+        After folding: ``Dense(64, 128, activation="relu"), Dense(128, 10)``.
+    sizes : list of int or None
+        ``[n_in, n_out of each layer]`` when every layer is Dense (what
+        :class:`hpcgpu.nn.Network` runs), else None.
+    activations : list
+        Each Dense layer's activation (``None``: linear).
+
+    Raises
+    ------
+    ValueError
+        No layers; consecutive layers whose sizes do not fit.
+    """
+
+    def __init__(self, *layers):
+        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            layers = tuple(layers[0])
+        if not layers:
+            raise ValueError("Sequential needs at least one layer")
+        for lay in layers:
+            if not isinstance(lay, Layer):
+                raise TypeError(f"Sequential takes hpcgpu.nn layers, got {type(lay).__name__}")
+        folded: list[Layer] = []
+        for lay in layers:
+            prev = folded[-1] if folded else None
+            if isinstance(lay, Activation) and isinstance(prev, Dense) and prev.activation is None:
+                folded[-1] = Dense(prev.n_in, prev.n_out_, lay.name)
+            else:
+                folded.append(lay)
+        self.layers = folded
+        first = next((lay for lay in folded if isinstance(lay, Dense)), None)
+        if first is None:
+            raise ValueError("Sequential needs at least one Dense layer")
+        n = first.n_in
+        for lay in folded:
+            n = lay.n_out(n)
+        self.n_in_, self.n_out_ = first.n_in, n
+        dense = all(isinstance(lay, Dense) for lay in folded)
+        self.sizes = [folded[0].n_in] + [lay.n_out_ for lay in folded] if dense else None
+        self.activations = [lay.activation for lay in folded if isinstance(lay, Dense)]
+
+    def named(self) -> list:
+        """``[(prefix, layer)]``: ``("fc{i}", Dense)`` by Dense index, ``("act{j}", layer)`` for the others."""
+        out, i = [], 0
+        for j, lay in enumerate(self.layers):
+            if isinstance(lay, Dense):
+                out.append((f"fc{i}", lay))
+                i += 1
+            else:
+                out.append((f"act{j}", lay))
+        return out
+
+    def shapes(self) -> list:
+        """``[(name, shape)]`` of every parameter, layer by layer (``fc0.weight``, ``fc0.bias``, ...)."""
+        return [(f"{p}.{n}", s) for p, lay in self.named() for n, s in lay.shapes()]
+
+    def n_out(self, n_in: int) -> int:
+        """The last layer's output features (``n_in`` must be the first layer's input).
+
+        Raises
+        ------
+        ValueError
+            ``n_in`` differs from the first layer's input size.
+        """
+        if n_in != self.n_in_:
+            raise ValueError(f"a Sequential of input {self.n_in_} follows a layer of {n_in} outputs")
+        return self.n_out_
+
+    def init(self, seed: int, stream: int = 0) -> dict:
+        """Every parameter's initial value (host), by name; Dense layer ``i`` draws from stream ``i``."""
+        out = {}
+        for i, (p, lay) in enumerate((p, lay) for p, lay in self.named() if lay.shapes()):
+            out.update({f"{p}.{n}": v for n, v in lay.init(seed, i).items()})
+        return out
+
+    def forward(self, params: dict, grads: dict, x):
+        """The composition of the layers' forward passes, and of their backward passes in reverse.
+
+        Parameters
+        ----------
+        params, grads : dict
+            Views by the names of :meth:`shapes`.
+        x : xp.ndarray, shape (n, n_in)
+
+        Returns
+        -------
+        (xp.ndarray of shape (n, n_out), callable)
+        """
+        backs = []
+        for p, lay in self.named():
+            mine = {n: params[f"{p}.{n}"] for n, _ in lay.shapes()}
+            gmine = {n: grads[f"{p}.{n}"] for n, _ in lay.shapes()}
+            x, back = lay.forward(mine, gmine, x)
+            backs.append(back)
+
+        def backprop(dy):
+            for back in reversed(backs):
+                dy = back(dy)
+            return dy
+
+        return x, backprop
+
+    def spec(self) -> dict:
+        """``{"type": "Sequential", "layers": [each layer's spec]}``."""
+        return {"type": "Sequential", "layers": [lay.spec() for lay in self.layers]}
+
+    def __repr__(self):
+        return "Sequential(" + ", ".join(map(repr, self.layers)) + ")"
+
+
+def from_spec(spec: dict) -> Layer:
+    """The layer a :meth:`Layer.spec` describes (what a results file records). Not collective.
+
+    Parameters
+    ----------
+    spec : dict
+
+    Returns
+    -------
+    Layer
+
+    Raises
+    ------
+    ValueError
+        An unknown layer type.
+    """
+    kind = spec.get("type")
+    if kind == "Sequential":
+        return Sequential([from_spec(s) for s in spec["layers"]])
+    if kind == "Dense":
+        return Dense(spec["n_in"], spec["n_out"], spec.get("activation"))
+    known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU}
+    if kind in known:
+        return known[kind]()
+    raise ValueError(f"unknown layer type {kind!r} in a model description")

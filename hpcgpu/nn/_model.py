@@ -1,0 +1,396 @@
+"""A model of the user's own: the contract, its binding to the trainer's flat buffers, and a gradient check.
+
+The contract (what DDP's ``MyModel`` is, without autograd), duck-typed::
+
+    class Decay:
+        def init(self, rng):                 # the parameters by name: arrays (NumPy or xp)
+            return {"a": np.ones(1), "k": np.full(1, 0.1), "c": np.zeros(1)}
+        def loss_and_grad(self, params, x, y):   # SUM of per-sample losses, and its gradient by name
+            ...
+            return loss_sum, {"a": ..., "k": ..., "c": ...}
+        def predict(self, params, x):        # the model's outputs, (n, k) or (n,)
+            ...
+
+The trainer lays the parameters out in one flat buffer (in ``init``'s
+order), hands ``params`` as views into it, copies the returned gradient
+into its own flat gradient buffer and divides by the global batch once:
+the user's loss never has to know the number of ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["Model", "FlatModel", "check_grad"]
+
+
+class Model:
+    """The model contract, as a base class to document it (subclassing it is optional).
+
+    Methods
+    -------
+    init(rng)
+        ``{name: array}``: the initial parameters (NumPy or ``xp`` arrays of
+        any shape). ``rng`` is a ``numpy.random.Generator`` seeded alike on
+        every rank.
+    loss_and_grad(params, x, y)
+        ``(loss_sum, {name: gradient})``: the SUM over the micro-batch's
+        samples of their losses (a float, or a 0-d array), and its gradient
+        with respect to each parameter (arrays of the parameters' shapes).
+        ``params`` holds views into the trainer's flat buffer: read them,
+        never write them. ``x`` and ``y`` are this rank's rows of the
+        micro-batch, in the array module.
+    predict(params, x)
+        The model's outputs for ``x`` (n rows): an array of n rows.
+    """
+
+    def init(self, rng):
+        """The initial parameters by name."""
+        raise NotImplementedError(f"{type(self).__name__} does not define init(rng)")
+
+    def loss_and_grad(self, params, x, y):
+        """The loss sum over the micro-batch and its gradient by name."""
+        raise NotImplementedError(f"{type(self).__name__} does not define loss_and_grad(params, x, y)")
+
+    def predict(self, params, x):
+        """The model's outputs for ``x``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define predict(params, x)")
+
+
+def contract_error(model) -> TypeError | None:
+    """What ``model`` lacks of the contract (a one-line error naming it), or None. Not collective.
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    TypeError or None
+    """
+    missing = [m for m in ("init", "loss_and_grad", "predict") if not callable(getattr(model, m, None))]
+    if missing:
+        return TypeError(f"model {type(model).__name__}: needs the method(s) {', '.join(missing)} "
+                         "(init(rng), loss_and_grad(params, x, y), predict(params, x); see hpcgpu.nn.Model)")
+    return None
+
+
+class FlatModel:
+    """A model of the user's own, bound to flat parameter and gradient buffers (the trainer's engine for it).
+
+    Not collective. Offers what :class:`hpcgpu.nn.Network` offers the
+    trainer, for any object that keeps the :class:`Model` contract: one
+    buffer for the parameters (views by name are what the model sees), the
+    gradient copied into the trainer's buffer (added, under gradient
+    accumulation; times the loss scale), the loss sum in ``stats[0]``. The
+    metric slot ``stats[1]`` is NaN during training (the contract returns the
+    loss only); evaluation computes the task's metric from
+    :meth:`predict`.
+
+    Parameters
+    ----------
+    model : object
+        Keeps the :class:`Model` contract.
+    xp : module
+    dtype : numpy.dtype
+        Of the flat buffers (the parameters ``init`` returns are converted).
+    seed : int
+        Seeds the ``rng`` given to ``model.init``.
+    grad, stats, params : xp.ndarray, optional
+        Buffers the caller owns, as for :class:`hpcgpu.nn.Network`.
+    task : {"classification", "regression"}
+        How evaluation scores :meth:`predict`: the argmax against integer
+        labels, or squared errors against float targets.
+
+    Raises
+    ------
+    TypeError
+        ``model`` lacks a method of the contract, or ``init`` does not
+        return a dict of arrays.
+    """
+
+    compute_dtype = None
+    tensor = (1, 0)
+    activations: list = []
+
+    def __init__(self, model, xp=np, dtype="float64", seed: int = 0, grad=None, stats=None, params=None,
+                 task: str = "regression"):
+        err = contract_error(model)
+        if err is not None:
+            raise err
+        self.model, self.xp, self.dtype, self.task = model, xp, np.dtype(dtype), task
+        init = model.init(np.random.default_rng(seed))
+        if not isinstance(init, dict) or not init:
+            raise TypeError(f"model {type(model).__name__}: init(rng) must return a non-empty dict of arrays, got "
+                            f"{type(init).__name__}")
+        from .. import _device
+
+        host = {str(k): np.asarray(_device.asnumpy(v), dtype=self.dtype) for k, v in init.items()}
+        self.shapes = [(k, v.shape) for k, v in host.items()]
+        self.n_params = self.n_global = sum(math.prod(s) for _, s in self.shapes)
+        for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2), ("params", params, self.n_params)):
+            if view is not None and (view.shape != (n,) or view.dtype != self.dtype):
+                raise ValueError(f"{name} must be of shape ({n},) and dtype {self.dtype}, "
+                                 f"got {view.shape} {view.dtype}")
+        self.params = xp.zeros(self.n_params, dtype=self.dtype) if params is None else params
+        self.grad = xp.zeros(self.n_params, dtype=self.dtype) if grad is None else grad
+        self.stats = xp.zeros(2, dtype=self.dtype) if stats is None else stats
+        self._p, self._g = self._views(self.params), self._views(self.grad)
+        for k, v in host.items():
+            self._p[k][...] = xp.asarray(v)
+        self.gemm_threads = None
+        self.sizes = None
+        self._checked = False
+
+    def _views(self, flat):
+        out, off = {}, 0
+        for name, shape in self.shapes:
+            n = math.prod(shape)
+            out[name] = flat[off : off + n].reshape(shape)
+            off += n
+        return out
+
+    def spec(self) -> dict:
+        """``{"model": the class's qualified name, "parameters": {name: shape}}``. Not collective."""
+        kind = type(self.model)
+        return {"model": f"{kind.__module__}.{kind.__qualname__}",
+                "parameters": {k: list(s) for k, s in self.shapes}}
+
+    def named_parameters(self):
+        """``[(name, view)]`` in the order of ``init``; views into :attr:`params`."""
+        return list(self._p.items())
+
+    def layer_ranges(self):
+        """None: the gradient arrives whole, when ``loss_and_grad`` returns (one bucket)."""
+        return None
+
+    def local_of(self, full):
+        """``full`` itself: a model of one's own is never split over ranks."""
+        return np.asarray(full)
+
+    def global_of(self, pieces):
+        """``pieces[0]``: a model of one's own is never split over ranks."""
+        return pieces[0]
+
+    def step_buffers(self, n: int) -> tuple:
+        """Nothing: a model of one's own is never captured in a CUDA graph."""
+        return ()
+
+    def state_dict(self) -> dict:
+        """``{"params": host copy of params}`` (numpy, (n_params,)). Not collective."""
+        from .. import _device
+
+        return {"params": _device.asnumpy(self.params).copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Copy ``state["params"]`` (n_params,) into :attr:`params` in place. Not collective.
+
+        Parameters
+        ----------
+        state : dict
+
+        Raises
+        ------
+        ValueError
+            The array is not of shape ``(n_params,)``.
+        """
+        p = np.asarray(state["params"])
+        if p.shape != (self.n_params,):
+            raise ValueError(f"params of shape {p.shape} for a model of {self.n_params} parameters")
+        self.params[...] = self.xp.asarray(p.astype(self.dtype, copy=False))
+
+    def _grads_error(self, grads) -> TypeError | None:
+        name = type(self.model).__name__
+        if not isinstance(grads, dict):
+            return TypeError(f"model {name}: loss_and_grad must return (loss_sum, dict of gradients), got a "
+                             f"{type(grads).__name__} as the gradient")
+        missing = [k for k, _ in self.shapes if k not in grads]
+        extra = [k for k in grads if k not in self._g]
+        if missing or extra:
+            return TypeError(f"model {name}: loss_and_grad's gradient has "
+                             + (f"no {', '.join(missing)}" if missing else f"unknown {', '.join(map(str, extra))}")
+                             + f" (the parameters are {', '.join(self._g)})")
+        for k, shape in self.shapes:
+            got = tuple(grads[k].shape) if hasattr(grads[k], "shape") else np.shape(grads[k])
+            if got != shape and not (math.prod(got) == math.prod(shape) == 1):
+                return TypeError(f"model {name}: the gradient of {k} has shape {got}, the parameter {shape}")
+        return None
+
+    def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0, on_layer=None) -> None:
+        """The model's loss sum and gradient of a micro-batch, into :attr:`stats` and :attr:`grad`. Not collective.
+
+        Parameters
+        ----------
+        X, y : xp.ndarray
+            The micro-batch's rows.
+        accumulate : bool
+            Add to :attr:`grad` and the loss slot instead of overwriting them.
+        loss_scale : float
+            Multiplies the gradient (not the loss).
+        on_layer : callable, optional
+            Ignored: the gradient arrives whole.
+
+        Raises
+        ------
+        TypeError
+            The model's gradient is not a dict with one array of the right
+            shape per parameter (checked on the first call).
+        """
+        loss, grads = self.model.loss_and_grad(self._p, X, y)
+        if not self._checked:
+            err = self._grads_error(grads)
+            if err is not None:
+                raise err
+            self._checked = True
+        xp = self.xp
+        for k, view in self._g.items():
+            g = xp.asarray(grads[k], dtype=self.dtype).reshape(view.shape)
+            if loss_scale != 1:
+                g = g * self.dtype.type(loss_scale)
+            if accumulate:
+                view += g
+            else:
+                view[...] = g
+        if accumulate:
+            self.stats[0] += loss
+        else:
+            self.stats[0] = loss
+            self.stats[1] = np.nan
+
+    def predict(self, X, chunk: int = 8192):
+        """The model's ``predict(params, X)``, as an (n, k) array of the model's dtype. Not collective.
+
+        Parameters
+        ----------
+        X : xp.ndarray, shape (n, D)
+        chunk : int
+            Rows per call.
+
+        Returns
+        -------
+        xp.ndarray, shape (n, k)
+        """
+        xp = self.xp
+        parts = []
+        for s in range(0, X.shape[0], chunk):
+            out = xp.asarray(self.model.predict(self._p, X[s : s + chunk]))
+            parts.append(out.reshape(out.shape[0], -1) if out.ndim != 2 else out)
+        if not parts:
+            return xp.zeros((0, 1), dtype=self.dtype)
+        return parts[0] if len(parts) == 1 else xp.concatenate(parts)
+
+    def evaluate(self, X, y, chunk: int = 8192):
+        """Loss sum (the model's own) and metric sum (from :meth:`predict`) over ``X``, ``y``. Not collective.
+
+        Parameters
+        ----------
+        X, y : xp.ndarray
+        chunk : int
+
+        Returns
+        -------
+        xp.ndarray, shape (2,), float64
+            ``[loss_sum, metric_sum]``: the metric is the number of rows
+            whose largest output is at the label (classification), or the
+            sum of squared errors (regression).
+        """
+        xp = self.xp
+        tot = xp.zeros(2, dtype=np.float64)
+        for s in range(0, X.shape[0], chunk):
+            xs, ys = X[s : s + chunk], y[s : s + chunk]
+            loss, _ = self.model.loss_and_grad(self._p, xs, ys)
+            pred = self.predict(xs, chunk)
+            if self.task == "classification":
+                metric = (pred.argmax(axis=1) == ys).sum()
+            else:
+                r = pred - ys.reshape(pred.shape)
+                metric = (r * r).sum()
+            tot += xp.asarray([float(loss), float(metric)])
+        return tot
+
+
+def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: float = 1e-4,
+               seed: int = 0) -> dict:
+    """Check a model's gradient against central finite differences, in float64 on the host. Not collective.
+
+    Parameters
+    ----------
+    model : object
+        A model of the :class:`Model` contract, or a :class:`hpcgpu.nn.Sequential`
+        (then ``loss`` is required).
+    x, y : array_like
+        A few samples (each parameter costs two passes over them).
+    loss : hpcgpu.nn.Loss, optional
+        The loss of a ``Sequential``.
+    params : dict, optional
+        The parameters to check at (default: ``model.init(numpy.random.default_rng(seed))``
+        plus small noise, so zero biases do not hide terms).
+    eps : float
+        The finite-difference step.
+    rtol : float
+        Largest relative error accepted: ``|analytic - numeric| / max(|analytic|, |numeric|, floor)``
+        over each parameter's elements, ``floor`` a thousandth of the parameter's largest analytic
+        element (finite differences cannot resolve an element that is nearly zero).
+    seed : int
+
+    Returns
+    -------
+    dict of str to float
+        Each parameter's largest relative error.
+
+    Raises
+    ------
+    ValueError
+        A parameter's error exceeds ``rtol`` (the message names the worst one).
+    """
+    from ._layers import Sequential
+
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y)
+    if np.issubdtype(y.dtype, np.floating):
+        y = y.astype(np.float64)
+    if isinstance(model, Sequential):
+        if loss is None:
+            raise ValueError("check_grad of a Sequential needs its loss")
+        net = model
+
+        def loss_and_grad(p, xb, yb):
+            grads = {k: np.zeros_like(v) for k, v in p.items()}
+            out, back = net.forward(p, grads, xb.copy())
+            slots = np.zeros(2)
+            d = loss.terms(out, yb, slots)
+            back(d)
+            return slots[0], grads
+
+        init = {k: np.asarray(v, np.float64) for k, v in net.init(seed).items()}
+    else:
+        loss_and_grad = model.loss_and_grad
+        init = {k: np.asarray(v, np.float64) for k, v in model.init(np.random.default_rng(seed)).items()}
+    rng = np.random.default_rng(seed + 1)
+    if params is None:
+        params = {k: v + rng.normal(0, 0.05, v.shape) for k, v in init.items()}
+    params = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
+    _, analytic = loss_and_grad(params, x, y)
+    errors = {}
+    for k, v in params.items():
+        a = np.asarray(analytic[k], dtype=np.float64).reshape(v.shape)
+        num = np.empty_like(v)
+        flat, nflat = v.reshape(-1), num.reshape(-1)
+        for i in range(flat.size):
+            old = flat[i]
+            flat[i] = old + eps
+            up = float(loss_and_grad(params, x, y)[0])
+            flat[i] = old - eps
+            down = float(loss_and_grad(params, x, y)[0])
+            flat[i] = old
+            nflat[i] = (up - down) / (2 * eps)
+        # relative to the element, or to a thousandth of the parameter's largest where the element is ~0
+        floor = 1e-3 * float(np.abs(a).max(initial=0.0)) + 1e-12
+        scale = np.maximum(np.maximum(np.abs(a), np.abs(num)), floor)
+        errors[k] = float((np.abs(a - num) / scale).max()) if v.size else 0.0
+    worst = max(errors, key=errors.get)
+    if errors[worst] > rtol:
+        raise ValueError(f"check_grad: the gradient of {worst} is off by {errors[worst]:.3g} (relative) from "
+                         f"central differences (eps {eps}), more than rtol {rtol}")
+    return errors

@@ -1,0 +1,414 @@
+"""Optimizers as state transitions on flat buffers (SGD, Adam, AdamW), and learning-rate schedules.
+
+An optimizer holds only its hyperparameters. ``init(params)`` makes its
+state: flat arrays laid out like the parameters (SGD's ``velocity``,
+Adam's ``m`` and ``v``), and ``update(grad, state, params, lr=, scale=,
+count=)`` applies one step in place (optax's ``init``/``update``,
+``optax/_src/base.py``). So the trainer treats every optimizer alike:
+broadcast, ZeRO-1 sharding (each rank's state covers its block of the
+parameters) and checkpoints (state arrays by name) need no case per
+optimizer.
+
+On the host an update is a few passes of NumPy's own BLAS (axpy, axpby,
+scal) over the buffers: the update is memory-bound, and the BLAS that runs
+the GEMMs has the thread pool already (``hpcgpu._blas``). On a GPU it is one
+fused kernel, one pass (``hpcgpu._kernels``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _blas, _device
+from ._kernels import kernels as _kernels
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "OPTIMIZERS", "optimizer_by_name", "LRSchedule"]
+
+
+class LRSchedule:
+    """Learning rate per step: linear warm-up, then cosine, step or constant.
+
+    Parameters
+    ----------
+    lr : float
+        Peak learning rate (after warm-up).
+    total_steps : int
+        Steps in the whole run.
+    warmup_steps : int
+        Steps of linear warm-up from ``lr / warmup_steps`` to ``lr``.
+    kind : {"cosine", "step", "constant"}
+        After warm-up: cosine decay to 0 at ``total_steps`` (Loshchilov &
+        Hutter, "SGDR", ICLR 2017), or ``lr * gamma ** (step // step_size)``,
+        or constant.
+    step_size : int
+        Steps between decays for ``kind="step"``.
+    gamma : float
+        Decay factor for ``kind="step"``.
+    """
+
+    def __init__(self, lr, total_steps, warmup_steps=0, kind="cosine", step_size=1, gamma=0.1):
+        if kind not in ("cosine", "step", "constant"):
+            raise ValueError(f"schedule must be cosine, step or constant, got {kind!r}")
+        self.lr, self.total, self.warmup = float(lr), int(total_steps), int(warmup_steps)
+        self.kind, self.step_size, self.gamma = kind, max(1, int(step_size)), float(gamma)
+
+    def state_dict(self) -> dict:
+        """The schedule's settings (it has no other state: the rate is a function of the step)."""
+        return dict(lr=self.lr, total_steps=self.total, warmup_steps=self.warmup, kind=self.kind,
+                    step_size=self.step_size, gamma=self.gamma)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take the settings of :meth:`state_dict`.
+
+        Parameters
+        ----------
+        state : dict
+            A :meth:`state_dict`.
+        """
+        self.__init__(**state)
+
+    def __call__(self, step: int) -> float:
+        """The learning rate of global step ``step`` (0-based)."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        t = step - self.warmup
+        if self.kind == "cosine":
+            span = max(1, self.total - self.warmup)
+            return 0.5 * self.lr * (1.0 + math.cos(math.pi * min(t, span) / span))
+        if self.kind == "step":
+            return self.lr * self.gamma ** (t // self.step_size)
+        return self.lr
+
+
+def _on_device(a) -> bool:
+    return _device.is_device_array(a)
+
+
+class Optimizer:
+    """The optimizer protocol: hyperparameters, ``init`` and ``update``.
+
+    Parameters
+    ----------
+    lr : float
+        The peak learning rate (> 0).
+
+    Raises
+    ------
+    ValueError
+        ``lr`` is not a positive number.
+
+    Attributes
+    ----------
+    name : str
+        The command line's ``--optimizer`` name.
+    state_names : tuple of str
+        The names of :meth:`init`'s arrays (checkpoints store them so).
+    lr : float
+        The peak learning rate; the trainer's schedule scales it per step.
+    """
+
+    name = ""
+    state_names: tuple = ()
+
+    def __init__(self, lr: float):
+        if not (float(lr) > 0 and math.isfinite(float(lr))):
+            raise ValueError(f"lr must be a positive number, got {lr}")
+        self.lr = float(lr)
+
+    def init(self, params) -> dict:
+        """The state for ``params`` (n,): zeros of its shape, dtype and array module, by name. Not collective.
+
+        Parameters
+        ----------
+        params : xp.ndarray, shape (n,)
+
+        Returns
+        -------
+        dict of str to xp.ndarray
+        """
+        return {k: params * 0 for k in self.state_names}
+
+    def update(self, grad, state: dict, params, *, lr: float, scale: float = 1.0, count: int = 1) -> None:
+        """One step: ``params`` and ``state`` updated in place from ``scale * grad``. Not collective.
+
+        Parameters
+        ----------
+        grad : xp.ndarray, shape (n,)
+            The gradient (the trainer's: summed over the global batch, so
+            ``scale`` is 1 / B); may be overwritten on the device path.
+        state : dict
+            :meth:`init`'s arrays for these parameters.
+        params : xp.ndarray, shape (n,)
+        lr : float
+            This step's learning rate.
+        scale : float
+            Multiplies ``grad``.
+        count : int
+            The number of updates applied so far, this one included (1 at
+            the first): Adam's bias correction.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define update")
+
+    def config(self) -> dict:
+        """The name and every hyperparameter, JSON-able: a resumed run must have the same."""
+        return {"name": self.name, "lr": self.lr}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
+        return f"{type(self).__name__}({args})"
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with heavy-ball or Nesterov momentum and L2 weight decay.
+
+    With the summed gradient ``g`` and ``scale`` (1 / global batch), the
+    PyTorch form (Sutskever et al., ICML 2013): ``v = momentum * v + scale * g
+    + weight_decay * p``; then ``p -= lr * v``, or with Nesterov
+    ``p -= lr * (scale * g + weight_decay * p + momentum * v)``. One flat
+    buffer, identically on every rank. On the host two to four BLAS passes
+    over the buffer (axpby, axpy, scal) and no temporary; on a GPU one fused
+    kernel.
+
+    Parameters
+    ----------
+    lr : float
+        Peak learning rate (> 0).
+    momentum : float
+        In [0, 1).
+    nesterov : bool
+    weight_decay : float
+        L2 coefficient (>= 0).
+
+    Raises
+    ------
+    ValueError
+        A hyperparameter out of its range.
+    """
+
+    name = "sgd"
+    state_names = ("velocity",)
+    _host_blas = True  # NumPy's BLAS on the host where it binds (the tests turn it off to run the array form)
+
+    def __init__(self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0):
+        super().__init__(lr)
+        if not 0 <= float(momentum) < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if not float(weight_decay) >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        if nesterov and not momentum:
+            raise ValueError("Nesterov momentum needs momentum > 0")
+        self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
+        self._blas_checked: tuple = (None, False)
+
+    def config(self) -> dict:
+        """``name``, ``lr``, ``momentum``, ``nesterov``, ``weight_decay``."""
+        return {"name": self.name, "lr": self.lr, "momentum": self.momentum, "nesterov": self.nesterov,
+                "weight_decay": self.weight_decay}
+
+    def update(self, grad, state: dict, params, *, lr: float, scale: float = 1.0, count: int = 1) -> None:
+        """One step, in place; ``grad`` is left unchanged on the host path (NumPy's BLAS). Not collective.
+
+        Parameters
+        ----------
+        grad, state, params, lr, scale, count
+            As :meth:`Optimizer.update` (``count`` is not used).
+        """
+        p, v = params, state["velocity"]
+        key = (id(p), id(v), id(grad))  # the same buffers step after step: check them once
+        if self._blas_checked[0] != key:
+            self._blas_checked = (key, self._host_blas and _blas.vector_ops(p, v, grad))
+        if self._blas_checked[1]:
+            self._update_blas(grad, v, p, lr, scale)
+            return
+        fused = _kernels(_device.cupy_or_none()) if _on_device(p) else None
+        if fused is not None and grad.dtype == p.dtype:  # one kernel on a GPU
+            t = p.dtype.type  # scalars of the arrays' own type: no type inference to trust
+            kernel = fused.sgd_nesterov if self.nesterov else fused.sgd
+            kernel(grad, t(self.momentum), t(scale), t(self.weight_decay), t(lr), v, p)
+            return
+        self._update_arrays(grad, v, p, lr, scale)
+
+    def _update_blas(self, grad, v, p, lr: float, scale: float) -> None:
+        """The host update by NumPy's BLAS: two to four passes, no temporary; ``grad`` unchanged."""
+        mu, wd = self.momentum, self.weight_decay
+        if not mu:
+            v[...] = 0
+        if not _blas.axpby(scale, grad, mu, v):  # v = scale * g + mu * v in one pass where the BLAS has it
+            _blas.scal(mu, v)
+            _blas.axpy(scale, grad, v)
+        if wd:
+            _blas.axpy(wd, p, v)
+        if not self.nesterov:
+            _blas.axpy(-lr, v, p)
+            return
+        # p_new = (1 - lr wd) p - lr mu v_new - lr scale g, v_new = mu v + scale g + wd p
+        if wd:
+            _blas.scal(1.0 - lr * wd, p)
+        _blas.axpy(-lr * mu, v, p)
+        _blas.axpy(-lr * scale, grad, p)
+
+    def _update_arrays(self, grad, v, p, lr: float, scale: float) -> None:
+        """The update in array arithmetic (``grad`` is overwritten), where neither BLAS nor a kernel serves."""
+        mu, wd = self.momentum, self.weight_decay
+        grad *= scale
+        if self.nesterov:
+            if wd:
+                grad += wd * p
+            v *= mu
+            v += grad
+            grad += mu * v
+            p -= lr * grad
+            return
+        v *= mu
+        v += grad
+        if wd:
+            v += wd * p
+        p -= lr * v
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba, ICLR 2015, Algorithm 1), with L2 weight decay added to the gradient (PyTorch's ``Adam``).
+
+    ``g = scale * grad + weight_decay * p``; ``m = b1 m + (1 - b1) g``;
+    ``v = b2 v + (1 - b2) g^2``; ``p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)``
+    at update ``t``. State ``m`` and ``v``, laid out like the parameters.
+
+    Parameters
+    ----------
+    lr : float
+        Peak learning rate (> 0); Keras's and PyTorch's default 1e-3.
+    betas : (float, float)
+        The moments' decay rates, each in [0, 1).
+    eps : float
+        Added to the root of the second moment (> 0).
+    weight_decay : float
+        L2 coefficient (>= 0).
+
+    Raises
+    ------
+    ValueError
+        A hyperparameter out of its range.
+    """
+
+    name = "adam"
+    state_names = ("m", "v")
+    decoupled = False
+
+    def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(lr)
+        b1, b2 = (float(b) for b in betas)
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"betas must be in [0, 1), got {tuple(betas)}")
+        if not float(eps) > 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        if not float(weight_decay) >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        self.betas, self.eps, self.weight_decay = (b1, b2), float(eps), float(weight_decay)
+        self._scratch = None
+
+    def config(self) -> dict:
+        """``name``, ``lr``, ``betas``, ``eps``, ``weight_decay``."""
+        return {"name": self.name, "lr": self.lr, "betas": list(self.betas), "eps": self.eps,
+                "weight_decay": self.weight_decay}
+
+    def update(self, grad, state: dict, params, *, lr: float, scale: float = 1.0, count: int = 1) -> None:
+        """One step, in place: one fused kernel on a GPU, a few array passes on the host. Not collective.
+
+        Parameters
+        ----------
+        grad, state, params, lr, scale
+            As :meth:`Optimizer.update`.
+        count : int
+            ``t`` of the bias correction: the updates applied, this one included.
+        """
+        p, m, v = params, state["m"], state["v"]
+        (b1, b2), t = self.betas, max(1, int(count))
+        l2, decay = (0.0, 1.0 - lr * self.weight_decay) if self.decoupled else (self.weight_decay, 1.0)
+        step = lr / (1.0 - b1**t)
+        inv_c2 = 1.0 / math.sqrt(1.0 - b2**t)
+        fused = _kernels(_device.cupy_or_none()) if _on_device(p) else None
+        if fused is not None and grad.dtype == p.dtype:
+            T = p.dtype.type  # noqa: N806
+            fused.adam(grad, T(scale), T(l2), T(b1), T(b2), T(step), T(inv_c2), T(self.eps), T(decay), m, v, p)
+            return
+        xp = _device.cupy_or_none() if _on_device(p) else np
+        g = self._buffer(p, xp)
+        xp.multiply(grad, scale, out=g)
+        if l2:
+            g += l2 * p
+        m *= b1
+        m += (1.0 - b1) * g
+        xp.multiply(g, g, out=g)
+        v *= b2
+        v += (1.0 - b2) * g
+        xp.sqrt(v, out=g)
+        g *= inv_c2
+        g += self.eps
+        xp.divide(m, g, out=g)
+        if decay != 1.0:
+            p *= decay
+        p -= step * g
+
+    def _buffer(self, p, xp):
+        """A scratch array like ``p`` (kept between steps: the update allocates nothing)."""
+        s = self._scratch
+        if s is None or s.shape != p.shape or s.dtype != p.dtype or _on_device(s) != _on_device(p):
+            s = self._scratch = xp.empty_like(p)
+        return s
+
+
+class AdamW(Adam):
+    """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter, ICLR 2019, Algorithm 2; PyTorch's ``AdamW``).
+
+    ``p *= 1 - lr * weight_decay`` before Adam's step, which sees the
+    gradient alone.
+
+    Parameters
+    ----------
+    lr, betas, eps
+        As :class:`Adam`.
+    weight_decay : float
+        The decoupled decay rate (>= 0); 0.01 by default, PyTorch's.
+
+    Raises
+    ------
+    ValueError
+        A hyperparameter out of its range.
+    """
+
+    name = "adamw"
+    decoupled = True
+
+    def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01):
+        super().__init__(lr, betas, eps, weight_decay)
+
+
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW}
+"""The command line's ``--optimizer`` names."""
+
+
+def optimizer_by_name(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> Optimizer:
+    """The command line's optimizer: ``sgd`` (with ``momentum``), ``adam`` or ``adamw``. Not collective.
+
+    Parameters
+    ----------
+    name : {"sgd", "adam", "adamw"}
+    lr, momentum, weight_decay : float
+        ``momentum`` is SGD's only.
+
+    Returns
+    -------
+    Optimizer
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or a hyperparameter out of range.
+    """
+    if name == "sgd":
+        return SGD(lr, momentum=momentum, weight_decay=weight_decay)
+    if name in ("adam", "adamw"):
+        return OPTIMIZERS[name](lr, weight_decay=weight_decay)
+    raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")

@@ -1,0 +1,152 @@
+"""The trainer's process groups: data x tensor parallel, decisions every rank shares, the global state.
+
+With tensor parallelism of degree T the P ranks form a (P / T) x T grid
+(row-major: rank = d * T + t, so under the usual block placement a tensor
+group shares a node). A tensor group's ranks hold slices of one model
+replica and see the same samples; a data group's ranks hold the same slice
+of different replicas and sum their gradients. Without tensor parallelism
+the data group is the whole communicator.
+
+The global state (the unsplit parameters and optimizer state, as
+checkpoints and results files hold them) comes together on rank 0 from the
+ZeRO blocks (over the data group) and the tensor slices (over the tensor
+group of replica 0), and goes back the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _device
+from ..comm import Bcast
+from ..grid import ProcessGrid
+
+__all__ = ["ProcessGroups"]
+
+
+class ProcessGroups:
+    """The data and tensor communicators of a run, and the collectives on its global state.
+
+    Collective over ``comm`` (construction splits it).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm
+        Every rank of the run.
+    tensor_parallel : int
+        T, which must divide ``comm.size`` (the trainer checks it first).
+
+    Attributes
+    ----------
+    comm, data_comm : mpi4py.MPI.Intracomm
+    tensor_comm : mpi4py.MPI.Intracomm or None
+        None without tensor parallelism.
+    tensor_rank : int
+        This rank's place in its tensor group (0 without).
+    grid : hpcgpu.ProcessGrid or None
+        The (P / T) x T grid (None without tensor parallelism).
+    """
+
+    def __init__(self, comm, tensor_parallel: int = 1):
+        self.comm, self.T = comm, int(tensor_parallel)
+        self.grid = None
+        if self.T == 1:
+            self.data_comm, self.tensor_comm, self.tensor_rank = comm, None, 0
+            return
+        self.grid = ProcessGrid((comm.size // self.T, self.T), comm=comm)
+        self.tensor_comm, self.data_comm = self.grid.row_comm, self.grid.col_comm
+        self.tensor_rank = self.grid.col
+
+    @property
+    def D(self) -> int:  # noqa: N802 - the field's name for the data-parallel degree
+        """The number of data-parallel replicas."""
+        return self.data_comm.size
+
+    @staticmethod
+    def any(flag: bool, comm) -> bool:
+        """Whether ``flag`` holds on any rank of ``comm`` (one small Allreduce; none without ``comm``). Collective.
+
+        Parameters
+        ----------
+        flag : bool
+        comm : mpi4py.MPI.Intracomm or None
+
+        Returns
+        -------
+        bool
+            The same on every rank of ``comm``.
+        """
+        if comm is None or comm.size == 1:
+            return flag
+        return bool(comm.allreduce(bool(flag), op=MPI.LOR))
+
+    def gather_global(self, model, params, states: dict, zero_shards: bool) -> tuple:
+        """The unsplit parameters and state arrays, on rank 0. Collective.
+
+        Parameters
+        ----------
+        model : hpcgpu.nn.Network or hpcgpu.nn.FlatModel
+            Knows the layout (``n_params``, ``global_of``).
+        params : xp.ndarray, shape (n_params,)
+            This rank's parameters (its tensor slice).
+        states : dict of str to xp.ndarray
+            The optimizer's state arrays: this rank's ZeRO block when
+            ``zero_shards``, else laid out like ``params``.
+        zero_shards : bool
+            The states are ZeRO blocks (of the parameters padded to D equal blocks).
+
+        Returns
+        -------
+        (numpy.ndarray, dict) or (None, None)
+            ``params`` of shape (n_global,) and each state array likewise, on
+            rank 0; None elsewhere.
+        """
+        params = _device.asnumpy(params)
+        states = {k: _device.asnumpy(v) for k, v in states.items()}
+        n = model.n_params
+        if zero_shards:  # the blocks of each state array, over the data group
+            for k in sorted(states):
+                blocks = self.data_comm.gather(states[k], root=0)
+                states[k] = np.concatenate(blocks)[:n] if blocks is not None else None
+        if self.tensor_comm is None:
+            return (params, states) if self.comm.rank == 0 else (None, None)
+        if self.grid.row != 0:  # replicas hold the same slices: replica 0's are gathered
+            return None, None
+        pieces = self.tensor_comm.gather((params, states), root=0)
+        if pieces is None:
+            return None, None
+        return (model.global_of([p for p, _ in pieces]),
+                {k: model.global_of([s[k] for _, s in pieces]) for k in pieces[0][1]})
+
+    def bcast_global(self, params, states: dict, names, dtype, n_global: int) -> tuple:
+        """Rank 0's unsplit ``params`` and state arrays to every rank (host arrays). Collective.
+
+        Parameters
+        ----------
+        params : numpy.ndarray or None
+            Shape (n_global,) on rank 0.
+        states : dict or None
+            Arrays of shape (n_global,) by name, on rank 0.
+        names : sequence of str
+            The state arrays' names (the same on every rank).
+        dtype : numpy.dtype
+        n_global : int
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            The arrays, on every rank; each rank then takes its slice.
+        """
+        root = self.comm.rank == 0
+        bufs = [np.asarray(params, dtype) if root else np.empty(n_global, dtype)]
+        bufs += [np.asarray(states[k], dtype) if root else np.empty(n_global, dtype) for k in names]
+        for b in bufs:
+            Bcast(b, root=0, comm=self.comm)
+        return bufs[0], dict(zip(names, bufs[1:], strict=True))
+
+    def free(self) -> None:
+        """Free the grid's communicators (not collective beyond MPI's own rules)."""
+        if self.grid is not None:
+            self.grid.free()
+            self.grid = None

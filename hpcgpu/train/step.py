@@ -1,0 +1,153 @@
+"""One data-parallel training step: forward and backward, the gradient's reduction, the optimizer's update.
+
+Goyal et al., "Accurate, Large Minibatch SGD" (2017), section 2: every rank
+runs forward and backward on its local batch (as K micro-batches with
+gradient accumulation), which gives the SUM of its per-sample gradients in
+the reducer's flat buffer; one ``Allreduce(SUM)`` of that buffer (the loss
+and metric sums and a stop request riding in named slots after the
+gradient) gives the global sum; the update divides it by the global batch
+B once, so every rank applies the same update and the parameters stay
+identical without being broadcast again. The model knows nothing of
+communication: the reducer posts its buckets from the backward pass's
+``on_layer`` hook, and tensor-parallel sums come in through the model's
+``tensor_allreduce``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Step"]
+
+
+@dataclass
+class Step:
+    """The parts a step wires together, and the step itself (:meth:`__call__`).
+
+    Not collective to construct; a call is collective over the run's ranks.
+
+    Attributes
+    ----------
+    model : hpcgpu.nn.Network or hpcgpu.nn.FlatModel
+        Writes the gradient into ``reducer.grad`` and its statistics into
+        the reducer's first two slots.
+    reducer : hpcgpu.train.reducer.GradientReducer
+    optimizer : hpcgpu.optim.Optimizer
+    state : dict
+        The optimizer's state arrays (this rank's ZeRO block with ZeRO-1).
+    params : xp.ndarray
+        What the optimizer updates: the parameters, or this rank's ZeRO block of them.
+    precision : hpcgpu.train.precision.Precision
+    groups : hpcgpu.train.groups.ProcessGroups
+    micro_batches, micro_batch : int
+        K, and this rank's rows of one micro-batch.
+    batch : int
+        The global batch B.
+    schedule : callable
+        The learning rate of a global step (0-based).
+    graph : hpcgpu.train.graphs.StepGraph or None
+        Replays the forward and backward passes (K == 1 only).
+    overlap : bool
+        Post the buckets' reductions from the backward pass.
+    padded_params : xp.ndarray or None
+        ZeRO-1: the parameters padded to D blocks, gathered after the update.
+    updates : int
+        Updates applied so far (Adam's bias correction counts them; a step
+        skipped for an overflow is not one).
+    timer : hpcgpu.timing.PhaseTimer or None
+        Marks the ``comm`` and ``compute`` phases.
+    skipped_last : bool
+        The last step's update was skipped (16-mixed: the gradient overflowed).
+    """
+
+    model: object
+    reducer: object
+    optimizer: object
+    state: dict
+    params: object
+    precision: object
+    groups: object
+    micro_batches: int
+    micro_batch: int
+    batch: int
+    schedule: object
+    graph: object = None
+    overlap: bool = False
+    padded_params: object = None
+    updates: int = 0
+    timer: object = field(default=None, repr=False)
+    skipped_last: bool = False
+
+    def __post_init__(self):
+        # A skip is decided alike on every rank: over all of them where the ranks hold different slices.
+        differ = self.groups.tensor_comm is not None or self.reducer.shard is not None
+        comm = self.groups.comm
+        self._any = (lambda flag: self.groups.any(flag, comm)) if differ else (lambda flag: flag)
+
+    def __call__(self, X, y, step: int, stop: bool, reduce: bool = True):
+        """Run global step ``step`` (0-based) on this rank's local batch ``X``, ``y``. Collective.
+
+        Parameters
+        ----------
+        X, y : xp.ndarray
+            The local batch (micro-batch ``k``: rows ``k * micro_batch``...).
+        step : int
+        stop : bool
+            This rank was asked to stop: the request rides in the reduction.
+        reduce : bool
+            False at one rank with the statistics kept on the device (the
+            caller reads them later): nothing is reduced or read here.
+
+        Returns
+        -------
+        dict or None
+            The reduced slots (``loss_sum`` and the metric's, ``stop``) as
+            host floats; None when ``reduce`` is False.
+        """
+        model, red, K, lm = self.model, self.reducer, self.micro_batches, self.micro_batch
+        scale = self.precision.loss_scale
+        if reduce:
+            red.set("stop", 1.0 if stop else 0.0)  # before the backward pass posts the bucket that holds it
+        hook = red.ready if self.overlap else None
+        if self.graph is not None:  # K == 1, no hook: see graphs_plan
+            self.graph.step(X, y, scale)
+        elif K == 1:
+            model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook)
+        else:  # gradient accumulation: one reduction per step, not per micro-batch
+            for k in range(K):
+                model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0,
+                                    loss_scale=scale, on_layer=hook if k == K - 1 else None)
+        slots = None
+        if reduce:
+            self._mark("comm", step)
+            red.finish(f"step {step + 1}")
+            slots = red.read()
+            self._mark("compute", step)
+        self.update(step, scale)
+        return slots
+
+    def update(self, step: int, scale: float) -> None:
+        """The optimizer's update of this rank's parameters (its ZeRO block), and ZeRO's Allgather. Collective.
+
+        Parameters
+        ----------
+        step : int
+            The global step (0-based): its learning rate.
+        scale : float
+            The loss scale the gradient carries (divided out with the global batch).
+        """
+        red = self.reducer
+        grad = red.grad if red.shard is None else red.shard
+        skip = self.skipped_last = self.precision.skip_update(grad, self._any)
+        if skip:
+            return
+        self.updates += 1
+        self.optimizer.update(grad, self.state, self.params, lr=self.schedule(step),
+                              scale=1.0 / (self.batch * scale), count=self.updates)
+        if red.shard is not None:
+            self._mark("comm", step)
+            red.allgather(self.padded_params)
+
+    def _mark(self, phase: str, step: int) -> None:
+        if self.timer is not None:
+            self.timer.mark(phase, f"step {step + 1}")

@@ -1,0 +1,108 @@
+"""The trainer as a library, under mpiexec: prints one JSON line (rank 0) of what the test compares.
+
+    python library_fit.py CASE [OUT]
+
+CASE: ``seq-sgd``, ``seq-adam``, ``seq-adamw`` (a Sequential of every activation, classification), ``mse``,
+``huber`` (regression, 2 targets), ``own-sgd``, ``own-adam`` (a model of one's own), ``sharded`` (the same
+data as ``seq-adam``, each rank passing its own rows), ``predict`` (predictions of a fixed model, gathered
+and written to OUT), ``own-tp`` (a model of one's own asked for tensor parallelism: an agreed error).
+"""
+
+import json
+import sys
+
+import numpy as np
+
+import hpcgpu
+from hpcgpu import _device, nn, optim
+
+
+class Quadratic:
+    """y = w . x + b, a model of one's own with the gradient by hand (linear least squares)."""
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def init(self, rng):
+        return {"w": rng.normal(0, 0.1, 6), "b": np.zeros(1)}
+
+    def loss_and_grad(self, p, x, y):
+        r = x @ p["w"] + p["b"] - y
+        return (r * r).sum(), {"w": 2 * (x.T @ r), "b": 2 * r.sum()}
+
+    def predict(self, p, x):
+        return x @ p["w"] + p["b"]
+
+
+def data(task, n=301):
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(n, 6))
+    if task == "classification":
+        y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.int64) + (X[:, 2] > 1)
+        return X, y
+    W = rng.normal(size=(6, 2))
+    return X, X @ W + 0.1 * rng.normal(size=(n, 2))
+
+
+def main(argv):
+    case = argv[0]
+    rt = hpcgpu.init()
+    common = dict(batch_size=24, epochs=3, seed=3, dtype="float64", runtime=rt, progress="none")
+    net = nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dense(16, 12), nn.Tanh(), nn.Dense(12, 8, "gelu"),
+                        nn.Dense(8, 3))
+    out = {}
+    if case.startswith("seq-") or case == "sharded":
+        X, y = data("classification")
+        opt = {"seq-sgd": optim.SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+               "seq-adam": optim.Adam(lr=1e-2, weight_decay=1e-3), "sharded": optim.Adam(lr=1e-2, weight_decay=1e-3),
+               "seq-adamw": optim.AdamW(lr=1e-2)}[case]
+        t = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), opt, **common)
+        if case == "sharded":  # each rank its own rows: an uneven split of the same set
+            cut = np.linspace(0, 250, rt.size + 1).astype(int) ** 2 // 250
+            lo, hi = cut[rt.rank], cut[rt.rank + 1]
+            t.fit((X[lo:hi], y[lo:hi]), validation=(X[250 + rt.rank :: rt.size], y[250 + rt.rank :: rt.size]),
+                  sharded=True)
+        else:
+            t.fit((X[:250], y[:250]), validation=(X[250:], y[250:]))
+    elif case in ("mse", "huber"):
+        X, y = data("regression")
+        reg = nn.Sequential(nn.Dense(6, 16, "tanh"), nn.Dense(16, 2))
+        loss = nn.MeanSquaredError() if case == "mse" else nn.Huber(0.5)
+        t = hpcgpu.Trainer(reg, loss, optim.Adam(lr=1e-2), **common)
+        t.fit((X[:250], y[:250]), validation=(X[250:], y[250:]))
+    elif case.startswith("own-"):
+        X, y = data("regression")
+        opt = optim.SGD(lr=0.02, momentum=0.5) if case == "own-sgd" else optim.Adam(lr=0.05)
+        extra = {"tensor_parallel": 2} if case == "own-tp" else {}
+        t = hpcgpu.Trainer(Quadratic(rt.xp), optimizer=opt, **common, **extra)
+        t.fit((X[:250], y[:250, 0]), validation=(X[250:], y[250:, 0]))
+    elif case == "predict":
+        X, _ = data("classification", n=103)
+        t = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.1), **common)
+        full = t.predict(X)  # the initial model: the same at any number of ranks
+        every = t.predict(X, root=None)
+        mine = np.array_split(np.arange(103), rt.size)[rt.rank]
+        sharded = t.predict(X[mine], sharded=True)
+        t.predict(X, out=f"{argv[1]}:preds/y_hat")
+        assert np.array_equal(every, t.rt.comm.bcast(full, root=0))
+        if rt.rank == 0:
+            assert np.array_equal(sharded, full)
+            out["pred"] = full.tolist()
+        t.close()
+        if rt.rank == 0:
+            print(json.dumps(out))
+        return 0
+    else:
+        raise SystemExit(f"unknown case {case}")
+    h = t.history
+    out.update({k: h[k] for k in h if k.startswith(("train_", "test_"))})
+    out["params"] = {k: _device.asnumpy(v).tolist() for k, v in t.params.items()}
+    out["steps"] = t.step
+    t.close()
+    if rt.rank == 0:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    hpcgpu.run_guarded(main, sys.argv[1:], prog="library_fit.py")

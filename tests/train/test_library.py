@@ -1,0 +1,303 @@
+"""The trainer as a library: built-in layers and losses, a model of one's own, SGD/Adam/AdamW, data in memory,
+prediction, and the command line's regression and predict."""
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+from _data import blobs, write_h5
+
+import _mpi
+from hpcgpu import nn, optim
+from hpcgpu.nn import check_grad
+
+SCRIPT = os.path.join(_mpi.SCRIPTS, "library_fit.py")
+
+
+def _fit(case, nprocs, *args):
+    p = _mpi.run(nprocs, [SCRIPT, case, *map(str, args)], timeout=180)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# -- layers, losses, the engine ----------------------------------------------------------------
+
+ACTS = [None, "relu", "tanh", "gelu"]
+
+
+@pytest.mark.parametrize("loss", [nn.SoftmaxCrossEntropy(), nn.MeanSquaredError(), nn.Huber(0.3)])
+def test_every_layer_and_loss_has_the_gradient_of_its_forward_pass(loss):
+    rng = np.random.default_rng(0)
+    net = nn.Sequential(nn.Dense(5, 7), nn.ReLU(), nn.Dense(7, 6, "tanh"), nn.Dense(6, 4), nn.GELU(), nn.Dense(4, 3))
+    x = rng.normal(size=(9, 5))
+    y = rng.integers(0, 3, 9) if loss.task == "classification" else rng.normal(size=(9, 3)) * 2
+    errors = check_grad(net, x, y, loss=loss)
+    assert set(errors) == {f"fc{i}.{p}" for i in range(4) for p in ("weight", "bias")}
+    assert max(errors.values()) < 1e-5
+
+
+def test_check_grad_catches_a_wrong_gradient():
+    class Wrong:
+        def init(self, rng):
+            return {"w": np.ones(3)}
+
+        def loss_and_grad(self, p, x, y):
+            r = x @ p["w"] - y
+            return (r * r).sum(), {"w": x.T @ r}  # missing the factor 2
+
+        def predict(self, p, x):
+            return x @ p["w"]
+
+    rng = np.random.default_rng(1)
+    with pytest.raises(ValueError, match="the gradient of w is off by"):
+        check_grad(Wrong(), rng.normal(size=(5, 3)), rng.normal(size=5))
+
+
+@pytest.mark.parametrize("last", ACTS)
+@pytest.mark.parametrize("loss", [nn.SoftmaxCrossEntropy(), nn.MeanSquaredError(), nn.Huber()])
+def test_the_engine_is_the_composition_of_the_layers(loss, last):
+    """Network (fused, on flat buffers) against Sequential.forward's callbacks: the same loss and gradient."""
+    rng = np.random.default_rng(2)
+    net = nn.Sequential(nn.Dense(4, 8, "gelu"), nn.Dense(8, 6, "tanh"), nn.Dense(6, 5, "relu"), nn.Dense(5, 3, last))
+    m = nn.Network(net, loss, dtype="float64", seed=4)
+    m.params += rng.normal(0, 0.1, m.n_params)
+    x = rng.normal(size=(11, 4))
+    y = rng.integers(0, 3, 11) if loss.task == "classification" else rng.normal(size=(11, 3))
+    p = dict(m.named_parameters())
+    g = {k: np.zeros_like(v) for k, v in p.items()}
+    out, back = net.forward(p, g, x.copy())
+    np.testing.assert_allclose(m.forward(x), out, rtol=1e-13)
+    slots = np.zeros(2)
+    back(loss.terms(out, y, slots))
+    m.loss_and_grad(x, y)
+    np.testing.assert_allclose(m.stats, slots, rtol=1e-12)
+    for k, _ in m.shapes:
+        np.testing.assert_allclose(m._g[k], g[k], rtol=1e-11, atol=1e-13, err_msg=k)
+    assert m.spec() == {"net": net.spec(), "loss": loss.spec()} and nn.from_spec(net.spec()).spec() == net.spec()
+
+
+def test_sequential_folds_activations_and_names_dense_layers():
+    net = nn.Sequential([nn.Dense(64, 128), nn.ReLU(), nn.Dense(128, 10)])
+    assert [repr(x) for x in net.layers] == ["Dense(64, 128, activation='relu')", "Dense(128, 10)"]
+    assert net.sizes == [64, 128, 10] and [n for n, _ in net.shapes()] == ["fc0.weight", "fc0.bias", "fc1.weight",
+                                                                           "fc1.bias"]
+    with pytest.raises(ValueError, match=r"Dense\(10, 5\) follows a layer of 128 outputs"):
+        nn.Sequential(nn.Dense(64, 128), nn.Dense(10, 5))
+
+
+# -- optimizers --------------------------------------------------------------------------------
+
+def _adam_reference(p, g_seq, lr, b1, b2, eps, wd, decoupled, scale):
+    m = v = np.zeros_like(p)
+    for t, g in enumerate(g_seq, start=1):
+        if decoupled:
+            p = p * (1 - lr * wd)
+            d = scale * g
+        else:
+            d = scale * g + wd * p
+        m = b1 * m + (1 - b1) * d
+        v = b2 * v + (1 - b2) * d * d
+        mhat, vhat = m / (1 - b1**t), v / (1 - b2**t)
+        p = p - lr * mhat / (np.sqrt(vhat) + eps)
+    return p, m, v
+
+
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adam_and_adamw_match_the_papers_algorithm(kind, dtype):
+    rng = np.random.default_rng(3)
+    p0 = rng.normal(size=7)
+    grads = [rng.normal(size=7) for _ in range(4)]
+    opt = optim.Adam(lr=0.1, weight_decay=0.05) if kind == "adam" else optim.AdamW(lr=0.1, weight_decay=0.05)
+    p = p0.astype(dtype)
+    state = opt.init(p)
+    assert set(state) == {"m", "v"} and state["m"].dtype == p.dtype
+    for t, g in enumerate(grads, start=1):
+        opt.update(g.astype(dtype), state, p, lr=0.1, scale=0.5, count=t)
+    want, m, v = _adam_reference(p0, grads, 0.1, 0.9, 0.999, 1e-8, 0.05, kind == "adamw", 0.5)
+    tol = 1e-5 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(p, want, rtol=tol)
+    np.testing.assert_allclose(state["m"], m, rtol=tol)
+    np.testing.assert_allclose(state["v"], v, rtol=tol)
+
+
+@pytest.mark.parametrize("blas", [True, False])
+def test_nesterov_sgd_matches_pytorchs_form(blas):
+    rng = np.random.default_rng(4)
+    p, mu, wd, lr = rng.normal(size=5), 0.9, 0.01, 0.1
+    opt = optim.SGD(lr, momentum=mu, nesterov=True, weight_decay=wd)
+    opt._host_blas = blas
+    state, want, v = opt.init(p), p.copy(), np.zeros(5)
+    for _ in range(3):
+        g = rng.normal(size=5)
+        d = 0.5 * g + wd * want
+        v = mu * v + d
+        want = want - lr * (d + mu * v)
+        opt.update(g.copy(), state, p, lr=lr, scale=0.5)
+    np.testing.assert_allclose(p, want, rtol=1e-13)
+    with pytest.raises(ValueError, match="Nesterov momentum needs momentum > 0"):
+        optim.SGD(0.1, nesterov=True)
+
+
+# -- training at 1, 2 and 3 ranks ----------------------------------------------------------------
+
+CASES = ["seq-sgd", "seq-adam", "seq-adamw", "mse", "huber", "own-sgd", "own-adam"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", _mpi.cases(CASES, ["seq-adam", "huber", "own-adam"]))
+def test_the_same_seed_gives_the_same_model_at_1_2_and_3_ranks(case):
+    """Built-in layers (every activation) and a model of one's own, with SGD (Nesterov), Adam and AdamW, on
+    classification and regression: the losses and the parameters agree to 1e-6 in float64 at any rank count,
+    and the model learns."""
+    runs = {n: _fit(case, n) for n in (1, 2, 3)}
+    ref = runs[1]
+    assert ref["steps"] == 3 * (250 // 24)
+    assert ref["test_loss"][-1] < ref["test_loss"][0] and ref["train_loss"][-1] < ref["train_loss"][0]
+    metric = "test_accuracy" if case.startswith("seq") else "test_r2"
+    assert ref[metric][-1] > (0.6 if case.startswith("seq") else 0.8), ref[metric]
+    for n in (2, 3):
+        for k in ("train_loss", "test_loss", metric):
+            np.testing.assert_allclose(runs[n][k], ref[k], rtol=1e-6, err_msg=f"{k} at {n} ranks")
+        for k, v in ref["params"].items():
+            np.testing.assert_allclose(runs[n]["params"][k], v, rtol=1e-6, atol=1e-9, err_msg=f"{k} at {n} ranks")
+
+
+@pytest.mark.mpi
+def test_each_ranks_own_rows_give_the_model_of_the_whole_set():
+    """sharded=True with uneven shards (27, 84, 139 rows at 3 ranks) trains the same model as every rank
+    passing the whole set."""
+    whole, own = _fit("seq-adam", 3), _fit("sharded", 3)
+    np.testing.assert_allclose(own["train_loss"], whole["train_loss"], rtol=1e-10)
+    for k, v in whole["params"].items():
+        np.testing.assert_allclose(own["params"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+@pytest.mark.mpi
+def test_predict_at_3_ranks_equals_1_rank_row_for_row(tmp_path):
+    one = _fit("predict", 1, tmp_path / "p1.h5")
+    three = _fit("predict", 3, tmp_path / "p3.h5")
+    a, b = np.asarray(one["pred"]), np.asarray(three["pred"])
+    assert a.shape == (103, 3)
+    np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+    for f in ("p1.h5", "p3.h5"):
+        with h5py.File(tmp_path / f) as h:
+            np.testing.assert_allclose(h["preds/y_hat"][()], a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.mpi
+def test_a_model_of_ones_own_asked_for_tensor_parallelism_is_one_line_and_exit_2():
+    p = _mpi.run(2, [SCRIPT, "own-tp"], timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "library_fit.py: error: --tensor-parallel 2: a model of one's own (Quadratic) cannot be split over ranks; "
+        "tensor parallelism needs the built-in Dense layers (hpcgpu.nn.Sequential)"]
+
+
+# -- the command line: optimizers, regression, predict ----------------------------------------
+
+def _cli(n, *args, timeout=180):
+    return _mpi.run(n, ["-m", "hpcgpu.train", "--progress", "none", *map(str, args)], timeout=timeout)
+
+
+def _model(path):
+    with h5py.File(path) as f:
+        return {k: f["model"][k][()] for k in f["model"]}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs, zero", [(2, 0), (2, 1)])
+def test_an_adam_run_stopped_and_resumed_is_bitwise_the_uninterrupted_one(tmp_path, nprocs, zero):
+    """Adam's two moments and its update count go through the checkpoint (ZeRO-1: sharded, gathered)."""
+    X, y = blobs(240, d=6)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=X[:40], test__y=y[:40])
+    opts = ["--data", data, "--epochs", "3", "--batch-size", "20", "--hidden", "16", "--dtype", "float64",
+            "--optimizer", "adam", "--lr", "0.01", "--zero-stage", zero, "--keep-checkpoints", "20"]
+    ck = tmp_path / "ck.h5"
+    p = _cli(nprocs, *opts, "--out", tmp_path / "full.h5", "--checkpoint", ck, "--checkpoint-every", "7")
+    assert p.returncode == 0, p.stderr
+    with h5py.File(f"{ck}.4") as f:  # steps 7, 14, ..., 35 and the end (36): .4 is step 14, mid-epoch 2
+        assert f.attrs["step"] == 14 and sorted(f["optimizer"]) == ["m", "v"] and f.attrs["optimizer"] == "adam"
+    (tmp_path / "again").mkdir()
+    os.link(f"{ck}.4", tmp_path / "again" / "ck.h5")
+    p = _cli(nprocs, *opts, "--out", tmp_path / "again.h5", "--checkpoint", tmp_path / "again" / "ck.h5", "--resume")
+    assert p.returncode == 0, p.stderr
+    a, b = _model(tmp_path / "full.h5"), _model(tmp_path / "again.h5")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # another optimizer cannot continue it
+    p = _cli(nprocs, *[o if o != "adam" else "adamw" for o in opts], "--out", tmp_path / "w.h5", "--checkpoint", ck,
+             "--resume")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"hpcgpu.train: error: --resume: {ck} was written with --optimizer adam, this run has adamw"], p.stderr
+
+
+@pytest.mark.mpi
+def test_regression_on_the_command_line_and_predict_from_its_results(tmp_path):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 5))
+    y = np.stack([X @ rng.normal(size=5), np.sin(X[:, 0])], axis=1) + 0.05 * rng.normal(size=(400, 2))
+    data = write_h5(tmp_path / "r.h5", train__X=X[:300], train__y=y[:300], test__X=X[300:], test__y=y[300:])
+    out = tmp_path / "run.h5"
+    p = _mpi.run(3, ["-m", "hpcgpu.train", "--data", data, "--out", out, "--hidden", "32", "--epochs", "30",
+                     "--batch-size", "30", "--loss", "huber", "--optimizer", "adamw", "--lr", "0.01",
+                     "--dtype", "float64", "--progress", "lines"], timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert "regression, model [5, 32, 2]" in p.stdout.splitlines()[0] and "loss huber" in p.stdout
+    assert p.stdout.strip().splitlines()[-1].startswith("final test_rmse ")
+    with h5py.File(out) as f:
+        assert f.attrs["task"] == "regression" and json.loads(f.attrs["model"])["loss"] == {"type": "Huber",
+                                                                                             "delta": 1.0}
+        assert f["metrics/test_r2"][-1] > 0.9 and "test_accuracy" not in f["metrics"]
+    pred = tmp_path / "pred.h5"
+    write_h5(pred, keep=np.arange(3))
+    p = _mpi.run(2, ["-m", "hpcgpu.train", "predict", "--model", out, "--data", data, "-o", f"{pred}:y_hat"],
+                 timeout=120)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(pred) as f:
+        got = f["y_hat"][()]
+        assert list(f["keep"][()]) == [0, 1, 2]
+    params = _model(out)
+    want = np.maximum(X[300:] @ params["fc0.weight"] + params["fc0.bias"], 0) @ params["fc1.weight"] + \
+        params["fc1.bias"]
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    r2 = 1 - ((got - y[300:]) ** 2).sum() / ((y[300:] - y[300:].mean(axis=0)) ** 2).sum()
+    with h5py.File(out) as f:
+        np.testing.assert_allclose(r2, f["metrics/test_r2"][-1], rtol=1e-9)
+
+
+# -- in one process: h5py datasets as data, a config left alone, a pure state_dict ----------------
+
+def test_h5py_datasets_train_as_arrays_do_and_the_config_is_left_alone(tmp_path):
+    import dataclasses
+
+    from mpi4py import MPI
+
+    import hpcgpu
+
+    X, y = blobs(200, d=6)
+    path = write_h5(tmp_path / "d.h5", X=X.astype(np.float64), y=y)
+    rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
+    config = hpcgpu.TrainConfig(epochs=2, batch_size=20, dtype="float64", progress="none", timing=True, out=None)
+    before = dataclasses.asdict(config)
+    runs = []
+    for source in ("arrays", "datasets"):
+        net = nn.Sequential(nn.Dense(6, 8, "relu"), nn.Dense(8, 3))
+        t = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.1, momentum=0.9), config=config, runtime=rt)
+        if source == "arrays":
+            t.fit((X, y))
+        else:
+            with h5py.File(path) as f:
+                t.fit((f["X"], f["y"]))
+        first = t.state_dict()
+        second = t.state_dict()
+        assert json.dumps(first["progress"], sort_keys=True) == json.dumps(second["progress"], sort_keys=True)
+        runs.append(t.model.params.copy())
+        assert t.config is not config and t.config.optimizer == "sgd" and t.config.lr == 0.1
+        t.close()
+    assert dataclasses.asdict(config) == before  # the caller's config, unchanged
+    np.testing.assert_array_equal(runs[0], runs[1])
+    rt.free()
