@@ -479,6 +479,51 @@ FIXES: dict[str, str] = {
         "A single layer is not a model: the trainer runs a :class:`hpcgpu.nn.Sequential` of layers with a loss. "
         "Wrap it, ``Trainer(nn.Sequential(nn.Dense(4, 1)), nn.MeanSquaredError())``."
     ),
+    "--data …: /… cannot be read (…)": (
+        "HDF5 could not open the split's datasets: a damaged object header (the file was cut or overwritten in "
+        "place), an external link to a file that is not there, or a dataset of a type h5py cannot read; the "
+        "library's words follow in parentheses. Check the file with ``h5ls -r FILE`` or ``h5dump -H FILE``, "
+        "restore it from where it came, or give the external link's target file beside it."
+    ),
+    (
+        "--data …: /…/X declares … x … (… GiB in all); this node's ranks would hold … GiB of it, more than its "
+        "memory (… GiB): run on more nodes, or check the file's declared size"
+    ): (
+        "Before reading any row, each node adds up the shards its ranks would hold and compares the sum with "
+        "its memory (or the job's cgroup limit). The dataset's declared size is too large for it: run on more "
+        "nodes (each holds a smaller share), or, when the file cannot really hold that much, fix the writer: "
+        "a dataset created larger than what was written reads its unwritten chunks as zeros."
+    ),
+    "--data …: /…/X row … holds …, beyond …'s range (…): use --dtype float64, or rescale the features": (
+        "The file stores that value finitely in a wider type, but it overflows the training type (float32 "
+        "holds magnitudes up to 3.4e38): reading it would give infinity. Train in float64 (``--dtype "
+        "float64``), or scale the features to a sensible range (standardize them) before writing the file."
+    ),
+    (
+        "hpcgpu.train: warning: --data …: … declares … rows but only … of its … chunks were ever written: the "
+        "rest read as … (the fill value)"
+    ): (
+        "Not an error: the dataset was created with more rows than were ever written (a writer that stopped "
+        "early, or preallocated space), so HDF5 reads the missing chunks as the fill value, and the trainer "
+        "trains on those rows too. If that is not meant, rewrite the file with only the rows you have (or "
+        "resize the dataset: ``dset.resize(n, axis=0)``)."
+    ),
+    "hpcgpu.train: warning: removed …, a temporary file of … … that a killed writer left": (
+        "Not an error: a previous run was killed while rank 0 wrote this output or checkpoint, leaving its "
+        "temporary file (``.NAME.XXXX.tmp``) beside it; the good file was never touched. The new run removes "
+        "the leftovers of its own outputs at start (never one that another process is still writing)."
+    ),
+    (
+        "… needs … GiB (parameters, gradient and optimizer state of … parameters on each of this node's ranks), "
+        "more than … has (… GiB)…"
+    ): (
+        "Checked before anything is allocated: the model, with its gradient, its optimizer's state and (mixed "
+        "precision) a 16-bit copy, does not fit in the memory of the node (or of the GPU). With labels, a last "
+        "layer of billions of outputs usually means a stray label (the classes are the largest label + 1): "
+        "relabel them ``0..C-1`` (``numpy.unique(y, return_inverse=True)``) or give ``num_classes``. "
+        "Otherwise use smaller layers, tensor parallelism (``--tensor-parallel``), or ZeRO-1 for the optimizer "
+        "state."
+    ),
     "holds … parameters, the model has …": (
         "The checkpoint is for a model of another size: other ``--hidden`` widths, or a data set with another "
         "number of features or classes. Resume with the model and data of the run that wrote it, or start a "
@@ -1384,6 +1429,10 @@ FIXES: dict[str, str] = {
         "rerun without ``--resume``."
     ),
     # -- Files and directories ----------------------------------------------------------------------------
+    "…: is a directory, not an HDF5 file": (
+        "The path given for an HDF5 input (``--data``, a matrix, a checkpoint) is a directory. Give the file "
+        "inside it: ``--data data/fmnist.h5``, not ``--data data/``."
+    ),
     "… …: cannot write in … (…)": (
         "Before any work, rank 0 checks that it can create a file in the directory of the output named "
         "(``--out`` or ``--checkpoint`` of the trainer, ``-o`` of ``matmul`` and the task farm; the "

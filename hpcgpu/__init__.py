@@ -16,7 +16,11 @@ Importing hpcgpu chooses a GPU from the launcher's node-local rank before
 it before ``mpi4py.MPI`` on a CUDA-aware MPI. ``HPCGPU_DEVICE=cpu`` skips that.
 """
 
-from . import _device
+from . import _early
+
+_early.catch()  # the trainer's command line only: a stop signal during start-up is kept, not fatal
+
+from . import _device  # noqa: E402
 
 _device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
 

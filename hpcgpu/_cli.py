@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 from mpi4py import MPI
 
 from .errors import AgreedError
+from .io import one_line
 from .runtime import abort
 
 
@@ -81,8 +82,8 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
         raise
     except BaseException as exc:  # noqa: BLE001 - the whole point
         if isinstance(exc, AgreedError):
-            if world_rank() == 0 and not exc.silent:
-                print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+            if world_rank() == 0 and not exc.silent:  # one line, however a library worded it
+                print(f"{prog}: error: {one_line(exc)}", file=sys.stderr, flush=True)
             sys.exit(2)
         tb = "".join(traceback.format_exception(exc))
         abort(f"[rank {world_rank()}] error: {type(exc).__name__}: {exc}\n{tb}")

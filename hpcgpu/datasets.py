@@ -255,11 +255,15 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         write(a.name, a.out, a.source)
     except (OSError, ImportError, ValueError) as e:
-        print(f"hpcgpu.datasets: error: {e}", file=sys.stderr)
+        from .io import one_line
+
+        print(f"hpcgpu.datasets: error: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"wrote {a.name} to {a.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ._cli import run
+
+    run(main, prog="hpcgpu.datasets")

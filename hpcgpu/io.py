@@ -13,7 +13,11 @@ from .errors import agreed
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
            "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line",
-           "write_dataset"]
+           "write_dataset", "remove_stale_temporaries", "WRITE_ERRORS"]
+
+WRITE_ERRORS = (OSError, RuntimeError)
+"""What writing a file raises when the file system fails it: ``OSError``, and ``RuntimeError`` from h5py for some
+of HDF5's (a full disk or a file-size limit at a flush or close: "unable to extend file properly")."""
 
 
 def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSError,),
@@ -228,7 +232,8 @@ def held_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
     Parameters
     ----------
     path : str or os.PathLike
-        The output file; nothing is checked when it does not exist.
+        The output file; nothing is checked when it does not exist or is not
+        a regular file (``/dev/null``).
     what : str
         How the message names ``path`` (an option such as ``--out``).
 
@@ -241,10 +246,12 @@ def held_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
     import fcntl
 
     path = os.fspath(path)
+    if not os.path.isfile(path):  # nothing to lose: no file, or a device (/dev/null) many processes write
+        return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return None  # no file (or unreadable: writable_error and the write itself say so)
+        return None  # unreadable: writable_error and the write itself say so
     locks = _file_locking()
     try:
         if locks:
@@ -267,6 +274,37 @@ def held_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
                            "(HDF5_USE_FILE_LOCKING=FALSE or no file locks: only this node's processes are seen): "
                            "close it there first, or write elsewhere")
     return None
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files a killed writer of ``path`` left beside it; return their names.
+
+    Not collective: the rank that writes ``path`` (rank 0) calls it before
+    its run. The temporaries are :func:`temp_beside`'s, ``.NAME.*.tmp`` in
+    ``path``'s directory; one that another process holds open for writing
+    (a writer of the same output that is still alive) is left alone.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An output of this run.
+
+    Returns
+    -------
+    list of str
+        The files removed.
+    """
+    import glob
+
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    removed = []
+    for stale in sorted(glob.glob(os.path.join(glob.escape(d), f".{glob.escape(os.path.basename(path))}.*.tmp"))):
+        if held_error(stale) is None:
+            with contextlib.suppress(OSError):
+                os.unlink(stale)
+                removed.append(stale)
+    return removed
 
 
 def same_dataset(a: str, b: str | None) -> bool:
@@ -538,10 +576,12 @@ def open_hdf5(path: str, what: str = ""):
     label = f"{what} {path}" if what else str(path)
     if not os.path.exists(path):
         return None, FileNotFoundError(f"{label}: no such file")
+    if os.path.isdir(path):
+        return None, IsADirectoryError(f"{label}: is a directory, not an HDF5 file")
     try:
         return h5py.File(path, "r"), None
     except OSError as e:
-        return None, ValueError(f"{label}: not a readable HDF5 file ({e})")
+        return None, ValueError(f"{label}: not a readable HDF5 file ({one_line(e)})")
 
 
 def write_attrs(obj, attrs: dict) -> None:
@@ -640,7 +680,8 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
     try:
         writer = _write_mpio if h5py.get_config().mpi else _write_sequential
         agree(writer(tmp, name, gshape, local, where, meta, new, comm, f"{what} {path}"), comm=comm)
-        on_root(lambda: publish(tmp, path), comm=comm, error=lambda e: OSError(f"{what} {path}: cannot rename ({e})"))
+        on_root(lambda: publish(tmp, path), comm=comm,
+                error=lambda e: OSError(f"{what} {path}: cannot rename ({one_line(e)})"))
     except BaseException:
         if comm.rank == 0 and os.path.exists(tmp):
             os.unlink(tmp)
@@ -659,7 +700,7 @@ def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
             write_attrs(ds, meta)
             if new:
                 write_attrs(f, meta)
-    except OSError as e:
+    except WRITE_ERRORS as e:
         return OSError(f"{label}: parallel write failed ({one_line(e)})")
     return None
 
@@ -676,7 +717,7 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
                 write_attrs(ds, meta)
                 if new:
                     write_attrs(f, meta)
-        except OSError as e:
+        except WRITE_ERRORS as e:
             err = OSError(f"{label}: cannot create ({one_line(e)})")
     agree(err, comm=comm)
     with Sequential(comm):
@@ -684,6 +725,6 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
             if local.size:
                 with h5py.File(tmp, "r+") as f:
                     f[name][where] = local
-        except OSError as e:
+        except WRITE_ERRORS as e:
             err = OSError(f"{label}: rank {comm.rank} cannot write its block ({one_line(e)})")
     return err

@@ -14,7 +14,6 @@ matplotlib missing, an output directory that cannot be written).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -306,7 +305,9 @@ def main(argv=None) -> int:
     int
         The exit status.
     """
-    p = argparse.ArgumentParser(prog="python -m hpcgpu.report", description=__doc__.split("\n\n")[0])
+    from ._cli import ArgumentParser
+
+    p = ArgumentParser(prog="python -m hpcgpu.report", description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", help="trainer outputs (HDF5)")
     p.add_argument("-o", "--out", default="report", help="directory for the PNG files and report.md")
     a = p.parse_args(argv)
@@ -319,11 +320,15 @@ def main(argv=None) -> int:
         runs = [read_run(r) for r in a.results]
         files = write_report(runs, a.out)
     except (ValueError, OSError) as e:
-        print(f"hpcgpu.report: error: {e}", file=sys.stderr)
+        from .io import one_line
+
+        print(f"hpcgpu.report: error: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"hpcgpu.report: wrote {len(files)} files to {a.out}: " + ", ".join(os.path.basename(f) for f in files))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ._cli import run
+
+    run(main, prog="hpcgpu.report")

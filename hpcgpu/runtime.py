@@ -22,7 +22,7 @@ from . import _blas, _device
 from .errors import agreed
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
-           "check_launch", "abort", "placement"]
+           "check_launch", "abort", "placement", "host_memory"]
 
 _RUNTIME: Runtime | None = None
 
@@ -301,38 +301,72 @@ def current_runtime() -> Runtime | None:
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+_BLAS_VARS = {"openblas": ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
+              "mkl": ("MKL_NUM_THREADS", "OMP_NUM_THREADS"), "blis": ("BLIS_NUM_THREADS", "OMP_NUM_THREADS")}
+"""The variables each BLAS reads for its thread count, first found wins (each library's documentation:
+OpenBLAS's README "Setting the number of threads using environment variables", MKL's developer guide,
+BLIS's docs/Multithreading.md)."""
 _BLAS_LIMIT = None
 
 
+def _blas_thread_vars() -> tuple[str, tuple]:
+    """NumPy's BLAS's name and the variables it reads, in order (every known one when it is not recognized)."""
+    lib = _blas.numpy_blas()
+    api = getattr(lib.controller, "internal_api", "") if lib is not None else ""
+    return api, _BLAS_VARS.get(api, _THREAD_VARS)
+
+
+def _set_blas_limit(n: int) -> bool:
+    """Every loaded BLAS (NumPy's, SciPy's) to ``n`` threads; False without threadpoolctl."""
+    global _BLAS_LIMIT
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return False
+    try:  # SciPy brings its own OpenBLAS (SUMMA's gemm without NumPy's CBLAS): load it now so it is limited too
+        import scipy.linalg.blas  # noqa: F401
+    except ImportError:
+        pass
+    _BLAS_LIMIT = threadpool_limits(limits=n)
+    return True
+
+
 def _limit_blas_threads(local_size: int) -> str:
-    """Keep ranks x BLAS threads within this rank's cores, unless the user chose.
+    """Keep ranks x BLAS threads within this rank's cores, unless the user chose; say what the BLAS runs.
 
     Eight ranks on two cores, each with a two-thread OpenBLAS, ran 50 times
     slower here than with one thread each. A rank bound to a CPU set (Slurm's
     ``--cpus-per-task`` with binding) gets the size of its set; an unbound
-    rank gets its share of the node's cores. An explicit ``OMP_NUM_THREADS``
-    (or ``OPENBLAS_``/``MKL_``/``BLIS_NUM_THREADS``) always wins.
+    rank gets its share of the node's cores. A variable that NumPy's BLAS
+    reads (:data:`_BLAS_VARS`: ``OPENBLAS_NUM_THREADS`` or ``OMP_NUM_THREADS``
+    for OpenBLAS, ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` for MKL, ...)
+    always wins, and the threads it gives are reported as the library runs
+    them; a variable of another BLAS (``MKL_NUM_THREADS`` with OpenBLAS) is
+    not read by the library, so hpcgpu sets its share and says the variable
+    was not read.
     """
-    global _BLAS_LIMIT
-    for var in _THREAD_VARS:
-        if os.environ.get(var):
-            return f"{os.environ[var]} (from {var})"
+    api, reads = _blas_thread_vars()
+    for var in reads:
+        value = os.environ.get(var, "").strip()
+        if value:
+            first = value.split(",")[0]  # OMP_NUM_THREADS=4,2: the outer level
+            if first.isdigit() and int(first) >= 1 and _blas.threads() not in (None, int(first)):
+                _set_blas_limit(int(first))  # set after the library loaded (in Python): do what it says
+            runs = _blas.threads()
+            return f"{runs if runs is not None else value} (from {var})"
+    ignored = [v for v in _THREAD_VARS if os.environ.get(v) and v not in reads]
     try:
         mine = len(os.sched_getaffinity(0))
     except AttributeError:
         mine = os.cpu_count() or 1
     total = os.cpu_count() or mine
     n = mine if mine < total else max(1, total // max(1, local_size))
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
+    if not _set_blas_limit(n):
         return "not limited (threadpoolctl missing)"
-    try:  # SciPy brings its own OpenBLAS (SUMMA's gemm, the SGD update): load it now so it is limited too
-        import scipy.linalg.blas  # noqa: F401
-    except ImportError:
-        pass
-    _BLAS_LIMIT = threadpool_limits(limits=n)
     why = f"bound to {mine} cores" if mine < total else f"{total} cores / {local_size} ranks on node"
+    if ignored:
+        name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(api, api)
+        why += f"; {', '.join(ignored)} not read by {name}, NumPy's BLAS"
     return f"{n} ({why})"
 
 
@@ -597,3 +631,28 @@ def _query_cuda_support() -> int | None:
             fn.restype = ctypes.c_int
             return int(fn())
     return None
+
+
+def host_memory() -> int:
+    """Bytes of memory this process may use: the node's, or its cgroup's limit (Slurm, containers) if lower.
+
+    Not collective.
+
+    Returns
+    -------
+    int
+        Bytes; 0 when it cannot be told.
+    """
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            memory = min(memory, int(text))
+    return memory

@@ -355,7 +355,9 @@ def main(argv=None) -> int:
     int
         The exit status (0; 2 with one line for bad input).
     """
-    p = argparse.ArgumentParser(prog="python -m hpcgpu.scaling", description=__doc__.split("\n\n")[0])
+    from ._cli import ArgumentParser
+
+    p = ArgumentParser(prog="python -m hpcgpu.scaling", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default="1,2,4,8", help="numbers of ranks to run the trainer at (1 is always run)")
     p.add_argument("--data", default=None, help="HDF5 data set (default: the bundled digits)")
     p.add_argument("--hidden", default="256,256")
@@ -387,7 +389,9 @@ def main(argv=None) -> int:
         os.makedirs(a.out, exist_ok=True)
         data = _measure(a, a.out)
     except (OSError, RuntimeError) as e:
-        print(f"hpcgpu.scaling: error: {e}", file=sys.stderr)
+        from .io import one_line
+
+        print(f"hpcgpu.scaling: error: {one_line(e)}", file=sys.stderr)
         return 2
     model = model_table(data, _units(data["device"]))
     plot(model, os.path.join(a.out, "scaling-model.png"), a.extend)
@@ -406,4 +410,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ._cli import run
+
+    run(main, prog="hpcgpu.scaling")

@@ -176,7 +176,7 @@ def write_trace(path: str, events: list, comm: MPI.Intracomm, clock0: float, roo
     tracks of one node line up exactly; across nodes the barrier aligns them
     to within its own latency.
     """
-    from .io import atomic_path, on_root
+    from .io import WRITE_ERRORS, atomic_path, on_root, one_line
 
     mine = {"rank": comm.rank, "host": socket.gethostname(),
             "events": [(p, round((s - clock0) * 1e6, 3), round(d * 1e6, 3), lab) for p, s, d, lab in events]}
@@ -197,4 +197,5 @@ def write_trace(path: str, events: list, comm: MPI.Intracomm, clock0: float, roo
         with atomic_path(path) as tmp, open(tmp, "w") as f:
             json.dump({"traceEvents": out, "displayTimeUnit": "ms"}, f)
 
-    on_root(write, comm=comm, root=root, error=lambda e: OSError(f"--trace {path}: cannot write ({e})"))
+    on_root(write, comm=comm, root=root, catch=WRITE_ERRORS,
+            error=lambda e: OSError(f"--trace {path}: cannot write ({one_line(e)})"))

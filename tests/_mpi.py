@@ -108,6 +108,14 @@ def environment(env=None, python: str | None = None) -> dict:
     return e
 
 
+def blas_threads(n: int | str) -> dict:
+    """The environment for ``n`` BLAS threads a rank whatever the site set: ``OMP_NUM_THREADS=n`` (read by every
+    BLAS) and none of the library-specific variables, which would win over it (``OPENBLAS_NUM_THREADS=1`` is
+    common on clusters)."""
+    return {"OMP_NUM_THREADS": str(n), "OPENBLAS_NUM_THREADS": None, "GOTO_NUM_THREADS": None,
+            "MKL_NUM_THREADS": None, "BLIS_NUM_THREADS": None}
+
+
 LEAN = os.environ.get("HPCGPU_CI_LEAN") == "1"
 """Set by .ci/run for the stacks after MPICH's full pass: the parametrizations that only widen an algorithm's
 coverage (more grid shapes, more rank counts of the same code, one bad input in three) take fewer cases; every

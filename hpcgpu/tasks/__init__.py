@@ -27,7 +27,7 @@ from mpi4py import MPI
 from .._version import __version__
 from ..comm import agree, default_comm
 from ..errors import agreed
-from ..io import output_error, shared_dir_error
+from ..io import WRITE_ERRORS, one_line, output_error, shared_dir_error
 from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Alarm, _Keeper, agreed_outcome, balance,
                     current_task, manage, resume_from, work, work_alone)
 from ._params import Params, read_params
@@ -338,9 +338,9 @@ def _finish(keeper: _Keeper, outcome: Outcome) -> Outcome:
     try:
         keeper.write(final)
         outcome.wrote = keeper.opts.out
-    except OSError as e:
+    except WRITE_ERRORS as e:
         keeper.journal.flush()
-        outcome.fatal = f"{keeper.opts.out}: cannot write the results ({e}); the journal keeps them: --resume"
+        outcome.fatal = f"{keeper.opts.out}: cannot write the results ({one_line(e)}); the journal keeps them: --resume"
     return outcome
 
 

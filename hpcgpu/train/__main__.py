@@ -124,6 +124,9 @@ def main(argv=None) -> int:
     # kill the job, and one that comes after the last step is simply late.
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["predict"]:
+        from .. import _early
+
+        _early.release()  # predict has no clean stop: a stop signal ends it
         return predict(argv[1:])
     stop = StopRequest().install()
     args = parser().parse_args(argv)

@@ -18,6 +18,7 @@ rank holds at most 2N/P rows) and the file is read once, not every epoch.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from .._partition import block_range, block_starts
 from ..comm import agree
-from ..io import open_hdf5
+from ..io import one_line, open_hdf5
 
 __all__ = ["Split", "load_split", "from_arrays", "GlobalBatchSampler", "fingerprint", "task_of"]
 
@@ -84,46 +85,70 @@ def task_of(dtype) -> str:
 
 
 def _meta(path: str, split: str, required: bool, task: str | None = None):
-    """Shapes and dtypes of ``/split/X`` and ``/split/y``, or an error (no raise)."""
-    import h5py
+    """Shapes and dtypes of ``/split/X`` and ``/split/y``, or an error (no raise).
 
+    HDF5's own failures (a damaged object header, an external link to a
+    missing file) become a one-line error naming the dataset.
+    """
     f, err = open_hdf5(path, "--data")
     if err:
         return None, err
     with f:
-        names = [f"/{split}/X", f"/{split}/y"]
-        present = [n in f and isinstance(f[n], h5py.Dataset) for n in names]
-        if not any(present):
-            if required:
-                return None, ValueError(f"--data {path}: no dataset {names[0]}")
-            return "absent", None
-        for n, ok in zip(names, present, strict=True):
-            if not ok:
-                return None, ValueError(f"--data {path}: no dataset {n}")
-        X, y = f[names[0]], f[names[1]]
-        if X.ndim != 2:
-            return None, ValueError(f"--data {path}: {names[0]} must be 2-D (N x D), has shape {X.shape}")
-        if X.dtype.kind not in "fiu":
-            return None, ValueError(f"--data {path}: {names[0]} must be real numbers, has dtype {X.dtype}")
-        want = task or (task_of(y.dtype) if y.dtype.kind in "fiu" else "classification")
-        if want == "classification" and (y.ndim != 1 or y.dtype.kind not in "iu"):
-            return None, ValueError(
-                f"--data {path}: {names[1]} must be a 1-D integer label array for classification, "
-                f"has shape {y.shape} and dtype {y.dtype}"
-            )
-        if want != "classification" and (y.ndim not in (1, 2) or y.dtype.kind not in "fiu"):
-            return None, ValueError(
-                f"--data {path}: {names[1]} must be numbers of shape (N,) or (N, k) for regression, "
-                f"has shape {y.shape} and dtype {y.dtype}"
-            )
-        if X.shape[0] != y.shape[0]:
-            return None, ValueError(
-                f"--data {path}: {names[0]} has {X.shape[0]} rows but {names[1]} has {y.shape[0]} labels"
-            )
-        if X.shape[1] == 0:
-            return None, ValueError(f"--data {path}: {names[0]} has no features (D = 0)")
-        nc = f.attrs.get("num_classes")
-        return (X.shape[0], X.shape[1], None if nc is None else int(nc), want, y.shape[1:]), None
+        try:
+            return _meta_of(f, path, split, required, task)
+        except (KeyError, OSError, RuntimeError, ValueError, TypeError) as e:
+            return None, ValueError(f"--data {path}: /{split} cannot be read ({one_line(e)})")
+
+
+def _unwritten(ds) -> tuple | None:
+    """``(name, rows, chunks written, chunks, fill value)`` of a partly written dataset; None when complete."""
+    if ds.chunks is None or ds.compression is not None or ds.shape[0] == 0:
+        return None
+    per = [-(-n // c) for n, c in zip(ds.shape, ds.chunks, strict=True)]
+    total, written = int(np.prod(per)), ds.id.get_num_chunks()
+    if written >= total:
+        return None
+    return ds.name, ds.shape[0], written, total, np.asarray(ds.fillvalue).item()
+
+
+def _meta_of(f, path: str, split: str, required: bool, task: str | None):
+    import h5py
+
+    names = [f"/{split}/X", f"/{split}/y"]
+    present = [n in f and isinstance(f[n], h5py.Dataset) for n in names]
+    if not any(present):
+        if required:
+            return None, ValueError(f"--data {path}: no dataset {names[0]}")
+        return "absent", None
+    for n, ok in zip(names, present, strict=True):
+        if not ok:
+            return None, ValueError(f"--data {path}: no dataset {n}")
+    X, y = f[names[0]], f[names[1]]
+    if X.ndim != 2:
+        return None, ValueError(f"--data {path}: {names[0]} must be 2-D (N x D), has shape {X.shape}")
+    if X.dtype.kind not in "fiu":
+        return None, ValueError(f"--data {path}: {names[0]} must be real numbers, has dtype {X.dtype}")
+    want = task or (task_of(y.dtype) if y.dtype.kind in "fiu" else "classification")
+    if want == "classification" and (y.ndim != 1 or y.dtype.kind not in "iu"):
+        return None, ValueError(
+            f"--data {path}: {names[1]} must be a 1-D integer label array for classification, "
+            f"has shape {y.shape} and dtype {y.dtype}"
+        )
+    if want != "classification" and (y.ndim not in (1, 2) or y.dtype.kind not in "fiu"):
+        return None, ValueError(
+            f"--data {path}: {names[1]} must be numbers of shape (N,) or (N, k) for regression, "
+            f"has shape {y.shape} and dtype {y.dtype}"
+        )
+    if X.shape[0] != y.shape[0]:
+        return None, ValueError(
+            f"--data {path}: {names[0]} has {X.shape[0]} rows but {names[1]} has {y.shape[0]} labels"
+        )
+    if X.shape[1] == 0:
+        return None, ValueError(f"--data {path}: {names[0]} has no features (D = 0)")
+    nc = f.attrs.get("num_classes")
+    notes = [w for w in (_unwritten(X), _unwritten(y)) if w]
+    return (X.shape[0], X.shape[1], None if nc is None else int(nc), want, y.shape[1:], notes,
+            X.dtype), None
 
 
 def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True,
@@ -172,7 +197,12 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
     agree(err, comm=comm)
     if meta == "absent":
         return None, None
-    n, d, nc, task, tail = meta
+    n, d, nc, task, tail, notes, file_dtype = meta
+    if comm.rank == 0:
+        for name, rows, written, chunks, fill in notes:
+            print(f"hpcgpu.train: warning: --data {path}: {name} declares {rows} rows but only {written} of its "
+                  f"{chunks} chunks were ever written: the rest read as {fill} (the fill value)", file=sys.stderr,
+                  flush=True)
     err = None
     if n < min_rows:
         err = ValueError(
@@ -181,6 +211,7 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
         )
     agree(err, comm=comm)
     start, stop = block_range(n, comm.size, comm.rank)
+    agree(_memory_error(path, split, n, d, stop - start, np.dtype(dtype).itemsize, comm), comm=comm)
     ytype = np.int64 if task == "classification" else dtype
     try:
         with h5py.File(path, "r") as f:
@@ -193,8 +224,40 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
         err = OSError(f"--data {path}: rank {comm.rank} cannot read /{split} rows {start}:{stop} ({e})")
     if err is None:
         err = _rows_error(X, y, start, f"--data {path}: /{split}/X", f"--data {path}: /{split}/y")
+        if err is not None and "holds NaN or infinity" in str(err) and np.dtype(file_dtype).itemsize > X.itemsize:
+            err = _overflow(path, split, X, start, file_dtype) or err
     agree(err, comm=comm)
     return Split(X, y, start, stop, n, d), nc
+
+
+def _overflow(path: str, split: str, X, start: int, file_dtype) -> ValueError | None:
+    """A row that is finite in the file but not in ``X``'s narrower type: the values overflow it."""
+    import h5py
+
+    bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+    with h5py.File(path, "r") as f:
+        row = f[f"/{split}/X"][start + bad]
+    if not np.isfinite(row).all():
+        return None
+    big = float(np.abs(row).max())
+    return ValueError(f"--data {path}: /{split}/X row {start + bad} holds {big:.3g}, beyond {X.dtype}'s range "
+                      f"({float(np.finfo(X.dtype).max):.3g}): use --dtype float64, or rescale the features")
+
+
+def _memory_error(path: str, split: str, n: int, d: int, rows: int, itemsize: int, comm) -> MemoryError | None:
+    """Whether this node's ranks' shards of ``/split`` fit in its memory (checked before reading any of them)."""
+    from ..runtime import host_memory
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    here = node.allreduce(rows * (d * itemsize + 8))
+    node.Free()
+    memory = host_memory()
+    if not memory or here <= memory:
+        return None
+    gib = 2.0**30
+    return MemoryError(f"--data {path}: /{split}/X declares {n} x {d} ({n * (d * itemsize + 8) / gib:.1f} GiB in "
+                       f"all); this node's ranks would hold {here / gib:.1f} GiB of it, more than its memory "
+                       f"({memory / gib:.1f} GiB): run on more nodes, or check the file's declared size")
 
 
 def _rows_error(X, y, start: int, xname: str, yname: str) -> ValueError | None:

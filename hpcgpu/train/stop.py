@@ -64,13 +64,22 @@ class StopRequest:
         return self.reason is not None
 
     def install(self) -> "StopRequest":
-        """Install the signal handlers (main thread only; elsewhere a no-op)."""
+        """Install the signal handlers (main thread only; elsewhere a no-op).
+
+        A stop signal the command line recorded while it was starting
+        (:mod:`hpcgpu._early`) becomes this request's reason.
+        """
         import signal
         import threading
+
+        from .. import _early
 
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 self._old[name] = signal.signal(getattr(signal, name), self._handler)
+                if self._old[name] is _early._record:  # the default action is what a second signal gets
+                    self._old[name] = signal.SIG_DFL
+            self.reason = self.reason or _early.received()
         return self
 
     def uninstall(self) -> None:

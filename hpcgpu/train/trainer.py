@@ -33,10 +33,10 @@ from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agreed
-from ..io import check_output, on_root, write_dataset
+from ..io import WRITE_ERRORS, check_output, on_root, one_line, remove_stale_temporaries, write_dataset
 from ..nn import FlatModel, Layer, Loss, Network, Sequential, loss_by_name, relu_stack
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
-from ..runtime import Runtime, init, placement
+from ..runtime import Runtime, host_memory, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
 from ..watchdog import Watchdog
 from .config import TrainConfig
@@ -56,23 +56,6 @@ __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py'
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
 unless :meth:`Trainer.save` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
-
-
-def _host_memory() -> int:
-    """Bytes of memory this process may use: the machine's, or its cgroup's limit (Slurm, containers) if lower."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(limit) as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            memory = min(memory, int(text))
-    return memory
 
 
 class Trainer:
@@ -175,6 +158,8 @@ class Trainer:
         for path, what in ((c.out, "--out"), (c.checkpoint_path, "--checkpoint"), (c.trace, "--trace")):
             if path:  # checked now: an output that cannot be written must not cost the run
                 check_output(path, comm, what, inputs=inputs)
+        if rt.rank == 0:
+            self._clean_leftovers(c)
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(self._compute_dtype_error(self.precision.compute), comm=comm)
@@ -237,6 +222,7 @@ class Trainer:
             stats = loss.stats
         else:
             n_local, layers, stats = self._own_model_size(model), None, ("loss_sum", "metric")
+        agree(self._memory_error(model, n_local, len(optimizer.state_names)), comm=rt.comm)
         self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
                                        watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
                                        shards=g.D if c.zero_stage == 1 else 1)
@@ -271,6 +257,32 @@ class Trainer:
         self._fingerprint: dict | None = None
         self._clock0 = 0.0
 
+    def _memory_error(self, model, n_local: int, states: int) -> MemoryError | None:
+        """Whether this node's ranks can hold the model: parameters, gradient, optimizer state, a 16-bit copy.
+
+        Checked before anything is allocated, so a model far too large is one line, not an abort.
+        """
+        itemsize = self.precision.master.itemsize
+        per_rank = n_local * (itemsize * (2 + states) + (2 if self.precision.compute is not None else 0))
+        memory = host_memory()
+        if self.xp is not np:
+            try:
+                memory = int(self.xp.cuda.Device().mem_info[1])
+            except Exception:  # noqa: BLE001 - unknown: do not refuse on a guess
+                return None
+        here = per_rank * (self.rt.local_size if self.xp is np else 1)
+        if not memory or here <= memory:
+            return None
+        gib = 2.0**30
+        what = f"the model {model.sizes}" if isinstance(model, Sequential) else f"model {type(model).__name__}"
+        hint = ""
+        if isinstance(model, Sequential) and model.sizes[-1] > 10 * max(model.sizes[:-1]):
+            hint = (f"; its last layer has {model.sizes[-1]} outputs: with labels, the largest label + 1 (labels "
+                    "must be 0..C-1: numpy.unique(y, return_inverse=True) relabels them)")
+        return MemoryError(f"{what} needs {here / gib:.1f} GiB (parameters, gradient and optimizer state of "
+                           f"{n_local} parameters on each of this node's ranks), more than "
+                           f"{'its GPU' if self.xp is not np else 'this node'} has ({memory / gib:.1f} GiB){hint}")
+
     def _own_model_size(self, model) -> int:
         """The parameter count of a model of one's own (its ``init``), agreed. Collective."""
         from ..nn._model import contract_error
@@ -292,6 +304,14 @@ class Trainer:
             c, lr=o.lr, optimizer=o.name, momentum=getattr(o, "momentum", 0.0), weight_decay=o.weight_decay,
             hidden=tuple(m.sizes[1:-1]) if m.sizes else (), task=m.task,
             loss=m.loss.name if isinstance(m, Network) else "")
+
+    @staticmethod
+    def _clean_leftovers(c: TrainConfig) -> None:
+        """Rank 0: remove the temporaries that killed writers of this run's outputs left, and say so."""
+        for path, what in ((c.out, "--out"), (c.checkpoint_path or c.default_checkpoint, "--checkpoint")):
+            for stale in remove_stale_temporaries(path) if path else ():
+                print(f"hpcgpu.train: warning: removed {stale}, a temporary file of {what} {path} that a killed "
+                      "writer left", file=sys.stderr, flush=True)
 
     def _warn(self, message: str) -> None:
         """A warning line about this rank alone on its stderr, naming it when there are several."""
@@ -492,7 +512,7 @@ class Trainer:
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         ranks_here = node.size
         node.Free()
-        ok = nbytes <= 2**31 and nbytes * ranks_here <= _host_memory() // 8
+        ok = nbytes <= 2**31 and nbytes * ranks_here <= host_memory() // 8
         if ok and self.xp is not np:  # the pool is on the GPU too
             try:
                 ok = nbytes <= self.xp.cuda.Device().mem_info[0] // 8
@@ -1088,7 +1108,8 @@ class Trainer:
         full = self.gather_global()  # collective: the unsplit parameters and optimizer state on rank 0
         on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), self.config.keep_checkpoints,
                                          attrs=dict(hpcgpu_version=__version__, data=self._data_name())),
-                comm=self.rt.comm, error=lambda e: OSError(f"--checkpoint {path}: cannot write ({e})"))
+                comm=self.rt.comm, catch=WRITE_ERRORS,
+                error=lambda e: OSError(f"--checkpoint {path}: cannot write ({one_line(e)})"))
         return path
 
     def _data_name(self) -> str:
@@ -1222,7 +1243,8 @@ class Trainer:
                           phases=self.PHASES if c.timing else (),
                           clock="cuda events" if self.xp is not np else "host")
 
-        on_root(write, comm=rt.comm, error=lambda e: OSError(f"--out {path}: cannot write ({e})"))
+        on_root(write, comm=rt.comm, catch=WRITE_ERRORS,
+                error=lambda e: OSError(f"--out {path}: cannot write ({one_line(e)})"))
         return path
 
     def _named(self, params) -> dict:

@@ -144,7 +144,7 @@ def test_every_rank_gets_the_same_plan():
             "plan = plan_gemm_threads(MLP([20, 16, 3]), 10 + rt.rank, rt.comm)\n"  # unequal local batches
             "row = dict(plan=plan.to_json() if plan else None, threads=_blas.threads())\n"
             "sys.stdout.write('PLAN ' + json.dumps(row) + '\\n')\n")
-    p = _mpi.run(3, ["-c", code], env={"OMP_NUM_THREADS": "2", **UNBOUND}, timeout=120)
+    p = _mpi.run(3, ["-c", code], env={**_mpi.blas_threads(2), **UNBOUND}, timeout=120)
     assert p.returncode == 0, p.stderr
     rows = [json.loads(ln[5:]) for ln in p.stdout.splitlines() if ln.startswith("PLAN ")]
     assert len(rows) == 3 and rows[0]["plan"] == rows[1]["plan"] == rows[2]["plan"], rows
@@ -159,7 +159,7 @@ def test_every_rank_gets_the_same_plan():
 def _train(data, out, *extra, threads_per_rank="2"):
     return _mpi.run(1, ["-m", "hpcgpu.train", "--data", data, "--out", str(out), "--progress", "lines",
                         "--device", "cpu", "--hidden", "128,128", "--batch-size", "128", "--epochs", "2",
-                        *map(str, extra)], env={"OMP_NUM_THREADS": threads_per_rank, **UNBOUND}, timeout=180)
+                        *map(str, extra)], env={**_mpi.blas_threads(threads_per_rank), **UNBOUND}, timeout=180)
 
 
 def _model(path):
@@ -210,13 +210,13 @@ def test_resume_reuses_the_checkpoints_plan_and_is_exact(tmp_path):
 @pytest.mark.mpi
 def test_info_says_what_it_decided():
     p = _mpi.run(1, ["-m", "hpcgpu", "info", "--device", "cpu", "--hidden", "32", "--batch-size", "16"],
-                 env={"OMP_NUM_THREADS": "2", **UNBOUND}, timeout=60, check=True)
+                 env={**_mpi.blas_threads(2), **UNBOUND}, timeout=60, check=True)
     lines = p.stdout.strip().splitlines()
     assert "blas_threads=2" in lines[0]
     assert lines[1].startswith("GEMM threads of the trainer's step, MLP 784-32-10, global batch 16 (local 16")
     assert [ln.split()[0] for ln in lines[2:7]] == ["fc0.forward", "fc1.forward", "fc1.wgrad", "fc1.dgrad",
                                                     "fc0.wgrad"]
     assert lines[7].startswith("  step (forward + backward): one ")
-    p = _mpi.run(2, ["-m", "hpcgpu", "info", "--device", "cpu", "--hidden", "32"], env={"OMP_NUM_THREADS": "1"},
+    p = _mpi.run(2, ["-m", "hpcgpu", "info", "--device", "cpu", "--hidden", "32"], env=_mpi.blas_threads(1),
                  timeout=60, check=True)
     assert p.stdout.strip().splitlines()[-1].endswith("one BLAS thread per rank, nothing to choose")
