@@ -135,9 +135,35 @@ def test_cuda_aware_from_library_query_then_variables(monkeypatch):
 
 
 def test_library_query_reads_the_loaded_mpi():
-    # The pip MPICH exports MPIX_Query_cuda_support; other MPIs may not (None).
+    """The answer of the libmpi this process loaded, asked here through ctypes: None where it has no
+    MPIX_Query_cuda_support, else that function's value, which MPICH's own general query
+    (MPIX_GPU_query_support for MPIX_GPU_SUPPORT_CUDA = 0) gives too; MPICH answers 0 on a machine
+    without an NVIDIA device (it turns its GPU support off when it finds none at init)."""
+    import ctypes
+    import os
+
+    mpich = MPI.Get_library_version().startswith("MPICH Version:")  # MPICH itself (not Intel MPI, Cray MPICH)
+    with open("/proc/self/maps") as f:
+        libs = sorted({p for p in (ln.split()[-1] for ln in f) if os.path.basename(p).startswith("libmpi.so")})
+    assert libs, "mpi4py's libmpi is not in this process's maps"
+    answers = []
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        fn = getattr(lib, "MPIX_Query_cuda_support", None)
+        if fn is None:
+            continue
+        fn.restype = ctypes.c_int
+        answers.append(int(fn()))
+        general = getattr(lib, "MPIX_GPU_query_support", None) if mpich else None
+        if general is not None:
+            flag = ctypes.c_int(-1)
+            assert general(0, ctypes.byref(flag)) == 0 and flag.value == answers[-1], (path, flag, answers)
     q = runtime._query_cuda_support()
-    assert q is None or q in (0, 1)
+    assert q == (answers[0] if answers else None), (q, libs, answers)
+    assert q in (None, 0, 1), q
+    nvidia = any(os.path.exists(d) for d in ("/dev/nvidiactl", "/dev/nvidia0"))
+    if mpich and answers and not nvidia:
+        assert q == 0, (q, libs)
 
 
 @pytest.mark.mpi
@@ -175,8 +201,10 @@ def test_info_prints_one_line_per_rank(nprocs):
     p = _mpi.run(nprocs, ["-m", "hpcgpu", "info", "--device", "cpu"], timeout=60, check=True)
     lines = p.stdout.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == [f"[{r}/{nprocs}]" for r in range(nprocs)]
+    first = MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
+    mpi = "mpi={} (MPI {}.{})".format(" ".join(first.split()), *MPI.Get_version())  # the library the ranks load
     for ln in lines:
-        assert "device=cpu" in ln and "xp=numpy" in ln and "mpi=" in ln and "cuda_aware=no" in ln
+        assert "device=cpu" in ln and "xp=numpy" in ln and mpi in ln and "cuda_aware=no" in ln, (mpi, ln)
     assert f"local_rank=0/{nprocs}" in lines[0]
 
 

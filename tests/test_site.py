@@ -176,6 +176,7 @@ def test_sigterm_at_start_up_still_ends_with_the_stop_code_and_message(tmp_path)
 
 
 def _rank_pids(out: str) -> list[int]:
+    """The trainer's rank processes writing ``out``: those with a launcher's rank variable (not the launcher)."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -183,9 +184,11 @@ def _rank_pids(out: str) -> list[int]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = {e.split(b"=", 1)[0] for e in f.read().split(b"\0") if b"=" in e}
         except OSError:
             continue
-        if b"hpcgpu.train" in cmd and out.encode() in cmd and not any(b"mpiexec" in c or b"hydra" in c for c in cmd):
+        if b"hpcgpu.train" in cmd and out.encode() in cmd and {v.encode() for v in _mpi.RANK_VARS} & env:
             found.append(int(pid))
     return found
 

@@ -1,4 +1,5 @@
 import itertools
+import os
 import types
 
 import h5py
@@ -193,12 +194,27 @@ def test_cli_bench_reports_ratio():
 
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["N"] == 64 and res["ranks"] == 2 and res["gflops"] > 0 and res["ratio"] > 0
-    # whatever --device auto picked: the GPU's own matmul, or one process with both ranks' BLAS threads
-    assert res["local_gemm_threads"] == ("gpu" if res["device"] == "gpu" else 2), res
+    # whatever --device auto picked: the GPU's own matmul, or one process with both ranks' BLAS threads (as
+    # many as the ranks had, asked of the ranks themselves under this launcher, at most the node's cores)
+    assert res["local_gemm_threads"] == ("gpu" if res["device"] == "gpu" else _ranks_blas_threads(2)), res
     # a 2 x 1 grid: each rank sends or receives every panel of B (k x n_l = 64 x 64 float64) and none of A
     assert res["comm_bytes_per_rank_max"] == 64 * 64 * 8, res
     text = _cli(2, "--bench", 64, "--repeat", 1)
     assert text.returncode == 0 and f"comm_bytes_per_rank_max={64 * 64 * 8}" in text.stdout.splitlines(), text.stdout
+
+
+def _ranks_blas_threads(n):
+    """The threads the BLAS of ``n`` ranks run on together after init (each rank's share: its CPU set, its
+    cores / ranks, or OMP_NUM_THREADS), capped at this node's cores, as a local GEMM of the ranks' threads."""
+    code = ("import sys, hpcgpu\n"
+            "hpcgpu.init('cpu')\n"
+            "from threadpoolctl import threadpool_info\n"
+            "n = max(p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas')\n"
+            "sys.stdout.write(f'threads {n}\\n')\n")  # one write: the ranks' lines must not interleave
+    p = _mpi.run(n, ["-c", code], timeout=60, check=True)
+    threads = [int(ln.split()[1]) for ln in p.stdout.splitlines() if ln.startswith("threads ")]
+    assert len(threads) == n and min(threads) >= 1, p.stdout
+    return min(sum(threads), os.cpu_count() or 1)
 
 
 def _mk(tmp_path):

@@ -85,6 +85,9 @@ def test_summa_on_device_every_grid_and_dtype(backend, path, nprocs):
 
 # -- the trainer -----------------------------------------------------------------------------
 
+MODEL_16_8 = sorted(f"fc{i}.{w}" for i in range(3) for w in ("weight", "bias"))  # /model of --hidden 16,8
+
+
 def _history(path):
     with h5py.File(path) as f:
         return {k: f["metrics"][k][()] for k in ("train_loss", "test_loss", "test_accuracy")}, \
@@ -108,6 +111,7 @@ def test_trainer_on_device_matches_the_cpu_run(backend, nprocs, tmp_path):
     assert " on gpu (MPI is" in gpu.stdout.splitlines()[0]
     (hc, mc, dc), (hg, mg, dg) = _history(tmp_path / "cpu.h5"), _history(tmp_path / "gpu.h5")
     assert (dc, dg) == ("cpu", "gpu")
+    assert sorted(mg) == sorted(mc) == MODEL_16_8, (sorted(mc), sorted(mg))
     for k in hc:
         np.testing.assert_allclose(hg[k], hc[k], rtol=2e-4, atol=1e-5, err_msg=k)
     for k in mc:
@@ -137,6 +141,7 @@ def test_mixed_precision_on_device_matches_the_cpu_run(backend, precision, nproc
         else:  # cuBLAS's last bits may tip a borderline |softmax - onehot| * 2**16 over float16's largest
             assert abs(int(g["metrics/skipped_steps"][()].sum()) - int(c["metrics/skipped_steps"][()].sum())) <= 1
         np.testing.assert_allclose(g["metrics/train_loss"][()], c["metrics/train_loss"][()], rtol=2e-2)
+        assert sorted(g["model"]) == sorted(c["model"]) == MODEL_16_8, (list(c["model"]), list(g["model"]))
         for k in c["model"]:
             assert g["model"][k].dtype == np.float32
             np.testing.assert_allclose(g["model"][k][()], c["model"][k][()], rtol=5e-2, atol=5e-3, err_msg=k)
@@ -161,6 +166,7 @@ def test_tensor_parallel_and_zero_on_device_match_the_cpu_run(backend, path, tmp
     assert gpu.returncode == 0, gpu.stdout + gpu.stderr
     (_, mc, _), (_, mg, dg) = _history(tmp_path / "cpu.h5"), _history(tmp_path / "gpu.h5")
     assert dg == "gpu"
+    assert sorted(mg) == sorted(mc) == MODEL_16_8, (sorted(mc), sorted(mg))
     for k in mc:
         np.testing.assert_allclose(mg[k], mc[k], rtol=1e-10, atol=1e-12, err_msg=k)
 
@@ -212,7 +218,9 @@ def test_a_step_at_one_rank_never_waits_for_the_gpu(tmp_path):
     p = run_standin(1, ["-c", STEP_COST, data, str(tmp_path / "o.h5")])
     assert p.returncode == 0, p.stderr
     assert "warning" not in p.stderr, p.stderr
-    for key, c in json.loads(p.stdout.strip().splitlines()[-1]).items():
+    counts = json.loads(p.stdout.strip().splitlines()[-1])
+    assert sorted(counts) == ["auto 2", "auto 4", "off 2", "off 4"], p.stdout  # every case STEP_COST runs
+    for key, c in counts.items():
         graphs, layers = key.split()
         assert c["steps"] == 10 and c["host_syncs"] == 1 and c["device_to_host"] == 1, (key, c)
         if graphs == "off":
@@ -272,6 +280,7 @@ def test_stop_at_one_rank_on_a_gpu_checkpoints_every_step_and_resumes_exactly(tm
     p = run_standin(1, [*opts, "--out", str(tmp_path / "part.h5"), "--checkpoint", str(ck), "--resume"])
     assert p.returncode == 0, p.stderr
     (h1, m1, _), (h2, m2, _) = _history(tmp_path / "full.h5"), _history(tmp_path / "part.h5")
+    assert sorted(m2) == sorted(m1) == MODEL_16_8, (sorted(m1), sorted(m2))
     for k in m1:
         np.testing.assert_array_equal(m1[k], m2[k], err_msg=k)
     for k in h1:
@@ -358,7 +367,9 @@ def test_auto_falls_back_to_the_cpu_and_says_why_once(case, tmp_path):
     assert sum(cause in ln for ln in p.stdout.splitlines()) == 1  # once, in the first line
     info = run_standin(2, ["-m", "hpcgpu", "info"], env=env)
     assert info.returncode == 0 and info.stderr == "", info.stderr
-    assert all("device=cpu (auto: " in ln and cause in ln for ln in info.stdout.strip().splitlines())
+    lines = info.stdout.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == ["[0/2]", "[1/2]"], info.stdout  # one line per rank
+    assert all("device=cpu (auto: " in ln and cause in ln for ln in lines), info.stdout
 
 
 @pytest.mark.mpi
@@ -389,12 +400,17 @@ sys.stdout.flush()
 LATE = "from mpi4py import MPI\n" + BINDING  # MPI initialized first: the binding comes after it
 
 
+def _binding_rows(p):
+    """The rows BINDING's ranks printed, by rank (a caller checks there is one per rank)."""
+    return sorted((json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")), key=lambda d: d["rank"])
+
+
 @pytest.mark.mpi
 def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
     p = run_standin(2, ["-c", BINDING], env={"HPCGPU_STANDIN_DEVICES": "2"})
     assert p.returncode == 0, p.stderr
-    rows = sorted((json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")), key=lambda d: d["rank"])
-    assert len(rows) == 2
+    rows = _binding_rows(p)
+    assert [d["rank"] for d in rows] == [0, 1], p.stdout
     for d in rows:
         assert d["device"] == d["current"] == d["local"] % 2
         assert d["contexts"] == [d["device"]], d  # no extra context on GPU 0
@@ -405,18 +421,24 @@ def test_gpu_is_chosen_from_the_launcher_before_mpi_init():
     # three ranks on two GPUs: two share one, and the run's first line says so
     shared = run_standin(3, ["-c", BINDING], env={"HPCGPU_STANDIN_DEVICES": "2"})
     assert shared.returncode == 0, shared.stderr
-    for d in (json.loads(ln) for ln in shared.stdout.splitlines() if ln.startswith("{")):
+    rows = _binding_rows(shared)
+    assert [d["rank"] for d in rows] == [0, 1, 2], shared.stdout
+    for d in rows:
         assert d["sharing"] == 2 and "up to 2 ranks share a GPU" in d["summary"], d
     # one GPU a rank by CUDA_VISIBLE_DEVICES (as --gpus-per-task=1): every rank's "GPU 0", none shared
     own = run_standin(2, ["-c", "import os; os.environ['CUDA_VISIBLE_DEVICES'] = os.environ['PMI_RANK' if "
                           "'PMI_RANK' in os.environ else 'OMPI_COMM_WORLD_RANK']\n" + BINDING],
                       env={"HPCGPU_STANDIN_DEVICES": "2"})
     assert own.returncode == 0, own.stderr
-    for d in (json.loads(ln) for ln in own.stdout.splitlines() if ln.startswith("{")):
+    rows = _binding_rows(own)
+    assert [d["rank"] for d in rows] == [0, 1], own.stdout
+    for d in rows:
         assert d["device"] == 0 and d["sharing"] == 1, d
     late = run_standin(2, ["-c", LATE], env={"HPCGPU_STANDIN_DEVICES": "2"})
     assert late.returncode == 0, late.stderr
-    for d in (json.loads(ln) for ln in late.stdout.splitlines() if ln.startswith("{")):
+    rows = _binding_rows(late)
+    assert [d["rank"] for d in rows] == [0, 1], late.stdout
+    for d in rows:
         assert "after MPI_Init (MPI was initialized before hpcgpu was imported)" in d["binding"], d
         assert d["device"] == d["local"] % 2
 

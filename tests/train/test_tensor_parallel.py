@@ -1,5 +1,6 @@
 """Tensor parallelism, ZeRO-1 and checkpoints in the global layout (issue 13)."""
 
+import json
 import shutil
 
 import h5py
@@ -47,24 +48,39 @@ def test_split_initialization_is_the_unsplit_models():
     assert layer_plan(SIZES, 4, 3)[1]["rows"] == (9, 12) and layer_plan(SIZES, 3, 2)[0]["cols"] == (8, 12)
 
 
+GRIDS = ((1, 1), (4, 1), (1, 2), (2, 2), (1, 4), (3, 1), (1, 3), (3, 2))
+"""(D, T) of test_same_model_at_every_data_x_tensor_grid: P = D x T ranks; 2 x 2 and 3 x 2 both at once,
+without ZeRO (the data groups' Allreduce of the tensor ranks' slices)."""
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("batch", _mpi.cases([96, 100], [100]))
 def test_same_model_at_every_data_x_tensor_grid(data, batch, tmp_path):
-    """float64, one seed and global batch: the same final parameters at (D, T) = (1,1), (4,1), (2,2), (1,4),
-    (3,1), (1,3) to relative 1e-10, hidden widths 12 and 9 (9 does not divide by 2 or 4), B = 100 uneven."""
-    models = {}
-    for P, T in ((1, 1), (4, 1), (2, 2), (4, 4), (3, 1), (3, 3)):
-        stdout, models[(P // T, T)], comm = _train(P, data, tmp_path / f"{P}-{T}.h5", "--batch-size", batch,
-                                                   "--tensor-parallel", T, "--epochs", 1)
-        assert (comm["data_parallel"], comm["tensor_parallel"]) == (P // T, T)
+    """float64, one seed and global batch, no ZeRO: the same losses and final parameters at (D, T) = (1, 1),
+    (4, 1), (1, 2), (2, 2), (1, 4), (3, 1), (1, 3), (3, 2) to relative 1e-10, hidden widths 12 and 9 (9 does
+    not divide by 2 or 4), B = 100 uneven (over 3 data ranks too)."""
+    models, losses = {}, {}
+    for D, T in GRIDS:
+        out = tmp_path / f"{D}x{T}.h5"
+        stdout, models[(D, T)], comm = _train(D * T, data, out, "--batch-size", batch, "--tensor-parallel", T,
+                                              "--epochs", 2)
+        assert (comm["data_parallel"], comm["tensor_parallel"]) == (D, T)
         if T > 1:
-            assert f"{P // T} data x {T} tensor parallel" in stdout.splitlines()[0]
-    ref = models[(1, 1)]
+            assert f"{D} data x {T} tensor parallel" in stdout.splitlines()[0]
+        with h5py.File(out) as f:
+            losses[(D, T)] = {k: f["metrics"][k][()] for k in ("train_loss", "test_loss", "test_accuracy")}
+            assert json.loads(f.attrs["config"])["zero_stage"] == 0
+    ref, ref_losses = models[(1, 1)], losses[(1, 1)]
     assert set(ref) == {"fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
     assert ref["fc0.weight"].shape == (6, 12)  # the unsplit model, whatever wrote it
+    assert all(v.shape == (2,) and np.isfinite(v).all() for v in ref_losses.values()), ref_losses  # 2 epochs
+    assert ref_losses["train_loss"][1] < ref_losses["train_loss"][0], ref_losses  # it learned something
     for grid, got in models.items():
+        assert set(got) == set(ref), (grid, sorted(got))
         for k, want in ref.items():
             np.testing.assert_allclose(got[k], want, rtol=1e-10, atol=1e-13, err_msg=f"{k} at {grid}")
+        for k, want in ref_losses.items():
+            np.testing.assert_allclose(losses[grid][k], want, rtol=1e-10, atol=1e-13, err_msg=f"{k} at {grid}")
 
 
 @pytest.mark.mpi
