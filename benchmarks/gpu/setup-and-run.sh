@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu/setup-and-run.sh                 # on the GPU node (device tool: carry benchmarks/gpu/carry)
 #   GPU_DRY=1 bash benchmarks/gpu/setup-and-run.sh       # anywhere: --device cpu, small sizes, no suite
 #
+# The PyTorch peer is the checkout's own benchmarks/peers/torch_mlp.py (nothing to carry for it).
+#
 # Every step runs under `timeout`; a step that fails or times out is recorded and the run goes on; the
 # whole run keeps within GPU_BUDGET seconds (default 540: the device tool allows 600 per command).
 # What comes back, in $OUT/gpu-run/ (four files, within the device tool's 8):
@@ -245,14 +247,18 @@ if wants matmul; then
     done
 fi
 
+# The peer (benchmarks/peers/torch_mlp.py, part of the checkout) runs on the trainer's device: on the GPU only
+# where torch sees CUDA; in a dry run on the CPU where torch imports (a check of the plumbing, not a figure).
 torch_ok=0
 if wants peer; then
-    if [[ $DEVICE == gpu ]] && "$VPY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-        >/dev/null 2>&1; then
+    if [[ $DEVICE == gpu ]]; then PEER_DEVICE=cuda need="PyTorch with CUDA"; else PEER_DEVICE=cpu need="PyTorch"; fi
+    check=""
+    [[ $PEER_DEVICE == cuda ]] && check="sys.exit(0 if torch.cuda.is_available() else 1)"
+    if "$VPY" -c "import sys, torch; $check" >/dev/null 2>&1; then
         torch_ok=1
     else
-        record peer skipped 0 "no PyTorch with CUDA here (the peer runs on the GPU only)"
-        log "peer: skipped (no PyTorch with CUDA)"
+        record peer skipped 0 "no $need here"
+        log "peer: skipped (no $need)"
     fi
 fi
 # benchmarks/train.py has no device option either: the trainer and the peer, same model, data, batch, lr.
@@ -266,8 +272,8 @@ for cfg in $TRAIN_CONFIGS; do
             --device "$DEVICE" --progress none
     fi
     if ((torch_ok)); then
-        step "peer-$tag" 150 "$VPY" "$CARRY/peers/torch/torch_mlp.py" --data "$DATA" --hidden "$hidden" \
-            --batch-size "$batch" --lr 0.05 --epochs "$TRAIN_EPOCHS"
+        step "peer-$tag" 150 "$VPY" "$ROOT/benchmarks/peers/torch_mlp.py" --data "$DATA" --hidden "$hidden" \
+            --batch-size "$batch" --lr 0.05 --momentum 0.9 --epochs "$TRAIN_EPOCHS" --device "$PEER_DEVICE"
     fi
 done
 

@@ -1,12 +1,12 @@
 """hpcgpu's trainer against a plain PyTorch loop on the same GPU, same data and options, in one run.
 
-    python benchmarks/gpu/train_vs_torch.py --data FMNIST.h5 [--peer PATH/torch_mlp.py] [--rows ROWS]
+    python benchmarks/gpu/train_vs_torch.py --data FMNIST.h5 [--peer benchmarks/peers/torch_mlp.py] [--rows ROWS]
                                             [--epochs 4] [--repeat 1] [--ranks 1] [--device gpu]
 
 Both sides: float32, SGD with momentum 0.9, constant learning rate 0.05, no
 weight decay, no warm-up, the whole data set on the device; throughput is
 samples/s over epochs 2.. (epoch 1 pays for cuBLAS and allocator warm-up),
-as the peer (``../shared/peers/torch/torch_mlp.py``, eager PyTorch) times it.
+as the peer (``benchmarks/peers/torch_mlp.py``, eager PyTorch) times it.
 Rows are ``HIDDEN@BATCH`` items separated by ``;`` (default: the four rows of
 issue 24 and 784-1024-1024-10 at batch 256). The two sides take turns row by
 row, ``--repeat`` rounds, medians kept. Prints, per row, each side's
@@ -14,9 +14,12 @@ samples/s and final test accuracy and hpcgpu / PyTorch; writes the figures
 as JSON (``--json``). ``--ranks R`` runs hpcgpu on R ranks sharing the GPU
 (the peer stays on one process). hpcgpu runs with its default CUDA graphs
 and again with ``--cuda-graphs off`` (issue 24: with and without, in one
-run; ``--graphs auto`` or ``off`` runs one of them). Without PyTorch with CUDA (``--peer none``,
-or on a CPU machine with ``--device cpu``) only hpcgpu's side runs: a dry run
-of the script itself.
+run; ``--graphs auto`` or ``off`` runs one of them). The peer runs on the
+device hpcgpu is given: with ``--device gpu`` or ``auto`` only where
+PyTorch sees CUDA, with ``--device cpu`` on the CPU wherever PyTorch
+imports (a check of the pair on a machine without a GPU; CPU figures, not
+the GPU comparison). Without PyTorch (or with ``--peer none``) only
+hpcgpu's side runs: a dry run of the script itself.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ ACC = re.compile(r"test_accuracy ([0-9.]+)")
 def peer_run(a, hidden: str, batch: int) -> dict:
     """One run of the PyTorch loop; its RESULT line and last epoch's test accuracy."""
     cmd = [sys.executable, a.peer, "--data", a.data, "--hidden", hidden, "--batch-size", str(batch),
-           "--lr", str(COMMON["lr"]), "--epochs", str(a.epochs)]
+           "--lr", str(COMMON["lr"]), "--momentum", "0.9", "--epochs", str(a.epochs),
+           "--device", {"gpu": "cuda"}.get(a.device, a.device)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     hits, accs = PEER.findall(p.stdout), ACC.findall(p.stdout)
     if p.returncode != 0 or not hits:
@@ -75,9 +79,10 @@ def peer_run(a, hidden: str, batch: int) -> dict:
     return {"samples_per_s": float(hits[-1]), "test_accuracy": float(accs[-1]) if accs else None}
 
 
-def torch_cuda(python: str = sys.executable) -> bool:
-    p = subprocess.run([python, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"],
-                       capture_output=True)
+def torch_for(device: str, python: str = sys.executable) -> bool:
+    """Whether PyTorch runs on ``device`` here: CUDA for gpu and auto, an import for cpu."""
+    check = "" if device == "cpu" else "sys.exit(0 if torch.cuda.is_available() else 1)"
+    p = subprocess.run([python, "-c", f"import sys, torch; {check}"], capture_output=True)
     return p.returncode == 0
 
 
@@ -89,8 +94,8 @@ def median(runs: list[dict], key: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="Fashion-MNIST in hpcgpu's HDF5 layout (python -m hpcgpu.datasets)")
-    ap.add_argument("--peer", default=os.path.join(ROOT, "..", "shared", "peers", "torch", "torch_mlp.py"),
-                    help="the PyTorch loop (torch_mlp.py), or 'none'")
+    ap.add_argument("--peer", default=os.path.join(ROOT, "benchmarks", "peers", "torch_mlp.py"),
+                    help="the PyTorch loop (default benchmarks/peers/torch_mlp.py), or 'none'")
     ap.add_argument("--rows", default=ROWS, help="HIDDEN@BATCH items, ';'-separated")
     ap.add_argument("--epochs", type=int, default=COMMON["epochs"])
     ap.add_argument("--repeat", type=int, default=1, help="rounds; medians are kept")
@@ -103,9 +108,10 @@ def main() -> int:
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "bench-train-vs-torch.json"))
     a = ap.parse_args()
     rows = [(r.split("@")[0], int(r.split("@")[1])) for r in a.rows.split(";") if r.strip()]
-    with_peer = a.peer != "none" and os.path.exists(a.peer) and torch_cuda()
+    with_peer = a.peer != "none" and os.path.exists(a.peer) and torch_for(a.device)
     if not with_peer:
-        print(f"peer: not run ({'--peer none' if a.peer == 'none' else 'no PyTorch with CUDA or no ' + a.peer})",
+        need = "PyTorch" if a.device == "cpu" else "PyTorch with CUDA"
+        print(f"peer: not run ({'--peer none' if a.peer == 'none' else f'no {need} or no ' + a.peer})",
               file=sys.stderr)
     runs: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,7 +125,8 @@ def main() -> int:
                 if with_peer:
                     r["torch"].append(peer_run(a, hidden, batch))
                 print(f"round {rnd + 1}: {hidden}@{batch}: {r}", file=sys.stderr, flush=True)
-    print(f"hpcgpu ({a.ranks} rank(s), --device {a.device}) against eager PyTorch, one GPU; samples/s over "
+    where = "the CPU" if a.device == "cpu" else "one GPU"
+    print(f"hpcgpu ({a.ranks} rank(s), --device {a.device}) against eager PyTorch, {where}; samples/s over "
           f"epochs 2..{a.epochs}, median of {a.repeat} round(s)")
     print(f"{'model':>22} {'batch':>6} {'hpcgpu/s':>10} {'graphs':>6} {'eager/s':>10} {'torch/s':>10} "
           f"{'ratio':>6} {'eager':>6} {'acc hpcgpu':>10} {'acc torch':>9}")

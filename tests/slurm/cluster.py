@@ -1,8 +1,15 @@
 """A real Slurm (Debian's slurmctld, slurmd, munge) for the tests, private to the test session.
 
 Everything lives under one scratch folder; the daemons are stopped by the
-PIDs in their pid files (checked to be this cluster's), never by name. See
-../shared/notes/slurm-on-one-machine.md for the facts this configuration rests on.
+PIDs in their pid files (checked to be this cluster's), never by name. The
+configuration rests on what Debian 12's Slurm 22.05 was seen to do as root
+without systemd: munged first, then ``slurmctld -i`` until ``scontrol ping``
+answers, then slurmd until the node is idle; ``CPUs=`` may exceed the real
+cores; the pip ``mpich`` wheel starts under ``srun --mpi=pmi2`` (hence
+``MpiDefault=pmi2``); ``jobcomp/filetxt`` stands in for an accounting
+database; ``MinJobAge=5`` (with the default 300, ``sbatch --wait`` polls every
+32 s) and ``AuthInfo=cred_expire=10`` (a requeued job reruns about 12 s later,
+not 120) keep the tests quick.
 
 Two test sessions on one machine (two clones, or a session beside CI's) each get
 a Slurm of their own: configuration, state, spool and logs under their own
