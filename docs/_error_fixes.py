@@ -227,10 +227,11 @@ FIXES: dict[str, str] = {
     ),
     # -- Training: data -----------------------------------------------------------------------------------
     "bundled data set: cannot write … (…)": (
-        "Rank 0 could not write the bundled data set (the digits, or Fashion-MNIST) to its default place, "
-        "``results/data/`` under the working directory, before training: the directory is not writable, the "
-        "disk is full, or scikit-learn is missing for the digits. Run from a directory you can write in, "
-        "install ``hpcgpu[data]``, or pass ``--data FILE`` with your own HDF5 file."
+        "Rank 0 could not write the bundled data set (the digits, or Fashion-MNIST) to its cache, "
+        "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), before training: the directory is not writable, "
+        "the disk is full, or scikit-learn is missing for the digits. Point ``HPCGPU_DATA_DIR`` at a "
+        "directory you can write in, install the ``data`` extra (``pip install -e '.[data]'`` in the clone of "
+        "hpcgpu), or pass ``--data FILE`` with your own HDF5 file."
     ),
     "hpcgpu.datasets: error: …": (
         "``python -m hpcgpu.datasets`` could not write the data set; the reason follows (a missing IDX file "
@@ -240,7 +241,8 @@ FIXES: dict[str, str] = {
     "the digits data set needs scikit-learn: pip install 'hpcgpu[data]' (or pass --data FILE)": (
         "Without ``--data`` the trainer uses scikit-learn's handwritten digits, written once to "
         "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), and scikit-learn is not installed. Install it "
-        "with ``pip install 'hpcgpu[data]'``, or train on your own file with ``--data FILE.h5``. The trainer "
+        "with the ``data`` extra (``pip install -e '.[data]'`` in the clone of hpcgpu, or "
+        "``pip install scikit-learn``), or train on your own file with ``--data FILE.h5``. The trainer "
         "reports it as ``bundled data set: cannot write …`` followed by this text."
     ),
     "unknown data set …; choose from …": (
@@ -1524,10 +1526,10 @@ FIXES: dict[str, str] = {
     "--device gpu: …": (
         "``--device gpu`` was asked for and some rank has no usable GPU; the first such rank and CuPy's "
         "reason follow (the reason alone when it is the same on every rank). Common reasons: *CuPy is not "
-        "installed* (``pip install 'hpcgpu[gpu]'``), *no CUDA device visible* (the job did not ask for GPUs: "
-        "``--gpus-per-task=1`` or ``--gres=gpu:N``; ``CUDA_VISIBLE_DEVICES`` empty), *not usable* (a CUDA "
-        "library such as NVRTC missing: install ``cupy-cuda12x[ctk]`` or load the CUDA module). See *GPU "
-        "not found* above; ``--device auto`` would fall back to the CPU instead."
+        "installed* (``pip install -e '.[gpu]'`` in the clone of hpcgpu), *no CUDA device visible* (the job did "
+        "not ask for GPUs: ``--gpus-per-task=1`` or ``--gres=gpu:N``; ``CUDA_VISIBLE_DEVICES`` empty), *not "
+        "usable* (a CUDA library such as NVRTC missing: install ``cupy-cuda12x[ctk]`` or load the CUDA module). "
+        "See *GPU not found* above; ``--device auto`` would fall back to the CPU instead."
     ),
     (
         "the launcher started … processes (…=…) but MPI sees a world of 1 in each: this mpiexec is not the one of "
@@ -1593,8 +1595,8 @@ FIXES: dict[str, str] = {
     ),
     # -- Run report and performance model -----------------------------------------------------------------
     "hpcgpu.report: error: needs matplotlib (pip install 'hpcgpu[report]')": (
-        "The run report draws its plots with matplotlib, which is not installed. Run "
-        "``pip install 'hpcgpu[report]'``."
+        "The run report draws its plots with matplotlib, which is not installed. Install the ``report`` "
+        "extra (``pip install -e '.[report]'`` in the clone of hpcgpu, or ``pip install matplotlib``)."
     ),
     "hpcgpu.report: error: …": (
         "``python -m hpcgpu.report`` could not read a trainer output or write the report; the reason follows "
