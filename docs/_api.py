@@ -17,6 +17,7 @@ MODULES = [
     ("hpcgpu.errors", "Errors agreed by every rank"),
     ("hpcgpu.grid", "2-D process grids"),
     ("hpcgpu.distmatrix", "Distributed matrices"),
+    ("hpcgpu.blocks", "Block layouts: moving a matrix between them"),
     ("hpcgpu.summa", "SUMMA and 2.5-D matrix multiply"),
     ("hpcgpu.train", "Data- and tensor-parallel trainer"),
     ("hpcgpu.nn", "Models: layers with their own backward pass, losses, a model of one's own"),
@@ -68,13 +69,21 @@ def _page(title, module_name, names, intro=""):
     return text
 
 
+PUBLIC_BEYOND_ALL = {"hpcgpu.tasks": ["map"]}
+"""Public names a module leaves out of ``__all__`` (``import *`` would shadow a builtin), documented all the same."""
+
+
+def _public(module) -> list:
+    return list(module.__all__) + PUBLIC_BEYOND_ALL.get(module.__name__, [])
+
+
 def canonical():
     """``{id(object): documented name}`` for every object the reference documents."""
     top = {n: getattr(hpcgpu, n) for n in hpcgpu.__all__ if n != "__version__"}
     names = {id(o): f"hpcgpu.{n}" for n, o in top.items()}
     for name, _ in MODULES:
         module = importlib.import_module(name)
-        for n in module.__all__:
+        for n in _public(module):
             names.setdefault(id(getattr(module, n)), f"{name}.{n}")
     return names
 
@@ -86,7 +95,7 @@ def write_api_pages(outdir):
     pages = {"hpcgpu": _page("hpcgpu", "hpcgpu", list(top))}
     for name, title in MODULES:
         module = importlib.import_module(name)
-        own = [n for n in module.__all__ if not (n in top and top[n] is getattr(module, n))]
+        own = [n for n in _public(module) if not (n in top and top[n] is getattr(module, n))]
         also = sorted(n for n in module.__all__ if n in top and top[n] is getattr(module, n))
         intro = ""
         if also:

@@ -1494,6 +1494,20 @@ FIXES: dict[str, str] = {
         "that rank's node: put the output on a shared file system; else check the free space."
     ),
     # -- Launch, runtime and GPUs -------------------------------------------------------------------------
+    "blas_threads must be 'auto', a positive int or None, got …": (
+        "``hpcgpu.init(blas_threads=...)`` takes ``\"auto\"`` (each rank its share of the node's cores, unless a "
+        "variable the BLAS reads says otherwise), a positive number of threads, or ``None`` to leave the "
+        "process's BLAS as it is (a science code that sets its own threads)."
+    ),
+    "no default communicator yet: call hpcgpu.init() first (collective), or pass comm=": (
+        "A collective, a process grid or an agreement was asked for without ``comm=`` before the runtime "
+        "existed: the default communicator is the runtime's, made by :func:`hpcgpu.init`. Call "
+        "``rt = hpcgpu.init()`` first on every rank (it is collective), or pass the communicator explicitly."
+    ),
+    "module 'hpcgpu' has no attribute …": (
+        "The name is not part of hpcgpu (a typo, or a name of another version). ``dir(hpcgpu)`` lists the names, "
+        "the trainer's and the task farm's among them (they are imported on first use)."
+    ),
     (
         "hpcgpu: stall: … (…) has waited … s (stall timeout … s); ranks … have not arrived, ranks … are "
         "waiting; aborting the job"

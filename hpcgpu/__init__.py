@@ -25,16 +25,38 @@ from . import _device  # noqa: E402
 _device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
 
 from ._version import __version__  # noqa: E402
-from .comm import Allgather, Allreduce, Bcast, Iallreduce, Ibcast, agree  # noqa: E402
+from .comm import Allgather, Allreduce, Bcast, Iallreduce, Ibcast  # noqa: E402
 from .distmatrix import DistMatrix  # noqa: E402
-from .errors import AgreedError, agreed  # noqa: E402
+from .errors import AgreedError, agree, agreed  # noqa: E402
 from ._cli import run as run_guarded  # noqa: E402
 from .grid import ProcessGrid, default_grid  # noqa: E402
 from .runtime import Runtime, current_runtime, detect_cuda_aware, get_runtime, init  # noqa: E402
 from .summa import matmul  # noqa: E402
-from . import nn, optim  # noqa: E402, F401  (hpcgpu.nn, hpcgpu.optim: the trainer's models and optimizers)
-from .train import MLP, SGD, LRSchedule, TrainConfig, Trainer  # noqa: E402
-from . import tasks  # noqa: E402, F401  (so that hpcgpu.tasks.map works after import hpcgpu)
+
+# The trainer and the task farm load on first use (PEP 562): a code that multiplies matrices does not pay for
+# them. hpcgpu.Trainer, hpcgpu.nn, hpcgpu.tasks.map... work as if imported here.
+_LAZY = {"MLP": ("hpcgpu.nn", "MLP"), "SGD": ("hpcgpu.optim", "SGD"), "LRSchedule": ("hpcgpu.optim", "LRSchedule"),
+         "TrainConfig": ("hpcgpu.train", "TrainConfig"), "Trainer": ("hpcgpu.train", "Trainer"),
+         "nn": ("hpcgpu.nn", None), "optim": ("hpcgpu.optim", None), "train": ("hpcgpu.train", None),
+         "tasks": ("hpcgpu.tasks", None)}
+
+
+def __getattr__(name: str):
+    """The trainer's and the task farm's names, imported on first use."""
+    import importlib
+
+    if name not in _LAZY:
+        raise AttributeError(f"module 'hpcgpu' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "__version__",

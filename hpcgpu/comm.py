@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import _device
-from .errors import agreed, plain_type
+from . import _context, _device
+from .errors import agree
 
 __all__ = ["Allreduce", "Iallreduce", "Reduce_scatter_block", "Bcast", "Ibcast", "Allgather", "Alltoallv",
-           "Request", "agree", "default_comm", "traffic", "reset_traffic"]
+           "Request", "agree", "default_comm", "cuda_awareness", "traffic", "reset_traffic"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
 
@@ -64,10 +64,18 @@ _HALF = ("float16", "bfloat16")
 
 
 def default_comm() -> MPI.Intracomm:
-    """The runtime's private communicator (``init()`` on first use, which is collective)."""
-    from .runtime import get_runtime
+    """The runtime's private communicator, every collective's default ``comm``. Not collective.
 
-    return get_runtime().comm
+    Returns
+    -------
+    mpi4py.MPI.Intracomm
+
+    Raises
+    ------
+    RuntimeError
+        Before :func:`hpcgpu.init`: pass ``comm=``, or call ``init`` (collective) first.
+    """
+    return _context.comm()
 
 
 def _check_contiguous(name: str, a) -> None:
@@ -76,11 +84,24 @@ def _check_contiguous(name: str, a) -> None:
         raise ValueError(f"{name} must be C-contiguous")
 
 
-def _awareness(cuda_aware: bool | None) -> tuple[bool, bool]:
-    """``(device pointers to MPI, also to non-blocking collectives)`` for a device buffer."""
-    from .runtime import current_runtime
+def cuda_awareness(cuda_aware: bool | None = None) -> tuple[bool, bool]:
+    """Whether device buffers go straight to MPI: ``(blocking collectives, non-blocking ones too)``. Not collective.
 
-    rt = current_runtime()
+    Parameters
+    ----------
+    cuda_aware : bool, optional
+        An explicit decision; by default the runtime's (:func:`hpcgpu.init`).
+
+    Returns
+    -------
+    (bool, bool)
+
+    Raises
+    ------
+    ValueError
+        No decision: no ``cuda_aware`` and no runtime yet.
+    """
+    rt = _context.current()
     if cuda_aware is not None:
         return bool(cuda_aware), bool(cuda_aware) and (rt is None or rt.nonblocking_device)
     if rt is None:
@@ -122,7 +143,7 @@ def _dispatch(call, bufs, *, cuda_aware: bool | None, nonblocking: bool = False,
         return Request(result) if nonblocking else result
     if not all(on_device):
         raise ValueError("buffers of one collective must all be host arrays or all device arrays")
-    aware, aware_nonblocking = _awareness(cuda_aware)
+    aware, aware_nonblocking = cuda_awareness(cuda_aware)
     if aware_nonblocking or (aware and not nonblocking):
         _device.synchronize()  # MPI reads memory, not the stream: every queued kernel must have landed
         result = call(*arrays)
@@ -521,38 +542,3 @@ def Alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, *, comm: MPI.Intracomm |
     return recvbuf
 
 
-def agree(error: BaseException | None, *, comm: MPI.Intracomm | None = None) -> None:
-    """Make every rank raise the same error when any rank has one.
-
-    Collective: all ranks of ``comm`` must call it, each with the error it
-    found in its own checks (or ``None``). When no rank has an error, all
-    return. Otherwise every rank raises an exception of the type of the
-    lowest failing rank's error, with that rank's message, made an
-    :class:`~hpcgpu.errors.AgreedError` by :func:`~hpcgpu.errors.agreed`:
-    the command-line guard then knows that all ranks know, and a clean exit
-    (status 2) is safe.
-
-    Parameters
-    ----------
-    error : BaseException or None
-    comm : mpi4py.MPI.Intracomm, keyword-only
-        The runtime's private communicator by default.
-
-    Raises
-    ------
-    Exception
-        As described above.
-    """
-    comm = default_comm() if comm is None else comm
-    mine = None if error is None else (plain_type(error), str(error))
-    for found in comm.allgather(mine):
-        if found is None:
-            continue
-        cls, msg = found
-        try:
-            exc = agreed(cls(msg))
-        except Exception:  # a type whose constructor wants other arguments
-            exc = agreed(RuntimeError(msg))
-        if error is not None and plain_type(error) is cls and str(error) == msg:
-            raise exc from error
-        raise exc

@@ -10,13 +10,15 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import _device
+from . import _context, _device
 from ._gemm import bfloat16_dtype
 from ._version import __version__
-from .comm import Alltoallv, agree, movable
+from .blocks import remap
+from .comm import agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
 from .io import open_hdf5, write_dataset
+from .summa import matmul
 
 __all__ = ["DistMatrix", "DTYPES"]
 
@@ -30,9 +32,9 @@ _TILE = 256
 
 
 def _xp():
-    from .runtime import get_runtime
-
-    return get_runtime().xp
+    """The runtime's array module (NumPy before :func:`hpcgpu.init`: host blocks)."""
+    decided = _context.current()
+    return np if decided is None else decided.xp
 
 
 def _dtype_error(dtype, what: str) -> ValueError | None:
@@ -119,8 +121,6 @@ class DistMatrix:
                 f"lshape={self.lshape}, xp={self.xp.__name__})")
 
     def __matmul__(self, other: DistMatrix) -> DistMatrix:
-        from .summa import matmul
-
         return matmul(self, other)
 
     # -- transposes and redistribution -----------------------------------------
@@ -485,90 +485,3 @@ def _hdf5_meta(path: str, name: str | None):
         if ds.dtype.kind not in "fiuc" or ds.dtype.itemsize > 16:
             return None, ValueError(f"{path}:{name}: must be numeric, has dtype {ds.dtype}")
         return (name, tuple(ds.shape), np.dtype(ds.dtype)), None
-
-
-def _overlap(a: slice, b: slice) -> slice:
-    lo = max(a.start, b.start)
-    return slice(lo, max(lo, min(a.stop, b.stop)))
-
-
-def remap(local, src_block, dst_block, comm, *, transpose: bool = False, conj: bool = False, dtype=None):
-    """Move a distributed matrix from one block layout to another: pack, one ``Alltoallv``, unpack.
-
-    Collective over ``comm``. Layouts are functions of a rank: the global
-    rows and columns (slices) it holds, or ``None`` for none. A target block
-    may be held by several ranks (replication), and a source block too: then
-    every rank that holds it may send, so give the source layout with one
-    holder per block.
-
-    Parameters
-    ----------
-    local : xp.ndarray, 2-D
-        This rank's source block (shape ``src_block(rank)``; anything when
-        ``None``).
-    src_block, dst_block : callable
-        ``rank -> (rows, cols)`` or ``None``: the source layout, and the
-        target layout in the target's orientation (the transpose's when
-        ``transpose``).
-    comm : mpi4py.MPI.Intracomm
-    transpose, conj : bool, keyword-only
-        Move the transpose (conjugate transpose with ``conj``): target
-        element ``(r, c)`` is source ``(c, r)``.
-    dtype : numpy.dtype, optional
-        The buffers' dtype; ``local``'s by default.
-
-    Returns
-    -------
-    xp.ndarray
-        This rank's target block, C-contiguous (a ``0 x 0`` array when
-        ``dst_block(rank)`` is ``None``).
-    """
-    xp = _device.cupy_or_none() if _device.is_device_array(local) else np
-    dtype = np.dtype(local.dtype if dtype is None else dtype)
-    me, P = comm.Get_rank(), comm.Get_size()
-    mine = src_block(me)
-
-    def piece(trows, tcols, srows, scols):
-        """The target rows and columns a source block has of a target block."""
-        if transpose:
-            return _overlap(trows, scols), _overlap(tcols, srows)
-        return _overlap(trows, srows), _overlap(tcols, scols)
-
-    sends, counts = [], []
-    for q in range(P):
-        target = dst_block(q)
-        if mine is None or target is None:
-            counts.append(0)
-            continue
-        (rs, cs), (r, c) = mine, piece(*target, *mine)
-        if transpose:
-            part = local[c.start - rs.start : c.stop - rs.start, r.start - cs.start : r.stop - cs.start].T
-        else:
-            part = local[r.start - rs.start : r.stop - rs.start, c.start - cs.start : c.stop - cs.start]
-        if conj:
-            part = part.conj()
-        sends.append(part)
-        counts.append(part.size)
-    sendbuf = xp.empty(sum(counts), dtype=dtype)
-    off = 0
-    for part in sends:
-        sendbuf[off : off + part.size].reshape(part.shape)[...] = part
-        off += part.size
-    target = dst_block(me)
-    pieces = [None if target is None or src_block(p) is None else piece(*target, *src_block(p)) for p in range(P)]
-    rcounts = [0 if x is None else (x[0].stop - x[0].start) * (x[1].stop - x[1].start) for x in pieces]
-    recvbuf = xp.empty(sum(rcounts), dtype=dtype)
-    Alltoallv(sendbuf, counts, recvbuf, rcounts, comm=comm)
-    if target is None:
-        return xp.empty((0, 0), dtype=dtype)
-    (tr, tc) = target
-    out = xp.empty((tr.stop - tr.start, tc.stop - tc.start), dtype=dtype)
-    off = 0
-    for x, k in zip(pieces, rcounts, strict=True):
-        if x is not None and k:
-            r, c = x
-            out[r.start - tr.start : r.stop - tr.start, c.start - tc.start : c.stop - tc.start] = \
-                recvbuf[off : off + k].reshape(r.stop - r.start, c.stop - c.start)
-        off += k
-    return out
-

@@ -15,7 +15,7 @@ an instance of both ``ValueError`` and :class:`AgreedError`.
 
 from __future__ import annotations
 
-__all__ = ["AgreedError", "agreed", "plain_type"]
+__all__ = ["AgreedError", "agreed", "agree", "plain_type"]
 
 
 class AgreedError(Exception):
@@ -111,3 +111,44 @@ def agreed(error: BaseException, *, silent: bool = False) -> BaseException:
         out.__cause__, out.__traceback__ = error.__cause__, error.__traceback__
     out.silent = silent
     return out
+
+
+def agree(error: BaseException | None, *, comm=None) -> None:
+    """Make every rank raise the same error when any rank has one.
+
+    Collective: all ranks of ``comm`` must call it, each with the error it
+    found in its own checks (or ``None``). When no rank has an error, all
+    return. Otherwise every rank raises an exception of the type of the
+    lowest failing rank's error, with that rank's message, made an
+    :class:`~hpcgpu.errors.AgreedError` by :func:`~hpcgpu.errors.agreed`:
+    the command-line guard then knows that all ranks know, and a clean exit
+    (status 2) is safe.
+
+    Parameters
+    ----------
+    error : BaseException or None
+    comm : mpi4py.MPI.Intracomm, keyword-only
+        The ranks that agree (the runtime's private communicator by default:
+        :func:`hpcgpu.comm.default_comm`).
+
+    Raises
+    ------
+    Exception
+        As described above.
+    """
+    if comm is None:
+        from . import _context
+
+        comm = _context.comm()
+    mine = None if error is None else (plain_type(error), str(error))
+    for found in comm.allgather(mine):
+        if found is None:
+            continue
+        cls, msg = found
+        try:
+            exc = agreed(cls(msg))
+        except Exception:  # a type whose constructor wants other arguments
+            exc = agreed(RuntimeError(msg))
+        if error is not None and plain_type(error) is cls and str(error) == msg:
+            raise exc from error
+        raise exc

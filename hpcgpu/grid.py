@@ -7,6 +7,7 @@ import re
 from mpi4py import MPI
 
 from ._partition import block_range, block_starts
+from .comm import default_comm
 from .errors import agreed
 
 __all__ = ["ProcessGrid", "parse_grid", "default_grid"]
@@ -83,8 +84,6 @@ class ProcessGrid:
 
     def __init__(self, dims: tuple[int, int] | None = None, *, comm: MPI.Intracomm | None = None):
         if comm is None:
-            from .comm import default_comm
-
             comm = default_comm()
         size = comm.Get_size()
         if dims is None:
@@ -257,6 +256,29 @@ class ProcessGrid:
         rows, cols = self.block(gshape, rank)
         return rows.stop - rows.start, cols.stop - cols.start
 
+    def same_as(self, other) -> bool:
+        """Whether ``other`` lays blocks out as this grid does. Not collective.
+
+        The same shape over the same ranks in the same order: its
+        communicator identical or congruent to this one's. Two grids made
+        from one communicator are distinct objects with distinct
+        communicators, yet a matrix on one multiplies with a matrix on the
+        other.
+
+        Parameters
+        ----------
+        other : ProcessGrid
+
+        Returns
+        -------
+        bool
+        """
+        if other is self:
+            return True
+        if not isinstance(other, ProcessGrid) or other.shape != self.shape:
+            return False
+        return MPI.Comm.Compare(self.cart, other.cart) in (MPI.IDENT, MPI.CONGRUENT)
+
     def free(self) -> None:
         """Free the three communicators, and those made for 2.5-D on this grid. Collective."""
         for _, _, layer_grid, fiber in getattr(self, "_layers25d", {}).values():
@@ -280,11 +302,14 @@ def default_grid() -> ProcessGrid:
     Returns
     -------
     ProcessGrid
-    """
-    from .runtime import get_runtime  # the runtime is made on first use, itself collective
 
-    rt = get_runtime()
-    g = _GRIDS.get(id(rt.comm))
+    Raises
+    ------
+    RuntimeError
+        Before :func:`hpcgpu.init` (there is no runtime communicator yet).
+    """
+    comm = default_comm()
+    g = _GRIDS.get(id(comm))
     if g is None or g.cart == MPI.COMM_NULL:
-        g = _GRIDS[id(rt.comm)] = ProcessGrid(comm=rt.comm)
+        g = _GRIDS[id(comm)] = ProcessGrid(comm=comm)
     return g

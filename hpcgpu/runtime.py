@@ -18,8 +18,8 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _blas, _device
-from .errors import agreed
+from . import _blas, _context, _device
+from .errors import agree, agreed
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
            "check_launch", "abort", "placement", "host_memory"]
@@ -72,7 +72,9 @@ class Runtime:
         First line of ``MPI.Get_library_version()``, cleaned of NUL bytes
         and runs of blanks.
     blas_threads : str
-        The host BLAS/OpenMP thread limit this rank set, and why.
+        The host BLAS threads this rank runs, and why (``init``'s
+        ``blas_threads``: its share of the node's cores, a variable the BLAS
+        reads, or left as it was).
     gpu_sharing : int
         The most ranks bound to one physical GPU (same host and PCI bus id),
         over all nodes; 1 on the CPU. Above 1 the run's first line says so:
@@ -134,18 +136,20 @@ class Runtime:
     def free(self) -> None:
         """Free the private communicator. Collective over :attr:`comm`."""
         global _RUNTIME
-        if self._owns_comm and self.comm != MPI.COMM_NULL:
-            self.comm.Free()
         if _RUNTIME is self:
             _RUNTIME = None
+            _context.clear(self.comm)
+        if self._owns_comm and self.comm != MPI.COMM_NULL:
+            self.comm.Free()
 
 
-def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
+def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_threads="auto") -> Runtime:
     """Start the hpcgpu runtime on this rank.
 
     Collective: all ranks of ``comm`` must call it. The first call makes the
     process-wide runtime that hpcgpu's functions use when no ``comm`` is
-    given; a later call with the same arguments returns it again.
+    given (its decisions are passed down to :mod:`hpcgpu.comm`, grids and
+    matrices); a later call with the same arguments returns it again.
 
     Parameters
     ----------
@@ -157,6 +161,15 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     comm : mpi4py.MPI.Intracomm, optional
         The ranks of the job; ``MPI.COMM_WORLD`` when omitted. It is
         duplicated, never used directly.
+    blas_threads : "auto", int or None, keyword-only
+        The host BLAS threads of this process, for every BLAS loaded (NumPy's
+        and SciPy's, hence the science code's own NumPy too): ``"auto"``
+        gives each rank its share of the node's cores unless a variable the
+        BLAS reads (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ...) says
+        otherwise (eight ranks of two threads on two cores ran 50 times
+        slower than of one); an int sets that many; ``None`` leaves the
+        process's BLAS as it is. :attr:`Runtime.blas_threads` says what was
+        done.
 
     Returns
     -------
@@ -165,8 +178,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     Raises
     ------
     ValueError
-        ``device`` is not one of the choices (on every rank, before any
-        communication); ``HPCGPU_CUDA_AWARE_MPI`` or
+        ``device`` or ``blas_threads`` is not one of the choices (on every
+        rank, before any communication); ``HPCGPU_CUDA_AWARE_MPI`` or
         ``HPCGPU_NONBLOCKING_DEVICE`` is not 0 or 1 (agreed).
     RuntimeError
         ``device="gpu"`` and some rank has no usable GPU: the message names
@@ -183,77 +196,89 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None) -> Runtime:
     here once, see :func:`detect_cuda_aware`.
     """
     global _RUNTIME
-    if device not in ("auto", "cpu", "gpu"):
-        raise agreed(ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}"))
+    _check_init_args(device, blas_threads)
     check_launch()
     base = MPI.COMM_WORLD if comm is None else comm
     if _RUNTIME is not None and comm is None and device in ("auto", _RUNTIME.device):
         return _RUNTIME
-
-    from .comm import agree
-
     dup = base.Dup()
-    node = dup.Split_type(MPI.COMM_TYPE_SHARED, key=dup.rank)
-    local_rank, local_size = node.rank, node.size
-    node.Free()
+    local_rank, local_size = _node_rank(dup)
     try:
-        # The environment's overrides are checked on every device: a bad value is bad input.
-        err = None
-        try:
-            aware, aware_why = detect_cuda_aware(dup)
-            nonblocking, nonblocking_why = detect_nonblocking_device(aware, _library_version())
-        except ValueError as e:
-            err = e
-        agree(err, comm=dup)
-        use_gpu, device_id, reason, binding = _choose_device(device, dup, local_rank)
-        if use_gpu:
-            xp = _device.cupy_or_none()
-            # All ranks must take the same path; staging is the safe common one.
-            if not dup.allreduce(aware, op=MPI.LAND):
-                if aware:
-                    aware_why = "not on every rank; staging through host memory"
-                aware, nonblocking = False, False
-                nonblocking_why = "MPI is not CUDA-aware"
-            nonblocking = bool(dup.allreduce(nonblocking, op=MPI.LAND))
-        else:
-            xp, nonblocking, nonblocking_why = numpy, False, "device is cpu"
-            would = "yes" if aware else "no"
-            aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {would}: {aware_why}"
-            aware = False
+        path = _device_path(device, dup, local_rank)
     except BaseException:
         dup.Free()
         raise
-
-    blas = _limit_blas_threads(local_size)
-    sharing = 1
-    if use_gpu:  # ranks per physical GPU (by host and PCI bus id: --gpus-per-task shows each rank "its" GPU 0)
-        ids = dup.allgather((socket.gethostname(), _device.pci_bus_id(device_id) or f"device {device_id}"))
-        sharing = max(ids.count(i) for i in ids)
-    rt = Runtime(
-        comm=dup,
-        rank=dup.rank,
-        size=dup.size,
-        local_rank=local_rank,
-        local_size=local_size,
-        host=socket.gethostname(),
-        device="gpu" if use_gpu else "cpu",
-        device_id=device_id,
-        device_reason=reason,
-        binding=binding,
-        xp=xp,
-        cuda_aware=aware,
-        cuda_aware_reason=aware_why,
-        nonblocking_device=nonblocking,
-        nonblocking_reason=nonblocking_why,
-        blas_threads=blas,
-        mpi_library=_library_version(),
-        gpu_sharing=sharing,
-    )
+    use_gpu = path["device"] == "gpu"
+    rt = Runtime(comm=dup, rank=dup.rank, size=dup.size, local_rank=local_rank, local_size=local_size,
+                 host=socket.gethostname(), **path, blas_threads=_blas_decision(blas_threads, local_size),
+                 mpi_library=_library_version(), gpu_sharing=_gpu_sharing(dup, path["device_id"]) if use_gpu else 1)
     if comm is None:
         if _RUNTIME is not None:
             _RUNTIME.free()
         _RUNTIME = rt
+        _context.set(_context.Decisions(dup, rt.xp, rt.cuda_aware, rt.nonblocking_device))
     return rt
+
+
+def _check_init_args(device, blas_threads) -> None:
+    """``init``'s arguments, the same on every rank: all raise together."""
+    if device not in ("auto", "cpu", "gpu"):
+        raise agreed(ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}"))
+    if not (blas_threads is None or blas_threads == "auto" or (isinstance(blas_threads, int) and blas_threads >= 1)):
+        raise agreed(ValueError(f"blas_threads must be 'auto', a positive int or None, got {blas_threads!r}"))
+
+
+def _node_rank(comm) -> tuple[int, int]:
+    """This rank's place among the ranks of its node, and their number. Collective."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    where = node.rank, node.size
+    node.Free()
+    return where
+
+
+def _device_path(device: str, comm, local_rank: int) -> dict:
+    """The device and how its buffers reach MPI, agreed by every rank: :class:`Runtime`'s fields. Collective."""
+    err = None
+    try:  # the environment's overrides are checked on every device: a bad value is bad input
+        aware, aware_why = detect_cuda_aware(comm)
+        nonblocking, nonblocking_why = detect_nonblocking_device(aware, _library_version())
+    except ValueError as e:
+        err = e
+    agree(err, comm=comm)
+    use_gpu, device_id, reason, binding = _choose_device(device, comm, local_rank)
+    if use_gpu:
+        xp = _device.cupy_or_none()
+        if not comm.allreduce(aware, op=MPI.LAND):  # every rank takes the same path; staging is the common one
+            if aware:
+                aware_why = "not on every rank; staging through host memory"
+            aware, nonblocking = False, False
+            nonblocking_why = "MPI is not CUDA-aware"
+        nonblocking = bool(comm.allreduce(nonblocking, op=MPI.LAND))
+    else:
+        xp, nonblocking, nonblocking_why = numpy, False, "device is cpu"
+        aware_why = f"device is cpu, host buffers; for GPUs this MPI would be {'yes' if aware else 'no'}: {aware_why}"
+        aware = False
+    return dict(device="gpu" if use_gpu else "cpu", device_id=device_id, device_reason=reason, binding=binding,
+                xp=xp, cuda_aware=aware, cuda_aware_reason=aware_why, nonblocking_device=nonblocking,
+                nonblocking_reason=nonblocking_why)
+
+
+def _blas_decision(blas_threads, local_size: int) -> str:
+    """Apply ``init``'s ``blas_threads`` and say what the BLAS runs (:attr:`Runtime.blas_threads`)."""
+    if blas_threads is None:
+        runs = _blas.threads()
+        return f"{runs if runs is not None else 'unknown'} (left as the process had them: blas_threads=None)"
+    if blas_threads != "auto":
+        if not _set_blas_limit(blas_threads):
+            return "not limited (threadpoolctl missing)"
+        return f"{blas_threads} (blas_threads={blas_threads})"
+    return _limit_blas_threads(local_size)
+
+
+def _gpu_sharing(comm, device_id) -> int:
+    """The most ranks that share one physical GPU (by host and PCI bus id). Collective."""
+    ids = comm.allgather((socket.gethostname(), _device.pci_bus_id(device_id) or f"device {device_id}"))
+    return max(ids.count(i) for i in ids)
 
 
 def _choose_device(device: str, comm: MPI.Intracomm, local_rank: int) -> tuple[bool, int | None, str, str]:

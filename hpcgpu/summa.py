@@ -26,8 +26,8 @@ import numpy as np
 from . import _device
 from ._gemm import PRECISIONS, accumulator_dtype, gemm
 from .comm import Ibcast, movable, traffic
-from .comm import _awareness as _comm_awareness
-from .distmatrix import DistMatrix
+from .blocks import remap
+from .comm import cuda_awareness
 from .errors import agreed
 
 __all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "traffic_model", "DEFAULT_PANEL_MEMORY",
@@ -129,11 +129,11 @@ def plan_panels(k: int, grid, width: int) -> list[Panel]:
     return out
 
 
-def matmul(a: DistMatrix, b: DistMatrix, c: DistMatrix | None = None, *, alpha=1.0, beta=0.0,
+def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
            transa: str = "N", transb: str = "N", panel: int | None = None,
            panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None,
            timings: dict | None = None, stats: dict | None = None, algorithm: str = "summa",
-           replication: int | None = None, memory_limit: int | None = None) -> DistMatrix:
+           replication: int | None = None, memory_limit: int | None = None):
     """``C = alpha * op(A) @ op(B) + beta * C`` for distributed matrices (PDGEMM's), by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -367,7 +367,7 @@ def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision
     (m, k), n = a.gshape, b.gshape[1]
     grid, xp = a.grid, a.xp
     if c is None:  # beta is 0 here: the first GEMM overwrites every element, no memset
-        c = DistMatrix(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
+        c = type(a)(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
     if k == 0:  # alpha * (an empty sum) = 0
         if beta == 0:
             c.local.fill(0)
@@ -421,7 +421,6 @@ def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, wat
     """2.5-D: A and B onto the layers (each its 1/rep of k), SUMMA per layer, C summed over the layers."""
     from ._partition import block_range
     from .comm import Allreduce
-    from .distmatrix import remap
 
     (m, k), n, grid, xp = a.gshape, b.gshape[1], a.grid, a.xp
     layer, q, lg, fiber = _layers(grid, rep)
@@ -445,8 +444,8 @@ def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, wat
 
     t0 = traffic()
     k0, k1 = block_range(k, rep, layer)
-    al = DistMatrix(remap(a.local, lambda p: grid.block(a.gshape, p), a_dst, grid.cart), (m, k1 - k0), lg)
-    bl = DistMatrix(remap(b.local, lambda p: grid.block(b.gshape, p), b_dst, grid.cart), (k1 - k0, n), lg)
+    al = type(a)(remap(a.local, lambda p: grid.block(a.gshape, p), a_dst, grid.cart), (m, k1 - k0), lg)
+    bl = type(b)(remap(b.local, lambda p: grid.block(b.gshape, p), b_dst, grid.cart), (k1 - k0, n), lg)
     t1 = traffic()
     acc = xp.empty(lg.block_shape((m, n)), accumulator_dtype(a.dtype))
     if k1 == k0:
@@ -485,16 +484,21 @@ def _check_c(c, shape, a, beta, b=None) -> None:
         if beta != 0:
             raise _error(f"matmul: beta = {beta} needs a c to add to")
         return
-    if not isinstance(c, DistMatrix):
+    if not _is_matrix(c):
         raise _error(f"matmul: c must be a DistMatrix, got {type(c).__name__}")
-    if c.gshape != shape or c.dtype != a.dtype or c.grid is not a.grid:
+    if c.gshape != shape or c.dtype != a.dtype or not c.grid.same_as(a.grid):
         raise _error(f"matmul: c is {c.gshape[0]} x {c.gshape[1]} {c.dtype} on grid {c.grid.shape}; "
                      f"expected {shape[0]} x {shape[1]} {a.dtype} on grid {a.grid.shape}")
 
 
+def _is_matrix(x) -> bool:
+    """Whether ``x`` is a distributed matrix (:class:`hpcgpu.DistMatrix`: its local block, global shape, grid)."""
+    return all(hasattr(x, name) for name in ("local", "gshape", "grid", "dtype", "xp"))
+
+
 def _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision) -> None:
     """Every argument error of :func:`matmul`, raised alike on every rank before any communication."""
-    if not isinstance(a, DistMatrix) or not isinstance(b, DistMatrix):
+    if not _is_matrix(a) or not _is_matrix(b):
         raise _error(f"matmul: expected two DistMatrix, got {type(a).__name__} and {type(b).__name__}")
     for name, t in (("transa", transa), ("transb", transb)):
         if t not in ("N", "T", "C"):
@@ -505,7 +509,7 @@ def _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision) -> N
         raise _error(f"matmul: inner dimensions differ: op(A) is {m} x {k}, op(B) is {k2} x {n}")
     if a.dtype != b.dtype:
         raise _error(f"matmul: dtypes differ: A is {a.dtype}, B is {b.dtype}")
-    if a.grid is not b.grid:
+    if not a.grid.same_as(b.grid):
         raise _error(f"matmul: A and B are on different process grids ({a.grid.shape} and {b.grid.shape})")
     _check_c(c, (m, n), a, beta, b)
     if a.dtype.kind != "c" and any(isinstance(x, complex) or np.iscomplexobj(x) for x in (alpha, beta)):
@@ -574,7 +578,7 @@ class _Timer:
         out.update(self.seconds)
 
 
-def _summa(a: DistMatrix, b: DistMatrix, c, panels: list[Panel], precision: str = "default",
+def _summa(a, b, c, panels: list[Panel], precision: str = "default",
            watchdog=None, timer: _Timer | None = None, alpha=1.0, beta=0.0) -> None:
     """SUMMA's communication schedule: ``c = alpha * sum over panels of A_panel @ B_panel + beta * c``.
 
@@ -585,7 +589,7 @@ def _summa(a: DistMatrix, b: DistMatrix, c, panels: list[Panel], precision: str 
     in non-blocking collectives go through :class:`_StagedPanels`.
     """
     timer = timer or _Timer(False)
-    staged = a.xp is not np and not _comm_awareness(None)[1]
+    staged = a.xp is not np and not cuda_awareness(None)[1]
     sched = (_StagedPanels if staged else _Panels)(a, b, c, panels, timer)
     nxt = sched.post(0)
     for p in range(len(panels)):

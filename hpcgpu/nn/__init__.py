@@ -9,10 +9,10 @@ Two ways in:
   per-sample losses and its gradient, ``predict(params, x)``; check its gradient with :func:`check_grad`.
 """
 
-from ._layers import ACTIVATIONS, GELU, Activation, Dense, Layer, ReLU, Sequential, Tanh, from_spec
+from ._layers import ACTIVATIONS, GELU, Activation, Dense, Layer, ReLU, Sequential, Tanh, from_spec, uniform_block
 from ._losses import LOSSES, Huber, Loss, MeanSquaredError, SoftmaxCrossEntropy, loss_by_name, loss_from_spec
 from ._model import FlatModel, Model, check_grad
-from ._network import MLP, Network, layer_plan, local_layout, relu_stack, uniform_block
+from ._network import MLP, Network, layer_plan, local_layout, relu_stack
 
 __all__ = ["ACTIVATIONS", "Activation", "Dense", "GELU", "Layer", "ReLU", "Sequential", "Tanh", "from_spec",
            "LOSSES", "Huber", "Loss", "MeanSquaredError", "SoftmaxCrossEntropy", "loss_by_name", "loss_from_spec",

@@ -24,8 +24,8 @@ import numpy as np
 
 from .. import _device
 
-__all__ = ["Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "ACTIVATIONS", "activation_forward",
-           "activation_backward"]
+__all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "ACTIVATIONS",
+           "activation_forward", "activation_backward"]
 
 ACTIVATIONS = ("relu", "tanh", "gelu")
 """The activations a :class:`Dense` layer can apply to its output (``None``: linear)."""
@@ -138,6 +138,41 @@ def _back(name: str | None, saved, pre, d) -> None:
         d *= saved
     else:
         activation_backward(name, saved, pre, d)
+
+
+def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np.ndarray:
+    """Block ``[rows, cols]`` of a ``shape`` matrix of U(-bound, bound) draws, made alone. Not collective.
+
+    Element ``(r, c)`` is draw ``r * shape[1] + c`` of a Philox stream keyed
+    by ``(seed, stream)`` (counter-based: a draw is a function of its index),
+    so a rank that holds a slice of a layer draws only that slice, and any
+    split gives the unsplit matrix's values.
+
+    Parameters
+    ----------
+    seed, stream : int
+    shape : (int, int)
+    rows, cols : (int, int)
+        ``[lo, hi)`` of the block.
+    bound : float
+
+    Returns
+    -------
+    numpy.ndarray, shape (rows[1] - rows[0], cols[1] - cols[0]), float64
+    """
+    def draws(first: int, count: int) -> np.ndarray:
+        bg = np.random.Philox(key=((int(seed) % 2**64) << 64) | int(stream), counter=first // 4)
+        if first % 4:
+            bg.random_raw(first % 4)  # one 64-bit draw a double: skip to the first
+        return np.random.Generator(bg).uniform(-bound, bound, count)
+
+    (r0, r1), (c0, c1), n = rows, cols, shape[1]
+    if c0 == 0 and c1 == n:
+        return draws(r0 * n, (r1 - r0) * n).reshape(r1 - r0, n)
+    out = np.empty((r1 - r0, c1 - c0))
+    for k, r in enumerate(range(r0, r1)):
+        out[k] = draws(r * n + c0, c1 - c0)
+    return out
 
 
 class Layer:
@@ -262,8 +297,6 @@ class Dense(Layer):
 
     def init(self, seed: int, stream: int) -> dict:
         """He-uniform weights of stream ``(seed, stream)``, zero biases (host, float64)."""
-        from ._network import uniform_block
-
         shape = (self.n_in, self.n_out_)
         w = uniform_block(seed, stream, shape, (0, self.n_in), (0, self.n_out_), math.sqrt(6.0 / self.n_in))
         return {"weight": w, "bias": np.zeros(self.n_out_)}

@@ -25,10 +25,10 @@ import numpy as np
 
 from .. import _blas, _gemm
 from .._kernels import kernels as _fused
-from ._layers import Dense, Sequential, activation_backward, activation_forward
+from ._layers import Dense, Sequential, activation_backward, activation_forward, uniform_block
 from ._losses import Loss, SoftmaxCrossEntropy
 
-__all__ = ["Network", "MLP", "relu_stack", "layer_plan", "local_layout", "uniform_block"]
+__all__ = ["Network", "MLP", "relu_stack", "layer_plan", "local_layout"]
 
 
 def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
@@ -132,41 +132,6 @@ def local_layout(sizes, tensor: int = 1, rank: int = 0) -> tuple[list, int]:
         size = sum(math.prod(s) for _, s in whole) + max(
             sum(math.prod(s) for _, s in entries(t)[1]) for t in range(tensor))
     return whole + split, size
-
-
-def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np.ndarray:
-    """Block ``[rows, cols]`` of a ``shape`` matrix of U(-bound, bound) draws, made alone. Not collective.
-
-    Element ``(r, c)`` is draw ``r * shape[1] + c`` of a Philox stream keyed
-    by ``(seed, stream)`` (counter-based: a draw is a function of its index),
-    so a rank that holds a slice of a layer draws only that slice, and any
-    split gives the unsplit matrix's values.
-
-    Parameters
-    ----------
-    seed, stream : int
-    shape : (int, int)
-    rows, cols : (int, int)
-        ``[lo, hi)`` of the block.
-    bound : float
-
-    Returns
-    -------
-    numpy.ndarray, shape (rows[1] - rows[0], cols[1] - cols[0]), float64
-    """
-    def draws(first: int, count: int) -> np.ndarray:
-        bg = np.random.Philox(key=((int(seed) % 2**64) << 64) | int(stream), counter=first // 4)
-        if first % 4:
-            bg.random_raw(first % 4)  # one 64-bit draw a double: skip to the first
-        return np.random.Generator(bg).uniform(-bound, bound, count)
-
-    (r0, r1), (c0, c1), n = rows, cols, shape[1]
-    if c0 == 0 and c1 == n:
-        return draws(r0 * n, (r1 - r0) * n).reshape(r1 - r0, n)
-    out = np.empty((r1 - r0, c1 - c0))
-    for k, r in enumerate(range(r0, r1)):
-        out[k] = draws(r * n + c0, c1 - c0)
-    return out
 
 
 class Network:

@@ -33,7 +33,8 @@ from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Alarm, _Keeper, ag
 from ._params import Params, read_params
 from ._store import DONE, FAILED, PENDING, Ledger
 
-__all__ = ["map", "SweepResult", "Params", "read_params", "TaskTimeout", "TaskInfo", "current_task",
+# ``map`` is public (hpcgpu.tasks.map) but not in __all__: ``from hpcgpu.tasks import *`` must not shadow the builtin.
+__all__ = ["SweepResult", "Params", "read_params", "TaskTimeout", "TaskInfo", "current_task",
            "PENDING", "DONE", "FAILED"]
 
 PROGRESS = ("auto", "bar", "lines", "none")

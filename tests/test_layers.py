@@ -1,0 +1,136 @@
+"""The house's shape: imports run one way, ``import hpcgpu`` stays light, the library door has no traps."""
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+import _mpi
+
+PACKAGE = os.path.join(_mpi.ROOT, "hpcgpu")
+
+
+def _import_graph() -> dict:
+    """hpcgpu's modules and the hpcgpu modules each imports, anywhere in it (functions included)."""
+    mods = {}
+    for dp, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dp, f)
+                name = os.path.relpath(path[:-3], _mpi.ROOT).replace(os.sep, ".").removesuffix(".__init__")
+                mods[name] = path
+    edges = {}
+    for name, path in mods.items():
+        package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+        deps = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    deps.add(full if full in mods else target)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        edges[name] = {d for d in deps if d in mods and d != name}
+    return edges
+
+
+def _cycles(edges: dict) -> list:
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_has_no_cycle_and_the_runtime_is_on_top():
+    edges = _import_graph()
+    assert _cycles(edges) == []
+    below = ("hpcgpu.comm", "hpcgpu.errors", "hpcgpu.grid", "hpcgpu.blocks", "hpcgpu.summa", "hpcgpu.distmatrix",
+             "hpcgpu._context", "hpcgpu.io")
+    for m in below:
+        assert "hpcgpu.runtime" not in edges[m], f"{m} reaches up to the runtime"
+    assert "hpcgpu.distmatrix" not in edges["hpcgpu.summa"]  # SUMMA works on blocks; the matrix type is above it
+
+
+def test_import_hpcgpu_loads_neither_the_trainer_nor_the_task_farm():
+    code = ("import sys, hpcgpu\n"
+            "heavy = sorted(m for m in sys.modules if m.startswith(('hpcgpu.train', 'hpcgpu.tasks', 'hpcgpu.nn')))\n"
+            "print(heavy)\n"
+            "print(hpcgpu.Trainer.__module__, hpcgpu.tasks.map.__module__, hpcgpu.nn.Dense.__name__)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=_mpi.environment())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["[]", "hpcgpu.train.trainer hpcgpu.tasks Dense"]
+
+
+def test_import_star_of_the_task_farm_leaves_the_builtin_map():
+    namespace = {}
+    exec("from hpcgpu.tasks import *", namespace)
+    assert "map" not in namespace
+    import hpcgpu.tasks
+
+    assert callable(hpcgpu.tasks.map)
+
+
+def test_a_collective_before_init_needs_a_communicator():
+    code = ("import numpy as np, hpcgpu\n"
+            "try:\n"
+            "    hpcgpu.Allreduce(np.ones(2))\n"
+            "except RuntimeError as e:\n"
+            "    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=_mpi.environment())
+    assert p.stdout.strip() == "no default communicator yet: call hpcgpu.init() first (collective), or pass comm="
+
+
+@pytest.mark.mpi
+def test_two_equal_grids_multiply_and_init_can_leave_the_blas_alone():
+    """Matrices on two grids made alike from one communicator multiply (the grids are equal, not identical);
+    init(blas_threads=None) leaves the science code's BLAS threads as they were."""
+    code = ("import numpy as np, hpcgpu\n"
+            "from hpcgpu import _blas\n"
+            "_blas.set_threads(2)\n"
+            "rt = hpcgpu.init('cpu', blas_threads=None)\n"
+            "assert _blas.threads() == 2 and rt.blas_threads.startswith('2 (left as the process had them'), "
+            "rt.blas_threads\n"
+            "g1, g2 = hpcgpu.ProcessGrid(comm=rt.comm), hpcgpu.ProcessGrid(comm=rt.comm)\n"
+            "assert g1 is not g2 and g1.same_as(g2)\n"
+            "assert not g1.same_as(hpcgpu.ProcessGrid((1, rt.size), comm=rt.comm))  # 3 x 1 and 1 x 3\n"
+            "a = hpcgpu.DistMatrix.random((7, 5), g1, seed=1)\n"
+            "b = hpcgpu.DistMatrix.random((5, 4), g2, seed=2)\n"
+            "c = (a @ b).gather()\n"
+            "A, B = a.gather(), b.gather()\n"
+            "if rt.rank == 0:\n"
+            "    assert np.allclose(c, A @ B, rtol=1e-12)\n"
+            "    print('ok')\n")
+    p = _mpi.run(3, ["-c", code], env=_mpi.blas_threads(1), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ok"
