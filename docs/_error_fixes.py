@@ -204,17 +204,15 @@ FIXES: dict[str, str] = {
         "float32 weights, ``64-true`` float64, and ``--dtype`` says the other. Give only one of the two "
         "options (``--dtype`` is an alias of ``--precision 32-true`` / ``64-true``)."
     ),
-    "--stall-timeout must be >= 0 seconds, got …": (
-        "The stall watchdog's timeout must be a finite number of seconds, 0 or more (0 turns the watchdog "
-        "off). Choose one well above the longest normal wait in a collective, e.g. ``--stall-timeout 300``."
+    "… must be >= 0 seconds, got …": (
+        "A timeout (``--stall-timeout``, ``stall_timeout=`` or the environment variable "
+        "``HPCGPU_STALL_TIMEOUT``, read when neither is given) is negative or infinite. It must be a finite "
+        "number of seconds, 0 or more (0 turns the stall watchdog off). Choose one well above the longest "
+        "normal wait in a collective, e.g. ``--stall-timeout 300``, or unset the variable."
     ),
-    "HPCGPU_STALL_TIMEOUT must be >= 0 seconds, got …": (
-        "The environment variable ``HPCGPU_STALL_TIMEOUT`` (read when ``--stall-timeout`` is not given) is "
-        "negative or infinite. Set it to a number of seconds, or unset it (or 0) to turn the watchdog off."
-    ),
-    "HPCGPU_STALL_TIMEOUT must be seconds, got …": (
-        "The environment variable ``HPCGPU_STALL_TIMEOUT`` is not a number (``300`` is; ``5min`` is not). "
-        "Set it to plain seconds, e.g. ``export HPCGPU_STALL_TIMEOUT=300``, or unset it."
+    "… must be seconds, got …": (
+        "The environment variable named (``HPCGPU_STALL_TIMEOUT``) is not a number (``300`` is; ``5min`` is "
+        "not). Set it to plain seconds, e.g. ``export HPCGPU_STALL_TIMEOUT=300``, or unset it."
     ),
     "hpcgpu: stall: rank … waited … s in … (…); aborting the job": (
         "The stall watchdog (``--stall-timeout`` or ``HPCGPU_STALL_TIMEOUT``) saw this rank wait longer than "

@@ -14,6 +14,7 @@ import threading
 from types import ModuleType
 
 import numpy
+from . import _options
 
 # Launcher variables that give a rank's index on its node before MPI_Init,
 # in the order they are trusted: Slurm's srun, Open MPI's mpiexec (PRRTE),
@@ -116,7 +117,7 @@ def bind_early() -> None:
     if "mpi4py.MPI" in sys.modules:
         LATE_WHY = "MPI was initialized before hpcgpu was imported"
         return
-    if os.environ.get("HPCGPU_DEVICE", "").strip().lower() == "cpu":
+    if (_options.text("HPCGPU_DEVICE") or "").lower() == "cpu":
         LATE_WHY = "HPCGPU_DEVICE=cpu"
         return
     found = launcher_local_rank()

@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from .io import atomic_path
+from . import _options
 
 __all__ = ["write_digits", "write_fashion_mnist", "default_data_path", "read_idx", "DATASETS"]
 
@@ -203,7 +204,7 @@ def default_data_path(name: str = "digits") -> str:
     str
         ``<directory>/<name>.h5``.
     """
-    base = os.environ.get("HPCGPU_DATA_DIR") or os.path.join(
+    base = _options.text("HPCGPU_DATA_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hpcgpu"
     )
     return os.path.join(base, f"{name}.h5")

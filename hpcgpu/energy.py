@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from mpi4py import MPI
+from . import _options
 
 __all__ = ["RaplReader", "NvmlReader", "EnergyMeter", "Joules", "POWERCAP"]
 
@@ -62,7 +63,7 @@ class RaplReader:
     """
 
     def __init__(self, root: str | None = None):
-        root = root or os.environ.get("HPCGPU_POWERCAP_ROOT") or POWERCAP
+        root = _options.text("HPCGPU_POWERCAP_ROOT", root, POWERCAP)
         self.zones: list[tuple[str, str, int]] = []
         self.reason = ""
         pkgs = sorted(d for d in glob.glob(os.path.join(root, "intel-rapl:*")) if re.search(r"intel-rapl:\d+$", d))

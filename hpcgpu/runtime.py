@@ -18,7 +18,7 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _blas, _context, _device
+from . import _blas, _context, _device, _options
 from .errors import agree, agreed
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
@@ -26,8 +26,6 @@ __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_awa
 
 _RUNTIME: Runtime | None = None
 
-_TRUE = {"1", "yes", "true", "on"}
-_FALSE = {"0", "no", "false", "off"}
 
 
 @dataclass(frozen=True)
@@ -415,7 +413,7 @@ def check_launch() -> None:
         so all of them raise), silent on all tasks but Slurm's task 0, so the
         job log shows the message once.
     """
-    if MPI.COMM_WORLD.Get_size() != 1 or os.environ.get("HPCGPU_IGNORE_SLURM_NTASKS", "").lower() in _TRUE:
+    if MPI.COMM_WORLD.Get_size() != 1 or _options.switch("HPCGPU_IGNORE_SLURM_NTASKS"):
         return
     step_tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
     if step_tasks.isdigit() and int(step_tasks) > 1:
@@ -531,7 +529,7 @@ def detect_cuda_aware(comm: MPI.Intracomm) -> tuple[bool, str]:
     ValueError
         ``HPCGPU_CUDA_AWARE_MPI`` is set to something other than 0/1.
     """
-    forced = _switch("HPCGPU_CUDA_AWARE_MPI")
+    forced = _options.switch("HPCGPU_CUDA_AWARE_MPI")
     if forced is False:
         return False, "HPCGPU_CUDA_AWARE_MPI=0"
     if forced:
@@ -541,23 +539,6 @@ def detect_cuda_aware(comm: MPI.Intracomm) -> tuple[bool, str]:
         return True, "HPCGPU_CUDA_AWARE_MPI=1"
     own, why = _library_cuda_aware(comm)
     return bool(own), why
-
-
-def _switch(name: str) -> bool | None:
-    """An on/off override from the environment: ``None`` when unset or empty.
-
-    Raises
-    ------
-    ValueError
-        Set to something other than 0/1 (or no/yes, false/true, off/on).
-    """
-    raw = os.environ.get(name, "")
-    v = raw.strip().lower()
-    if not v:
-        return None
-    if v not in _TRUE | _FALSE:
-        raise ValueError(f"{name} must be 0 or 1 (or no/yes, false/true, off/on), got {raw!r}")
-    return v in _TRUE
 
 
 def _library_cuda_aware(comm: MPI.Intracomm) -> tuple[bool | None, str]:
@@ -571,7 +552,7 @@ def _library_cuda_aware(comm: MPI.Intracomm) -> tuple[bool | None, str]:
     for var in ("MPICH_GPU_SUPPORT_ENABLED", "OMPI_MCA_opal_cuda_support", "MV2_USE_CUDA"):
         val = os.environ.get(var)
         if val is not None:
-            return val.strip().lower() in _TRUE, f"{var}={val}"
+            return val.strip().lower() in _options.TRUE, f"{var}={val}"
     if kinds is not None:
         return False, f"mpi_memory_alloc_kinds={kinds}"
     return None, "no sign of CUDA support in the MPI library"
@@ -612,7 +593,7 @@ def detect_nonblocking_device(cuda_aware: bool, library: str) -> tuple[bool, str
     ValueError
         ``HPCGPU_NONBLOCKING_DEVICE`` is set to something other than 0/1.
     """
-    forced = _switch("HPCGPU_NONBLOCKING_DEVICE")
+    forced = _options.switch("HPCGPU_NONBLOCKING_DEVICE")
     if forced is not None:
         return forced, f"HPCGPU_NONBLOCKING_DEVICE={int(forced)}"
     if not cuda_aware:

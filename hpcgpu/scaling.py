@@ -41,6 +41,7 @@ import subprocess
 import sys
 
 import numpy as np
+from . import _options
 
 __all__ = ["fit_line", "fit_collective_model", "predict_step", "main"]
 
@@ -134,7 +135,7 @@ def _launcher(n: int) -> tuple[list[str], dict]:
 
     Open MPI needs to be told to oversubscribe (and, as root, to start at all).
     """
-    exe = os.environ.get("HPCGPU_MPIEXEC") or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) \
+    exe = _options.text("HPCGPU_MPIEXEC") or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) \
         or shutil.which("mpiexec") or "mpiexec"
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     import mpi4py

@@ -17,7 +17,6 @@ aborts on its own after T seconds of waiting and names only itself.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from contextlib import contextmanager
 from mpi4py import MPI
 
 from .errors import agreed
+from . import _options
 from .runtime import abort
 
 __all__ = ["Watchdog", "stall_timeout"]
@@ -54,20 +54,10 @@ def stall_timeout(value: float | None = None) -> float:
         >= 0. An :class:`~hpcgpu.errors.AgreedError`: the option and the
         environment are the same on every rank.
     """
-    if value is not None:
-        if not value >= 0 or value == float("inf"):
-            raise agreed(ValueError(f"--stall-timeout must be >= 0 seconds, got {value}"))
-        return float(value)
-    v = os.environ.get("HPCGPU_STALL_TIMEOUT", "").strip()
-    if not v:
-        return 0.0
     try:
-        t = float(v)
-    except ValueError:
-        raise agreed(ValueError(f"HPCGPU_STALL_TIMEOUT must be seconds, got {v!r}")) from None
-    if not t >= 0 or t == float("inf"):
-        raise agreed(ValueError(f"HPCGPU_STALL_TIMEOUT must be >= 0 seconds, got {v!r}"))
-    return t
+        return _options.seconds("HPCGPU_STALL_TIMEOUT", value, 0.0, "--stall-timeout")
+    except ValueError as e:
+        raise agreed(e) from None
 
 
 class Watchdog:

@@ -123,3 +123,44 @@ def test_a_guide_example_prints_what_the_guide_shows(path):
                            env={**os.environ, **env})
     assert p.returncode == 0, p.stderr
     assert p.stdout == expected, f"{path} printed:\n{p.stdout}\nthe guide shows:\n{expected}"
+
+
+def test_every_environment_variable_is_read_in_one_place_and_documented():
+    """Each ``HPCGPU_*`` name the package mentions is in :data:`hpcgpu._options.VARIABLES`, and the install
+    page's table lists exactly those (a new variable cannot slip in unread or undocumented)."""
+    from hpcgpu import _options
+
+    pkg = os.path.join(_mpi.ROOT, "hpcgpu")
+    named = set()
+    for path in glob.glob(os.path.join(pkg, "**", "*.py"), recursive=True):
+        named |= set(re.findall(r"HPCGPU_[A-Z_]*[A-Z]", open(path, encoding="utf-8").read()))
+    assert named == set(_options.VARIABLES)
+    page = open(os.path.join(DOCS, "install.rst"), encoding="utf-8").read()
+    table = page[page.index("Environment variables\n"):]
+    assert set(re.findall(r"\* - ``(HPCGPU_[A-Z_]+)``", table)) == set(_options.VARIABLES)
+
+
+@pytest.mark.parametrize("raw, want", [("1", True), (" Yes ", True), ("off", False), ("", None)])
+def test_a_switch_reads_the_usual_words(monkeypatch, raw, want):
+    from hpcgpu import _options
+
+    monkeypatch.setenv("HPCGPU_CUDA_AWARE_MPI", raw)
+    assert _options.switch("HPCGPU_CUDA_AWARE_MPI") is want
+    assert _options.switch("HPCGPU_CUDA_AWARE_MPI", False) is False  # the argument wins
+
+
+def test_a_bad_switch_or_duration_is_a_one_line_error_naming_the_variable(monkeypatch):
+    from hpcgpu import _options
+
+    monkeypatch.setenv("HPCGPU_CUDA_AWARE_MPI", "maybe")
+    with pytest.raises(ValueError, match=r"^HPCGPU_CUDA_AWARE_MPI must be 0 or 1 .*got 'maybe'$"):
+        _options.switch("HPCGPU_CUDA_AWARE_MPI")
+    monkeypatch.setenv("HPCGPU_STALL_TIMEOUT", "5min")
+    with pytest.raises(ValueError, match=r"^HPCGPU_STALL_TIMEOUT must be seconds, got '5min'$"):
+        _options.seconds("HPCGPU_STALL_TIMEOUT", None, 0.0, "--stall-timeout")
+    monkeypatch.setenv("HPCGPU_STALL_TIMEOUT", "inf")
+    with pytest.raises(ValueError, match=r"^HPCGPU_STALL_TIMEOUT must be >= 0 seconds"):
+        _options.seconds("HPCGPU_STALL_TIMEOUT", None, 0.0, "--stall-timeout")
+    with pytest.raises(ValueError, match=r"^--stall-timeout must be >= 0 seconds, got -1"):
+        _options.seconds("HPCGPU_STALL_TIMEOUT", -1, 0.0, "--stall-timeout")
+    assert _options.seconds("HPCGPU_STALL_TIMEOUT", 2, 0.0, "--stall-timeout") == 2.0

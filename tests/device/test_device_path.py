@@ -538,15 +538,16 @@ def test_requests_in_flight_get_their_own_staging(cp):
 
 def test_device_collective_before_init_needs_the_awareness(cp, monkeypatch):
     import hpcgpu
-    from hpcgpu import runtime
+    from hpcgpu import _context, runtime
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
+    monkeypatch.setattr(_context, "_CURRENT", None)
     comm = MPI.COMM_SELF.Dup()
     try:
         a = cp.arange(4.0)
         with pytest.raises(ValueError, match="call hpcgpu.init"):
             hpcgpu.comm._dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b), [(a, "inout")], cuda_aware=None)
-        assert runtime._RUNTIME is None  # no init() behind the user's back
+        assert runtime._RUNTIME is None and _context.current() is None  # no init() behind the user's back
         hpcgpu.Allreduce(a, comm=comm, cuda_aware=False)
         np.testing.assert_array_equal(a.get(), np.arange(4.0))
     finally:

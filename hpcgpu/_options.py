@@ -1,0 +1,128 @@
+"""Every ``HPCGPU_*`` environment variable, read in one place.
+
+An option is its argument, else its variable, else its default.
+
+=============================  ==========================================================================
+variable                       what it sets
+=============================  ==========================================================================
+``HPCGPU_STALL_TIMEOUT``       seconds a collective may wait before the job is aborted (0: off)
+``HPCGPU_CUDA_AWARE_MPI``      0/1: whether device buffers go straight to MPI (against the MPI's answer)
+``HPCGPU_NONBLOCKING_DEVICE``  0/1: whether they go to its non-blocking collectives too
+``HPCGPU_DEVICE``              ``cpu``: ``import hpcgpu`` binds no GPU before ``MPI_Init``
+``HPCGPU_IGNORE_SLURM_NTASKS`` 1: do not refuse N one-rank worlds under ``srun --mpi=none``
+``HPCGPU_DATA_DIR``            where the bundled data sets are cached (``~/.cache/hpcgpu``)
+``HPCGPU_POWERCAP_ROOT``       where RAPL's counters are read (``/sys/class/powercap``)
+``HPCGPU_MPIEXEC``             the launcher ``python -m hpcgpu.scaling`` starts its runs with
+=============================  ==========================================================================
+
+Switches take 0/1, no/yes, false/true or off/on. Not collective: a variable
+is the same on every rank of a job, so every rank reads the same value (and
+raises the same error).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+__all__ = ["VARIABLES", "text", "switch", "seconds"]
+
+VARIABLES = ("HPCGPU_STALL_TIMEOUT", "HPCGPU_CUDA_AWARE_MPI", "HPCGPU_NONBLOCKING_DEVICE", "HPCGPU_DEVICE",
+             "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT", "HPCGPU_MPIEXEC")
+
+TRUE = frozenset({"1", "yes", "true", "on"})
+FALSE = frozenset({"0", "no", "false", "off"})
+
+
+def _known(name: str) -> str:
+    assert name in VARIABLES, name  # a new variable goes in the table first
+    return name
+
+
+def text(name: str, value: str | None = None, default: str | None = None) -> str | None:
+    """``value`` when given, else the variable's text (stripped) when set and not empty, else ``default``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`VARIABLES`.
+    value : str, optional
+        The argument, which wins.
+    default : str, optional
+
+    Returns
+    -------
+    str or None
+    """
+    if value is not None:
+        return value
+    raw = os.environ.get(_known(name), "").strip()
+    return raw or default
+
+
+def switch(name: str, value: bool | None = None) -> bool | None:
+    """An on/off option: ``value`` when given, else the variable, else None.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`VARIABLES`.
+    value : bool, optional
+
+    Returns
+    -------
+    bool or None
+        None when neither says.
+
+    Raises
+    ------
+    ValueError
+        The variable is set to another word than 0/1, no/yes, false/true, off/on.
+    """
+    if value is not None:
+        return bool(value)
+    raw = os.environ.get(_known(name), "")
+    v = raw.strip().lower()
+    if not v:
+        return None
+    if v not in TRUE | FALSE:
+        raise ValueError(f"{name} must be 0 or 1 (or no/yes, false/true, off/on), got {raw!r}")
+    return v in TRUE
+
+
+def seconds(name: str, value: float | None, default: float, what: str) -> float:
+    """A duration in seconds: ``value`` (the option ``what``) when given, else the variable, else ``default``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`VARIABLES`.
+    value : float, optional
+    default : float
+    what : str
+        How the message names the option (``--stall-timeout``).
+
+    Returns
+    -------
+    float
+        Seconds, >= 0 and finite.
+
+    Raises
+    ------
+    ValueError
+        The option or the variable is not a number >= 0 and finite; the message names which.
+    """
+    if value is not None:
+        if not value >= 0 or not math.isfinite(value):
+            raise ValueError(f"{what} must be >= 0 seconds, got {value}")
+        return float(value)
+    raw = os.environ.get(_known(name), "").strip()
+    if not raw:
+        return default
+    try:
+        t = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be seconds, got {raw!r}") from None
+    if not t >= 0 or not math.isfinite(t):
+        raise ValueError(f"{name} must be >= 0 seconds, got {raw!r}")
+    return t
