@@ -1173,9 +1173,17 @@ FIXES: dict[str, str] = {
         "``panel`` is the SUMMA panel width in columns and must be at least 1; leave it ``None`` to take the "
         "widest within ``panel_memory``."
     ),
-    "matmul: precision must be one of …, got …": (
-        "``precision`` chooses the local GEMM mode on a GPU. Use ``\"default\"`` (CuPy's mode), ``\"tf32\"`` "
-        "or ``\"full\"``."
+    "hpcgpu matmul: …; the old name goes in the next release": (
+        "A note, not an error: the command line used an option's old name (``--precision`` is now "
+        "``--math-mode``), which still works in this release. Write the new name in your job scripts."
+    ),
+    "matmul: math_mode must be one of …, got …": (
+        "``math_mode`` (``--math-mode``) chooses the local GEMMs' arithmetic on a GPU. Use ``\"default\"`` "
+        "(CuPy's mode: TF32 under ``CUPY_TF32=1``), ``\"tf32\"`` or ``\"full\"`` (IEEE)."
+    ),
+    "matmul: math_mode=… and precision=… (its old name) differ: give math_mode only": (
+        "``precision=`` is the deprecated name of ``math_mode=``; the call gave both, with different values. "
+        "Drop ``precision=`` and keep ``math_mode=``."
     ),
     "matmul: replication is for algorithm 2.5d": (
         "``--replication`` (``replication=``) only has a meaning for the 2.5-D algorithm, and the algorithm "

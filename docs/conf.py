@@ -102,6 +102,12 @@ def _same_object(app, env, node, contnode):
 _CANONICAL = _api.canonical()
 
 
+def _public_bases(app, name, obj, options, bases):
+    """A class's private base (``hpcgpu.nn._flat.FlatParams``) is an implementation detail: not shown."""
+    bases[:] = [b for b in bases if not any(part.startswith("_") for part in b.__module__.split("."))]
+
+
 def setup(app):
     app.connect("builder-inited", _prepare)
+    app.connect("autodoc-process-bases", _public_bases)
     app.connect("missing-reference", _same_object)

@@ -331,11 +331,11 @@ def cupy_tf32() -> bool:
         return False
 
 
-def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
+def gemm(a, b, c, alpha, beta, math_mode: str = "default") -> None:
     """``c = alpha * a @ b + beta * c`` on the device with cuBLAS (no temporary). Not collective.
 
     ``m``, ``n`` and ``k`` must be >= 1 (see :func:`hpcgpu._gemm.gemm`).
-    ``precision``: ``"default"`` follows CuPy's mode as ``cupy.matmul`` does
+    ``math_mode``: ``"default"`` follows CuPy's mode as ``cupy.matmul`` does
     (TF32 for float32 and complex64 under ``CUPY_TF32=1``), ``"tf32"``
     asks for TF32 tensor cores, ``"full"`` for IEEE single precision
     whatever ``CUPY_TF32`` says. ``cupy.cublas.gemm`` alone ignores
@@ -359,13 +359,13 @@ def gemm(a, b, c, alpha, beta, precision: str = "default") -> None:
 
     bf16 = a.dtype.name == "bfloat16"
     half = bf16 or a.dtype == numpy.float16
-    tf32 = precision == "tf32" or (precision == "default" and cupy_tf32())
+    tf32 = math_mode == "tf32" or (math_mode == "default" and cupy_tf32())
     if _capturing():  # every CuPy cuBLAS call sets the handle's stream, which CuPy refuses under capture
         compute = (_CUBLAS_COMPUTE_64F if a.dtype == numpy.float64 else
                    _CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 and a.dtype == numpy.float32 else _CUBLAS_COMPUTE_32F)
         _gemm_ex(a, b, c, alpha, beta, compute, raw=True)
         return
-    if alpha == 1 and beta == 0 and precision == "default" and c.dtype == a.dtype and not bf16:
+    if alpha == 1 and beta == 0 and math_mode == "default" and c.dtype == a.dtype and not bf16:
         cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does (float16: 32F compute)
         return
     if half:

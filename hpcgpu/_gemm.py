@@ -33,7 +33,8 @@ def _scipy_gemm(dtype):
     return _SCIPY_GEMM[dtype.char]
 
 
-PRECISIONS = ("default", "tf32", "full")
+MATH_MODES = ("default", "tf32", "full")
+"""The local GEMM's arithmetic on a GPU (cuBLAS's math mode): follow CuPy's, TF32, or IEEE."""
 
 
 def bfloat16_dtype() -> np.dtype | None:
@@ -55,7 +56,7 @@ def accumulator_dtype(dtype) -> np.dtype:
     return np.dtype("float32") if dtype in HALF else dtype
 
 
-def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
+def gemm(a, b, c, *, alpha=1.0, beta=0.0, math_mode: str = "default") -> None:
     """``c[...] = alpha * a @ b + beta * c`` in place, on the host or the device.
 
     Not collective. BLAS semantics on both: ``beta = 0`` ignores what ``c``
@@ -71,8 +72,8 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
         or float32 when they are float16 or bfloat16 (accumulate a sum of
         half-precision products in single precision).
     alpha, beta : scalar, keyword-only
-    precision : {"default", "tf32", "full"}, keyword-only
-        On the device: ``"default"`` follows CuPy's precision mode as
+    math_mode : {"default", "tf32", "full"}, keyword-only
+        On the device: ``"default"`` follows CuPy's TF32 mode as
         ``cupy.matmul`` does (TF32 tensor cores for float32 and complex64
         under ``CUPY_TF32=1``), ``"tf32"`` asks for them, ``"full"`` forbids
         them. The host BLAS has no TF32: every choice is full precision there.
@@ -93,7 +94,7 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, precision: str = "default") -> None:
             c *= beta
         return
     if _device.is_device_array(c):
-        _device.gemm(a, b, c, alpha, beta, precision)
+        _device.gemm(a, b, c, alpha, beta, math_mode)
         return
     if a.dtype in HALF:
         _host_half(a, b, c, alpha, beta)

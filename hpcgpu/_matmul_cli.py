@@ -18,13 +18,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
+from ._gemm import MATH_MODES
 from .comm import agree
 from .errors import agreed
+
+
+class _Renamed(argparse.Action):
+    """An option's old name, kept for one release: stores into the new one's ``dest`` and notes the rename."""
+
+    def __init__(self, *args, new: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.renamed = [*getattr(namespace, "renamed", []), f"{option_string} is now {self.new}"]
 
 
 def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
@@ -50,9 +64,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "accumulate in float32; a bfloat16 C is written as float32 (HDF5 has no bfloat16)")
     p.add_argument("--panel", type=int, help="SUMMA panel width (default: widest within --panel-memory)")
     p.add_argument("--panel-memory", type=float, default=256, help="MiB per rank for the panels in flight")
-    p.add_argument("--precision", choices=("default", "tf32", "full"), default="default",
+    p.add_argument("--math-mode", choices=MATH_MODES, default="default",
                    help="local GEMMs on a GPU: default follows CuPy's mode (TF32 under CUPY_TF32=1), "
                         "tf32 asks for TF32 tensor cores, full for IEEE float32 (the CPU is always full)")
+    p.add_argument("--precision", dest="math_mode", choices=MATH_MODES, help=argparse.SUPPRESS,
+                   action=_Renamed, new="--math-mode")  # its old name, for one release
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
@@ -89,6 +105,26 @@ def _grid(text, comm):
     return ProcessGrid(dims, comm=comm)
 
 
+def _options_error(a: argparse.Namespace) -> ValueError | None:
+    """The first bad option of ``a`` (the same on every rank), or None."""
+    err = None
+    if a.bench is None and not (a.A and a.B and a.out):
+        err = ValueError("give A, B and -o C, or --bench N")
+    elif a.bench is not None and a.bench < 1:
+        err = ValueError(f"--bench must be >= 1, got {a.bench}")
+    elif a.panel is not None and a.panel < 1:
+        err = ValueError(f"--panel must be >= 1, got {a.panel}")
+    elif not a.panel_memory > 0:
+        err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
+    elif a.memory_limit is not None and not a.memory_limit > 0:
+        err = ValueError(f"--memory-limit must be > 0, got {a.memory_limit}")
+    elif not all(map(np.isfinite, (a.alpha.real, a.alpha.imag, a.beta.real, a.beta.imag))):
+        err = ValueError(f"--alpha and --beta must be finite, got {a.alpha} and {a.beta}")
+    elif a.beta != 0 and not a.c_in:
+        err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
+    return err
+
+
 def main(a: argparse.Namespace) -> int:
     """Run ``python -m hpcgpu matmul`` with the parsed options ``a``. Collective.
 
@@ -107,26 +143,15 @@ def main(a: argparse.Namespace) -> int:
     from .summa import DEFAULT_PANEL_MEMORY, matmul
     from .watchdog import Watchdog, stall_timeout
 
-    err = None
-    if a.bench is None and not (a.A and a.B and a.out):
-        err = ValueError("give A, B and -o C, or --bench N")
-    elif a.bench is not None and a.bench < 1:
-        err = ValueError(f"--bench must be >= 1, got {a.bench}")
-    elif a.panel is not None and a.panel < 1:
-        err = ValueError(f"--panel must be >= 1, got {a.panel}")
-    elif not a.panel_memory > 0:
-        err = ValueError(f"--panel-memory must be > 0, got {a.panel_memory}")
-    elif a.memory_limit is not None and not a.memory_limit > 0:
-        err = ValueError(f"--memory-limit must be > 0, got {a.memory_limit}")
-    elif not all(map(np.isfinite, (a.alpha.real, a.alpha.imag, a.beta.real, a.beta.imag))):
-        err = ValueError(f"--alpha and --beta must be finite, got {a.alpha} and {a.beta}")
-    elif a.beta != 0 and not a.c_in:
-        err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
+    err = _options_error(a)
     if err:
         raise agreed(err)  # the same arguments on every rank
     timeout = stall_timeout(a.stall_timeout)
     rt = init(a.device)
     grid = _grid(a.grid, rt.comm)
+    if rt.rank == 0:
+        for note in getattr(a, "renamed", []):
+            print(f"hpcgpu matmul: {note}; the old name goes in the next release", file=sys.stderr, flush=True)
     if rt.rank == 0 and not a.json:
         print(f"hpcgpu matmul: {rt.size} rank(s) on {rt.summary()}, grid {grid.shape[0]}x{grid.shape[1]}", flush=True)
     mem = int(a.panel_memory * 2**20) if a.panel_memory else DEFAULT_PANEL_MEMORY
@@ -139,7 +164,7 @@ def main(a: argparse.Namespace) -> int:
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
     C = matmul(A, B, C, alpha=alpha, beta=beta, transa=a.transa, transb=a.transb, panel=a.panel,
-               panel_memory=mem, precision=a.precision, watchdog=wd, **_algorithm(a))
+               panel_memory=mem, math_mode=a.math_mode, watchdog=wd, **_algorithm(a))
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     wd.close()
@@ -243,18 +268,18 @@ def _bench(a, rt, grid, mem) -> int:
     A = DistMatrix.random((N, N), grid, dtype, seed=1)
     B = DistMatrix.random((N, N), grid, dtype, seed=2)
     algo = _algorithm(a)
-    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, **algo)  # warm-up: first touches
+    matmul(A, B, panel=a.panel, panel_memory=mem, math_mode=a.math_mode, **algo)  # warm-up: first touches
     best = float("inf")
     for _ in range(max(1, a.repeat)):
         rt.comm.Barrier()
         t0 = MPI.Wtime()
-        matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, **algo)
+        matmul(A, B, panel=a.panel, panel_memory=mem, math_mode=a.math_mode, **algo)
         _sync(rt)
         best = min(best, rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
     # Where the time goes, per rank: one more run with the phases timed (CUDA events on a GPU).
     split, stats = {}, {}
     rt.comm.Barrier()
-    matmul(A, B, panel=a.panel, panel_memory=mem, precision=a.precision, timings=split, stats=stats, **algo)
+    matmul(A, B, panel=a.panel, panel_memory=mem, math_mode=a.math_mode, timings=split, stats=stats, **algo)
     splits = rt.comm.gather(split, root=0)
     comm_max = rt.comm.allreduce(stats["comm_bytes"], op=MPI.MAX)
     # The reference: one process (rank 0) multiplies the same global matrices
@@ -272,7 +297,7 @@ def _bench(a, rt, grid, mem) -> int:
         w = a.panel or panel_width(N, N, N, grid.shape, dtype.itemsize, mem)
         widest = N if grid.size == 1 else max(p.width for p in plan_panels(N, grid, min(w, N)))
         res = dict(N=N, dtype=str(dtype), ranks=rt.size, grid=list(grid.shape), device=rt.device,
-                   device_summary=rt.summary(), precision=a.precision, panel=widest,
+                   device_summary=rt.summary(), math_mode=a.math_mode, panel=widest,
                    seconds=best, gflops=gflops, local_gemm_seconds=ref,
                    local_gemm_gflops=_flops(N, N, N, dtype) / ref / 1e9, local_gemm_threads=threads,
                    ratio=ref / best, path=_path(rt), split=splits, comm_bytes_per_rank_max=comm_max,

@@ -18,17 +18,19 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from contextlib import contextmanager, nullcontext
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from . import _device
-from ._gemm import PRECISIONS, accumulator_dtype, gemm
-from .comm import Ibcast, movable, traffic
+from ._gemm import MATH_MODES, accumulator_dtype, gemm
 from .blocks import remap
-from .comm import cuda_awareness
+from .comm import Ibcast, cuda_awareness, movable, traffic
 from .errors import agreed
+from .timing import SpanTimer
 
 __all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "traffic_model", "DEFAULT_PANEL_MEMORY",
            "PHASES"]
@@ -131,9 +133,9 @@ def plan_panels(k: int, grid, width: int) -> list[Panel]:
 
 def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
            transa: str = "N", transb: str = "N", panel: int | None = None,
-           panel_memory: int = DEFAULT_PANEL_MEMORY, precision: str = "default", watchdog=None,
+           panel_memory: int = DEFAULT_PANEL_MEMORY, math_mode: str = "default", watchdog=None,
            timings: dict | None = None, stats: dict | None = None, algorithm: str = "summa",
-           replication: int | None = None, memory_limit: int | None = None):
+           replication: int | None = None, memory_limit: int | None = None, precision: str | None = None):
     """``C = alpha * op(A) @ op(B) + beta * C`` for distributed matrices (PDGEMM's), by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -167,8 +169,8 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
         efficient.
     panel_memory : int
         Bytes per rank for the two panel pairs when ``panel`` is not given.
-    precision : {"default", "tf32", "full"}
-        The local GEMMs' arithmetic on a GPU: ``"default"`` follows the mode
+    math_mode : {"default", "tf32", "full"}, keyword-only
+        The local GEMMs' arithmetic on a GPU (cuBLAS's math mode): ``"default"`` follows the mode
         a CuPy user chose, as ``cupy.matmul`` does (TF32 tensor cores for
         float32 and complex64 under ``CUPY_TF32=1``); ``"tf32"`` asks for
         TF32, ``"full"`` for IEEE arithmetic whatever ``CUPY_TF32`` says.
@@ -215,6 +217,9 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     memory_limit : int, optional, keyword-only
         Bytes a rank may use for 2.5-D's copies and buffers (checked before
         any communication; the error says how much is needed).
+    precision : {"default", "tf32", "full"}, optional, keyword-only
+        Deprecated name of ``math_mode`` (a :class:`DeprecationWarning`;
+        removed in the next release).
 
     Returns
     -------
@@ -230,7 +235,8 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
         Inner dimensions differ after ``op``, dtypes differ, the grids differ,
         ``c`` of the wrong shape, dtype or grid, ``beta != 0`` without ``c``,
         a complex ``alpha`` or ``beta`` for a real dtype, an unknown ``trans``,
-        ``panel < 1``, an unknown ``algorithm``, a ``replication`` that does
+        ``panel < 1``, an unknown ``math_mode`` or ``algorithm``, ``math_mode``
+        and ``precision`` both given and different, a ``replication`` that does
         not divide P into c squares, or 2.5-D's memory above ``memory_limit``
         (on every rank, before any communication).
 
@@ -247,19 +253,60 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
     transa, transb = str(transa).upper(), str(transb).upper()  # PDGEMM takes either case
-    _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision)
+    math_mode = _math_mode(math_mode, precision)
+    _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
     shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
     rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
+    call = _Call(alpha, beta, panel, panel_memory, math_mode, watchdog, rep,
+                 SpanTimer(PHASES[:-1], None if a.xp is np else a.xp, on=timings is not None))
     before = traffic()
-    parts: dict = {}
-    out = _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings, rep,
-                  parts)
+    out = _matmul(a, b, c, transa, transb, call)
+    if timings is not None:
+        timings.update(call.timer.collect(), total=time.perf_counter() - call.timer.started)
     if stats is not None:
         after = traffic()
         sent, received = after["sent"] - before["sent"], after["received"] - before["received"]
         stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received,
-                     algorithm="2.5d" if rep > 1 else "summa", replication=rep, **parts)
+                     algorithm="2.5d" if rep > 1 else "summa", replication=rep, **call.parts)
     return out
+
+
+@dataclass
+class _Call:
+    """One call's checked choices: what every step of the schedule reads."""
+
+    alpha: object
+    beta: object
+    panel: int | None  # None: the widest within panel_memory
+    panel_memory: int
+    math_mode: str
+    watchdog: object  # hpcgpu.watchdog.Watchdog or None
+    replication: int  # 1: SUMMA; c > 1: 2.5-D
+    timer: SpanTimer
+    parts: dict = field(default_factory=dict)  # comm_bytes_<part> for stats
+
+    def width(self, m: int, n: int, k: int, grid, itemsize: int) -> int:
+        """The panel width of an m x n x k product on ``grid``, at most k."""
+        w = self.panel if self.panel is not None else panel_width(m, n, k, grid.shape, itemsize, self.panel_memory)
+        return min(w, k)
+
+    def watch(self, p: int, n: int):
+        """The watchdog's context for panel p's broadcasts (nothing without one)."""
+        if self.watchdog is None:
+            return nullcontext()
+        return self.watchdog.watch("SUMMA panel broadcast", f"panel {p + 1} of {n}")
+
+
+def _math_mode(math_mode: str, precision: str | None) -> str:
+    """``math_mode``, or the deprecated ``precision`` that names it (warned about)."""
+    if precision is None:
+        return math_mode
+    warnings.warn("matmul(precision=...) is now matmul(math_mode=...); precision= goes in the next release",
+                  DeprecationWarning, stacklevel=3)
+    if math_mode not in ("default", precision):
+        raise _error(f"matmul: math_mode={math_mode!r} and precision={precision!r} (its old name) differ: "
+                     "give math_mode only")
+    return precision
 
 
 def memory_25d(shapes, dtype, grid_size: int, replication: int, panel_memory: int = DEFAULT_PANEL_MEMORY) -> int:
@@ -356,46 +403,38 @@ def traffic_model(shapes, P: int, replication: int) -> float:
     return (m * k + k * n) / math.sqrt(c * P) + 2 * (m * k + k * n) * c / P + 2 * m * n * c / P + 2 * m * n / P
 
 
-def _matmul(a, b, c, alpha, beta, transa, transb, panel, panel_memory, precision, watchdog, timings, rep, parts):
+def _matmul(a, b, c, transa: str, transb: str, call: _Call):
+    """The product of checked operands: transposes, then one local GEMM, SUMMA or 2.5-D."""
     t0 = traffic()
     if transa != "N":
         a = a.T if transa == "T" else a.H
     if transb != "N":
         b = b.T if transb == "T" else b.H
     t1 = traffic()
-    parts["comm_bytes_transpose"] = t1["sent"] - t0["sent"] + t1["received"] - t0["received"]
+    call.parts["comm_bytes_transpose"] = t1["sent"] - t0["sent"] + t1["received"] - t0["received"]
     (m, k), n = a.gshape, b.gshape[1]
     grid, xp = a.grid, a.xp
     if c is None:  # beta is 0 here: the first GEMM overwrites every element, no memset
         c = type(a)(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
     if k == 0:  # alpha * (an empty sum) = 0
-        if beta == 0:
+        if call.beta == 0:
             c.local.fill(0)
-        elif beta != 1:
-            c.local *= beta
-        return c
-    timer = _Timer(timings is not None, None if xp is np else xp)
-    if rep > 1:
-        _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, watchdog, timer, parts)
-        timer.finish(timings)
-        return c
-    if grid.size == 1:
-        with timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
-            gemm(a.local, b.local, c.local, alpha=alpha, beta=beta, precision=precision)
-        timer.finish(timings)
-        return c
-    w = panel if panel is not None else panel_width(m, n, k, grid.shape, a.dtype.itemsize, panel_memory)
-    acc_dtype = accumulator_dtype(a.dtype)
-    if acc_dtype == a.dtype:
+        elif call.beta != 1:
+            c.local *= call.beta
+    elif call.replication > 1:
+        _two_and_half(a, b, c, call)
+    elif grid.size == 1:
+        with call.timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
+            gemm(a.local, b.local, c.local, alpha=call.alpha, beta=call.beta, math_mode=call.math_mode)
+    else:
         acc = c.local
-    else:  # half: sum the panels in float32, rounded once
-        acc = xp.empty(c.lshape, acc_dtype)
-        if beta != 0:
-            acc[...] = c.local
-    _summa(a, b, acc, plan_panels(k, grid, min(w, k)), precision, watchdog, timer, alpha=alpha, beta=beta)
-    if acc is not c.local:
-        c.local[...] = acc
-    timer.finish(timings)
+        if accumulator_dtype(a.dtype) != a.dtype:  # half: sum the panels in float32, rounded once
+            acc = xp.empty(c.lshape, accumulator_dtype(a.dtype))
+            if call.beta != 0:
+                acc[...] = c.local
+        _summa(a, b, acc, plan_panels(k, grid, call.width(m, n, k, grid, a.dtype.itemsize)), call, beta=call.beta)
+        if acc is not c.local:
+            c.local[...] = acc
     return c
 
 
@@ -417,12 +456,13 @@ def _layers(grid, rep: int):
     return cache[rep]
 
 
-def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, watchdog, timer, parts) -> None:
+def _two_and_half(a, b, c, call: _Call) -> None:
     """2.5-D: A and B onto the layers (each its 1/rep of k), SUMMA per layer, C summed over the layers."""
     from ._partition import block_range
     from .comm import Allreduce
 
     (m, k), n, grid, xp = a.gshape, b.gshape[1], a.grid, a.xp
+    rep = call.replication
     layer, q, lg, fiber = _layers(grid, rep)
     q2 = q * q
 
@@ -451,10 +491,11 @@ def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, wat
     if k1 == k0:
         acc.fill(0)
     elif lg.size == 1:
-        gemm(al.local, bl.local, acc, alpha=alpha, precision=precision)
+        with call.timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
+            gemm(al.local, bl.local, acc, alpha=call.alpha, math_mode=call.math_mode)
     else:
-        w = panel if panel is not None else panel_width(m, n, k1 - k0, lg.shape, a.dtype.itemsize, panel_memory)
-        _summa(al, bl, acc, plan_panels(k1 - k0, lg, min(w, k1 - k0)), precision, watchdog, timer, alpha=alpha)
+        _summa(al, bl, acc, plan_panels(k1 - k0, lg, call.width(m, n, k1 - k0, lg, a.dtype.itemsize)), call,
+               beta=0.0)
     t2 = traffic()
     Allreduce(acc, comm=fiber)  # the layers' partial sums
     t3 = traffic()
@@ -467,14 +508,14 @@ def _two_and_half(a, b, c, alpha, beta, rep, panel, panel_memory, precision, wat
 
     out = remap(acc, c_src, lambda p: grid.block((m, n), p), grid.cart)
     t4 = traffic()
-    if beta == 0:
+    if call.beta == 0:
         c.local[...] = out
     else:
-        c.local[...] = out + beta * (c.local if c.dtype == out.dtype else c.local.astype(out.dtype))
+        c.local[...] = out + call.beta * (c.local if c.dtype == out.dtype else c.local.astype(out.dtype))
     moved = [t1, t2, t3, t4]
     names = ("replicate", "summa", "reduce", "redistribute")
     for name, x, y in zip(names, [t0, *moved[:-1]], moved, strict=True):
-        parts[f"comm_bytes_{name}"] = y["sent"] - x["sent"] + y["received"] - x["received"]
+        call.parts[f"comm_bytes_{name}"] = y["sent"] - x["sent"] + y["received"] - x["received"]
 
 
 def _check_c(c, shape, a, beta, b=None) -> None:
@@ -496,7 +537,7 @@ def _is_matrix(x) -> bool:
     return all(hasattr(x, name) for name in ("local", "gshape", "grid", "dtype", "xp"))
 
 
-def _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision) -> None:
+def _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode) -> None:
     """Every argument error of :func:`matmul`, raised alike on every rank before any communication."""
     if not _is_matrix(a) or not _is_matrix(b):
         raise _error(f"matmul: expected two DistMatrix, got {type(a).__name__} and {type(b).__name__}")
@@ -516,8 +557,8 @@ def _check_operands(a, b, c, alpha, beta, transa, transb, panel, precision) -> N
         raise _error(f"matmul: complex alpha or beta for {a.dtype} matrices")
     if panel is not None and panel < 1:
         raise _error(f"matmul: panel must be >= 1, got {panel}")
-    if precision not in PRECISIONS:
-        raise _error(f"matmul: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if math_mode not in MATH_MODES:
+        raise _error(f"matmul: math_mode must be one of {', '.join(MATH_MODES)}, got {math_mode!r}")
 
 
 PHASES = ("gemm", "d2h", "h2d", "mpi", "total")
@@ -525,61 +566,7 @@ PHASES = ("gemm", "d2h", "h2d", "mpi", "total")
 host-to-device copies of panels, MPI calls, and the whole call."""
 
 
-class _Timer:
-    """Seconds per phase on this rank; a no-op unless ``on``.
-
-    Host phases (MPI, and GEMMs on the host) by ``perf_counter`` around the
-    call. Device phases by CUDA events recorded on the stream the work goes
-    to, read once at the end: timing never adds a synchronization inside
-    the schedule, so it measures the overlapped run itself.
-    """
-
-    def __init__(self, on: bool, cupy=None):
-        self.on, self.cupy = on, cupy
-        self.seconds = dict.fromkeys(PHASES, 0.0)
-        self.events: list[tuple[str, object, object]] = []
-        self.t0 = time.perf_counter()
-
-    @contextmanager
-    def host(self, phase: str):
-        if not self.on:
-            yield
-            return
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[phase] += time.perf_counter() - t
-
-    @contextmanager
-    def device(self, phase: str, stream):
-        if not self.on or self.cupy is None:
-            with self.host(phase):
-                yield
-            return
-        start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
-        start.record(stream)
-        try:
-            yield
-        finally:
-            end.record(stream)
-            self.events.append((phase, start, end))
-
-    def finish(self, out: dict | None) -> None:
-        if not self.on or out is None:
-            return
-        if self.cupy is not None:
-            self.cupy.cuda.get_current_stream().synchronize()
-            for phase, start, end in self.events:
-                start.synchronize()
-                end.synchronize()
-                self.seconds[phase] += self.cupy.cuda.get_elapsed_time(start, end) / 1e3
-        self.seconds["total"] = time.perf_counter() - self.t0
-        out.update(self.seconds)
-
-
-def _summa(a, b, c, panels: list[Panel], precision: str = "default",
-           watchdog=None, timer: _Timer | None = None, alpha=1.0, beta=0.0) -> None:
+def _summa(a, b, c, panels: list[Panel], call: _Call, beta) -> None:
     """SUMMA's communication schedule: ``c = alpha * sum over panels of A_panel @ B_panel + beta * c``.
 
     ``c`` is this rank's block of C (an xp array), or its float32
@@ -588,21 +575,19 @@ def _summa(a, b, c, panels: list[Panel], precision: str = "default",
     p's GEMM (lookahead). Device blocks whose MPI cannot take device memory
     in non-blocking collectives go through :class:`_StagedPanels`.
     """
-    timer = timer or _Timer(False)
     staged = a.xp is not np and not cuda_awareness(None)[1]
-    sched = (_StagedPanels if staged else _Panels)(a, b, c, panels, timer)
+    sched = (_StagedPanels if staged else _Panels)(a, b, c, panels, call.timer)
     nxt = sched.post(0)
     for p in range(len(panels)):
         cur = nxt
         if p + 1 < len(panels):
             nxt = sched.post(p + 1)  # lookahead
-        with watchdog.watch("SUMMA panel broadcast", f"panel {p + 1} of {len(panels)}") if watchdog \
-                else nullcontext(), timer.host("mpi"):
+        with call.watch(p, len(panels)), call.timer.host("mpi"):
             for req in cur.requests:
                 req.Wait()
         ap, bp = sched.arrived(p, cur)
-        with timer.device("gemm", sched.compute):
-            gemm(ap, bp, c, alpha=alpha, beta=beta if p == 0 else 1.0, precision=precision)
+        with call.timer.device("gemm", sched.compute):
+            gemm(ap, bp, c, alpha=call.alpha, beta=beta if p == 0 else 1.0, math_mode=call.math_mode)
         sched.computed(p)
 
 

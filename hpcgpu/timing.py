@@ -1,6 +1,6 @@
 """Where the time goes: seconds per phase of a loop on each rank, reduced over ranks, and a Chrome trace.
 
-A :class:`PhaseTimer` is told when a phase begins (:meth:`PhaseTimer.mark`);
+Two clocks for two shapes of work. A :class:`PhaseTimer` is told when a phase begins (:meth:`PhaseTimer.mark`);
 the previous one ends there, so the phases tile the loop and their sum is its
 time (nothing counted twice, nothing left out). On the CPU each mark reads
 the host clock. On a GPU each mark records a CUDA event on the current
@@ -9,6 +9,12 @@ device's timeline, read once when the seconds are collected: the time a
 kernel ran, not the time it took to launch, and no synchronization inside
 the loop. A phase the host spends in MPI appears there as the device idling
 between the events around it.
+
+A :class:`SpanTimer` times an overlapped schedule instead (SUMMA's
+lookahead: the broadcasts of panel p+1 in flight during the GEMM of panel
+p): each span is bracketed on its own, on the host clock or by a pair of
+CUDA events on the stream its work goes to, so spans may overlap and the
+phases may add up to more than the wall time.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import json
 import socket
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["PhaseTimer", "reduce_phases", "write_trace"]
+__all__ = ["PhaseTimer", "SpanTimer", "reduce_phases", "write_trace"]
 
 
 class PhaseTimer:
@@ -102,10 +109,9 @@ class PhaseTimer:
         last = pend[-1][1]
         last.synchronize()
         t0_host = pend[0][2]  # the device timeline anchored at the first mark's host time
-        elapsed = self.cupy.cuda.get_elapsed_time
         start_ms = 0.0
         for (phase, ev, _, label), (_, nxt, _, _) in zip(pend[:-1], pend[1:], strict=True):
-            dt = elapsed(ev, nxt) / 1e3
+            dt = _between(self.cupy, ev, nxt)
             if phase is not None:
                 self.totals[phase] += dt
                 if self.trace:
@@ -114,6 +120,91 @@ class PhaseTimer:
         # The last mark starts the next interval: keep it, recycle the others.
         self._pool.extend(ev for _, ev, _, _ in pend[:-1])
         self._pending = [pend[-1]]
+
+
+def _between(cupy, start, end) -> float:
+    """Seconds from CUDA event ``start`` to ``end`` (both recorded and complete)."""
+    return cupy.cuda.get_elapsed_time(start, end) / 1e3
+
+
+class SpanTimer:
+    """Seconds per phase on this rank, from spans that may overlap.
+
+    Not collective. Host spans (:meth:`host`: MPI calls, GEMMs on the
+    host) read ``time.perf_counter`` around the block. Device spans
+    (:meth:`device`) record a CUDA event before and after the work on the
+    stream it goes to, and are read once in :meth:`collect`: timing adds
+    no synchronization inside the schedule, so it measures the overlapped
+    run itself.
+
+    Parameters
+    ----------
+    phases : sequence of str
+        The phase names, e.g. ``("gemm", "d2h", "h2d", "mpi")``.
+    cupy : module, optional
+        CuPy (or its stand-in) when work runs on a GPU; ``None``: every span
+        is a host span.
+    on : bool
+        ``False`` makes every call a no-op (nothing is recorded).
+
+    Attributes
+    ----------
+    started : float
+        ``time.perf_counter()`` when the timer was made.
+    """
+
+    def __init__(self, phases: Sequence[str], cupy=None, on: bool = True):
+        self.phases, self.cupy, self.on = tuple(phases), cupy, on
+        self.seconds = dict.fromkeys(self.phases, 0.0)
+        self._events: list[tuple[str, object, object]] = []
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def host(self, phase: str):
+        """Add the block's host-clock seconds to ``phase``."""
+        if not self.on:
+            yield
+            return
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t
+
+    @contextmanager
+    def device(self, phase: str, stream):
+        """Add the device seconds of the work the block queues on ``stream`` to ``phase``.
+
+        A host span when the timer has no ``cupy`` (``stream`` is then ignored).
+        """
+        if not self.on or self.cupy is None:
+            with self.host(phase):
+                yield
+            return
+        start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
+        start.record(stream)
+        try:
+            yield
+        finally:
+            end.record(stream)
+            self._events.append((phase, start, end))
+
+    def collect(self) -> dict:
+        """The seconds per phase (waits for the device's spans to end).
+
+        Returns
+        -------
+        dict of str to float
+            Every phase of :attr:`phases`, 0.0 where nothing ran.
+        """
+        if self.on and self.cupy is not None:
+            self.cupy.cuda.get_current_stream().synchronize()
+            for phase, start, end in self._events:
+                start.synchronize()
+                end.synchronize()
+                self.seconds[phase] += _between(self.cupy, start, end)
+            self._events.clear()
+        return dict(self.seconds)
 
 
 def reduce_phases(seconds: dict, comm: MPI.Intracomm) -> dict:

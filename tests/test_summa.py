@@ -73,9 +73,9 @@ def test_one_rank_grid_and_errors():
         hpcgpu.matmul(a, a)
     with pytest.raises(ValueError, match="dtypes differ"):
         hpcgpu.matmul(a, DistMatrix.random((4, 2), g, "float32"))
-    g2 = ProcessGrid((1, 1), comm=MPI.COMM_SELF)
-    with pytest.raises(ValueError, match="different process grids"):
-        hpcgpu.matmul(a, DistMatrix.random((4, 2), g2))
+    g2 = ProcessGrid((1, 1), comm=MPI.COMM_SELF)  # an equal grid: its matrices multiply with g's
+    np.testing.assert_array_equal(hpcgpu.matmul(a, DistMatrix.random((4, 2), g2, seed=1)).local,
+                                  hpcgpu.matmul(a, DistMatrix.random((4, 2), g, seed=1)).local)
     with pytest.raises(ValueError, match="not one of float32"):
         DistMatrix.random((2, 2), g, "int64")
     with pytest.raises(ValueError, match="local block has shape"):
@@ -86,7 +86,8 @@ def test_one_rank_grid_and_errors():
     cases = {  # PDGEMM's argument errors: every one before any communication, on every rank alike
         "c is 3 x 3 float64 on grid (1, 1); expected 3 x 2": dict(c=DistMatrix.random((3, 3), g)),
         "c is 3 x 2 float32": dict(c=DistMatrix.random((3, 2), g, "float32")),
-        "expected 3 x 2 float64 on grid": dict(c=DistMatrix.random((3, 2), g2)),
+        "c is 3 x 2 float32 on grid (1, 1); expected 3 x 2 float64": dict(c=DistMatrix.random((3, 2), g2, "float32")),
+        "math_mode must be one of default, tf32, full, got 'half'": dict(math_mode="half"),
         "beta = 0.5 needs a c": dict(beta=0.5),
         "transa must be N, T or C": dict(transa="X"),
         "complex alpha or beta for float64": dict(alpha=1j),
@@ -201,6 +202,17 @@ def test_cli_bench_reports_ratio():
     assert res["comm_bytes_per_rank_max"] == 64 * 64 * 8, res
     text = _cli(2, "--bench", 64, "--repeat", 1)
     assert text.returncode == 0 and f"comm_bytes_per_rank_max={64 * 64 * 8}" in text.stdout.splitlines(), text.stdout
+    assert res["math_mode"] == "default", res
+
+
+def test_cli_takes_the_old_name_of_math_mode_for_one_release():
+    p = _cli(2, "--bench", 16, "--repeat", 1, "--json", "--precision", "full")
+    assert p.returncode == 0, p.stderr
+    import json
+
+    assert json.loads(p.stdout.strip().splitlines()[-1])["math_mode"] == "full"
+    notes = [line for line in p.stderr.splitlines() if "--precision is now --math-mode" in line]
+    assert len(notes) == 1, p.stderr  # rank 0 says it, once
 
 
 def _ranks_blas_threads(n):

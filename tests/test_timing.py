@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import _mpi
-from hpcgpu.timing import PhaseTimer, reduce_phases, write_trace
+from hpcgpu.timing import PhaseTimer, SpanTimer, reduce_phases, write_trace
 
 
 def test_phases_tile_the_loop_on_the_host():
@@ -34,6 +34,22 @@ def test_off_is_a_no_op():
     t.mark("a")
     t.mark(None)
     assert t.collect() == {"a": 0.0}
+
+
+def test_spans_may_overlap():
+    """A span inside another counts in both phases (an overlapped schedule); a timer that is off counts nothing."""
+    t = SpanTimer(("outer", "inner"))
+    t0 = time.perf_counter()
+    with t.host("outer"):
+        with t.device("inner", stream=None):  # no cupy: a host span
+            time.sleep(0.01)
+    wall = time.perf_counter() - t0
+    got = t.collect()
+    assert wall >= got["outer"] >= got["inner"] >= 0.01, got
+    off = SpanTimer(("outer",), on=False)
+    with off.host("outer"):
+        time.sleep(0.001)
+    assert off.collect() == {"outer": 0.0}
 
 
 def test_reduce_and_trace_at_one_rank(tmp_path):

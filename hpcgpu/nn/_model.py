@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from ._flat import FlatParams
+
 __all__ = ["Model", "FlatModel", "check_grad"]
 
 
@@ -77,7 +79,7 @@ def contract_error(model) -> TypeError | None:
     return None
 
 
-class FlatModel:
+class FlatModel(FlatParams):
     """A model of the user's own, bound to flat parameter and gradient buffers (the trainer's engine for it).
 
     Not collective. Offers what :class:`hpcgpu.nn.Network` offers the
@@ -129,38 +131,20 @@ class FlatModel:
 
         host = {str(k): np.asarray(_device.asnumpy(v), dtype=self.dtype) for k, v in init.items()}
         self.shapes = [(k, v.shape) for k, v in host.items()]
+        self.global_shapes = self.shapes
         self.n_params = self.n_global = sum(math.prod(s) for _, s in self.shapes)
-        for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2), ("params", params, self.n_params)):
-            if view is not None and (view.shape != (n,) or view.dtype != self.dtype):
-                raise ValueError(f"{name} must be of shape ({n},) and dtype {self.dtype}, "
-                                 f"got {view.shape} {view.dtype}")
-        self.params = xp.zeros(self.n_params, dtype=self.dtype) if params is None else params
-        self.grad = xp.zeros(self.n_params, dtype=self.dtype) if grad is None else grad
-        self.stats = xp.zeros(2, dtype=self.dtype) if stats is None else stats
-        self._p, self._g = self._views(self.params), self._views(self.grad)
+        self._bind(grad, stats, params)
         for k, v in host.items():
             self._p[k][...] = xp.asarray(v)
         self.gemm_threads = None
         self.sizes = None
         self._checked = False
 
-    def _views(self, flat):
-        out, off = {}, 0
-        for name, shape in self.shapes:
-            n = math.prod(shape)
-            out[name] = flat[off : off + n].reshape(shape)
-            off += n
-        return out
-
     def spec(self) -> dict:
         """``{"model": the class's qualified name, "parameters": {name: shape}}``. Not collective."""
         kind = type(self.model)
         return {"model": f"{kind.__module__}.{kind.__qualname__}",
                 "parameters": {k: list(s) for k, s in self.shapes}}
-
-    def named_parameters(self):
-        """``[(name, view)]`` in the order of ``init``; views into :attr:`params`."""
-        return list(self._p.items())
 
     def layer_ranges(self):
         """None: the gradient arrives whole, when ``loss_and_grad`` returns (one bucket)."""
@@ -177,29 +161,6 @@ class FlatModel:
     def step_buffers(self, n: int) -> tuple:
         """Nothing: a model of one's own is never captured in a CUDA graph."""
         return ()
-
-    def state_dict(self) -> dict:
-        """``{"params": host copy of params}`` (numpy, (n_params,)). Not collective."""
-        from .. import _device
-
-        return {"params": _device.asnumpy(self.params).copy()}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Copy ``state["params"]`` (n_params,) into :attr:`params` in place. Not collective.
-
-        Parameters
-        ----------
-        state : dict
-
-        Raises
-        ------
-        ValueError
-            The array is not of shape ``(n_params,)``.
-        """
-        p = np.asarray(state["params"])
-        if p.shape != (self.n_params,):
-            raise ValueError(f"params of shape {p.shape} for a model of {self.n_params} parameters")
-        self.params[...] = self.xp.asarray(p.astype(self.dtype, copy=False))
 
     def _grads_error(self, grads) -> TypeError | None:
         name = type(self.model).__name__

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import _blas, _gemm
 from .._kernels import kernels as _fused
+from ._flat import FlatParams, views
 from ._layers import Dense, Sequential, activation_backward, activation_forward, uniform_block
 from ._losses import Loss, SoftmaxCrossEntropy
 
@@ -85,6 +86,11 @@ def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
     return plan
 
 
+def _slices(i: int, lay: dict) -> tuple:
+    """Layer ``i``'s weight and bias names, each with the index of a tensor rank's slice in the whole."""
+    return ((f"fc{i}.weight", (slice(*lay["rows"]), slice(*lay["cols"]))), (f"fc{i}.bias", slice(*lay["bias"])))
+
+
 def local_layout(sizes, tensor: int = 1, rank: int = 0) -> tuple[list, int]:
     """The order and size of tensor rank ``rank``'s flat parameters. Not collective.
 
@@ -134,7 +140,7 @@ def local_layout(sizes, tensor: int = 1, rank: int = 0) -> tuple[list, int]:
     return whole + split, size
 
 
-class Network:
+class Network(FlatParams):
     """A :class:`~hpcgpu.nn.Sequential` of Dense layers and a loss, on flat parameter and gradient buffers.
 
     Not collective, except through ``tensor_allreduce`` with tensor
@@ -236,16 +242,8 @@ class Network:
         self._tp_reduce = tensor_allreduce
         self.plan = layer_plan(sizes, *self.tensor)
         self.shapes, self.n_params = local_layout(sizes, *self.tensor)  # padded with zeros at T > 1
-        self.n_global = sum(a * b + b for a, b in itertools.pairwise(sizes))
-        for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2), ("params", params, self.n_params)):
-            if view is not None and (view.shape != (n,) or view.dtype != self.dtype):
-                raise ValueError(f"{name} must be of shape ({n},) and dtype {self.dtype}, "
-                                 f"got {view.shape} {view.dtype}")
-        self.params = xp.zeros(self.n_params, dtype=self.dtype) if params is None else params
-        self.grad = xp.zeros(self.n_params, dtype=self.dtype) if grad is None else grad
-        self.stats = xp.zeros(2, dtype=self.dtype) if stats is None else stats
-        self._p = self._views(self.params)
-        self._g = self._views(self.grad)
+        self.global_shapes, self.n_global = local_layout(sizes)
+        self._bind(grad, stats, params)
         self.gemm_threads: dict[str, int] | None = None
         self.compute_dtype = None if compute_dtype is None else np.dtype(compute_dtype)
         if self.compute_dtype is not None:
@@ -288,14 +286,6 @@ class Network:
         """The model as JSON-able dicts: ``{"net": Sequential spec, "loss": loss spec}``. Not collective."""
         return {"net": self.net.spec(), "loss": self.loss.spec()}
 
-    def _views(self, flat):
-        out, off = {}, 0
-        for name, shape in self.shapes:
-            n = math.prod(shape)
-            out[name] = flat[off : off + n].reshape(shape)
-            off += n
-        return out
-
     @property
     def n_layers(self) -> int:
         """Number of linear layers, ``len(sizes) - 1``."""
@@ -336,13 +326,10 @@ class Network:
         numpy.ndarray, shape (n_params,)
         """
         out = np.zeros(self.n_params, dtype=full.dtype)  # the padding (tensor parallelism) stays 0
-        mine = self._views(out)
+        mine, whole = self._views(out), self.global_views(full)
         for i, lay in enumerate(self.plan):
-            a, b = lay["shape"]
-            w = full[lay["start"] : lay["start"] + a * b].reshape(a, b)
-            bias = full[lay["start"] + a * b : lay["start"] + a * b + b]
-            mine[f"fc{i}.weight"][...] = w[slice(*lay["rows"]), slice(*lay["cols"])]
-            mine[f"fc{i}.bias"][...] = bias[slice(*lay["bias"])]
+            for name, where in _slices(i, lay):
+                mine[name][...] = whole[name][where]
         return out
 
     def global_of(self, pieces) -> np.ndarray:
@@ -362,17 +349,12 @@ class Network:
         """
         T = self.tensor[0]
         full = np.empty(self.n_global, dtype=pieces[0].dtype)
+        whole = self.global_views(full)
         for t, piece in enumerate(pieces):
-            views, off = {}, 0
-            for name, shape in local_layout(self.sizes, T, t)[0]:
-                views[name] = piece[off : off + math.prod(shape)].reshape(shape)
-                off += math.prod(shape)
+            theirs = views(piece, local_layout(self.sizes, T, t)[0])
             for i, lay in enumerate(layer_plan(self.sizes, T, t)):
-                a, b = lay["shape"]
-                (r0, r1), (c0, c1), (b0, b1) = lay["rows"], lay["cols"], lay["bias"]
-                w = full[lay["start"] : lay["start"] + a * b].reshape(a, b)
-                w[r0:r1, c0:c1] = views[f"fc{i}.weight"]
-                full[lay["start"] + a * b + b0 : lay["start"] + a * b + b1] = views[f"fc{i}.bias"]
+                for name, where in _slices(i, lay):
+                    whole[name][where] = theirs[name]
         return full
 
     def layer_ranges(self) -> list[tuple[int, int]]:
@@ -403,39 +385,8 @@ class Network:
         """
         if tensor > 1:  # the whole parameters come first (local_layout): layers are not contiguous
             return None
-        out, off = [], 0
-        for a, b in itertools.pairwise(int(x) for x in sizes):
-            out.append((off, off + a * b + b))
-            off += a * b + b
-        return out
-
-    def state_dict(self) -> dict:
-        """``{"params": host copy of params}`` (numpy, (n_params,)). Not collective."""
-        from .. import _device
-
-        return {"params": _device.asnumpy(self.params).copy()}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Copy ``state["params"]`` (n_params,) into :attr:`params` in place. Not collective.
-
-        Parameters
-        ----------
-        state : dict
-            A :meth:`state_dict` (the array may be of another float dtype).
-
-        Raises
-        ------
-        ValueError
-            The array is not of shape ``(n_params,)``.
-        """
-        p = np.asarray(state["params"])
-        if p.shape != (self.n_params,):
-            raise ValueError(f"params of shape {p.shape} for a model of {self.n_params} parameters")
-        self.params[...] = self.xp.asarray(p.astype(self.dtype, copy=False))
-
-    def named_parameters(self):
-        """``[(name, view)]`` in a stable order; views into :attr:`params`."""
-        return [(name, self._p[name]) for name, _ in self.shapes]
+        return [(lay["start"], lay["start"] + lay["shape"][0] * lay["shape"][1] + lay["shape"][1])
+                for lay in layer_plan(sizes)]
 
     def gemm_shapes(self, n: int) -> list[tuple[str, tuple[int, int, int], bool, bool]]:
         """The GEMMs of one :meth:`loss_and_grad` over ``n`` samples, in the order it runs them.

@@ -1249,21 +1249,7 @@ class Trainer:
 
     def _named(self, params) -> dict:
         """The unsplit flat ``params`` as ``{name: array of its shape}`` (rank 0)."""
-        if params is None:
-            return {}
-        if isinstance(self.model, Network):
-            out = {}
-            for i, lay in enumerate(self.model.plan):
-                a, b = lay["shape"]
-                out[f"fc{i}.weight"] = params[lay["start"] : lay["start"] + a * b].reshape(a, b)
-                out[f"fc{i}.bias"] = params[lay["start"] + a * b : lay["start"] + a * b + b]
-            return out
-        off, out = 0, {}
-        for name, shape in self.model.shapes:
-            n = math.prod(shape)
-            out[name] = params[off : off + n].reshape(shape)
-            off += n
-        return out
+        return {} if params is None else self.model.global_views(params)
 
     @property
     def history(self) -> dict:

@@ -554,13 +554,13 @@ def test_device_collective_before_init_needs_the_awareness(cp, monkeypatch):
         comm.Free()
 
 
-# -- issue 22: the local GEMM follows the precision mode a CuPy user chose -------------------------
+# -- the local GEMM follows the TF32 mode a CuPy user chose -------------------------------------------
 
 def _compute_types(cp):
     return [(e["api"], e["compute_type"]) for e in cp._standin.gemm_log()]
 
 
-@pytest.mark.parametrize("tf32_env, precision, dtype, want", [
+@pytest.mark.parametrize("tf32_env, math_mode, dtype, want", [
     ("1", "default", "float32", "CUBLAS_COMPUTE_32F_FAST_TF32"),
     ("0", "default", "float32", "CUBLAS_COMPUTE_32F"),
     ("1", "full", "float32", "CUBLAS_COMPUTE_32F"),
@@ -569,7 +569,7 @@ def _compute_types(cp):
     ("1", "default", "float64", "CUBLAS_COMPUTE_64F"),
     ("0", "tf32", "float64", "CUBLAS_COMPUTE_64F"),
 ])
-def test_local_gemm_keeps_the_precision_mode(load, tf32_env, precision, dtype, want):
+def test_local_gemm_keeps_the_math_mode(load, tf32_env, math_mode, dtype, want):
     """Both GEMMs of SUMMA: the first panel's (beta = 0) and the accumulating ones (beta = 1)."""
     cp = load(CUPY_TF32=tf32_env)
     from cupy.cuda import cublas as lib
@@ -581,8 +581,8 @@ def test_local_gemm_keeps_the_precision_mode(load, tf32_env, precision, dtype, w
     a, b = cp.asarray(rng.random((6, 5)).astype(dtype)), cp.asarray(rng.random((5, 4)).astype(dtype))
     c = cp.empty((6, 4), dtype=dtype)
     cp._standin.clear_gemm_log()
-    _gemm.gemm(a, b, c, precision=precision)
-    _gemm.gemm(a, b, c, beta=1.0, precision=precision)
+    _gemm.gemm(a, b, c, math_mode=math_mode)
+    _gemm.gemm(a, b, c, beta=1.0, math_mode=math_mode)
     assert [ct for _, ct in _compute_types(cp)] == [want, want], cp._standin.gemm_log()
     assert lib.getMathMode(device.get_cublas_handle()) == lib.CUBLAS_DEFAULT_MATH  # put back after the call
     np.testing.assert_allclose(c.get(), 2 * (a.get() @ b.get()), rtol=2e-3 if "FAST_TF32" in want else 1e-5)
@@ -598,14 +598,20 @@ def test_summa_one_rank_is_cupy_matmul_and_keeps_tf32(load):
     cp._standin.clear_gemm_log()
     hpcgpu.matmul(a, b)
     assert _compute_types(cp) == [("matmul", "CUBLAS_COMPUTE_32F_FAST_TF32")]
-    with pytest.raises(ValueError, match="precision must be one of"):
-        hpcgpu.matmul(a, b, precision="half")
+    with pytest.raises(ValueError, match="math_mode must be one of"):
+        hpcgpu.matmul(a, b, math_mode="half")
+    cp._standin.clear_gemm_log()
+    with pytest.warns(DeprecationWarning, match=r"precision=\.\.\.\) is now matmul\(math_mode="):
+        hpcgpu.matmul(a, b, precision="full")  # the old name, for one release
+    assert _compute_types(cp) == [("gemm", "CUBLAS_COMPUTE_32F")], cp._standin.gemm_log()
+    with pytest.raises(ValueError, match="give math_mode only"), pytest.warns(DeprecationWarning):
+        hpcgpu.matmul(a, b, math_mode="tf32", precision="full")
     g.free()
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_goes_to_gemm_ex_with_float32_compute(load, dtype):
-    """SUMMA's accumulator (float32 C) and a half C: cublasGemmEx, CUBLAS_COMPUTE_32F, under every precision."""
+    """SUMMA's accumulator (float32 C) and a half C: cublasGemmEx, CUBLAS_COMPUTE_32F, under every math mode."""
     cp = load(CUPY_TF32="1")
     import hpcgpu
     from hpcgpu import _gemm
@@ -617,9 +623,9 @@ def test_half_precision_goes_to_gemm_ex_with_float32_compute(load, dtype):
     acc = cp.empty((6, 4), dtype=np.float32)
     cp._standin.clear_gemm_log()
     _gemm.gemm(a, b, acc)
-    _gemm.gemm(a, b, acc, beta=1.0, precision="tf32")
+    _gemm.gemm(a, b, acc, beta=1.0, math_mode="tf32")
     half = cp.empty((6, 4), dtype=dt)
-    _gemm.gemm(a, b, half, precision="full")
+    _gemm.gemm(a, b, half, math_mode="full")
     log = cp._standin.gemm_log()
     assert [(e["api"], e["c_dtype"], e["compute_type"]) for e in log] == [
         ("gemmEx", "float32", "CUBLAS_COMPUTE_32F")] * 2 + [("gemmEx", dtype, "CUBLAS_COMPUTE_32F")], log
