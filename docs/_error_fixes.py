@@ -765,9 +765,9 @@ FIXES: dict[str, str] = {
         "dataset of that name (a ``KeyError``; the default is ``/test/X``). Check the path, and name the "
         "dataset after a colon (``h5ls -r FILE`` lists them)."
     ),
-    "save: give a path (the trainer was made without out=)": (
-        "``Trainer.save()`` writes the results file to the trainer's ``out``, and a trainer made from a model "
-        "has none unless given. Name the file, ``trainer.save(\"results.h5\")``, or make the trainer with "
+    "save_results: give a path (the trainer was made without out=)": (
+        "``Trainer.save_results()`` writes the results file to the trainer's ``out``, and a trainer made from a model "
+        "has none unless given. Name the file, ``trainer.save_results(\"results.h5\")``, or make the trainer with "
         "``out=\"results.h5\"``."
     ),
     # -- Training: the model and its gradient (library use) -----------------------------------------------
@@ -845,7 +845,7 @@ FIXES: dict[str, str] = {
     ),
     "… …: not a results file of python -m hpcgpu.train (no /model)": (
         "``--model`` must name the results file of a training run (its ``--out``, or the file of "
-        "``Trainer.save``), which holds the parameters in ``/model`` and the options in its attributes; this "
+        "``Trainer.save_results``), which holds the parameters in ``/model`` and the options in its attributes; this "
         "HDF5 file is something else, often the checkpoint or the data set. Pass the results file."
     ),
     "… …: holds a model of one's own (…): predict with it from the Python code that defines it (Trainer.predict)": (

@@ -50,7 +50,7 @@ def _info(args: argparse.Namespace) -> int:
     if args.hidden is None:
         return 0
     from .nn import MLP
-    from .train.threads import MARGIN, plan_gemm_threads
+    from .train.gemm_threads import MARGIN, plan_gemm_threads
 
     sizes = [args.features, *args.hidden, args.classes]
     local = args.batch_size // rt.size + (rt.rank < args.batch_size % rt.size)

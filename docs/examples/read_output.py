@@ -53,6 +53,6 @@ if __name__ == "__main__":
         run = hpcgpu.Trainer(hpcgpu.TrainConfig(data=data, out=os.path.join(tmp, "train.h5"), epochs=3,
                                                 hidden=(16,), dtype="float64", device="cpu", progress="none"))
         run.fit()
-        show(run.save(), timings=False)  # timings differ from run to run: left out of the expected output
+        show(run.save_results(), timings=False)  # timings differ from run to run: left out of the expected output
         run.close()
         shutil.rmtree(tmp)

@@ -1,5 +1,5 @@
 # run: mpiexec -n 2
-"""The trainer from Python: an HDF5 data set in the trainer's layout, TrainConfig, Trainer.fit, Trainer.save."""
+"""The trainer from Python: an HDF5 data set in the trainer's layout, TrainConfig, Trainer.fit, Trainer.save_results."""
 import os
 import shutil
 import tempfile
@@ -27,7 +27,7 @@ config = hpcgpu.TrainConfig(data=data, out=os.path.join(tmp, "run.h5"), epochs=5
                             lr=0.01, dtype="float64", device="cpu", progress="none", seed=1)
 trainer = hpcgpu.Trainer(config)  # collective: every rank builds it with the same config
 history = trainer.fit()           # per epoch: losses, accuracies, lr, seconds, samples/s, time per phase
-path = trainer.save()             # rank 0 writes /metrics, /timing, /model, /comm and the provenance
+path = trainer.save_results()     # rank 0 writes /metrics, /timing, /model, /comm and the provenance
 trainer.close()
 
 if rt.rank == 0:

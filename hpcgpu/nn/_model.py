@@ -242,7 +242,7 @@ class FlatModel(FlatParams):
             return xp.zeros((0, 1), dtype=self.dtype)
         return parts[0] if len(parts) == 1 else xp.concatenate(parts)
 
-    def evaluate(self, X, y, chunk: int = 8192):
+    def evaluate_sums(self, X, y, chunk: int = 8192):
         """Loss sum (the model's own) and metric sum (from :meth:`predict`) over ``X``, ``y``. Not collective.
 
         Parameters

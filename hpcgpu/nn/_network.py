@@ -175,7 +175,7 @@ class Network(FlatParams):
         float16 or bfloat16 for mixed precision (``hpcgpu.train.precision``):
         the GEMMs multiply 16-bit copies of the weights (refreshed from
         :attr:`params` at each :meth:`loss_and_grad` that does not
-        accumulate, and each :meth:`evaluate`) with 16-bit activations,
+        accumulate, and each :meth:`evaluate_sums`) with 16-bit activations,
         accumulating in float32; bias, activations and the loss stay in
         ``dtype`` (float32). ``None``: everything in ``dtype``.
     tensor : (int, int)
@@ -632,7 +632,7 @@ class Network(FlatParams):
         """The 16-bit copy of the parameters, from the float32 master (one pass)."""
         self._params16[...] = self.params.astype(self.compute_dtype)
 
-    def evaluate(self, X, y, chunk: int = 8192):
+    def evaluate_sums(self, X, y, chunk: int = 8192):
         """Loss sum and metric sum over ``X`` (n, D), ``y``, in chunks.
 
         Not collective. Leaves :attr:`params` and :attr:`grad` unchanged.

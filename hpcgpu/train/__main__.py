@@ -146,7 +146,7 @@ def main(argv=None) -> int:
                   f"(epoch {trainer.epoch + 1}); {saved}", flush=True)
         trainer.close()
         return EXIT_STOPPED
-    path = trainer.save()
+    path = trainer.save_results()
     trainer.close()
     if talk:
         h = trainer.history

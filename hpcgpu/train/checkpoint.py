@@ -79,7 +79,7 @@ class CheckpointState:
         The options of the run that wrote it.
     world_size : int
     gemm_threads : str
-        The run's GEMM thread plan as JSON (:class:`hpcgpu.train.threads.GemmPlan`);
+        The run's GEMM thread plan as JSON (:class:`hpcgpu.train.gemm_threads.GemmPlan`);
         empty when it had none.
     skipped_steps : int
         Steps of the unfinished epoch skipped for a gradient overflow (16-mixed).

@@ -116,12 +116,12 @@ class TrainConfig:
         each GEMM of the step at one thread and at the rank's threads at
         start and keeps the threads only where they pay (a resumed run
         reuses the checkpoint's choice); ``all`` runs every GEMM on the
-        rank's threads (see ``hpcgpu.train.threads``).
+        rank's threads (see ``hpcgpu.train.gemm_threads``).
     cuda_graphs : {"auto", "off"}
         On a GPU: ``auto`` replays each step's forward and backward passes
         from a CUDA graph where they can be captured (one rank or one
         bucket, no gradient accumulation, no mixed precision, no tensor
-        parallelism; see ``hpcgpu/train/graphs.py``), ``off`` launches every
+        parallelism; see ``hpcgpu.train.cuda_graphs``), ``off`` launches every
         kernel from Python. The run's first line says which.
     trace : str or None
         Write a Chrome trace (``chrome://tracing``, Perfetto) of every

@@ -1,88 +1,11 @@
-"""Rank 0's voice during training: the first line, a progress bar or a line per epoch."""
+"""Deprecated name of :mod:`hpcgpu.train.console` (renamed for what it holds); it goes in the next release."""
 
-from __future__ import annotations
+import warnings
 
-import sys
+from .console import Console
+from .console import Console as Report
 
-__all__ = ["Report"]
+__all__ = ["Console", "Report"]
 
-
-class Report:
-    """What a run prints, from rank 0 only (other ranks' calls do nothing).
-
-    Parameters
-    ----------
-    rank : int
-        This rank; only rank 0 prints.
-    progress : {"auto", "bar", "lines", "none"}
-        ``bar``: a tqdm bar of steps (``auto``: when stdout is a terminal),
-        the epoch lines written above it; ``lines``: a line per epoch;
-        ``none``: nothing.
-    epochs, steps_per_epoch : int
-        The bar's length is ``epochs * steps_per_epoch`` steps.
-    task : {"classification", "regression"}
-        Which test metric an epoch's line shows (accuracy, or RMSE and R^2).
-    """
-
-    def __init__(self, rank: int, progress: str, epochs: int, steps_per_epoch: int, task: str = "classification"):
-        self.talk = rank == 0 and progress != "none"
-        self.task = task
-        self.progress, self.epochs, self.steps_per_epoch = progress, epochs, steps_per_epoch
-        self.bar = None
-
-    def open_bar(self, done: int):
-        """Start the progress bar (rank 0, ``bar``, or ``auto`` on a terminal).
-
-        Parameters
-        ----------
-        done : int
-            Steps already done (a resumed run's bar starts there).
-
-        Returns
-        -------
-        tqdm.tqdm or None
-        """
-        if not self.talk or self.progress == "lines":
-            return None
-        if self.progress == "auto" and not sys.stdout.isatty():
-            return None
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=self.epochs * self.steps_per_epoch, unit="step", dynamic_ncols=True, initial=done)
-        return self.bar
-
-    def close_bar(self) -> None:
-        """Close the bar, if there is one."""
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def say(self, line: str) -> None:
-        """Print one line (above the bar when there is one).
-
-        Parameters
-        ----------
-        line : str
-        """
-        if not self.talk:
-            return
-        if self.bar is not None:
-            self.bar.write(line)
-        else:
-            print(line, flush=True)
-
-    def epoch(self, row: dict) -> None:
-        """The line of a finished epoch: losses, test accuracy, seconds, samples/s.
-
-        Parameters
-        ----------
-        row : dict
-            The epoch's metrics (:attr:`hpcgpu.train.Trainer.history`'s names).
-        """
-        test = (f"test_accuracy {row['test_accuracy']:.4f}" if self.task == "classification"
-                else f"test_rmse {row['test_rmse']:.4g}  test_r2 {row['test_r2']:.4f}")
-        self.say(
-            f"epoch {row['epoch']:>3}/{self.epochs}  train_loss {row['train_loss']:.4f}  "
-            f"test_loss {row['test_loss']:.4f}  {test}  "
-            f"{row['seconds']:.2f} s  {row['samples_per_second']:.0f} samples/s"
-        )
+warnings.warn("hpcgpu.train.report is now hpcgpu.train.console (Report is Console); the old name goes in the next "
+              "release", DeprecationWarning, stacklevel=2)

@@ -45,7 +45,7 @@ class Step:
         The global batch B.
     schedule : callable
         The learning rate of a global step (0-based).
-    graph : hpcgpu.train.graphs.StepGraph or None
+    graph : hpcgpu.train.cuda_graphs.StepGraph or None
         Replays the forward and backward passes (K == 1 only).
     overlap : bool
         Post the buckets' reductions from the backward pass.

@@ -41,21 +41,21 @@ from ..timing import PhaseTimer, reduce_phases, write_trace
 from ..watchdog import Watchdog
 from .config import TrainConfig
 from .data import GlobalBatchSampler, Split, check_labels, fingerprint, from_arrays, load_split
-from .graphs import StepGraph, graphs_plan
+from .cuda_graphs import StepGraph, graphs_plan
 from .groups import ProcessGroups
 from .metrics import EpochMetrics
 from .precision import Precision, ScaledMixedPrecision, policy
 from .reducer import GradientReducer
-from .report import Report
+from .console import Console
 from .step import Step
 from .stop import StopRequest
-from .threads import GemmPlan, plan_gemm_threads
+from .gemm_threads import GemmPlan, plan_gemm_threads
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest stop.py's
 
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
-unless :meth:`Trainer.save` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
+unless :meth:`Trainer.save_results` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
 
 
 class Trainer:
@@ -63,7 +63,7 @@ class Trainer:
 
     Collective: every rank of the runtime's communicator constructs it with
     the same arguments and calls :meth:`fit`, :meth:`evaluate`,
-    :meth:`predict` and :meth:`save` together.
+    :meth:`predict` and :meth:`save_results` together.
 
     Parameters
     ----------
@@ -443,7 +443,7 @@ class Trainer:
                           self.sampler.K, self.sampler.local_micro_batch, self.sampler.B, self.schedule,
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
                           padded_params=self._params_pad, timer=self.timer)
-        self.report = Report(self.rt.rank, c.progress, c.epochs, steps, m.task)
+        self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task)
 
     def _data_error(self, train: Split, test: Split | None, where: str) -> ValueError | None:
         """What is wrong with the data for this model and batch at D data-parallel ranks (None: nothing)."""
@@ -617,9 +617,9 @@ class Trainer:
             self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
             self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
             self._prepare()
-        c, rt, report = self.config, self.rt, self.report
-        report.say(self._header())
-        bar = report.open_bar(self.step)
+        c, rt, console = self.config, self.rt, self.console
+        console.say(self._header())
+        bar = console.open_bar(self.step)
         own = self.stop_request is None
         if own:
             self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
@@ -632,11 +632,11 @@ class Trainer:
                     if not self.train_epoch(bar):
                         self.stopped_by = self.stop_request.reason or "a stop request on another rank"
                         break
-                    report.epoch(self._finish_epoch(lr))
+                    console.epoch(self._finish_epoch(lr))
         finally:
             if own:
                 self.stop_request.uninstall()
-            report.close_bar()
+            console.close_bar()
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
         unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
         # A stop always leaves a checkpoint: the one asked for, or beside the output (where --resume looks).
@@ -758,7 +758,7 @@ class Trainer:
     def _test_sums(self, X, y, n_global: int) -> list:
         """The reduced ``[loss_sum, metric_sum]`` over a test shard. Collective."""
         counted = self.tensor_bytes
-        tot = self.model.evaluate(X, y) if X is not None and X.shape[0] else self.xp.zeros(2, dtype=np.float64)
+        tot = self.model.evaluate_sums(X, y) if X is not None and X.shape[0] else self.xp.zeros(2, dtype=np.float64)
         self.tensor_bytes = counted  # training steps' bytes only
         with self.watchdog.watch("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
             Allreduce(tot, comm=self.groups.data_comm)  # a tensor group's ranks hold the same totals
@@ -1187,6 +1187,17 @@ class Trainer:
 
     # -- output --------------------------------------------------------------------------------
     def save(self, path: str | None = None) -> str:
+        """Deprecated name of :meth:`save_results` (beside :meth:`save_checkpoint`, it said too little).
+
+        Collective, as :meth:`save_results`; warns (:class:`DeprecationWarning`). It goes in the next release.
+        """
+        import warnings
+
+        warnings.warn("Trainer.save is now Trainer.save_results; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return self.save_results(path)
+
+    def save_results(self, path: str | None = None) -> str:
         """Write metrics, the model and provenance to HDF5, atomically, from rank 0.
 
         Collective (the outcome is agreed, so a failed write raises on every
@@ -1221,9 +1232,9 @@ class Trainer:
         rt, c = self.rt, self.config
         path = c.out if path is None else path
         if path is None:
-            raise agreed(ValueError("save: give a path (the trainer was made without out=)"))
+            raise agreed(ValueError("save_results: give a path (the trainer was made without out=)"))
         if path != c.out:
-            check_output(path, rt.comm, "save", inputs=[(self.data_path, None)] if self.data_path and not
+            check_output(path, rt.comm, "save_results", inputs=[(self.data_path, None)] if self.data_path and not
                          self.data_path.startswith("(") else [])
         params, _ = self.gather_global()  # collective: the unsplit model on rank 0
         fp = json.dumps(self.data_fingerprint(), sort_keys=True)

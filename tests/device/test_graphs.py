@@ -200,7 +200,7 @@ def _model(cp, dtype="float64"):
 
 
 def test_step_graph_replays_the_step_and_captures_again_for_new_buffers(cp):
-    from hpcgpu.train.graphs import StepGraph
+    from hpcgpu.train.cuda_graphs import StepGraph
 
     m, X, y, rng = _model(cp)
     warnings = []
@@ -222,7 +222,7 @@ def test_step_graph_replays_the_step_and_captures_again_for_new_buffers(cp):
 
 def test_step_graph_turns_off_with_a_warning_when_the_capture_fails(cp, monkeypatch):
     from hpcgpu import _device
-    from hpcgpu.train.graphs import StepGraph
+    from hpcgpu.train.cuda_graphs import StepGraph
 
     m, X, y, _ = _model(cp)
     m.loss_and_grad(X, y)
@@ -245,7 +245,7 @@ def test_step_graph_turns_off_with_a_warning_when_the_capture_fails(cp, monkeypa
 
 def test_step_graph_turns_off_when_the_replay_disagrees(cp, monkeypatch):
     from hpcgpu import _device
-    from hpcgpu.train.graphs import StepGraph
+    from hpcgpu.train.cuda_graphs import StepGraph
 
     m, X, y, _ = _model(cp)
     real = _device.capture

@@ -98,7 +98,7 @@ def test_evaluate_matches_loss_and_grad_in_chunks():
     m = MLP([6, 8, 4], dtype="float64", seed=1)
     X, y = rng.normal(size=(50, 6)), rng.integers(0, 4, 50)
     m.loss_and_grad(X, y)
-    tot = m.evaluate(X, y, chunk=7)
+    tot = m.evaluate_sums(X, y, chunk=7)
     assert tot[0] == pytest.approx(m.stats[0], rel=1e-12) and tot[1] == m.stats[1]
 
 

@@ -11,10 +11,10 @@ from mpi4py import MPI
 
 import _mpi
 from hpcgpu import _blas
-from hpcgpu.train import threads
+from hpcgpu.train import gemm_threads as threads
 from hpcgpu.train.checkpoint import _attrs_digest, candidates, read_checkpoint
 from hpcgpu.nn import MLP
-from hpcgpu.train.threads import GemmPlan, plan_gemm_threads
+from hpcgpu.train.gemm_threads import GemmPlan, plan_gemm_threads
 
 SIZES = [6, 5, 4, 3]
 # Two BLAS threads per rank need two cores per rank: Open MPI 4 and Intel MPI bind each rank to one
@@ -139,7 +139,7 @@ def test_every_rank_gets_the_same_plan():
     code = ("import hpcgpu, json, os, sys\n"
             "from hpcgpu import _blas\n"
             "from hpcgpu.nn import MLP\n"
-            "from hpcgpu.train.threads import plan_gemm_threads\n"
+            "from hpcgpu.train.gemm_threads import plan_gemm_threads\n"
             "rt = hpcgpu.init('cpu')\n"
             "plan = plan_gemm_threads(MLP([20, 16, 3]), 10 + rt.rank, rt.comm)\n"  # unequal local batches
             "row = dict(plan=plan.to_json() if plan else None, threads=_blas.threads())\n"
