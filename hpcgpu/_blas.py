@@ -6,12 +6,12 @@ call before it sleeps. A rank that calls both (NumPy's ``matmul`` for the
 GEMMs, SciPy's ``gemm``/``axpy`` for an update in place) keeps two pools
 busy: with t threads each, 2t - 1 workers compete for t cores, and every
 GEMM waits for workers the scheduler has parked behind the other pool's
-spinners (issue 23: the trainer ran 4 to 26 times slower with t threads than
+spinners (measured: the trainer ran 4 to 26 times slower with t threads than
 with one). Here every host GEMM of hpcgpu goes to NumPy's BLAS: ``np.matmul``
 where no accumulation is needed, and that library's own ``cblas_?gemm``
 (through ctypes, found with threadpoolctl) for ``c = alpha a b + beta c``.
 SciPy's BLAS is used only where NumPy's library cannot be bound (then
-SUMMA's accumulation runs on it, as before).
+SUMMA's accumulation runs on it).
 
 How many threads: the rank's limit (``hpcgpu.runtime``), for NumPy's
 library as for SciPy's, and OpenBLAS's own rule runs GEMMs too small to

@@ -498,7 +498,7 @@ def _libcublas():
 
 
 # ---------------------------------------------------------------------------
-# CUDA graphs (issue 24, item 3)
+# CUDA graphs
 # ---------------------------------------------------------------------------
 
 _CAPTURE = threading.local()  # .depth > 0 inside capture(): gemm() calls cuBLAS without setting its stream

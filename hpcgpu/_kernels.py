@@ -81,8 +81,8 @@ def kernels(xp) -> SimpleNamespace | None:
             bias_relu=E("T b", "T z", "T v = z + b; z = v <= (T)0 ? (T)0 : v", "hpcgpu_bias_relu"),
             # d * 0, not 0: a NaN or inf in d stays NaN and a negative d gives -0, as NumPy's d *= a > 0
             relu_backward=E("T a", "T d", "d = a > (T)0 ? d : d * (T)0", "hpcgpu_relu_backward"),
-            # softmax cross-entropy and its gradient, one thread a row (issue 24: one launch for some
-            # fifteen): adds the last layer's bias, keeps the row's logits' first maximum (NaN first,
+            # softmax cross-entropy and its gradient, one thread a row (one launch where CuPy's array
+            # form takes some fifteen): adds the last layer's bias, keeps the row's logits' first maximum (NaN first,
             # as numpy.argmax) and overwrites the logits with softmax - onehot
             softmax_xent=E("raw T b, I y, int64 c, T tiny", "raw T z, T loss, T hit", _SOFTMAX_XENT,
                            "hpcgpu_softmax_xent"),

@@ -1,4 +1,4 @@
-"""The host BLAS: NumPy's own library for every GEMM and update, one thread pool per rank (issue 23)."""
+"""The host BLAS: NumPy's own library for every GEMM and update, one thread pool per rank."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""The documentation (issue 20): the site builds with no warning (nitpicky for hpcgpu's names), every public
+"""The documentation: the site builds with no warning (nitpicky for hpcgpu's names), every public
 name has a page, every error message in the code has a troubleshooting entry, and every example a guide shows
 runs and prints what the guide says it prints."""
 

@@ -8,13 +8,13 @@ weight decay, no warm-up, the whole data set on the device; throughput is
 samples/s over epochs 2.. (epoch 1 pays for cuBLAS and allocator warm-up),
 as the peer (``benchmarks/peers/torch_mlp.py``, eager PyTorch) times it.
 Rows are ``HIDDEN@BATCH`` items separated by ``;`` (default: the four rows of
-issue 24 and 784-1024-1024-10 at batch 256). The two sides take turns row by
+the first GPU node's measurements, and 784-1024-1024-10 at batch 256). The two sides take turns row by
 row, ``--repeat`` rounds, medians kept. Prints, per row, each side's
 samples/s and final test accuracy and hpcgpu / PyTorch; writes the figures
 as JSON (``--json``). ``--ranks R`` runs hpcgpu on R ranks sharing the GPU
 (the peer stays on one process). hpcgpu runs with its default CUDA graphs
-and again with ``--cuda-graphs off`` (issue 24: with and without, in one
-run; ``--graphs auto`` or ``off`` runs one of them). The peer runs on the
+and again with ``--cuda-graphs off`` (with and without, in one run;
+``--graphs auto`` or ``off`` runs one of them). The peer runs on the
 device hpcgpu is given: with ``--device gpu`` or ``auto`` only where
 PyTorch sees CUDA, with ``--device cpu`` on the CPU wherever PyTorch
 imports (a check of the pair on a machine without a GPU; CPU figures, not

@@ -196,14 +196,13 @@ print(json.dumps(out))
 """
 
 # Kernel launches (and cuBLAS calls, host-to-device copies) of one training step on a GPU, as the
-# stand-in counts them, so that the count can only go down (issue 24, item 2). Before the fused
-# kernels of hpcgpu/_kernels.py: 26 + 8 per layer; with the elementwise ones, 18 + 6.
+# stand-in counts them, so that the count can only go down (CuPy's array form alone: 26 + 8 per layer).
 # Fixed: the batch gather (2), the softmax cross-entropy kernel and its sum (2), the loss's row (1), the
 # update (1); less the first layer's input gradient and ReLU backward (2) and the last layer's bias (1,
 # in the loss kernel).
 LAUNCHES_FIXED = 3
 LAUNCHES_PER_LAYER = 6  # forward: GEMM, bias+ReLU; backward: 2 GEMMs, bias gradient, ReLU backward
-# With a CUDA graph (issue 24, item 3), whatever the depth: the batch gather (2), the graph (1), the
+# With a CUDA graph, whatever the depth: the batch gather (2), the graph (1), the
 # loss's row (1), the update (1).
 LAUNCHES_GRAPH = 5
 
@@ -666,7 +665,7 @@ def test_summa_panels_keep_tf32_at_several_ranks():
     assert lists == ['["CUBLAS_COMPUTE_32F_FAST_TF32"]'] * 3, p.stdout
 
 
-# -- issue 22: the staged path's copies on a second stream, and where the time goes -------------
+# -- the staged path's copies on a second stream, and where the time goes -------------
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3, 4])

@@ -1,4 +1,4 @@
-"""CUDA graphs (issue 24, item 3): the stand-in's capture and replay, hpcgpu's capture, the trainer's step graph.
+"""CUDA graphs: the stand-in's capture and replay, hpcgpu's capture, the trainer's step graph.
 
 The stand-in models what makes a graph go wrong on a GPU: nothing captured
 runs until a launch, a replay reads and writes the memory captured (not

@@ -80,7 +80,7 @@ def test_loss_sum_and_correct_count_slots():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_accumulated_micro_batches_give_the_whole_batch(dtype):
     """loss_and_grad over K micro-batches with accumulate=True: the gradient and the statistics of the whole
-    batch, up to summation order (issue 12, item 2)."""
+    batch, up to summation order."""
     rng = np.random.default_rng(2)
     whole, parts = MLP([6, 9, 7, 4], dtype=dtype, seed=1), MLP([6, 9, 7, 4], dtype=dtype, seed=1)
     X, y = rng.normal(size=(24, 6)).astype(dtype), rng.integers(0, 4, 24)

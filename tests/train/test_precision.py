@@ -1,4 +1,4 @@
-"""Mixed precision (issue 12, item 3): bf16-mixed and 16-mixed learn, overflows are skipped, resume is exact."""
+"""Mixed precision: bf16-mixed and 16-mixed learn, overflows are skipped, resume is exact."""
 
 import json
 

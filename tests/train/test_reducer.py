@@ -1,4 +1,4 @@
-"""The gradient reducer (issue 12, items 1 and 4): named slots, buckets, overlap bitwise the single Allreduce."""
+"""The gradient reducer: named slots, buckets, overlap bitwise the single Allreduce."""
 
 import h5py
 import numpy as np

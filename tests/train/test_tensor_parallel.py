@@ -1,4 +1,4 @@
-"""Tensor parallelism, ZeRO-1 and checkpoints in the global layout (issue 13)."""
+"""Tensor parallelism, ZeRO-1 and checkpoints in the global layout."""
 
 import json
 import shutil

@@ -90,7 +90,7 @@ def test_same_model_whatever_the_number_of_ranks(small_h5, tmp_path):
 def test_gradient_accumulation_gives_the_same_model(small_h5, tmp_path):
     """--grad-accum-steps K: the same model as K = 1 up to summation order (float64, relative 1e-10), at 1, 2
     and 3 ranks, with micro-batches that split unevenly among the ranks (B = 20, K = 2 at 3 ranks: 4 + 3 + 3;
-    K = 5 at 3 ranks: 2 + 1 + 1), and one reduction per step whatever K (issue 12, item 2)."""
+    K = 5 at 3 ranks: 2 + 1 + 1), and one reduction per step whatever K."""
     def train(n, k):
         out = str(tmp_path / f"p{n}k{k}.h5")
         p = _train_cli(n, small_h5, out, "--epochs", "2", "--batch-size", "20", "--hidden", "16,8",
