@@ -24,14 +24,15 @@ def parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m hpcgpu", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = sub.add_parser("info", help="print what each rank sees", description="One line per rank: what it sees.")
-    info.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    info.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                      help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
     g = info.add_argument_group("the trainer's GEMM threads (CPU): which GEMMs of its step run on the rank's "
                                 "BLAS threads, timed here as python -m hpcgpu.train does at start")
     g.add_argument("--hidden", type=hidden_widths, default=None, help="hidden widths of the MLP, e.g. 256,256")
     g.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch, split among the ranks")
     g.add_argument("--features", type=int, default=784, help="input features D")
     g.add_argument("--classes", type=int, default=10, help="classes C")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    g.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="the model's float type")
     info.set_defaults(main=_info)
     _matmul_cli.add_parser(sub)
     return p

@@ -41,11 +41,32 @@ def world_rank() -> int:
     return MPI.COMM_WORLD.Get_rank()
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each option's default, said once: not where the help already says it, nor "None"."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        value = action.default
+        if isinstance(value, (tuple, list)):  # --hidden's (256, 256) is written 256,256
+            value = ",".join(map(str, value)) or "none"
+        return f"{text} (default: {str(value).replace('%', '%%')})"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, printing help and usage errors from rank 0 only.
 
     Every rank parses the same arguments, so every rank exits 2 together.
+    Help names each default once (:class:`HelpFormatter`); a description
+    taken from a docstring loses its reStructuredText quotes.
     """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        if kwargs.get("description"):
+            kwargs["description"] = kwargs["description"].replace("``", "")
+        super().__init__(*args, **kwargs)
 
     def _print_message(self, message, file=None):
         if world_rank() == 0:

@@ -53,11 +53,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``matmul`` subcommand and its options to ``python -m hpcgpu``'s subparsers."""
     p = subparsers.add_parser("matmul", help="distributed C = alpha op(A) op(B) + beta C (SUMMA) of HDF5 matrices, "
                                              "or --bench N",
-                              description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              description=__doc__.split("\n\n")[0])
     p.add_argument("A", nargs="?", help="left matrix, FILE[:DATASET] (m x k)")
     p.add_argument("B", nargs="?", help="right matrix, FILE[:DATASET] (k x n)")
-    p.add_argument("-o", "--out", help="output FILE[:DATASET] (m x n; dataset C by default)")
+    p.add_argument("-o", "--out", help="output FILE[:DATASET] (m x n; dataset C by default): adds or replaces "
+                                            "that dataset, atomically, and keeps the file's other objects")
     p.add_argument("--grid", help="process grid ROWSxCOLS, e.g. 2x3 (default: MPI.Compute_dims)")
     p.add_argument("--dtype", choices=("float32", "float64", "complex64", "complex128", "float16", "bfloat16"),
                    help="compute type (default: the inputs'; float64 for integer data). float16 and bfloat16 "
@@ -69,7 +69,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "tf32 asks for TF32 tensor cores, full for IEEE float32 (the CPU is always full)")
     p.add_argument("--precision", dest="math_mode", choices=MATH_MODES, help=argparse.SUPPRESS,
                    action=_Renamed, new="--math-mode")  # its old name, for one release
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
                         "(default: $HPCGPU_STALL_TIMEOUT, else off)")

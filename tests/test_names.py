@@ -1,7 +1,9 @@
 """Names that cannot lie: the function hpcgpu.matmul survives every import, the error contract is a type."""
 
+import argparse
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 import warnings
@@ -44,6 +46,39 @@ def test_renamed_modules_keep_their_old_names_for_one_release(old, new):
             f"print('ok')\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=_mpi.ROOT)
     assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+
+
+@pytest.mark.parametrize("command", [["hpcgpu.train"], ["hpcgpu.train", "predict"], ["hpcgpu.tasks"],
+                                     ["hpcgpu", "matmul"], ["hpcgpu", "info"], ["hpcgpu.scaling"],
+                                     ["hpcgpu.report"], ["hpcgpu.datasets"]])
+def test_help_says_each_default_once_and_every_option_what_it_does(command):
+    p = subprocess.run([sys.executable, "-m", *command, "--help"], capture_output=True, text=True, timeout=60,
+                       cwd=_mpi.ROOT)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())  # argparse wraps at the terminal's width
+    assert "(default: None)" not in text and "(default: False)" not in text and "``" not in text, text
+    entries = re.split(r" (?=-{1,2}[a-z][\w-]*[ ,])", text.split("options:", 1)[1])
+    assert len(entries) > 2, text
+    for entry in entries:
+        assert entry.count("default") <= 1 or "(default:" not in entry, entry  # said twice
+    for action in _parser(command)._actions if _parser(command) is not None else []:
+        assert action.help, f"{' '.join(command)} {action.option_strings}: no help text"
+
+
+def _parser(command):
+    """The argparse parser of a command, where the module builds it in a function of its own."""
+    from hpcgpu import __main__ as top
+    from hpcgpu.tasks import __main__ as tasks
+    from hpcgpu.train import __main__ as train
+
+    parsers = {("hpcgpu.train",): train.parser, ("hpcgpu.train", "predict"): train.predict_parser,
+               ("hpcgpu.tasks",): tasks.parser}
+    if tuple(command) in parsers:
+        return parsers[tuple(command)]()
+    if command[0] == "hpcgpu":
+        sub = next(a for a in top.parser()._actions if isinstance(a, argparse._SubParsersAction))
+        return sub.choices[command[1]]
+    return None
 
 
 def test_old_matmul_module_is_gone():

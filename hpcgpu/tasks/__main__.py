@@ -13,7 +13,6 @@ RESULTS.h5; with one rank, that rank runs them.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import os
@@ -26,8 +25,7 @@ EXIT_STOPPED, EXIT_FAILED_TASKS = 3, 4
 
 def parser() -> ArgumentParser:
     """The parser of ``python -m hpcgpu.tasks``."""
-    p = ArgumentParser(prog="python -m hpcgpu.tasks", description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser(prog="python -m hpcgpu.tasks", description=__doc__.split("\n\n")[0])
     p.add_argument("function", metavar="MODULE:FUNCTION",
                    help="the task function: a module on the path (mypkg.sims:run) or a file (sims.py:run)")
     p.add_argument("--params", required=True,

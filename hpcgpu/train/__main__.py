@@ -16,7 +16,6 @@ writes the predictions (logits for classification) beside them.
 
 from __future__ import annotations
 
-import argparse
 
 import sys
 
@@ -28,71 +27,96 @@ from .trainer import StopRequest, TrainConfig, Trainer
 def parser() -> ArgumentParser:
     """The parser of ``python -m hpcgpu.train``; defaults are :class:`TrainConfig`'s."""
     d = TrainConfig()
-    p = ArgumentParser(
-        prog="python -m hpcgpu.train", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--data", default=None,
+    p = ArgumentParser(prog="python -m hpcgpu.train", description=__doc__.split("\n\n")[0])
+    for add in (_data_options, _model_options, _optimizer_options, _parallel_options, _run_options,
+                _checkpoint_options):
+        add(p, d)
+    return p
+
+
+def _data_options(p: ArgumentParser, d: TrainConfig) -> None:
+    g = p.add_argument_group("data and results")
+    g.add_argument("--data", default=None,
                    help="HDF5 input (/train/X, /train/y, optional /test/X, /test/y); "
                         "default: the bundled digits set, cached under $HPCGPU_DATA_DIR or ~/.cache/hpcgpu")
-    p.add_argument("--out", default=d.out, help="HDF5 output: /metrics, /model, provenance attributes")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help="GLOBAL batch size in samples, split among the ranks (uneven splits are exact)")
-    p.add_argument("--grad-accum-steps", type=int, default=d.grad_accum_steps, metavar="K",
-                   help="gradient accumulation: each step is K micro-batches of BATCH_SIZE/K samples, reduced once")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (mean-loss gradient)")
-    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=d.optimizer,
-                   help="sgd (with --momentum), adam or adamw (betas 0.9, 0.999)")
-    p.add_argument("--momentum", type=float, default=d.momentum, help="SGD momentum")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay,
-                   help="weight decay: L2 for sgd and adam, decoupled for adamw")
-    p.add_argument("--task", choices=("classification", "regression"), default=None,
-                   help="default: from /train/y, integer labels or float targets")
-    p.add_argument("--loss", choices=("cross-entropy", "mse", "huber"), default=None,
-                   help="default: cross-entropy for classification, mse for regression")
-    p.add_argument("--hidden", type=hidden_widths, default=d.hidden,
-                   help="hidden layer widths, comma-separated ('none' for softmax regression)")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of initial weights and sample order")
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default=d.device,
-                   help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
-    p.add_argument("--schedule", choices=("cosine", "step", "constant"), default=d.schedule,
-                   help="learning-rate decay after warm-up")
-    p.add_argument("--warmup-epochs", type=float, default=d.warmup_epochs, help="linear warm-up, in epochs")
-    p.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs,
-                   help="epochs between decays (--schedule step)")
-    p.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="decay factor (--schedule step)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype,
-                   help="floating-point type (an alias of --precision 32-true / 64-true)")
-    p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="64-true, 32-true (default: from --dtype), bf16-mixed or 16-mixed: float32 weights and "
-                        "reduction, 16-bit GEMMs; 16-mixed with dynamic loss scaling")
-    p.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default=d.progress,
-                   help="rank 0's output: bar on a terminal, one line per epoch otherwise")
-    p.add_argument("--gemm-threads", choices=("auto", "all"), default=d.gemm_threads,
-                   help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
-                        "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
-                        "all: every GEMM on the rank's threads")
-    p.add_argument("--cuda-graphs", choices=("auto", "off"), default=d.cuda_graphs,
-                   help="GPU: auto replays each step's forward and backward passes from a CUDA graph (one launch) "
-                        "where they can be captured; off launches every kernel from Python")
-    p.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="T",
-                   help="split the layers over T ranks (Megatron-LM's column/row pattern): P/T data-parallel "
-                        "replicas of T consecutive ranks")
-    p.add_argument("--zero-stage", type=int, default=d.zero_stage, metavar="{0,1}",
-                   help="1: shard the optimizer's momentum over the data-parallel ranks (ZeRO stage 1)")
-    p.add_argument("--data-placement", choices=("auto", "sharded", "replicated"), default=d.data_placement,
+    g.add_argument("--out", default=d.out,
+                   help="HDF5 output: /metrics, /model, /timing, /comm and provenance attributes")
+    g.add_argument("--data-placement", choices=("auto", "sharded", "replicated"), default=d.data_placement,
                    help="sharded: 1/P of the training set a rank, rows exchanged every epoch (Alltoallv); "
                         "replicated: all of it on every rank; auto: replicated when it is small (<= 2 GiB, "
                         "<= 1/8 of the node's memory over its ranks)")
-    p.add_argument("--bucket-mb", type=float, default=d.bucket_mb, metavar="MB",
+
+
+def _model_options(p: ArgumentParser, d: TrainConfig) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--hidden", type=hidden_widths, default=d.hidden,
+                   help="hidden layer widths, comma-separated ('none' for softmax regression)")
+    g.add_argument("--task", choices=("classification", "regression"), default=None,
+                   help="default: from /train/y, integer labels or float targets")
+    g.add_argument("--loss", choices=("cross-entropy", "mse", "huber"), default=None,
+                   help="default: cross-entropy for classification, mse for regression")
+    g.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype,
+                   help="floating-point type (an alias of --precision 32-true / 64-true)")
+    g.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="64-true, 32-true (default: from --dtype), bf16-mixed or 16-mixed: float32 weights and "
+                        "reduction, 16-bit GEMMs; 16-mixed with dynamic loss scaling")
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of initial weights and sample order")
+
+
+def _optimizer_options(p: ArgumentParser, d: TrainConfig) -> None:
+    g = p.add_argument_group("optimization")
+    g.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
+    g.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="GLOBAL batch size in samples, split among the ranks (uneven splits are exact)")
+    g.add_argument("--grad-accum-steps", type=int, default=d.grad_accum_steps, metavar="K",
+                   help="gradient accumulation: each step is K micro-batches of BATCH_SIZE/K samples, reduced once")
+    g.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=d.optimizer,
+                   help="sgd (with --momentum), adam or adamw (betas 0.9, 0.999)")
+    g.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (mean-loss gradient)")
+    g.add_argument("--momentum", type=float, default=d.momentum, help="SGD momentum")
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="weight decay: L2 for sgd and adam, decoupled for adamw")
+    g.add_argument("--schedule", choices=("cosine", "step", "constant"), default=d.schedule,
+                   help="learning-rate decay after warm-up")
+    g.add_argument("--warmup-epochs", type=float, default=d.warmup_epochs, help="linear warm-up, in epochs")
+    g.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs,
+                   help="epochs between decays (--schedule step)")
+    g.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="decay factor (--schedule step)")
+
+
+def _parallel_options(p: ArgumentParser, d: TrainConfig) -> None:
+    g = p.add_argument_group("devices and parallelism")
+    g.add_argument("--device", choices=("auto", "cpu", "gpu"), default=d.device,
+                   help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
+    g.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="T",
+                   help="split the layers over T ranks (Megatron-LM's column/row pattern): P/T data-parallel "
+                        "replicas of T consecutive ranks")
+    g.add_argument("--zero-stage", type=int, default=d.zero_stage, metavar="{0,1}",
+                   help="1: shard the optimizer's momentum over the data-parallel ranks (ZeRO stage 1)")
+    g.add_argument("--bucket-mb", type=float, default=d.bucket_mb, metavar="MB",
                    help="gradient bucket size (MB): several buckets are reduced by Iallreduce while the backward "
                         "pass goes on (PyTorch DDP's default 25); one bucket is one Allreduce after it")
-    p.add_argument("--trace", default=None, metavar="FILE.json",
+    g.add_argument("--gemm-threads", choices=("auto", "all"), default=d.gemm_threads,
+                   help="CPU, several BLAS threads per rank: auto times each GEMM of the step at 1 thread and at "
+                        "the rank's threads and keeps the threads where they pay (a resume reuses the choice); "
+                        "all: every GEMM on the rank's threads")
+    g.add_argument("--cuda-graphs", choices=("auto", "off"), default=d.cuda_graphs,
+                   help="GPU: auto replays each step's forward and backward passes from a CUDA graph (one launch) "
+                        "where they can be captured; off launches every kernel from Python")
+
+
+def _run_options(p: ArgumentParser, d: TrainConfig) -> None:
+    g = p.add_argument_group("output and watchdog")
+    g.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default=d.progress,
+                   help="rank 0's output: bar on a terminal, one line per epoch otherwise")
+    g.add_argument("--trace", default=None, metavar="FILE.json",
                    help="write a Chrome trace (chrome://tracing, Perfetto) of every step's phases, a track per rank")
-    p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+    g.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort the job, naming the ranks that have not arrived, when a collective waits this "
                         "long (default: $HPCGPU_STALL_TIMEOUT, else off)")
+
+
+def _checkpoint_options(p: ArgumentParser, d: TrainConfig) -> None:
     g = p.add_argument_group("checkpoints (SIGUSR1 or SIGTERM: checkpoint after the current step, exit 3)")
     g.add_argument("--checkpoint", default=d.checkpoint,
                    help="checkpoint file; default OUT with .ckpt.h5 when --checkpoint-every or --resume is given")
@@ -105,7 +129,6 @@ def parser() -> ArgumentParser:
     g.add_argument("--stop-file", default=None, metavar="PATH",
                    help="when PATH appears, checkpoint after the current step and exit 3 "
                         "(rank 0 looks once a second; job scripts touch it on Slurm's warning signal)")
-    return p
 
 
 EXIT_STOPPED = 3

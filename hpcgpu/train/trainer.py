@@ -58,6 +58,30 @@ LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
 unless :meth:`Trainer.save_results` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
 
 
+def _arguments_error(model, loss, optimizer) -> Exception | None:
+    """What is wrong with a Trainer's model, loss and optimizer (the same on every rank), or None."""
+    err = None
+    if loss is not None and not isinstance(loss, Loss):
+        err = TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
+                        f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
+                            loss, Optimizer) else ""))
+    elif isinstance(model, Layer) and not isinstance(model, Sequential):
+        err = TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
+                        f"Sequential({type(model).__name__}(...))")
+    elif not isinstance(optimizer, Optimizer):
+        err = TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
+                        f"{type(optimizer).__name__}")
+    elif isinstance(model, Sequential) and loss is None:
+        err = ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), nn.MeanSquaredError() "
+                         "or nn.Huber())")
+    elif not isinstance(model, Sequential) and loss is not None:
+        err = ValueError(f"model {type(model).__name__} computes its own loss in loss_and_grad: give loss= with "
+                         "a Sequential only")
+    elif isinstance(model, Sequential) and model.sizes is None:
+        err = ValueError(f"the trainer runs Dense layers with their activations; {model} has other layers")
+    return err
+
+
 class Trainer:
     """Data-parallel training of a model: the user's, or the command line's MLP.
 
@@ -195,26 +219,7 @@ class Trainer:
         """The model on the reducer's flat buffer, the optimizer's state: what a step needs but data. Collective."""
         c, rt, g = self.config, self.rt, self.groups
         master = self.precision.master
-        err = None
-        if loss is not None and not isinstance(loss, Loss):
-            err = TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
-                            f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
-                                loss, Optimizer) else ""))
-        elif isinstance(model, Layer) and not isinstance(model, Sequential):
-            err = TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
-                            f"Sequential({type(model).__name__}(...))")
-        elif not isinstance(optimizer, Optimizer):
-            err = TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
-                            f"{type(optimizer).__name__}")
-        elif isinstance(model, Sequential) and loss is None:
-            err = ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), nn.MeanSquaredError() "
-                             "or nn.Huber())")
-        elif not isinstance(model, Sequential) and loss is not None:
-            err = ValueError(f"model {type(model).__name__} computes its own loss in loss_and_grad: give loss= with "
-                             "a Sequential only")
-        elif isinstance(model, Sequential) and model.sizes is None:
-            err = ValueError(f"the trainer runs Dense layers with their activations; {model} has other layers")
-        agree(err, comm=rt.comm)
+        agree(_arguments_error(model, loss, optimizer), comm=rt.comm)
         self.optimizer = optimizer
         self.watchdog = Watchdog(rt.comm, c.stall_timeout)
         if isinstance(model, Sequential):
@@ -241,6 +246,11 @@ class Trainer:
         lo, hi = self.reducer.shard_range
         self._update_params = self.model.params if self._params_pad is None else self._params_pad[lo:hi]
         self.opt_state = optimizer.init(self._update_params)  # ZeRO-1: this rank's block only
+        self._start_counters()
+
+    def _start_counters(self) -> None:
+        """The run's counters, meters and flags before the first step (or a resume's restore). Not collective."""
+        c, rt = self.config, self.rt
         self.tensor_bytes = 0  # bytes this rank passed to tensor-group Allreduces in training steps
         self._steps_run = 0  # steps this process ran (not those of a checkpoint it resumed from)
         self.epoch = self.step = self.step_in_epoch = 0
