@@ -18,7 +18,12 @@ pytestmark = pytest.mark.mpi
 INFO = ("import hpcgpu\n"
         "from hpcgpu import _blas\n"
         "rt = hpcgpu.init('cpu')\n"
-        "print(f'{rt.rank} {rt.local_size} {_blas.threads()} | {rt.blas_threads}', flush=True)\n")
+        "from mpi4py import MPI\n"
+        "rows = MPI.COMM_WORLD.gather(f'{rt.rank} {rt.local_size} {_blas.threads()} | {rt.blas_threads}', root=0)\n"
+        "if rt.rank == 0:\n"
+        "    print('\\n'.join(rows), flush=True)\n")
+"""Each rank's threads and what info says, one line a rank, printed by rank 0: lines printed by several ranks
+may interleave in the launcher's output."""
 
 
 def _blas_api():
