@@ -236,7 +236,7 @@ FIXES: dict[str, str] = {
         "or scikit-learn, a directory it cannot write). It exits with status 2 and leaves no partial file: "
         "fix the cause named, or give another ``--out``."
     ),
-    "the digits data set needs scikit-learn: pip install 'hpcgpu[data]' (or pass --data FILE)": (
+    "the digits data set needs scikit-learn: pip install scikit-learn (or pass --data FILE)": (
         "Without ``--data`` the trainer uses scikit-learn's handwritten digits, written once to "
         "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), and scikit-learn is not installed. Install it "
         "with the ``data`` extra (``pip install -e '.[data]'`` in the clone of hpcgpu, or "
@@ -1614,7 +1614,7 @@ FIXES: dict[str, str] = {
         "``xp.ascontiguousarray(a)`` (and copy the result back into a strided view yourself)."
     ),
     # -- Run report and performance model -----------------------------------------------------------------
-    "hpcgpu.report: error: needs matplotlib (pip install 'hpcgpu[report]')": (
+    "hpcgpu.report: error: needs matplotlib (pip install matplotlib)": (
         "The run report draws its plots with matplotlib, which is not installed. Install the ``report`` "
         "extra (``pip install -e '.[report]'`` in the clone of hpcgpu, or ``pip install matplotlib``)."
     ),

@@ -67,7 +67,7 @@ def write_digits(path, test_fraction: float = 0.2, seed: int = 0) -> str:
     Raises
     ------
     ImportError
-        scikit-learn is not installed (``pip install hpcgpu[data]``).
+        scikit-learn is not installed (``pip install scikit-learn``, or the clone's ``data`` extra).
 
     References
     ----------
@@ -78,7 +78,7 @@ def write_digits(path, test_fraction: float = 0.2, seed: int = 0) -> str:
         from sklearn.datasets import load_digits
     except ImportError as e:
         raise ImportError(
-            "the digits data set needs scikit-learn: pip install 'hpcgpu[data]' "
+            "the digits data set needs scikit-learn: pip install scikit-learn "
             "(or pass --data FILE)"
         ) from e
     d = load_digits()

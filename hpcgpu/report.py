@@ -314,7 +314,7 @@ def main(argv=None) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("hpcgpu.report: error: needs matplotlib (pip install 'hpcgpu[report]')", file=sys.stderr)
+        print("hpcgpu.report: error: needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 2
     try:
         runs = [read_run(r) for r in a.results]

@@ -426,10 +426,10 @@ def check_launch() -> None:
                        ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK")):
         n = os.environ.get(size, "")
         if n.isdigit() and int(n) > 1:
-            lib = " ".join(MPI.Get_library_version().splitlines()[0].replace("\0", "").split())
             raise agreed(RuntimeError(
                 f"the launcher started {n} processes ({size}={n}) but MPI sees a world of 1 in each: this "
-                f"mpiexec is not the one of mpi4py's MPI library ({lib}); launch with that library's mpiexec"),
+                f"mpiexec is not the one of mpi4py's MPI library ({_library_version()}); "
+                "launch with that library's mpiexec"),
                 silent=os.environ.get(rank, "0") != "0")
 
 

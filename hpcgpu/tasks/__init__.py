@@ -285,7 +285,7 @@ def _check_signature(fn, table: Params, name: str) -> None:
 
 
 def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
-    from ..runtime import current_runtime
+    from ..runtime import _library_version, current_runtime
 
     what = opts.what
     rank, size = comm.rank, comm.size
@@ -296,7 +296,7 @@ def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
             ledger, todo, loaded = _prepare(fn, params, name, opts, what)
             rt = current_runtime()
             attrs = {"world_size": size, "workers": max(1, size - 1), "hpcgpu_version": __version__,
-                     "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+                     "mpi_library": rt.mpi_library if rt is not None else _library_version(),
                      "device": rt.device if rt is not None else "", "retries": opts.retries,
                      "timeout_seconds": opts.timeout if opts.timeout else 0.0,
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
