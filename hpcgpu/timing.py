@@ -161,7 +161,13 @@ class SpanTimer:
 
     @contextmanager
     def host(self, phase: str):
-        """Add the block's host-clock seconds to ``phase``."""
+        """Add the block's host-clock seconds to ``phase`` (a context manager).
+
+        Parameters
+        ----------
+        phase : str
+            One of :attr:`phases`.
+        """
         if not self.on:
             yield
             return
@@ -173,9 +179,16 @@ class SpanTimer:
 
     @contextmanager
     def device(self, phase: str, stream):
-        """Add the device seconds of the work the block queues on ``stream`` to ``phase``.
+        """Add the device seconds of the work the block queues on ``stream`` to ``phase`` (a context manager).
 
         A host span when the timer has no ``cupy`` (``stream`` is then ignored).
+
+        Parameters
+        ----------
+        phase : str
+            One of :attr:`phases`.
+        stream : cupy.cuda.Stream or None
+            The stream the block's work goes to; CUDA events are recorded on it before and after.
         """
         if not self.on or self.cupy is None:
             with self.host(phase):

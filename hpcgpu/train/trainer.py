@@ -1200,6 +1200,11 @@ class Trainer:
         """Deprecated name of :meth:`save_results` (beside :meth:`save_checkpoint`, it said too little).
 
         Collective, as :meth:`save_results`; warns (:class:`DeprecationWarning`). It goes in the next release.
+
+        Parameters
+        ----------
+        path : str, optional
+            As :meth:`save_results`.
         """
         import warnings
 
