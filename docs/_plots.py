@@ -68,8 +68,7 @@ def plot_peer(plt):
     rows = _rows("peer")
     fig, ax = plt.subplots(figsize=(5, 3))
     _bars(ax, [f"{r['ranks']} rank(s)" for r in rows],
-          [("median", [r["median"] for r in rows]), ("best", [r["best"] for r in rows]),
-           ("before issue 12", [r["before_issue_12"] for r in rows])],
+          [("median", [r["median"] for r in rows]), ("best", [r["best"] for r in rows])],
           "samples/s, ratio to the plain loop", ref=1.0)
     ax.set_ylim(0.8, 1.15)
     ax.set_title("Trainer / NumPy + mpi4py loop, 784-256-256-10")
