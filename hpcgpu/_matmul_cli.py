@@ -27,6 +27,7 @@ from mpi4py import MPI
 from ._gemm import MATH_MODES
 from .comm import agree
 from .errors import agreed
+from .io import split_spec
 
 
 class _Renamed(argparse.Action):
@@ -39,14 +40,6 @@ class _Renamed(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
         namespace.renamed = [*getattr(namespace, "renamed", []), f"{option_string} is now {self.new}"]
-
-
-def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
-    """``"a.h5:/X"`` -> ``("a.h5", "/X")``; ``"a.h5"`` -> ``("a.h5", default)``."""
-    if ":" in spec and not os.path.exists(spec):
-        path, name = spec.rsplit(":", 1)
-        return path, (name or default)
-    return spec, default
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

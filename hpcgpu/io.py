@@ -13,7 +13,7 @@ from .errors import agreed
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
            "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line",
-           "write_dataset", "remove_stale_temporaries", "WRITE_ERRORS"]
+           "write_dataset", "remove_stale_temporaries", "split_spec", "WRITE_ERRORS"]
 
 WRITE_ERRORS = (OSError, RuntimeError)
 """What writing a file raises when the file system fails it: ``OSError``, and ``RuntimeError`` from h5py for some
@@ -305,6 +305,30 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
                 os.unlink(stale)
                 removed.append(stale)
     return removed
+
+
+def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
+    """Split a command line's ``FILE[:DATASET]``. Not collective.
+
+    ``"a.h5:/X"`` gives ``("a.h5", "/X")`` and ``"a.h5"`` gives ``("a.h5", default)``; a path that exists as
+    given is a file, colon and all.
+
+    Parameters
+    ----------
+    spec : str
+        ``FILE`` or ``FILE:DATASET``.
+    default : str or None
+        The dataset when ``spec`` names none (or ends with a colon).
+
+    Returns
+    -------
+    tuple of (str, str or None)
+        The file's path and the dataset's name.
+    """
+    if ":" in spec and not os.path.exists(spec):
+        path, name = spec.rsplit(":", 1)
+        return path, (name or default)
+    return spec, default
 
 
 def same_dataset(a: str, b: str | None) -> bool:

@@ -845,7 +845,7 @@ class Trainer:
             ``X`` of another number of features than the model's, not 2-D,
             or with NaN; an unwritable ``out`` (every rank).
         """
-        from .._matmul_cli import split_spec
+        from ..io import split_spec
 
         comm, dcomm = self.rt.comm, self.groups.data_comm
         if isinstance(X, (str, os.PathLike)):
