@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from .errors import AgreedError
 from .io import one_line
-from .runtime import abort
+from .errors import abort
 
 
 def hidden_widths(text: str) -> tuple:

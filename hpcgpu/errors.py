@@ -6,7 +6,7 @@ input, checked before any communication, or agreed on with
 collective. It is an :class:`AgreedError`, and the command-line guard turns
 it into one line on stderr and exit status 2. Any other exception was raised
 by some ranks while others may wait in a collective: the guard aborts the
-whole job (:func:`hpcgpu.runtime.abort`).
+whole job (:func:`abort`).
 
 An agreed error keeps its ordinary type as well, so ``except ValueError``
 still catches a bad argument: ``agreed(ValueError("--lr must be ..."))`` is
@@ -15,7 +15,10 @@ an instance of both ``ValueError`` and :class:`AgreedError`.
 
 from __future__ import annotations
 
-__all__ = ["AgreedError", "agreed", "agree", "plain_type"]
+import sys
+import time
+
+__all__ = ["AgreedError", "agreed", "agree", "plain_type", "abort"]
 
 
 class AgreedError(Exception):
@@ -152,3 +155,32 @@ def agree(error: BaseException | None, *, comm=None) -> None:
         if error is not None and plain_type(error) is cls and str(error) == msg:
             raise exc from error
         raise exc
+
+
+def abort(message: str, code: int = 1) -> None:
+    """Print ``message`` on stderr, give the launcher a moment to pass it on, abort the job.
+
+    Not collective: one rank ends every rank of ``MPI.COMM_WORLD``
+    (``MPI_Abort``); with one rank it simply exits. Used for anything
+    unexpected, where other ranks may be waiting in a collective.
+
+    Parameters
+    ----------
+    message : str
+        What went wrong (a newline is added when missing).
+    code : int
+        The exit status asked of the launcher.
+
+    Notes
+    -----
+    Without the half-second pause, mpiexec sometimes killed the job before
+    it had forwarded the aborting rank's last lines: the user saw no reason.
+    """
+    from mpi4py import MPI  # here, not at import: hpcgpu binds the GPU before MPI_Init
+
+    sys.stderr.write(message if message.endswith("\n") else message + "\n")
+    sys.stderr.flush()
+    if MPI.COMM_WORLD.Get_size() > 1:
+        time.sleep(0.5)
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)

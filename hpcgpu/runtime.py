@@ -10,8 +10,6 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
-import sys
-import time
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -19,7 +17,7 @@ import numpy
 from mpi4py import MPI
 
 from . import _blas, _context, _device, _options
-from .errors import agree, agreed
+from .errors import abort, agree, agreed  # abort is also hpcgpu.runtime.abort
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
            "check_launch", "abort", "placement", "host_memory"]
@@ -463,33 +461,6 @@ def placement(comm: MPI.Intracomm) -> str:
         return ",".join(out)
 
     return "; ".join(f"{h}: rank{'s' * (len(rs) > 1)} {runs(rs)}" for h, rs in by.items())
-
-
-def abort(message: str, code: int = 1) -> None:
-    """Print ``message`` on stderr, give the launcher a moment to pass it on, abort the job.
-
-    Not collective: one rank ends every rank of ``MPI.COMM_WORLD``
-    (``MPI_Abort``); with one rank it simply exits. Used for anything
-    unexpected, where other ranks may be waiting in a collective.
-
-    Parameters
-    ----------
-    message : str
-        What went wrong (a newline is added when missing).
-    code : int
-        The exit status asked of the launcher.
-
-    Notes
-    -----
-    Without the half-second pause, mpiexec sometimes killed the job before
-    it had forwarded the aborting rank's last lines: the user saw no reason.
-    """
-    sys.stderr.write(message if message.endswith("\n") else message + "\n")
-    sys.stderr.flush()
-    if MPI.COMM_WORLD.Get_size() > 1:
-        time.sleep(0.5)
-        MPI.COMM_WORLD.Abort(code)
-    sys.exit(code)
 
 
 def get_runtime() -> Runtime:

@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from .errors import agreed
 from . import _options
-from .runtime import abort
+from .errors import abort
 
 __all__ = ["Watchdog", "stall_timeout"]
 

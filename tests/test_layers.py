@@ -74,7 +74,7 @@ def test_the_import_graph_has_no_cycle_and_the_runtime_is_on_top():
     edges = _import_graph()
     assert _cycles(edges) == []
     below = ("hpcgpu.comm", "hpcgpu.errors", "hpcgpu.grid", "hpcgpu.blocks", "hpcgpu.summa", "hpcgpu.distmatrix",
-             "hpcgpu._context", "hpcgpu.io")
+             "hpcgpu._context", "hpcgpu.io", "hpcgpu.watchdog", "hpcgpu.timing")
     for m in below:
         assert "hpcgpu.runtime" not in edges[m], f"{m} reaches up to the runtime"
     assert "hpcgpu.distmatrix" not in edges["hpcgpu.summa"]  # SUMMA works on blocks; the matrix type is above it
