@@ -17,9 +17,8 @@ from typing import Callable, Sequence
 
 from mpi4py import MPI
 
-from .errors import AgreedError
+from .errors import AgreedError, abort
 from .io import one_line
-from .errors import abort
 
 
 def hidden_widths(text: str) -> tuple:
