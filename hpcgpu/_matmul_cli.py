@@ -343,8 +343,9 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
         from threadpoolctl import threadpool_info, threadpool_limits
 
         per_rank = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
-        threads = min(per_rank * rt.size, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else os.cpu_count() or 1)  # the cores this job may use, not the node's
+        # the ranks' threads together, at most the node's cores: not rank 0's own affinity, which a launcher
+        # that pins each rank (Intel MPI) narrows to one rank's share
+        threads = min(per_rank * rt.size, os.cpu_count() or 1)
         ctx = threadpool_limits(limits=threads, user_api="blas")
     if rt.device == "cpu" and np.dtype(dtype) in HALF:
         # NumPy has no half-precision GEMM (a loop, 100x slower): the host's best is float32 BLAS on the
