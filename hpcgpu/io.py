@@ -13,7 +13,7 @@ from .errors import agreed
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
            "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line",
-           "write_dataset", "remove_stale_temporaries", "split_spec", "WRITE_ERRORS"]
+           "write_dataset", "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS"]
 
 WRITE_ERRORS = (OSError, RuntimeError)
 """What writing a file raises when the file system fails it: ``OSError``, and ``RuntimeError`` from h5py for some
@@ -94,6 +94,47 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
+    """Create the HDF5 file ``path`` (mode ``"w"``) and yield it; a write the file system refuses is an error.
+
+    Not collective: the one rank that writes calls it, usually on :func:`atomic_path`'s temporary name.
+    HDF5 releases before 2.0 are given the file as an image in memory (``h5py.File`` on a
+    :class:`io.BytesIO`), written to ``path`` as plain bytes when the block ends: HDF5 1.10 crashes
+    (SIGSEGV in ``H5F__close_cb``) when the objects of a file whose write failed (a full disk) are
+    released, where the process must instead end with one line. The cost is the file's size in memory
+    while it is written.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to create (replaced if it exists).
+
+    Yields
+    ------
+    h5py.File
+        Open for writing.
+
+    Raises
+    ------
+    OSError
+        ``path`` cannot be written (a full disk, no permission).
+    """
+    import io as _io
+
+    import h5py
+
+    if h5py.version.hdf5_version_tuple >= (2, 0):
+        with h5py.File(path, "w") as f:
+            yield f
+        return
+    image = _io.BytesIO()
+    with h5py.File(image, "w") as f:
+        yield f
+    with open(path, "wb") as out:
+        out.write(image.getbuffer())
 
 
 def temp_beside(path: str | os.PathLike) -> str:

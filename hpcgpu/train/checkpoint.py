@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io import atomic_path, publish, temp_beside, write_attrs
+from ..io import atomic_path, new_hdf5, publish, temp_beside, write_attrs
 
 __all__ = ["MUST_MATCH", "LEGACY", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config",
            "read_header", "candidates", "digest", "Resumer"]
@@ -247,8 +247,6 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
     OSError
         The file cannot be written; the older checkpoints are untouched.
     """
-    import h5py
-
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     # Temporaries of writers that were killed (SIGKILL leaves them): one rank of
@@ -257,7 +255,7 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
         with contextlib.suppress(OSError):  # (the copies of _rotate's fallback match too)
             os.unlink(stale)
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with new_hdf5(tmp) as f:
             _dataset(f, "params", state.params)
             for name, value in state.optimizer.items():
                 _dataset(f, f"optimizer/{name}", value)

@@ -10,12 +10,11 @@ attributes: ``config`` (JSON), ``model`` (JSON: the layers and the loss, so
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 
-from ..io import atomic_path, write_attrs
+from ..io import atomic_path, new_hdf5, write_attrs
 from .metrics import UNITS
 
 __all__ = ["write_results", "read_model"]
@@ -54,13 +53,7 @@ def write_results(path: str, *, metrics: tuple, history: dict, params: dict, att
     OSError
         The file cannot be written (nothing is left at ``path`` but what was there).
     """
-    import h5py
-
-    # Built in memory, then written as plain bytes: a write the file system refuses (a full disk) is then one
-    # OSError from write(), and never a failure inside HDF5, whose 1.10 releases crash (SIGSEGV in
-    # H5F__close_cb) when the objects of a file whose write failed are released.
-    image = io.BytesIO()
-    with h5py.File(image, "w") as f:
+    with atomic_path(path) as tmp, new_hdf5(tmp) as f:
         m = f.create_group("metrics")
         for k in metrics:
             ds = m.create_dataset(k, data=np.asarray(history[k]))
@@ -86,8 +79,6 @@ def write_results(path: str, *, metrics: tuple, history: dict, params: dict, att
             g.create_dataset(name, data=value)
         write_attrs(f.create_group("comm"), comm_stats)
         write_attrs(f, attrs)
-    with atomic_path(path) as tmp, open(tmp, "wb") as out:
-        out.write(image.getbuffer())
 
 
 def read_model(path: str, what: str = "--model") -> tuple[dict, dict, dict]:
