@@ -88,6 +88,27 @@ RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 """Where each launcher puts a rank's index: Hydra (MPICH, Intel MPI), Open MPI, PMIx."""
 
 
+def trainer_ranks(arg: str) -> dict[int, int]:
+    """``{rank: pid}`` of the trainer's rank processes whose command line holds ``arg`` (a data or output path):
+    those with a launcher's rank variable, so never the launcher, whose command line may hold it too."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except OSError:
+            continue
+        if b"hpcgpu.train" in cmd and arg.encode() in cmd:
+            rank = next((env[v.encode()] for v in RANK_VARS if v.encode() in env), None)
+            if rank is not None and rank.isdigit():
+                found[int(rank)] = int(pid)
+    return found
+
+
 def environment(env=None, python: str | None = None) -> dict:
     """``os.environ`` for a test's ranks: unbuffered output, this checkout first on PYTHONPATH,
     the launcher's flags (``python``'s MPI's, when given), then ``env`` (a value of None removes a variable)."""

@@ -40,20 +40,10 @@ def _popen_train(n, data, out, *extra):
 
 def _rank_pid(data, rank):
     """PID of the trainer process of ``rank`` (PMI_RANK, OMPI_COMM_WORLD_RANK, ...) among those reading ``data``."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        mine = {f"{var}={rank}".encode() for var in _mpi.RANK_VARS}
-        if b"hpcgpu.train" in cmd and data.encode() in cmd and mine & set(env):
-            return int(pid)
-    raise AssertionError(f"no trainer process of rank {rank}")
+    pid = _mpi.trainer_ranks(data).get(rank)
+    if pid is None:
+        raise AssertionError(f"no trainer process of rank {rank}")
+    return pid
 
 
 def _wait_for_epoch(p):

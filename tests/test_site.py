@@ -166,7 +166,7 @@ def test_sigterm_at_start_up_still_ends_with_the_stop_code_and_message(tmp_path)
         while not all(os.path.exists(f"{marker}{r}") for r in (0, 1)):
             assert time.time() < deadline and job.poll() is None, job.communicate()
             time.sleep(0.01)
-        pids = _rank_pids(str(out))
+        pids = list(_mpi.trainer_ranks(str(out)).values())
         for pid in pids:
             os.kill(pid, signal.SIGTERM)
         go.touch()
@@ -178,24 +178,6 @@ def test_sigterm_at_start_up_still_ends_with_the_stop_code_and_message(tmp_path)
     assert len(pids) == 2
     assert job.returncode == 3, stderr
     assert "hpcgpu.train: stopped (SIGTERM) after step 1 (epoch 1); checkpoint" in stdout, stdout
-
-
-def _rank_pids(out: str) -> list[int]:
-    """The trainer's rank processes writing ``out``: those with a launcher's rank variable (not the launcher)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = {e.split(b"=", 1)[0] for e in f.read().split(b"\0") if b"=" in e}
-        except OSError:
-            continue
-        if b"hpcgpu.train" in cmd and out.encode() in cmd and {v.encode() for v in _mpi.RANK_VARS} & env:
-            found.append(int(pid))
-    return found
 
 
 def test_stale_temporaries_of_the_outputs_are_removed_at_start_and_named(tmp_path):
