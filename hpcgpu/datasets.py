@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from .io import atomic_path
+from .io import atomic_path, new_hdf5
 from . import _options
 
 __all__ = ["write_digits", "write_fashion_mnist", "default_data_path", "read_idx", "DATASETS"]
@@ -30,10 +30,8 @@ DATASETS = ("digits", "fashion-mnist")
 
 
 def _write(path, name, source, X_train, y_train, X_test, y_test, num_classes) -> str:
-    import h5py
-
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with new_hdf5(tmp) as f:
             for split, X, y in (("train", X_train, y_train), ("test", X_test, y_test)):
                 g = f.create_group(split)
                 g.create_dataset("X", data=np.ascontiguousarray(X, dtype=np.float32))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io import atomic_path, write_attrs
+from ..io import atomic_path, new_hdf5, write_attrs
 from ._params import Params
 
 PENDING, DONE, FAILED = 0, 1, 2
@@ -161,7 +161,7 @@ class Ledger:
         """
         import h5py
 
-        with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        with atomic_path(path) as tmp, new_hdf5(tmp) as f:
             write_attrs(f, {"function": self.function, "params_digest": self.params.digest(),
                             "tasks": self.params.n, **self.counts(), **attrs})
             g = f.create_group("params")
