@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 from . import _matmul_cli
-from ._cli import ArgumentParser, hidden_widths, run
+from ._cli import ArgumentParser, add_collectives, hidden_widths, run
 
 
 def parser() -> ArgumentParser:
@@ -26,6 +26,7 @@ def parser() -> ArgumentParser:
     info = sub.add_parser("info", help="print what each rank sees", description="One line per rank: what it sees.")
     info.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                       help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
+    add_collectives(info)
     g = info.add_argument_group("the trainer's GEMM threads (CPU): which GEMMs of its step run on the rank's "
                                 "BLAS threads, timed here as python -m hpcgpu.train does at start")
     g.add_argument("--hidden", type=hidden_widths, default=None, help="hidden widths of the MLP, e.g. 256,256")
@@ -44,7 +45,7 @@ def _info(args: argparse.Namespace) -> int:
 
     if args.hidden is not None and min(args.batch_size, args.features, args.classes) < 1:
         raise agreed(ValueError("--batch-size, --features and --classes must be >= 1"))  # same args everywhere
-    rt = init(args.device)
+    rt = init(args.device, collectives=args.collectives)
     lines = rt.comm.gather(rt.describe(), root=0)
     if rt.rank == 0:
         print("\n".join(lines), flush=True)

@@ -21,6 +21,14 @@ from .errors import AgreedError, abort
 from .io import one_line
 
 
+def add_collectives(p, default: str = "auto") -> None:
+    """The ``--collectives`` option of every program that runs collectives on device buffers."""
+    p.add_argument("--collectives", choices=("auto", "nccl", "mpi"), default=default,
+                   help="how device buffers travel between ranks: nccl (each rank on a GPU of its own, no host "
+                        "round trip), mpi (CUDA-aware, or staged through pinned host memory); auto: nccl where it "
+                        "can serve")
+
+
 def hidden_widths(text: str) -> tuple:
     """``--hidden``'s type: ``"256,256"`` -> ``(256, 256)``; ``""`` or ``"none"`` -> ``()``."""
     text = text.strip()

@@ -30,12 +30,15 @@ class Decisions:
         Device pointers may go straight to MPI's blocking collectives.
     nonblocking_device : bool
         Also to its non-blocking ones.
+    collectives : {"nccl", "mpi"}
+        Whether device buffers go over NCCL (:mod:`hpcgpu._nccl`) or MPI.
     """
 
     comm: object
     xp: object
     cuda_aware: bool
     nonblocking_device: bool
+    collectives: str = "mpi"
 
 
 _CURRENT: Decisions | None = None

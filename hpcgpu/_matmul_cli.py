@@ -24,6 +24,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ._cli import add_collectives
 from ._gemm import MATH_MODES
 from .comm import agree
 from .errors import agreed
@@ -64,6 +65,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    action=_Renamed, new="--math-mode")  # its old name, for one release
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
+    add_collectives(p)
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
                         "(default: $HPCGPU_STALL_TIMEOUT, else off)")
@@ -141,7 +143,7 @@ def main(a: argparse.Namespace) -> int:
     if err:
         raise agreed(err)  # the same arguments on every rank
     timeout = stall_timeout(a.stall_timeout)
-    rt = init(a.device)
+    rt = init(a.device, collectives=a.collectives)
     grid = _grid(a.grid, rt.comm)
     if rt.rank == 0:
         for note in getattr(a, "renamed", []):
@@ -320,9 +322,11 @@ def _bench(a, rt, grid, mem) -> int:
 
 
 def _path(rt) -> str:
-    """How SUMMA's panels travel: ``host``, ``staged`` (pinned host copies) or ``cuda-aware``."""
+    """How SUMMA's panels travel: ``host``, ``nccl``, ``staged`` (pinned host copies) or ``cuda-aware``."""
     if rt.device == "cpu":
         return "host"
+    if rt.collectives == "nccl":
+        return "nccl"
     return "cuda-aware" if rt.cuda_aware and rt.nonblocking_device else "staged"
 
 

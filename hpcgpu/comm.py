@@ -1,6 +1,10 @@
 """Buffer collectives on ``xp`` arrays, and collective error agreement.
 
-A NumPy array goes to MPI as it is. A CuPy array goes to MPI directly when MPI
+A NumPy array goes to MPI as it is. CuPy arrays go over NCCL when the
+runtime chose it (``collectives="nccl"``: every rank has a GPU of its own;
+:mod:`hpcgpu._nccl`), stream-ordered with no host synchronization, unless
+NCCL cannot serve that call (a dtype or ``op`` it lacks) or ``cuda_aware``
+was given. Otherwise a CuPy array goes to MPI directly when MPI
 is CUDA-aware, after the current stream is synchronized (MPI must not read a
 buffer a kernel is still writing); otherwise it is staged through pinned host
 memory and copied back. That branch is written once, in :func:`_dispatch`;
@@ -19,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import _context, _device
+from . import _context, _device, _nccl
 from .errors import agree
 
 __all__ = ["Allreduce", "Iallreduce", "Reduce_scatter_block", "Bcast", "Ibcast", "Allgather", "Alltoallv",
-           "Request", "agree", "default_comm", "cuda_awareness", "traffic", "reset_traffic"]
+           "Request", "agree", "default_comm", "cuda_awareness", "device_path", "traffic", "reset_traffic"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
 
@@ -110,6 +114,46 @@ def cuda_awareness(cuda_aware: bool | None = None) -> tuple[bool, bool]:
     return rt.cuda_aware, rt.cuda_aware and rt.nonblocking_device
 
 
+def device_path(*, nonblocking: bool = False, cuda_aware: bool | None = None) -> str:
+    """How device buffers travel in this process's collectives. Not collective.
+
+    Parameters
+    ----------
+    nonblocking : bool, keyword-only
+        For ``Ibcast`` and ``Iallreduce`` (a CUDA-aware MPI may stage those).
+    cuda_aware : bool, optional
+        An explicit decision, as the collectives take it (then MPI).
+
+    Returns
+    -------
+    {"nccl", "aware", "staged"}
+        ``"nccl"``: over NCCL (for every dtype and ``op`` it serves);
+        ``"aware"``: device pointers to MPI; ``"staged"``: through pinned
+        host memory.
+
+    Raises
+    ------
+    ValueError
+        No decision: no ``cuda_aware`` and no runtime yet.
+    """
+    rt = _context.current()
+    if cuda_aware is None and rt is not None and rt.collectives == "nccl":
+        return "nccl"
+    aware, aware_nonblocking = cuda_awareness(cuda_aware)
+    return "aware" if (aware_nonblocking if nonblocking else aware) else "staged"
+
+
+def _over_nccl(comm, kind: str, send, recv, *, op=None, root=None, nonblocking=False, cuda_aware=None,
+               what: str = ""):
+    """The collective over NCCL when the runtime chose NCCL and it serves this call; None otherwise."""
+    if cuda_aware is not None or not (_device.is_device_array(send) and _device.is_device_array(recv)):
+        return None
+    rt = _context.current()
+    if rt is None or rt.collectives != "nccl":
+        return None
+    return _nccl.issue(comm, kind, send, recv, op=op, root=root, nonblocking=nonblocking, what=what)
+
+
 def movable(a):
     """``a`` as a buffer MPI can move: 16-bit floats as their bit patterns (a ``uint16`` view), else ``a``.
 
@@ -178,8 +222,10 @@ class Request:
 
     Parameters
     ----------
-    req : mpi4py.MPI.Request or None
-        The MPI request (``None``: already complete, as at one rank).
+    req : mpi4py.MPI.Request, hpcgpu._nccl.Pending or None
+        The MPI request, or a NCCL operation in flight (whose ``Wait``
+        orders the current stream after it, without a host wait); ``None``:
+        already complete, as at one rank.
     back : list of (numpy.ndarray, xp.ndarray)
         Host staging buffers to copy into device arrays at completion.
     held : list of str
@@ -190,7 +236,11 @@ class Request:
         self._req, self._back, self._held = req, list(back), list(held)
 
     def Wait(self) -> None:
-        """Block until the operation is done (and the device copies made). Not collective."""
+        """Complete the operation. Not collective.
+
+        MPI: block until it is done (and the device copies made). NCCL:
+        order the current stream after it, without a host wait.
+        """
         if self._req is not None:
             self._req.Wait()
             self._req = None
@@ -238,7 +288,8 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
         The runtime's private communicator by default.
     cuda_aware : bool, optional
         Whether device buffers may go straight to MPI; the runtime's
-        decision by default (then :func:`hpcgpu.init` must have run).
+        decision by default (then :func:`hpcgpu.init` must have run). Given,
+        device buffers go over MPI even where the runtime chose NCCL.
 
     Returns
     -------
@@ -262,13 +313,16 @@ def Allreduce(sendbuf, recvbuf=None, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracom
         return out
     if recvbuf is None:
         if comm.Get_size() > 1:
-            _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)], cuda_aware=cuda_aware)
+            if not _over_nccl(comm, "allReduce", sendbuf, sendbuf, op=op, cuda_aware=cuda_aware, what="Allreduce"):
+                _dispatch(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=op), [(sendbuf, INOUT)],
+                          cuda_aware=cuda_aware)
             _count(sendbuf.nbytes, sendbuf.nbytes)
         return sendbuf
     if comm.Get_size() == 1:
         recvbuf[...] = sendbuf
         return recvbuf
-    _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
+    if not _over_nccl(comm, "allReduce", sendbuf, recvbuf, op=op, cuda_aware=cuda_aware, what="Allreduce"):
+        _dispatch(lambda s, r: comm.Allreduce(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
     _count(sendbuf.nbytes, recvbuf.nbytes)
     return recvbuf
 
@@ -314,6 +368,10 @@ def Iallreduce(buf, *, op: MPI.Op = MPI.SUM, comm: MPI.Intracomm | None = None, 
     if comm.Get_size() == 1:
         return Request(None)
     _count(buf.nbytes, buf.nbytes)
+    pending = _over_nccl(comm, "allReduce", buf, buf, op=op, nonblocking=True, cuda_aware=cuda_aware,
+                         what="Iallreduce")
+    if pending is not None:
+        return Request(pending)
     return _dispatch(lambda b: comm.Iallreduce(MPI.IN_PLACE, b, op=op), [(buf, INOUT)], cuda_aware=cuda_aware,
                      nonblocking=True, slot=slot)
 
@@ -365,8 +423,10 @@ def Reduce_scatter_block(sendbuf, recvbuf, *, op: MPI.Op = MPI.SUM, comm: MPI.In
     if comm.Get_size() == 1:
         recvbuf[...] = sendbuf.reshape(recvbuf.shape)
         return recvbuf
-    _dispatch(lambda s, r: comm.Reduce_scatter_block(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)],
-              cuda_aware=cuda_aware)
+    if not _over_nccl(comm, "reduceScatter", sendbuf, recvbuf, op=op, cuda_aware=cuda_aware,
+                      what="Reduce_scatter_block"):
+        _dispatch(lambda s, r: comm.Reduce_scatter_block(s, r, op=op), [(sendbuf, IN), (recvbuf, OUT)],
+                  cuda_aware=cuda_aware)
     _count(sendbuf.nbytes - recvbuf.nbytes, recvbuf.nbytes)
     return recvbuf
 
@@ -402,7 +462,8 @@ def Bcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, cuda_aware: 
     _check_contiguous("buf", buf)
     if comm.Get_size() > 1:
         role = IN if comm.Get_rank() == root else OUT
-        _dispatch(lambda b: comm.Bcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware)
+        if not _over_nccl(comm, "bcast", buf, buf, root=root, cuda_aware=cuda_aware, what="Bcast"):
+            _dispatch(lambda b: comm.Bcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware)
         _count(buf.nbytes if role == IN else 0, buf.nbytes if role == OUT else 0)
     return buf
 
@@ -450,6 +511,9 @@ def Ibcast(buf, *, root: int = 0, comm: MPI.Intracomm | None = None, slot: str |
         return Request(None)
     role = IN if comm.Get_rank() == root else OUT
     _count(buf.nbytes if role == IN else 0, buf.nbytes if role == OUT else 0)
+    pending = _over_nccl(comm, "bcast", buf, buf, root=root, nonblocking=True, cuda_aware=cuda_aware, what="Ibcast")
+    if pending is not None:
+        return Request(pending)
     return _dispatch(lambda b: comm.Ibcast(b, root=root), [(buf, role)], cuda_aware=cuda_aware,
                      nonblocking=True, slot=slot)
 
@@ -486,7 +550,8 @@ def Allgather(sendbuf, recvbuf, *, comm: MPI.Intracomm | None = None, cuda_aware
     if comm.Get_size() == 1:
         recvbuf[0] = sendbuf
         return recvbuf
-    _dispatch(lambda s, r: comm.Allgather(s, r), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
+    if not _over_nccl(comm, "allGather", sendbuf, recvbuf, cuda_aware=cuda_aware, what="Allgather"):
+        _dispatch(lambda s, r: comm.Allgather(s, r), [(sendbuf, IN), (recvbuf, OUT)], cuda_aware=cuda_aware)
     _count(sendbuf.nbytes, recvbuf.nbytes - sendbuf.nbytes)
     return recvbuf
 

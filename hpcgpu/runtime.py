@@ -16,7 +16,7 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _blas, _context, _device, _options
+from . import _blas, _context, _device, _nccl, _options
 from .errors import abort, agree, agreed  # abort is also hpcgpu.runtime.abort
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
@@ -75,6 +75,13 @@ class Runtime:
         The most ranks bound to one physical GPU (same host and PCI bus id),
         over all nodes; 1 on the CPU. Above 1 the run's first line says so:
         it works, but slower, each rank with a share of the GPU's memory.
+    collectives : {"nccl", "mpi"}
+        How device buffers travel between ranks: over NCCL (every rank has
+        a GPU of its own and NCCL loads everywhere), or over MPI (CUDA-aware
+        or staged, :attr:`cuda_aware`). Always ``"mpi"`` on the CPU.
+    collectives_reason : str
+        Why, in words (``"NCCL 2.30.7: every rank has a GPU of its own"``,
+        ``"ranks share a GPU (up to 2 on one), which NCCL refuses"``).
     """
 
     comm: MPI.Intracomm
@@ -95,6 +102,8 @@ class Runtime:
     nonblocking_device: bool = False
     nonblocking_reason: str = ""
     gpu_sharing: int = 1
+    collectives: str = "mpi"
+    collectives_reason: str = "device is cpu"
     _owns_comm: bool = field(default=True, repr=False)
 
     def describe(self) -> str:
@@ -115,6 +124,7 @@ class Runtime:
         )
         if self.device == "gpu":
             line += f" nonblocking_device={'yes' if self.nonblocking_device else 'no'} ({self.nonblocking_reason})"
+            line += f" collectives={self.collectives} ({self.collectives_reason})"
             graphs, why = _device.graphs_available()
             line += " cuda_graphs=" + ("yes (stream capture)" if graphs else f"no ({why})")
         return line
@@ -123,11 +133,14 @@ class Runtime:
         """The device and how buffers reach MPI, for the first line of a run (rank 0 prints it)."""
         if self.device == "cpu":
             return "cpu" if self.device_reason == "asked for" else f"cpu ({self.device_reason})"
-        how = ("MPI is CUDA-aware" if self.cuda_aware
-               else "MPI is not CUDA-aware: device buffers are staged through pinned host memory")
         share = (f"; up to {self.gpu_sharing} ranks share a GPU (slower, and each has a share of its memory)"
                  if self.gpu_sharing > 1 else "")
-        return f"gpu ({how}; {self.cuda_aware_reason}{share})"
+        if self.collectives == "nccl":
+            return f"gpu (device buffers over NCCL: {self.collectives_reason}{share})"
+        how = ("MPI is CUDA-aware" if self.cuda_aware
+               else "MPI is not CUDA-aware: device buffers are staged through pinned host memory")
+        nccl = f"; not NCCL: {self.collectives_reason}" if self.size > 1 else ""
+        return f"gpu ({how}; {self.cuda_aware_reason}{share}{nccl})"
 
     def free(self) -> None:
         """Free the private communicator. Collective over :attr:`comm`."""
@@ -139,7 +152,8 @@ class Runtime:
             self.comm.Free()
 
 
-def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_threads="auto") -> Runtime:
+def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_threads="auto",
+         collectives: str = "auto") -> Runtime:
     """Start the hpcgpu runtime on this rank.
 
     Collective: all ranks of ``comm`` must call it. The first call makes the
@@ -166,6 +180,12 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
         slower than of one); an int sets that many; ``None`` leaves the
         process's BLAS as it is. :attr:`Runtime.blas_threads` says what was
         done.
+    collectives : {"auto", "nccl", "mpi"}, keyword-only
+        How device buffers travel between ranks. ``"auto"``: over NCCL when
+        there are several ranks, each on a GPU of its own, and NCCL loads
+        on every rank; over MPI otherwise (CUDA-aware or staged).
+        ``"nccl"`` insists (an error when NCCL cannot serve), ``"mpi"``
+        never uses NCCL. :attr:`Runtime.collectives_reason` says why.
 
     Returns
     -------
@@ -174,13 +194,16 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     Raises
     ------
     ValueError
-        ``device`` or ``blas_threads`` is not one of the choices (on every
-        rank, before any communication); ``HPCGPU_CUDA_AWARE_MPI`` or
-        ``HPCGPU_NONBLOCKING_DEVICE`` is not 0 or 1 (agreed).
+        ``device``, ``blas_threads`` or ``collectives`` is not one of the
+        choices (on every rank, before any communication);
+        ``HPCGPU_CUDA_AWARE_MPI`` or ``HPCGPU_NONBLOCKING_DEVICE`` is not 0
+        or 1 (agreed).
     RuntimeError
         ``device="gpu"`` and some rank has no usable GPU: the message names
         the first such rank and CuPy's reason (agreed: every rank raises it);
-        or the launcher did not connect the ranks (see :func:`check_launch`).
+        ``collectives="nccl"`` and NCCL cannot serve (no GPU, ranks sharing
+        a GPU, no NCCL library on some rank; agreed); or the launcher did not
+        connect the ranks (see :func:`check_launch`).
 
     Notes
     -----
@@ -192,10 +215,11 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     here once, see :func:`detect_cuda_aware`.
     """
     global _RUNTIME
-    _check_init_args(device, blas_threads)
+    _check_init_args(device, blas_threads, collectives)
     check_launch()
     base = MPI.COMM_WORLD if comm is None else comm
-    if _RUNTIME is not None and comm is None and device in ("auto", _RUNTIME.device):
+    if _RUNTIME is not None and comm is None and device in ("auto", _RUNTIME.device) and \
+            collectives in ("auto", _RUNTIME.collectives):
         return _RUNTIME
     dup = base.Dup()
     local_rank, local_size = _node_rank(dup)
@@ -205,21 +229,30 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
         dup.Free()
         raise
     use_gpu = path["device"] == "gpu"
+    sharing = _gpu_sharing(dup, path["device_id"]) if use_gpu else 1
+    try:
+        over, over_why = _collectives_path(collectives, dup, use_gpu, sharing)
+    except BaseException:
+        dup.Free()
+        raise
     rt = Runtime(comm=dup, rank=dup.rank, size=dup.size, local_rank=local_rank, local_size=local_size,
                  host=socket.gethostname(), **path, blas_threads=_blas_decision(blas_threads, local_size),
-                 mpi_library=_library_version(), gpu_sharing=_gpu_sharing(dup, path["device_id"]) if use_gpu else 1)
+                 mpi_library=_library_version(), gpu_sharing=sharing, collectives=over,
+                 collectives_reason=over_why)
     if comm is None:
         if _RUNTIME is not None:
             _RUNTIME.free()
         _RUNTIME = rt
-        _context.set(_context.Decisions(dup, rt.xp, rt.cuda_aware, rt.nonblocking_device))
+        _context.set(_context.Decisions(dup, rt.xp, rt.cuda_aware, rt.nonblocking_device, rt.collectives))
     return rt
 
 
-def _check_init_args(device, blas_threads) -> None:
+def _check_init_args(device, blas_threads, collectives) -> None:
     """``init``'s arguments, the same on every rank: all raise together."""
     if device not in ("auto", "cpu", "gpu"):
         raise agreed(ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}"))
+    if collectives not in ("auto", "nccl", "mpi"):
+        raise agreed(ValueError(f"collectives must be 'auto', 'nccl' or 'mpi', got {collectives!r}"))
     if not (blas_threads is None or blas_threads == "auto" or (isinstance(blas_threads, int) and blas_threads >= 1)):
         raise agreed(ValueError(f"blas_threads must be 'auto', a positive int or None, got {blas_threads!r}"))
 
@@ -269,6 +302,38 @@ def _blas_decision(blas_threads, local_size: int) -> str:
             return "not limited (threadpoolctl missing)"
         return f"{blas_threads} (blas_threads={blas_threads})"
     return _limit_blas_threads(local_size)
+
+
+def _collectives_path(mode: str, comm, use_gpu: bool, sharing: int) -> tuple[str, str]:
+    """``("nccl" | "mpi", why)``, the same on every rank of ``comm``. Collective.
+
+    NCCL serves device buffers where every rank has a GPU of its own (it
+    refuses two ranks on one GPU, ``ncclInvalidUsage``) and its library
+    loads on every rank. At one rank no collective runs, so ``auto`` says
+    so instead of choosing.
+    """
+    if mode == "mpi":
+        return "mpi", "asked for (collectives='mpi')" if use_gpu else "device is cpu"
+    if not use_gpu:
+        if mode == "nccl":
+            raise agreed(RuntimeError("collectives='nccl' needs a GPU on every rank, and the device is the cpu"))
+        return "mpi", "device is cpu"
+    ok, why = _nccl.available()
+    found = comm.allgather(None if ok else why)
+    missing = [(r, w) for r, w in enumerate(found) if w is not None]
+    if missing:
+        r, w = missing[0]
+        problem = w if len(missing) == comm.size else f"rank {r}: {w}"
+    elif sharing > 1:
+        problem = f"ranks share a GPU (up to {sharing} on one), which NCCL refuses"
+    elif comm.size == 1 and mode == "auto":
+        problem = "one rank: no collective runs"
+    else:
+        return "nccl", (f"{why}: every rank has a GPU of its own" if mode == "auto"
+                        else f"{why}: asked for (collectives='nccl')")
+    if mode == "nccl":
+        raise agreed(RuntimeError(f"collectives='nccl': {problem}"))
+    return "mpi", problem
 
 
 def _gpu_sharing(comm, device_id) -> int:

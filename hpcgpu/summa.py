@@ -28,7 +28,7 @@ import numpy as np
 from . import _device
 from ._gemm import MATH_MODES, accumulator_dtype, gemm
 from .blocks import remap
-from .comm import Ibcast, cuda_awareness, movable, traffic
+from .comm import Ibcast, device_path, movable, traffic
 from .errors import agreed
 from .timing import SpanTimer
 
@@ -572,10 +572,12 @@ def _summa(a, b, c, panels: list[Panel], call: _Call, beta) -> None:
     ``c`` is this rank's block of C (an xp array), or its float32
     accumulator for half-precision inputs. Collective over ``a.grid``. Two
     buffer slots per operand: panel p+1's broadcasts are posted before panel
-    p's GEMM (lookahead). Device blocks whose MPI cannot take device memory
-    in non-blocking collectives go through :class:`_StagedPanels`.
+    p's GEMM (lookahead). Device blocks go straight into the broadcasts over
+    NCCL or a CUDA-aware MPI (:class:`_Panels`); where MPI cannot take
+    device memory in non-blocking collectives, through
+    :class:`_StagedPanels`.
     """
-    staged = a.xp is not np and not cuda_awareness(None)[1]
+    staged = a.xp is not np and device_path(nonblocking=True) == "staged"
     sched = (_StagedPanels if staged else _Panels)(a, b, c, panels, call.timer)
     nxt = sched.post(0)
     for p in range(len(panels)):
@@ -602,10 +604,14 @@ class _Posted(NamedTuple):
 
 
 class _Panels:
-    """Panel transport with no staging: host blocks, or device blocks with a CUDA-aware MPI.
+    """Panel transport with no staging: host blocks, or device blocks over NCCL or a CUDA-aware MPI.
 
     Broadcasts go straight from and into the panel buffers (flat, two slots
-    per operand: a panel of any width is a contiguous prefix).
+    per operand: a panel of any width is a contiguous prefix). Over NCCL the
+    broadcasts run on the communicator's stream after the work queued on the
+    compute stream (the root's panel copy, and the GEMM two panels back that
+    last read the slot), and ``Wait`` makes the compute stream wait for them:
+    the host never waits.
     """
 
     def __init__(self, a, b, c, panels, timer):

@@ -23,9 +23,8 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from .errors import agreed
-from . import _options
-from .errors import abort
+from . import _nccl, _options
+from .errors import abort, agreed
 
 __all__ = ["Watchdog", "stall_timeout"]
 
@@ -96,6 +95,7 @@ class Watchdog:
             self.comm = None
             return
         self.comm = comm.Dup()
+        _nccl.set_stall_timeout(self.timeout)  # NCCL's waits are on the GPU: its monitor watches those
         self.threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self._thread = threading.Thread(target=self._run, name="hpcgpu-watchdog", daemon=True)
         self._thread.start()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from .._cli import ArgumentParser, hidden_widths, run
+from .._cli import ArgumentParser, add_collectives, hidden_widths, run
 from .precision import PRECISIONS
 from .trainer import StopRequest, TrainConfig, Trainer
 
@@ -88,6 +88,7 @@ def _parallel_options(p: ArgumentParser, d: TrainConfig) -> None:
     g = p.add_argument_group("devices and parallelism")
     g.add_argument("--device", choices=("auto", "cpu", "gpu"), default=d.device,
                    help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
+    add_collectives(g, d.collectives)
     g.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="T",
                    help="split the layers over T ranks (Megatron-LM's column/row pattern): P/T data-parallel "
                         "replicas of T consecutive ranks")

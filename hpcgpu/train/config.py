@@ -52,6 +52,8 @@ class TrainConfig:
     seed : int
         Seeds initial weights and every epoch's sample order.
     device : {"auto", "cpu", "gpu"}
+    collectives : {"auto", "nccl", "mpi"}
+        How device buffers travel between ranks (:func:`hpcgpu.init`).
     schedule : {"cosine", "step", "constant"}
     warmup_epochs : float
         Linear warm-up length, in epochs.
@@ -146,6 +148,7 @@ class TrainConfig:
     hidden: tuple = (256, 256)
     seed: int = 0
     device: str = "auto"
+    collectives: str = "auto"
     schedule: str = "cosine"
     warmup_epochs: float = 1.0
     lr_step_epochs: int = 10
@@ -208,6 +211,8 @@ class TrainConfig:
             (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
             (all(int(h) >= 1 for h in self.hidden), f"--hidden widths must be >= 1, got {self.hidden}"),
             (self.device in ("auto", "cpu", "gpu"), f"--device must be auto, cpu or gpu, got {self.device!r}"),
+            (self.collectives in ("auto", "nccl", "mpi"),
+             f"--collectives must be auto, nccl or mpi, got {self.collectives!r}"),
             (self.schedule in ("cosine", "step", "constant"), f"--schedule: unknown {self.schedule!r}"),
             (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
             (self.lr_step_epochs >= 1, f"--lr-step-epochs must be >= 1, got {self.lr_step_epochs}"),

@@ -176,7 +176,7 @@ class Trainer:
         err = c.validate()
         if err is not None:
             raise agreed(err)  # the same config on every rank: all raise it
-        self.rt = rt = runtime if runtime is not None else init(c.device)
+        self.rt = rt = runtime if runtime is not None else init(c.device, collectives=c.collectives)
         comm, self.xp = rt.comm, rt.xp
         inputs = [(c.data, None)] if c.data else []
         for path, what in ((c.out, "--out"), (c.checkpoint_path, "--checkpoint"), (c.trace, "--trace")):

@@ -91,8 +91,12 @@ def two_iallreduces_in_flight():
     np.testing.assert_array_equal(host(b), P * 2.0 * np.arange(N // 2 + 1) + 10 * P * (P - 1) / 2)
 
 
+NCCL = rt.collectives == "nccl"
+STANDIN = xp.__version__.endswith("+standin")
+
+
 def named_slot_reused_in_flight_is_an_error():
-    if (rt.cuda_aware and rt.nonblocking_device) or P == 1:
+    if (rt.cuda_aware and rt.nonblocking_device) or P == 1 or NCCL:
         return  # nothing is staged on this path (at one rank no MPI call is made)
     a, b = fresh(8, r), fresh(8, r)
     q = C.Ibcast(a, root=0, slot="mine")
@@ -114,6 +118,51 @@ def allgather():
     np.testing.assert_array_equal(host(out), [2.0 * np.arange(5) + 10 * q for q in range(P)])
 
 
+def reduce_scatter_block():
+    s = fresh(3 * P, r)
+    out = xp.empty(3, dtype=xp.float64)
+    C.Reduce_scatter_block(s, out)
+    np.testing.assert_array_equal(host(out), P * 2.0 * np.arange(3 * r, 3 * r + 3) + P * (P - 1) / 2)
+
+
+def complex_sums_and_what_nccl_lacks():
+    """Complex sums (NCCL: two float parts), an op NCCL lacks (LAND) and a dtype it lacks (int16): all right."""
+    z = fresh(6, r).astype(xp.complex128) * (1 + 2j)
+    C.Allreduce(z)
+    want = (P * 2.0 * np.arange(6) + P * (P - 1) / 2) * (1 + 2j)
+    np.testing.assert_array_equal(host(z), want)
+    flags = xp.zeros(4, dtype=xp.int32)
+    flags[...] = 1 if r != P - 1 or P == 1 else 0
+    C.Allreduce(flags, op=MPI.LAND)
+    np.testing.assert_array_equal(host(flags), np.full(4, int(P == 1)))
+    small = xp.zeros(5, dtype=xp.int16)
+    small[...] = r + 1
+    C.Allreduce(small)
+    np.testing.assert_array_equal(host(small), np.full(5, P * (P + 1) // 2))
+
+
+def nccl_collectives_never_wait_for_the_gpu():
+    """Over NCCL, a blocking collective queues work and returns: no host synchronization (the stand-in counts)."""
+    if not (NCCL and STANDIN and P > 1):
+        return
+    import cupy
+    from cupy.cuda import nccl
+
+    a, b = fresh(N, r), xp.empty((P, 7), dtype=xp.float64)
+    nccl.clear_calls()
+    cupy._standin.reset_counters()
+    C.Allreduce(a)
+    C.Bcast(a, root=P - 1)
+    C.Allgather(a[:7], b)
+    C.Iallreduce(a).Wait()
+    a *= 2
+    assert cupy._standin.counters()["host_syncs"] == 0, cupy._standin.counters()
+    assert [c["op"] for c in nccl.calls()] == ["allReduce", "bcast", "allGather", "allReduce"], nccl.calls()
+    got = host(a)
+    base = P * (2.0 * np.arange(N)) + P * (P - 1) / 2  # the Allreduce; the Bcast sends the same on every rank
+    np.testing.assert_array_equal(got, 2 * P * base)  # the Iallreduce sums the P equal copies again
+
+
 def staging_stays_bounded_over_many_sizes():
     """One growable pinned buffer per slot: a sweep over sizes leaves two slots, each at most twice the largest."""
     _device.free_staging()
@@ -123,7 +172,7 @@ def staging_stays_bounded_over_many_sizes():
         req = C.Ibcast(a, root=0)
         req.Wait()
     slots, nbytes = _device.staging_stats()
-    if rt.cuda_aware and rt.nonblocking_device or P == 1:
+    if rt.cuda_aware and rt.nonblocking_device or P == 1 or NCCL:
         assert (slots, nbytes) == (0, 0), (slots, nbytes)
         return
     assert slots <= 2, f"{slots} staging slots after many sizes"
@@ -137,7 +186,7 @@ for name, fn in list(globals().items()):
 all_ok = rt.comm.allreduce(not failures, op=MPI.LAND)
 for f in failures:
     print(f, file=sys.stderr)
-path = "aware" if rt.cuda_aware else "staged"
+path = "nccl" if NCCL else "aware" if rt.cuda_aware else "staged"
 if r == 0:
     print("collective checks:", "ok" if all_ok else "FAILED", path, f"(nonblocking_device={rt.nonblocking_device})")
 sys.exit(0 if all_ok else 1)

@@ -113,3 +113,22 @@ def memGetInfo() -> tuple[int, int]:
     dev = _standin.ensure_context()
     used = _standin._device_bytes["used"].get(dev, 0)
     return (_standin.DEVICE_MEMORY - used, _standin.DEVICE_MEMORY)
+
+
+def eventQuery(event: int) -> int:  # noqa: N802 - CUDA's name, as CuPy spells it
+    """``cudaEventQuery`` of the event whose ``ptr`` is ``event``: 0 (done) or 600 (not ready); never blocks.
+
+    The stand-in's kernels compute when they are launched, so recorded work
+    is done (it lands, for MPI and host reads, only at a synchronize: this
+    query lands nothing, so a watchdog thread may call it). Safe from any
+    thread.
+
+    Raises
+    ------
+    CUDARuntimeError
+        ``cudaErrorInvalidResourceHandle`` for a pointer of no live event.
+    """
+    from cupy.cuda.stream import event_of_ptr
+
+    event_of_ptr(event)
+    return 0

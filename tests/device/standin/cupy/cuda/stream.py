@@ -17,6 +17,21 @@ __all__ = ["Stream", "Event", "get_current_stream", "get_elapsed_time"]
 
 _uids = itertools.count(16)
 _by_ptr: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_events: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def event_of_ptr(ptr: int) -> Event:
+    """The live event whose pointer is ``ptr``.
+
+    Raises
+    ------
+    CUDARuntimeError
+        ``cudaErrorInvalidResourceHandle``.
+    """
+    e = _events.get(ptr)
+    if e is None:
+        raise CUDARuntimeError(400)
+    return e
 
 
 def stream_of_ptr(ptr: int) -> Stream:
@@ -234,6 +249,7 @@ class Event:
         self._syncs = 0
         self._complete = False
         self.ptr = id(self)
+        _events[self.ptr] = self
 
     def record(self, stream: Stream | None = None) -> None:
         """Capture the work queued so far on ``stream`` (the current one by default).
