@@ -84,7 +84,7 @@ class Step:
         comm = self.groups.comm
         self._any = (lambda flag: self.groups.any(flag, comm)) if differ else (lambda flag: flag)
 
-    def __call__(self, X, y, step: int, stop: bool, reduce: bool = True):
+    def __call__(self, X, y, step: int, stop: bool, reduce: bool = True, read: bool = True):
         """Run global step ``step`` (0-based) on this rank's local batch ``X``, ``y``. Collective.
 
         Parameters
@@ -97,12 +97,16 @@ class Step:
         reduce : bool
             False at one rank with the statistics kept on the device (the
             caller reads them later): nothing is reduced or read here.
+        read : bool
+            False: the reduced statistics stay on the device (over NCCL,
+            where reading them would make the host wait for the GPU every
+            step); nothing is read here.
 
         Returns
         -------
         dict or None
             The reduced slots (``loss_sum`` and the metric's, ``stop``) as
-            host floats; None when ``reduce`` is False.
+            host floats; None when ``reduce`` or ``read`` is False.
         """
         model, red, K, lm = self.model, self.reducer, self.micro_batches, self.micro_batch
         scale = self.precision.loss_scale
@@ -121,7 +125,7 @@ class Step:
         if reduce:
             self._mark("comm", step)
             red.finish(f"step {step + 1}")
-            slots = red.read()
+            slots = red.read() if read else None
             self._mark("compute", step)
         self.update(step, scale)
         return slots

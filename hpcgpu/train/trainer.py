@@ -438,15 +438,15 @@ class Trainer:
         self._test_arrays(test)
         self.metrics = EpochMetrics(m.task, train.outputs, self.precision.compute is not None,
                                     self.timing_keys() if c.timing else ())
-        # One rank on a GPU: nothing to reduce, and each step's loss and metric sums stay on the device (a row of
-        # _stats_on_device) until the epoch ends, a checkpoint or a stop needs them, so no step waits for the GPU.
-        # Otherwise the reduced slots are read every step: free on the host, and with several ranks the reduction
-        # has synchronized the stream already.
-        self._stats_on_device = self.rt.size == 1 and self.xp is not np and not isinstance(self.precision,
-                                                                                             ScaledMixedPrecision)
+        # One rank on a GPU, or several over NCCL: each step's loss and metric sums (reduced, over NCCL) stay on
+        # the device (a row of _stats) until the epoch ends, a checkpoint or a stop needs them, so no step waits for
+        # the GPU; a stop request is agreed on the host. Otherwise the reduced slots are read every step: free on
+        # the host, and MPI's reduction of device buffers has synchronized the stream already.
+        self._stats_on_device = self.xp is not np and (self.rt.size == 1 or self.rt.collectives == "nccl") and \
+            not isinstance(self.precision, ScaledMixedPrecision)
         self._stats = self.xp.zeros((steps, 2), dtype=m.dtype) if self._stats_on_device else None
         # the buckets' Iallreduces are posted from inside the backward pass
-        overlap = not self._stats_on_device and len(self.reducer.buckets) > 1 and self.rt.size > 1
+        overlap = len(self.reducer.buckets) > 1 and self.rt.size > 1
         graphs, self._graphs_why = graphs_plan(c, self.xp, self.precision.compute, overlap,
                                               own_model=isinstance(m, FlatModel))
         self._step = Step(m, self.reducer, self.optimizer, self.opt_state, self._update_params, self.precision, g,
@@ -698,10 +698,11 @@ class Trainer:
             X, y = sampler.batch(s)
             tm.mark("compute", f"step {self.step + 1}")
             stop = self.stop_request is not None and self.stop_request.requested()
-            slots = step(X, y, self.step, stop, reduce=not on_device)
+            slots = step(X, y, self.step, stop, reduce=not on_device or self.rt.size > 1, read=not on_device)
             self.metrics.skipped += step.skipped_last
             if on_device:
-                self._stats[s] = self.model.stats
+                self._stats[s] = self.model.stats  # the reduced sums (a view of the reducer's slots)
+                stop = self.groups.any(stop, self.groups.comm)  # a host flag: no wait for the GPU
             else:  # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
                 stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
                 self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.B)

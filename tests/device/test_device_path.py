@@ -39,6 +39,15 @@ def run(backend, nprocs, args, env=None, timeout=120):
     return _mpi.run(nprocs, args, env=env, timeout=timeout)
 
 
+def _nccl_cases(backend, nprocs):
+    """NCCL on a real GPU node only with a GPU for each rank (NCCL refuses two ranks on one)."""
+    if backend == "cupy":
+        import hpcgpu._device as d
+
+        if d.device_count() < nprocs:
+            pytest.skip(f"NCCL needs a GPU for each of {nprocs} ranks; this node has {d.device_count()}")
+
+
 def _aware_cases(backend):
     """The CUDA-aware path only where it can run: always on the stand-in (its device memory is host
     memory), on a real GPU only when this MPI says it is CUDA-aware (forcing it crashes a host-only MPI)."""
@@ -49,8 +58,10 @@ def _aware_cases(backend):
             pytest.skip("this MPI is not CUDA-aware")
 
 
+OWN_GPUS = {"HPCGPU_STANDIN_DEVICES": "4"}  # a stand-in GPU for each of up to 4 ranks: NCCL serves them
 PATHS = {"staged": {"HPCGPU_CUDA_AWARE_MPI": "0"},
          "aware": {"HPCGPU_CUDA_AWARE_MPI": "1"},
+         "nccl": {**OWN_GPUS, "HPCGPU_CUDA_AWARE_MPI": "0"},
          "aware, Ibcast staged": {"HPCGPU_CUDA_AWARE_MPI": "1", "HPCGPU_NONBLOCKING_DEVICE": "0"}}
 
 
@@ -61,26 +72,35 @@ PATHS = {"staged": {"HPCGPU_CUDA_AWARE_MPI": "0"},
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_collectives_on_device_arrays(backend, path, nprocs):
-    if path != "staged":
+    if path == "nccl":
+        _nccl_cases(backend, nprocs)
+    elif path != "staged":
         _aware_cases(backend)
     n = "1000" if backend == "standin" else str(1 << 24)  # a real GPU: kernels long enough to still run
     p = run(backend, nprocs, [os.path.join(SCRIPTS, "collective_checks.py"), n], env=PATHS[path], timeout=90)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert f"collective checks: ok {path.split(',')[0]}" in p.stdout
+    took = "staged" if path == "nccl" and nprocs == 1 else path.split(",")[0]  # one rank: no collective runs
+    assert f"collective checks: ok {took}" in p.stdout
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("path", ["staged", "aware"])
+@pytest.mark.parametrize("path", ["staged", "aware", "nccl"])
 @pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4], [1, 3]))
 def test_summa_on_device_every_grid_and_dtype(backend, path, nprocs):
-    """Every grid shape of P ranks, all four dtypes, empty blocks (1x13x9 on 2x2: an empty row block)."""
+    """Every grid shape of P ranks, all four dtypes, empty blocks (1x13x9 on 2x2: an empty row block); over
+    NCCL the panels' broadcasts are NCCL's."""
     if path == "aware":
         _aware_cases(backend)
+    if path == "nccl":
+        if nprocs == 1:
+            pytest.skip("one rank: no collective runs, the staged case covers it")
+        _nccl_cases(backend, nprocs)
     p = run(backend, nprocs, [os.path.join(_mpi.SCRIPTS, "summa_checks.py"), "gpu"], env=PATHS[path],
             timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "summa checks: ok" in p.stdout
+    assert f"collectives={'nccl' if path == 'nccl' else 'mpi'}" in p.stdout
 
 
 # -- the trainer -----------------------------------------------------------------------------
@@ -152,9 +172,11 @@ def test_mixed_precision_on_device_matches_the_cpu_run(backend, precision, nproc
 @pytest.mark.parametrize("path", list(PATHS))
 def test_tensor_parallel_and_zero_on_device_match_the_cpu_run(backend, path, tmp_path):
     """2 data x 2 tensor with ZeRO-1 on GPUs: the tensor group's Allreduces, the Reduce_scatter and the
-    Allgather move device buffers (staged or CUDA-aware); the model is the host's."""
+    Allgather move device buffers (staged, CUDA-aware or over NCCL); the model is the host's."""
     if "aware" in path:
         _aware_cases(backend)
+    if path == "nccl":
+        _nccl_cases(backend, 4)
     X, y = blobs(240, d=10, c=4)
     data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
     opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "2", "--batch-size", "24", "--hidden", "16,8",
@@ -169,6 +191,33 @@ def test_tensor_parallel_and_zero_on_device_match_the_cpu_run(backend, path, tmp
     assert sorted(mg) == sorted(mc) == MODEL_16_8, (sorted(mc), sorted(mg))
     for k in mc:
         np.testing.assert_allclose(mg[k], mc[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize("bucket_mb", ["25", "0.0005"])
+def test_trainer_over_nccl_is_the_staged_model(nprocs, bucket_mb, tmp_path):
+    """The same run over NCCL (each rank its own stand-in GPU) and staged through the host (ranks sharing one):
+    the same model in float64, with one bucket and with several (the buckets' Iallreduces posted from the
+    backward pass on NCCL's stream); the first line says which path and why."""
+    X, y = blobs(240, d=10, c=4)
+    Xt, yt = blobs(61, d=10, c=4, seed=1)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+    opts = ["-m", "hpcgpu.train", "--data", data, "--epochs", "2", "--batch-size", "24", "--hidden", "16,8",
+            "--progress", "lines", "--device", "gpu", "--dtype", "float64", "--bucket-mb", bucket_mb]
+    staged = run_standin(nprocs, [*opts, "--out", str(tmp_path / "staged.h5")], timeout=180)
+    assert staged.returncode == 0, staged.stdout + staged.stderr
+    assert "not NCCL: ranks share a GPU" in staged.stdout.splitlines()[0], staged.stdout
+    nccl = run_standin(nprocs, [*opts, "--out", str(tmp_path / "nccl.h5")], env=OWN_GPUS, timeout=180)
+    assert nccl.returncode == 0, nccl.stdout + nccl.stderr
+    assert nccl.stderr == "", nccl.stderr
+    assert "device buffers over NCCL: NCCL " in nccl.stdout.splitlines()[0], nccl.stdout
+    (hs, ms, _), (hn, mn, _) = _history(tmp_path / "staged.h5"), _history(tmp_path / "nccl.h5")
+    assert sorted(mn) == sorted(ms) == MODEL_16_8
+    for k in hs:
+        np.testing.assert_allclose(hn[k], hs[k], rtol=1e-6, err_msg=k)
+    for k in ms:
+        np.testing.assert_allclose(mn[k], ms[k], rtol=1e-6, atol=1e-12, err_msg=k)
 
 
 STEP_COST = """
@@ -191,8 +240,10 @@ for graphs in ("off", "auto"):
         tr.train_epoch()
         c = cupy._standin.counters()
         out[f"{graphs} {len(hidden) + 1}"] = dict(c, launches=(c["launches"] - start) / tr.sampler.steps,
-                                                   steps=tr.sampler.steps)
-print(json.dumps(out))
+                                                   steps=tr.sampler.steps, collectives=rt.collectives)
+every = rt.comm.gather(out, root=0)  # one line, from rank 0
+if rt.rank == 0:
+    print(json.dumps(every))
 """
 
 # Kernel launches (and cuBLAS calls, host-to-device copies) of one training step on a GPU, as the
@@ -217,7 +268,7 @@ def test_a_step_at_one_rank_never_waits_for_the_gpu(tmp_path):
     p = run_standin(1, ["-c", STEP_COST, data, str(tmp_path / "o.h5")])
     assert p.returncode == 0, p.stderr
     assert "warning" not in p.stderr, p.stderr
-    counts = json.loads(p.stdout.strip().splitlines()[-1])
+    counts, = json.loads(p.stdout.strip().splitlines()[-1])
     assert sorted(counts) == ["auto 2", "auto 4", "off 2", "off 4"], p.stdout  # every case STEP_COST runs
     for key, c in counts.items():
         graphs, layers = key.split()
@@ -228,6 +279,28 @@ def test_a_step_at_one_rank_never_waits_for_the_gpu(tmp_path):
         else:
             assert c["graph_launches"] == c["steps"], (key, c)
             assert c["launches"] <= LAUNCHES_GRAPH, (key, c)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_a_step_over_nccl_never_waits_for_the_gpu(nprocs, tmp_path):
+    """Several ranks, each on a GPU of its own: the gradient goes over NCCL, one collective a step, and the host
+    waits for the GPU once an epoch, as at one rank (the reduced losses stay on the device until the epoch's
+    end; a stop request is agreed on the host). The CUDA graph still replays every step."""
+    X, y = blobs(240, d=10, c=4)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    p = run_standin(nprocs, ["-c", STEP_COST, data, str(tmp_path / "o.h5")], env=OWN_GPUS, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in p.stderr, p.stderr
+    ranks = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(ranks) == nprocs
+    for counts in ranks:
+        assert sorted(counts) == ["auto 2", "auto 4", "off 2", "off 4"], p.stdout
+        for key, c in counts.items():
+            assert c["collectives"] == "nccl", (key, c)
+            assert c["steps"] == 10 and c["host_syncs"] == 1 and c["device_to_host"] == 1, (key, c)
+            assert c["nccl_calls"] == c["steps"], (key, c)  # one Allreduce of the gradient and its statistics
+            assert c["graph_launches"] == (c["steps"] if key.startswith("auto") else 0), (key, c)
 
 
 @pytest.mark.mpi

@@ -366,5 +366,5 @@ ok = rt.comm.allreduce(not failures, op=MPI.LAND)
 for f in failures[:5]:
     print(f, file=sys.stderr)
 if r == 0:
-    print("summa checks:", "ok" if ok else "FAILED", f"grids {sorted(grids)}")
+    print("summa checks:", "ok" if ok else "FAILED", f"grids {sorted(grids)} collectives={rt.collectives}")
 sys.exit(0 if ok else 1)

@@ -474,7 +474,7 @@ def reset_peak() -> None:
 # what a step costs: launches, host synchronizations, copies to the host
 # ---------------------------------------------------------------------------
 
-_counts = {"launches": 0, "host_syncs": 0, "device_to_host": 0, "graph_launches": 0}
+_counts = {"launches": 0, "host_syncs": 0, "device_to_host": 0, "graph_launches": 0, "nccl_calls": 0}
 
 
 def count(kind: str) -> None:
@@ -486,7 +486,8 @@ def counters() -> dict:
     """``launches`` (kernels, cuBLAS calls and host-to-device copies enqueued), ``host_syncs``
     (stream, event or device synchronizations the host waited for, blocking ``get`` included)
     , ``device_to_host`` (``get`` calls that copied bytes) and ``graph_launches`` (CUDA graphs
-    replayed, each also one launch), since :func:`reset_counters`."""
+    replayed, each also one launch) and ``nccl_calls`` (NCCL collectives run), since
+    :func:`reset_counters`."""
     return dict(_counts)
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -204,8 +205,7 @@ class NcclCommunicator:
         self._rank, self._size, self._seq, self._state = int(rank), int(ndev), 0, "ok"
         self._device = _standin.ensure_context()
         me = {"host": socket.gethostname(), "device": _standin.VISIBLE[self._device], "pid": os.getpid()}
-        self._mine = [os.path.join(self._dir, f"member.{rank}")]
-        _write(self._mine[0], lambda f: f.write(json.dumps(me).encode()))
+        _write(os.path.join(self._dir, f"member.{rank}"), lambda f: f.write(json.dumps(me).encode()))
         atexit.register(self._cleanup)
         members = [os.path.join(self._dir, f"member.{r}") for r in range(ndev)]
         _wait_for(members)
@@ -310,20 +310,19 @@ class NcclCommunicator:
                 os.unlink(os.path.join(self._dir, f"op{n - 1}.{self._rank}"))
             except FileNotFoundError:
                 pass
-        self._mine.append(mine)
         self._seq += 1
         return parts
 
     def _cleanup(self) -> None:
-        for p in [*self._mine, os.path.join(self._dir, f"op{self._seq - 1}.{self._rank}")]:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-        try:
-            os.rmdir(self._dir)  # the last rank out removes the rendezvous
-        except OSError:
-            pass
+        """At exit: this rank is done; the last rank out removes the rendezvous.
+
+        Nothing of it goes earlier: a peer may still be reading this rank's
+        member file (NCCL's init returns on every rank together) or its
+        last operation's bytes.
+        """
+        _write(os.path.join(self._dir, f"done.{self._rank}"), lambda f: None)
+        if all(os.path.exists(os.path.join(self._dir, f"done.{r}")) for r in range(self._size)):
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _unordered(stream, arrays) -> bool:
