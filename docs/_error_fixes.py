@@ -69,12 +69,6 @@ FIXES: dict[str, str] = {
         "``TrainConfig(gemm_threads=...)`` was given another value (the command line's choices catch it "
         "earlier). Use ``auto`` (each GEMM timed, threads kept where they pay) or ``all``."
     ),
-    "cublasGemmEx failed: …": (
-        "cuBLAS refused a GEMM of the trainer's step while it was captured into a CUDA graph (the status "
-        "names why: ``CUBLAS_STATUS_NOT_SUPPORTED`` for a type the cuBLAS version lacks, "
-        "``CUBLAS_STATUS_EXECUTION_FAILED`` for a fault). The run goes on without graphs and says so in a "
-        "warning; ``--cuda-graphs off`` avoids the capture. Report it with ``python -m hpcgpu info``."
-    ),
     "--cuda-graphs must be auto or off, got …": (
         "``TrainConfig(cuda_graphs=...)`` was given another value (the command line's choices catch it "
         "earlier). Use ``auto`` (a step's forward and backward passes replayed from a CUDA graph where they "
@@ -1573,6 +1567,34 @@ FIXES: dict[str, str] = {
     ),
     "device must be 'auto', 'cpu' or 'gpu', got …": (
         "``hpcgpu.init(device=...)`` was given another value. Use ``\"auto\"``, ``\"cpu\"`` or ``\"gpu\"``."
+    ),
+    "collectives must be 'auto', 'nccl' or 'mpi', got …": (
+        "``hpcgpu.init(collectives=...)`` was given another value: use ``\"auto\"``, ``\"nccl\"`` or "
+        "``\"mpi\"``."
+    ),
+    "--collectives must be auto, nccl or mpi, got …": (
+        "``TrainConfig(collectives=...)`` was given another value: use ``auto``, ``nccl`` or ``mpi``."
+    ),
+    "collectives='nccl' needs a GPU on every rank, and the device is the cpu": (
+        "NCCL moves device buffers only: drop ``--collectives nccl`` on the CPU, or run with ``--device gpu``."
+    ),
+    "collectives='nccl': …": (
+        "NCCL was asked for and cannot serve (the reason follows: ranks sharing a GPU, which NCCL refuses, or "
+        "no NCCL library): give each rank a GPU of its own (``--ntasks-per-node`` = GPUs per node), install "
+        "``nvidia-nccl-cu12``/``-cu13`` (the ``gpu`` extras do), or use ``--collectives auto``."
+    ),
+    "NCCL: …": (
+        "A rank could not load NCCL when its first device collective needed it: install "
+        "``nvidia-nccl-cu12``/``-cu13`` on every node, or run with ``--collectives mpi``."
+    ),
+    "NCCL: no communicator of … ranks could be made (…)": (
+        "``ncclCommInitRank`` failed (NCCL's words follow); rerun with ``NCCL_DEBUG=WARN`` to see why, most "
+        "often two ranks on one GPU or a network interface NCCL cannot reach (``NCCL_SOCKET_IFNAME``)."
+    ),
+    "hpcgpu: NCCL error on rank …: …; aborting the job": (
+        "A NCCL collective failed, reported an asynchronous error (a peer died, the network broke) or did not "
+        "complete within the stall timeout, and the job was ended so no rank hangs: read the rank's other "
+        "lines, and rerun with ``NCCL_DEBUG=WARN``."
     ),
     "… must be 0 or 1 (or no/yes, false/true, off/on), got …": (
         "The override named (``HPCGPU_CUDA_AWARE_MPI`` or ``HPCGPU_NONBLOCKING_DEVICE``) is set to "

@@ -2,7 +2,7 @@
 
 A NumPy array goes to MPI as it is. CuPy arrays go over NCCL when the
 runtime chose it (``collectives="nccl"``: every rank has a GPU of its own;
-:mod:`hpcgpu._nccl`), stream-ordered with no host synchronization, unless
+``hpcgpu._nccl``), stream-ordered with no host synchronization, unless
 NCCL cannot serve that call (a dtype or ``op`` it lacks) or ``cuda_aware``
 was given. Otherwise a CuPy array goes to MPI directly when MPI
 is CUDA-aware, after the current stream is synchronized (MPI must not read a

@@ -19,9 +19,13 @@
 # (dry: VENV, DATA, GPU_WORK under /tmp/hpcgpu-gpu-dry, so nothing large lands in carry/),
 # INSTALL_MODE [venv | node: install the wheels into $PYTHON itself; chosen by itself when CuPy works in
 # $PYTHON but not in the venv], GPU_SMOKE [a CuPy check (cuBLAS + NVRTC); dry: none unless given],
-# MPI_IMPL [mpich | openmpi], GPU_STEPS [info,matmul,train,peer,suite], GPU_BUDGET [540],
-# MATMUL_N [16384; dry 512], MATMUL_RANKS [1 2 4], TRAIN_CONFIGS ["256,256:256 1024,1024:4096"; dry
-# "256,256:256"], TRAIN_EPOCHS [4; dry 2], PYTEST_ARGS [-q -x -m "not slurm"].
+# MPI_IMPL [mpich | openmpi], GPU_STEPS [info,matmul,allreduce,train,peer,trainpath,suite], GPU_BUDGET [540],
+# MATMUL_N [16384; dry 512], MATMUL_RANKS [1 2 4], ALLREDUCE_RANKS [1], ALLREDUCE_MIN [1M; dry 1K],
+# ALLREDUCE_MAX [1G; dry 64K], ALLREDUCE_ARGS [none; e.g. "--iters 10"], TRAIN_CONFIGS ["256,256:256
+# 1024,1024:4096"; dry "256,256:256"], TRAINPATH_CONFIGS ["256,256:256"], TRAINPATH_DATA [$DATA; dry digits:
+# the trainer's bundled set], TRAIN_EPOCHS [4; dry 2],
+# PYTEST_ARGS [-q -x -m "not slurm"].
+# A dry run runs allreduce and trainpath under the CuPy stand-in (tests/device/standin): plumbing, not figures.
 set -uo pipefail   # no -e: a failing step is recorded, not fatal
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,8 +39,11 @@ RUN=$OUT/gpu-run
 BUDGET=${GPU_BUDGET:-540}
 RESERVE=20                 # seconds kept for collect.py and the tar at the end
 MPI_IMPL=${MPI_IMPL:-mpich}
-GPU_STEPS=${GPU_STEPS:-info,matmul,train,peer,suite}
+GPU_STEPS=${GPU_STEPS:-info,matmul,allreduce,train,peer,trainpath,suite}
 MATMUL_RANKS=${MATMUL_RANKS:-1 2 4}
+ALLREDUCE_RANKS=${ALLREDUCE_RANKS:-1}
+ALLREDUCE_ARGS=${ALLREDUCE_ARGS:-}
+TRAINPATH_CONFIGS=${TRAINPATH_CONFIGS:-256,256:256}
 if [[ $DRY == 1 ]]; then
     PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
     SCRATCH=/tmp/hpcgpu-gpu-dry
@@ -47,6 +54,9 @@ if [[ $DRY == 1 ]]; then
     MATMUL_N=${MATMUL_N:-512}
     TRAIN_CONFIGS=${TRAIN_CONFIGS:-256,256:256}
     TRAIN_EPOCHS=${TRAIN_EPOCHS:-2}
+    ALLREDUCE_MIN=${ALLREDUCE_MIN:-1K}
+    ALLREDUCE_MAX=${ALLREDUCE_MAX:-64K}
+    TRAINPATH_DATA=${TRAINPATH_DATA:-digits}   # Fashion-MNIST is slow on the stand-in (NumPy behind each kernel)
 else
     PYTHON=${PYTHON:-python3}
     VENV=${VENV:-$CARRY/venv}
@@ -56,6 +66,9 @@ else
     MATMUL_N=${MATMUL_N:-16384}
     TRAIN_CONFIGS=${TRAIN_CONFIGS:-256,256:256 1024,1024:4096}
     TRAIN_EPOCHS=${TRAIN_EPOCHS:-4}
+    ALLREDUCE_MIN=${ALLREDUCE_MIN:-1M}
+    ALLREDUCE_MAX=${ALLREDUCE_MAX:-1G}
+    TRAINPATH_DATA=${TRAINPATH_DATA:-$DATA}
 fi
 PYTEST_GIVEN=${PYTEST_ARGS:+1}   # a dry run runs the suite only when PYTEST_ARGS is given (a small selection)
 PYTEST_ARGS=${PYTEST_ARGS:-"-q -x -m 'not slurm'"}
@@ -247,6 +260,26 @@ if wants matmul; then
     done
 fi
 
+# The device path's steps of a dry run (no GPU) run on the CuPy stand-in: it goes first on PYTHONPATH and is
+# imported as cupy. A check of the plumbing; its times are the stand-in's, not a GPU's.
+STANDIN=()
+if [[ $DRY == 1 ]]; then
+    STANDIN=(env "PYTHONPATH=$ROOT/tests/device/standin:${PYTHONPATH:-$ROOT}" HPCGPU_STANDIN_STRICT_HOST=1)
+fi
+
+if wants allreduce; then
+    # benchmarks/gpu/allreduce.py: the Allreduce of one float32 device buffer over NCCL and staged through pinned
+    # host memory (over CUDA-aware MPI too where the MPI is), ALLREDUCE_MIN..ALLREDUCE_MAX. At one rank: NCCL's call
+    # on a one-rank communicator against the staging round trip; more ranks on this one GPU would share it, which
+    # NCCL refuses (its path is then skipped, with the reason).
+    for R in $ALLREDUCE_RANKS; do
+        # shellcheck disable=SC2086  # ALLREDUCE_ARGS is meant to split
+        step "allreduce-r$R" 150 "${STANDIN[@]}" "$MPIEXEC" -n "$R" "$VPY" "$ROOT/benchmarks/gpu/allreduce.py" \
+            --device gpu --min-bytes "$ALLREDUCE_MIN" --max-bytes "$ALLREDUCE_MAX" --json "$LOGS/allreduce-r$R.json" \
+            $ALLREDUCE_ARGS
+    done
+fi
+
 # The peer (benchmarks/peers/torch_mlp.py, part of the checkout) runs on the trainer's device: on the GPU only
 # where torch sees CUDA; in a dry run on the CPU where torch imports (a check of the plumbing, not a figure).
 torch_ok=0
@@ -276,6 +309,24 @@ for cfg in $TRAIN_CONFIGS; do
             --batch-size "$batch" --lr 0.05 --momentum 0.9 --epochs "$TRAIN_EPOCHS" --device "$PEER_DEVICE"
     fi
 done
+
+if wants trainpath; then
+    # The trainer's step per path: --collectives nccl and mpi, one rank. At one rank the trainer makes no
+    # collective, so both runs do the same work: collect.py reports both, and says that their gap is run-to-run
+    # noise, not the path. (Several ranks need a GPU each: not on this node.)
+    tpdata=(--data "$TRAINPATH_DATA")
+    [[ $TRAINPATH_DATA == digits ]] && tpdata=()   # the trainer's default: the bundled digits set
+    for cfg in $TRAINPATH_CONFIGS; do
+        hidden=${cfg%%:*} batch=${cfg##*:}
+        tag=${hidden//,/x}-b$batch
+        for path in nccl mpi; do
+            step "trainpath-$path-$tag" 150 "${STANDIN[@]}" "$MPIEXEC" -n 1 "$VPY" -m hpcgpu.train "${tpdata[@]}" \
+                --out "$LOGS/trainpath-$path-$tag.h5" --hidden "$hidden" --batch-size "$batch" --lr 0.05 \
+                --momentum 0.9 --weight-decay 0 --schedule constant --warmup-epochs 0 --epochs "$TRAIN_EPOCHS" \
+                --dtype float32 --device gpu --collectives "$path" --progress lines
+        done
+    done
+fi
 
 if wants suite; then
     if [[ $DRY == 1 && -z $PYTEST_GIVEN ]]; then
