@@ -41,6 +41,7 @@ NCCL documentation, "Creating a communicator", "CUDA stream semantics",
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -427,6 +428,10 @@ class _Monitor:
             pass
         while True:
             time.sleep(min(1.0, max(0.05, self.timeout / 10)) if self.timeout else 1.0)
+            with self._lock:
+                if not self._comms:  # every communicator was freed: the next one starts a thread again
+                    self._thread = None
+                    return
             message = self._check(cupy)
             if message:
                 for c in list(self._comms):
@@ -434,8 +439,10 @@ class _Monitor:
                         c.nccl.abort()  # ncclCommAbort: the GPU's waiting kernels return
                     except Exception:  # noqa: BLE001 - the job ends anyway
                         pass
-                _fatal(message)
-                return
+                try:
+                    _fatal(message)
+                finally:  # at one rank abort() exits with SystemExit, which ends only this thread
+                    os._exit(1)
 
     def _check(self, cupy) -> str | None:
         for c in list(self._comms):

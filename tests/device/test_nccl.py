@@ -5,6 +5,7 @@ with one device they share it, which NCCL refuses, and hpcgpu stays on MPI. The 
 trainer over NCCL are checked in test_device_path.py (the "nccl" path).
 """
 
+import json
 import os
 
 import numpy as np
@@ -170,6 +171,44 @@ def test_a_stop_over_nccl_checkpoints_and_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(g["metrics"]["train_loss"][()], f["metrics"]["train_loss"][()])
 
 
+SUMMA_SYNCS = """
+import json
+import numpy as np
+import cupy
+import hpcgpu
+from cupy.cuda import nccl
+rt = hpcgpu.init("gpu")
+grid = hpcgpu.ProcessGrid(comm=rt.comm)
+a = hpcgpu.DistMatrix.random((37, 29), grid, np.float64, seed=1)
+b = hpcgpu.DistMatrix.random((29, 23), grid, np.float64, seed=2)
+cupy.cuda.Device().synchronize()
+nccl.clear_calls()
+cupy._standin.reset_counters()
+c = hpcgpu.matmul(a, b, panel=4)
+counts = cupy._standin.counters()
+calls = len(nccl.calls())
+A, B, C = a.gather(), b.gather(), c.gather()
+every = rt.comm.gather((counts["host_syncs"], calls))
+if rt.rank == 0:
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12)
+    print(json.dumps(every), flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_summa_over_nccl_never_waits_for_the_gpu(nprocs):
+    """SUMMA's panel broadcasts over NCCL: the host never waits for the GPU during the multiply (the stand-in
+    counts), and every rank broadcasts over NCCL."""
+    p = run_standin(nprocs, ["-c", SUMMA_SYNCS], env=OWN, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    every = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(every) == nprocs
+    for syncs, calls in every:
+        assert syncs == 0, p.stdout
+        assert calls > 0, p.stdout
+
+
 # -- the stand-in's NCCL keeps NCCL's rules --------------------------------------------------------
 
 RULES = """
@@ -219,6 +258,18 @@ if case == "ordered":
     assert [x["op"] for x in nccl.calls()] == ["allReduce", "bcast", "allGather"]
     assert np.array_equal(b.get(), np.full(4, 3.0)), b.get()
     say("ok")
+elif case == "capture":  # NCCL 2.9.6+: a collective captured in a CUDA graph runs at each replay
+    s.wait_event(cupy.cuda.get_current_stream().record())
+    s.synchronize()
+    s.begin_capture()
+    c.allReduce(a.data.ptr, a.data.ptr, 4, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, s.ptr)
+    g = s.end_capture()
+    s.synchronize()
+    assert np.array_equal(a.get(), np.full(4, comm.rank + 1.0)), a.get()  # nothing captured has run
+    g.launch(s)
+    g.launch(s)
+    s.synchronize()
+    say(f"replayed {a.get().tolist()}")
 elif case == "unordered":
     try:  # the buffer's last kernel is on the current stream, and the NCCL stream does not wait for it
         c.allReduce(a.data.ptr, a.data.ptr, 4, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, s.ptr)
@@ -231,6 +282,7 @@ elif case == "unordered":
 @pytest.mark.parametrize("case, env, want", [
     ("ordered", OWN, ["ok", "ok"]),
     ("unordered", OWN, ["refused: True", "refused: True"]),
+    ("capture", OWN, ["replayed [6.0, 6.0, 6.0, 6.0]"] * 2),  # (1 + 2) summed twice
     ("ordered", SHARED, ["init 5", "init 5"]),  # two ranks on one GPU: ncclInvalidUsage on every rank
 ])
 def test_the_standin_nccl_keeps_ncclS_rules(case, env, want):
