@@ -3,7 +3,8 @@
 CuPy is imported lazily, so a CPU-only install never needs it. What lives
 here: finding a usable GPU (and saying why not), binding a rank to one, the
 synchronize that must come before MPI touches device memory, pinned staging
-buffers (one growable buffer per slot), and the cuBLAS GEMM.
+buffers (one growable buffer per slot), the cuBLAS GEMM, and the capture
+of CUDA graphs (with hpcgpu's own cuBLAS handle, through nvmath-python).
 """
 
 from __future__ import annotations
@@ -344,27 +345,38 @@ def gemm(a, b, c, alpha, beta, math_mode: str = "default") -> None:
     float16 and bfloat16 inputs go to ``cublasGemmEx`` with
     ``CUBLAS_COMPUTE_32F`` (``c`` float32 or the inputs' dtype), except the
     plain float16 product, which is ``cupy.matmul`` (the same call).
-    Inside :func:`capture` every product is one ``cublasGemmEx`` called
-    through ``ctypes`` on the cuBLAS library CuPy loaded, with CuPy's handle
-    (:func:`_libcublas`): each of CuPy's cuBLAS wrappers sets the handle's
+
+    Inside :func:`capture` every product is one ``cublasGemmEx`` on
+    hpcgpu's own cuBLAS handle (:class:`CaptureBlas`, through
+    nvmath-python), whose stream is the capturing one; no CuPy cuBLAS
+    function is called then: each of CuPy's wrappers sets the handle's
     stream to the current one first, which CuPy refuses while a stream
     captures. The compute type is ``CUBLAS_COMPUTE_64F``,
     ``CUBLAS_COMPUTE_32F`` or ``CUBLAS_COMPUTE_32F_FAST_TF32`` (the TF32
     choice as above), ``CUBLAS_COMPUTE_32F`` for 16-bit inputs.
+
+    Raises
+    ------
+    TypeError
+        Under a capture, a dtype ``cublasGemmEx`` is not called with here
+        (complex).
+    nvmath.bindings.cublas.cuBLASError
+        Under a capture, a status cuBLAS returned.
     """
+    bf16 = a.dtype.name == "bfloat16"
+    half = bf16 or a.dtype == numpy.float16
+    tf32 = math_mode == "tf32" or (math_mode == "default" and cupy_tf32())
+    blas = getattr(_CAPTURE, "blas", None)
+    if blas is not None:  # every CuPy cuBLAS call sets the handle's stream, which CuPy refuses under capture
+        compute = (_CUBLAS_COMPUTE_64F if a.dtype == numpy.float64 else
+                   _CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 and a.dtype == numpy.float32 else _CUBLAS_COMPUTE_32F)
+        _gemm_ex(a, b, c, alpha, beta, compute, blas=blas)
+        return
     import cupy
     from cupy import cublas
     from cupy.cuda import cublas as lib
     from cupy.cuda import device
 
-    bf16 = a.dtype.name == "bfloat16"
-    half = bf16 or a.dtype == numpy.float16
-    tf32 = math_mode == "tf32" or (math_mode == "default" and cupy_tf32())
-    if _capturing():  # every CuPy cuBLAS call sets the handle's stream, which CuPy refuses under capture
-        compute = (_CUBLAS_COMPUTE_64F if a.dtype == numpy.float64 else
-                   _CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 and a.dtype == numpy.float32 else _CUBLAS_COMPUTE_32F)
-        _gemm_ex(a, b, c, alpha, beta, compute, raw=True)
-        return
     if alpha == 1 and beta == 0 and math_mode == "default" and c.dtype == a.dtype and not bf16:
         cupy.matmul(a, b, out=c)  # exactly what a CuPy user's own product does (float16: 32F compute)
         return
@@ -385,13 +397,12 @@ def gemm(a, b, c, alpha, beta, math_mode: str = "default") -> None:
 
 # cudaDataType_t values (library_types.h); CuPy's runtime module names the first two.
 _CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F, _CUDA_R_16BF = 0, 1, 2, 14
-# cublasComputeType_t (cublas_api.h) and cublasGemmAlgo_t
+# cublasOperation_t, cublasComputeType_t, cublasGemmAlgo_t and cublasMath_t (cublas_api.h); nvmath-python's
+# nvmath.bindings.cublas names them Operation, ComputeType, GemmAlgo and Math.
+_CUBLAS_OP_N, _CUBLAS_OP_T = 0, 1
 _CUBLAS_COMPUTE_32F, _CUBLAS_COMPUTE_64F, _CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 70, 77
 _CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
-_CUBLAS_STATUS = {1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
-                  7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH",
-                  13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR",
-                  15: "CUBLAS_STATUS_NOT_SUPPORTED"}
+_CUBLAS_DEFAULT_MATH = 0
 
 
 def _cuda_type(dtype) -> int:
@@ -406,24 +417,25 @@ def _cuda_type(dtype) -> int:
     raise TypeError(f"cublasGemmEx: no CUDA data type for {dtype}")
 
 
-def _gemm_ex(a, b, c, alpha, beta, compute: int = _CUBLAS_COMPUTE_32F, raw: bool = False) -> None:
+def _gemm_ex(a, b, c, alpha, beta, compute: int = _CUBLAS_COMPUTE_32F, blas: CaptureBlas | None = None) -> None:
     """``c = alpha * a @ b + beta * c`` by ``cublasGemmEx`` (half precision: float32 compute).
 
-    ``compute`` is the ``cublasComputeType_t``; ``raw`` calls cuBLAS through
-    :func:`_libcublas` instead of CuPy's wrapper (which sets the handle's
-    stream: not under a capture).
+    ``compute`` is the ``cublasComputeType_t``. ``blas`` calls cuBLAS on
+    hpcgpu's own handle through nvmath-python (inside :func:`capture`)
+    instead of CuPy's wrapper on CuPy's handle (which sets the handle's
+    stream: refused under a capture).
 
     Row-major operands are the column-major transposes: ``c.T = b.T @ a.T``.
     A C-contiguous operand is its own transpose in column-major order
     (``CUBLAS_OP_N``); an F-contiguous one (a transposed view, as the
     backward pass's ``a.T`` and ``w.T``) is passed as it lies with
     ``CUBLAS_OP_T``, so no operand is copied; only other layouts are. ``alpha``
-    and ``beta`` are float32 host scalars (the handle's default pointer mode,
-    which CuPy restores after every call of its own).
+    and ``beta`` are host scalars of the compute type's precision (the
+    handle's default pointer mode, which CuPy restores after every call of
+    its own and hpcgpu's handle never leaves), read by cuBLAS during the
+    call: under a capture their values are part of the graph.
     """
     import cupy
-    from cupy.cuda import cublas as lib
-    from cupy.cuda import device
 
     if not c.flags.c_contiguous:
         raise ValueError("gemm: c must be C-contiguous")
@@ -431,81 +443,178 @@ def _gemm_ex(a, b, c, alpha, beta, compute: int = _CUBLAS_COMPUTE_32F, raw: bool
     def operand(x):
         """(array, op, ld) of a row-major operand for the swapped column-major call."""
         if x.flags.c_contiguous:
-            return x, lib.CUBLAS_OP_N, max(1, x.shape[1])
+            return x, _CUBLAS_OP_N, max(1, x.shape[1])
         if x.flags.f_contiguous:
-            return x, lib.CUBLAS_OP_T, max(1, x.shape[0])
+            return x, _CUBLAS_OP_T, max(1, x.shape[0])
         x = cupy.ascontiguousarray(x)
-        return x, lib.CUBLAS_OP_N, max(1, x.shape[1])
+        return x, _CUBLAS_OP_N, max(1, x.shape[1])
 
     m, k = a.shape
     n = b.shape[1]
     (a, opa, lda), (b, opb, ldb) = operand(a), operand(b)
     scalar = numpy.float64 if compute == _CUBLAS_COMPUTE_64F else numpy.float32  # the compute type's precision
-    al, be = numpy.array(alpha, scalar), numpy.array(beta, scalar)
-    args = (device.get_cublas_handle(), opb, opa, n, m, k,
+    al, be = numpy.array(alpha, scalar), numpy.array(beta, scalar)  # alive until cuBLAS has read them
+    args = (opb, opa, n, m, k,
             al.ctypes.data, b.data.ptr, _cuda_type(b.dtype), ldb, a.data.ptr, _cuda_type(a.dtype), lda,
             be.ctypes.data, c.data.ptr, _cuda_type(c.dtype), max(1, n), compute, _CUBLAS_GEMM_DEFAULT_TENSOR_OP)
-    if not raw:
-        lib.gemmEx(*args)
+    if blas is not None:
+        blas.lib.gemm_ex(blas.handle, *args)
         return
-    status = _libcublas()[0](*args)
-    if status:
-        raise RuntimeError(f"cublasGemmEx failed: {_CUBLAS_STATUS.get(status, f'status {status}')}")
+    from cupy.cuda import cublas as lib
+    from cupy.cuda import device
 
-
-_LIBCUBLAS: list = []
-
-
-def _libcublas():
-    """``cublasGemmEx`` of the cuBLAS library CuPy loaded, through ``ctypes``; or None and why. Not collective.
-
-    The library is the one already mapped into this process (found in
-    ``/proc/self/maps`` once CuPy has made its cuBLAS handle, which loads
-    it), never another copy: CuPy's handle is only valid in the library that
-    made it. Cached. Needs the current device (a GPU rank after
-    :func:`hpcgpu.init`).
-
-    Returns
-    -------
-    (callable or None, str)
-        ``cublasGemmEx`` with its C signature (cuBLAS 11 and later), or
-        None and the reason (cuBLAS not loadable, not found among the
-        process's libraries, no such symbol).
-    """
-    if _LIBCUBLAS:
-        return _LIBCUBLAS[0]
-    import ctypes
-
-    found = None, "libcublas is not among this process's libraries (/proc/self/maps)"
-    try:
-        from cupy.cuda import device
-
-        device.get_cublas_handle()  # the library is loaded by now, even where CuPy loads it lazily
-        with open("/proc/self/maps") as f:  # address perms offset dev inode [path]
-            paths = {fields[5].strip() for fields in (line.split(None, 5) for line in f) if len(fields) == 6}
-        for path in sorted(paths):
-            if os.path.basename(path).startswith("libcublas.so"):
-                fn = ctypes.CDLL(path).cublasGemmEx
-                fn.restype = ctypes.c_int
-                i, p = ctypes.c_int, ctypes.c_void_p
-                fn.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i]
-                found = fn, ""
-                break
-    except Exception as e:  # cuBLAS missing, /proc unreadable, an old cuBLAS without the symbol
-        found = None, f"cuBLAS through ctypes: {_why(e)}"
-    _LIBCUBLAS.append(found)
-    return found
+    lib.gemmEx(device.get_cublas_handle(), *args)
 
 
 # ---------------------------------------------------------------------------
 # CUDA graphs
 # ---------------------------------------------------------------------------
 
-_CAPTURE = threading.local()  # .depth > 0 inside capture(): gemm() calls cuBLAS without setting its stream
+NO_NVMATH = "no nvmath-python (pip install 'hpcgpu[gpu]')"
+
+WORKSPACE_HOPPER = 32 << 20
+"""Bytes of :class:`CaptureBlas`'s cuBLAS workspace on compute capability 9.0 and newer.
+
+cuBLAS documentation, ``cublasSetWorkspace``: the recommended user workspace is 32 MiB on Hopper, 4 MiB
+(:data:`WORKSPACE_OTHER`) on other architectures; newer architectures get Hopper's size.
+"""
+WORKSPACE_OTHER = 4 << 20
+"""Bytes of :class:`CaptureBlas`'s cuBLAS workspace before compute capability 9.0 (see :data:`WORKSPACE_HOPPER`)."""
+
+
+def _nvcublas():
+    """nvmath-python's cuBLAS binding, ``nvmath.bindings.cublas``, or None and why not. Not collective.
+
+    Returns
+    -------
+    (module or None, str)
+        The module and ``""``; or None and the reason: nvmath-python not
+        installed (:data:`NO_NVMATH`), or its import failing (a CUDA
+        library or a dependency missing), in its own words.
+    """
+    try:
+        from nvmath.bindings import cublas as nvcublas
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "nvmath":
+            return None, NO_NVMATH
+        return None, f"nvmath-python does not import ({_why(e)})"
+    except Exception as e:  # noqa: BLE001 - a library missing at import, a broken install: the reason says it
+        return None, f"nvmath-python does not import ({_why(e)})"
+    return nvcublas, ""
+
+
+class CaptureBlas:
+    """The cuBLAS handle hpcgpu owns on one device, for the GEMMs captured by :func:`capture`. Not collective.
+
+    A cuBLAS handle made with nvmath-python's low-level binding
+    (``nvmath.bindings.cublas``: plain integers for handles, pointers and
+    enums, and no check of its own on a capturing stream, unlike CuPy's
+    wrappers), the default math mode (so the compute type alone decides on
+    TF32), and a workspace from CuPy's pool (:data:`WORKSPACE_HOPPER` or
+    :data:`WORKSPACE_OTHER` bytes) that the handle uses for every call:
+    inside a capture cuBLAS would otherwise take its workspace with
+    stream-ordered allocations, which become memory nodes of the graph. Made on first use by :func:`capture`
+    (:func:`capture_blas`), one per device, and kept, workspace included,
+    for the life of the process: the graphs captured with it use its
+    workspace at every replay, so graphs captured on one device should not
+    be replayed concurrently on several streams.
+
+    Parameters
+    ----------
+    device_id : int
+        The current CUDA device.
+
+    Attributes
+    ----------
+    lib : module
+        ``nvmath.bindings.cublas``.
+    handle : int
+        The ``cublasHandle_t``.
+    workspace : cupy.ndarray
+        ``nbytes`` bytes (uint8).
+    nbytes : int
+    device_id : int
+
+    Raises
+    ------
+    ImportError
+        nvmath-python is not installed, or does not import.
+    nvmath.bindings.cublas.cuBLASError
+        cuBLAS refused to make the handle (``CUBLAS_STATUS_NOT_INITIALIZED``:
+        no CUDA context or cuBLAS library).
+    cupy.cuda.memory.OutOfMemoryError
+        No room for the workspace.
+
+    Notes
+    -----
+    cuBLAS documentation, "CUDA Graphs Support" (cuBLAS calls may be
+    captured; with ``CUBLAS_POINTER_MODE_HOST`` the values of ``alpha`` and
+    ``beta`` are captured; ``cublasSetWorkspace`` keeps cuBLAS from
+    allocating during a capture) and ``cublasSetWorkspace`` (the recommended
+    sizes; ``cublasSetStream`` resets the workspace to cuBLAS's own pool);
+    nvmath-python documentation, "nvmath.bindings.cublas".
+    """
+
+    def __init__(self, device_id: int):
+        import cupy
+        from nvmath.bindings import cublas as nvcublas
+
+        major = int(cupy.cuda.Device(device_id).compute_capability) // 10
+        self.nbytes = WORKSPACE_HOPPER if major >= 9 else WORKSPACE_OTHER
+        self.workspace = cupy.empty(self.nbytes, dtype=cupy.uint8)
+        self.lib = nvcublas
+        self.device_id = device_id
+        self.handle = nvcublas.create()
+        try:
+            nvcublas.set_math_mode(self.handle, _CUBLAS_DEFAULT_MATH)
+        except BaseException:
+            nvcublas.destroy(self.handle)
+            raise
+
+    def stream(self) -> int:
+        """The pointer of the handle's stream (``cublasGetStream``; 0 for the legacy default stream)."""
+        return int(self.lib.get_stream(self.handle))
+
+    def use_stream(self, stream_ptr: int) -> None:
+        """Run the handle's calls on the stream ``stream_ptr``, with the workspace.
+
+        The workspace is set after the stream: ``cublasSetStream`` puts the
+        handle back on cuBLAS's own workspace pool.
+
+        Parameters
+        ----------
+        stream_ptr : int
+            ``cupy.cuda.Stream.ptr`` (0 for the legacy default stream).
+        """
+        self.lib.set_stream(self.handle, stream_ptr)
+        self.lib.set_workspace(self.handle, self.workspace.data.ptr, self.nbytes)
+
+
+_BLAS: dict[int, CaptureBlas] = {}
+_BLAS_LOCK = threading.Lock()
+
+
+def capture_blas() -> CaptureBlas:
+    """The cuBLAS handle hpcgpu owns on the current device (:class:`CaptureBlas`), made on first use. Not collective.
+
+    Raises
+    ------
+    ImportError, nvmath.bindings.cublas.cuBLASError, cupy.cuda.memory.OutOfMemoryError
+        As :class:`CaptureBlas`; nothing is kept, the next call tries again.
+    """
+    dev = current_device()
+    with _BLAS_LOCK:
+        blas = _BLAS.get(dev)
+        if blas is None:
+            blas = _BLAS[dev] = CaptureBlas(dev)
+    return blas
+
+
+_CAPTURE = threading.local()  # .blas inside capture(): the handle gemm() calls cuBLAS on
 
 
 def _capturing() -> bool:
-    return getattr(_CAPTURE, "depth", 0) > 0
+    return getattr(_CAPTURE, "blas", None) is not None
 
 
 def graphs_available() -> tuple[bool, str]:
@@ -515,9 +624,11 @@ def graphs_available() -> tuple[bool, str]:
     -------
     (bool, str)
         True and ``""`` when CuPy has stream capture
-        (``cupy.cuda.Stream.begin_capture``, CuPy 10 and later) on CUDA;
-        else False and the reason (no CuPy, a CuPy without it, ROCm, no
-        cuBLAS to call through ``ctypes``: :func:`_libcublas`).
+        (``cupy.cuda.Stream.begin_capture``, CuPy 10 and later) on CUDA and
+        nvmath-python's cuBLAS binding imports (the GEMMs of a capture go
+        through it: :class:`CaptureBlas`); else False and the reason (no
+        CuPy, a CuPy without it, ROCm, :data:`NO_NVMATH`, nvmath-python
+        failing to import).
     """
     cupy = cupy_or_none()
     if cupy is None:
@@ -526,20 +637,21 @@ def graphs_available() -> tuple[bool, str]:
         return False, f"CuPy {getattr(cupy, '__version__', '?')} has no stream capture"
     if getattr(cupy.cuda.runtime, "is_hip", False):
         return False, "ROCm (CuPy does not capture on HIP)"
-    fn, why = _libcublas()
-    return fn is not None, why
+    lib, why = _nvcublas()
+    return lib is not None, why
 
 
 def capture(fn, stream=None):
     """Capture the device work of ``fn()`` into a CUDA graph; nothing of it runs. Not collective.
 
     ``fn`` is called once, with ``stream`` (a non-blocking stream) current
-    and capturing (CuPy's relaxed mode). Before the capture the cuBLAS
-    handle's stream is set to it, and after it put back: CuPy's cuBLAS
-    wrappers set the handle's stream to the current one on every call,
+    and capturing (CuPy's relaxed mode). Before the capture begins, hpcgpu's
+    own cuBLAS handle (:func:`capture_blas`) is put on ``stream`` with its
+    workspace, and after it ends back on the stream it had: CuPy's cuBLAS
+    wrappers set their handle's stream to the current one on every call,
     which CuPy refuses during a capture, so :func:`gemm` calls
-    ``cublasGemmEx`` itself meanwhile (:func:`_libcublas`), on the handle's
-    stream. Every allocation made during the capture comes from the current
+    ``cublasGemmEx`` on hpcgpu's handle meanwhile, through nvmath-python.
+    Every allocation made during the capture comes from the current
     allocator and is held for as long as the graph is (returned with it): a
     graph names raw addresses, and a block given back to the pool would be
     written by every replay after it was handed to another array.
@@ -563,23 +675,25 @@ def capture(fn, stream=None):
 
     Raises
     ------
+    ImportError
+        nvmath-python is not installed or does not import
+        (:func:`graphs_available` says so beforehand).
     Exception
-        Whatever ``fn`` or CUDA raised; the capture is ended and the handle's
-        stream put back first.
+        Whatever ``fn``, cuBLAS or CUDA raised; the capture is ended and
+        the handle's stream put back first.
 
     Notes
     -----
     CUDA Programming Guide, "CUDA Graphs: Creating a Graph Using Stream
     Capture"; cuBLAS documentation, "CUDA Graphs Support" (cuBLAS calls may
-    be captured; host-pointer ``alpha`` and ``beta`` are read at capture).
+    be captured; host-pointer ``alpha`` and ``beta`` are read at capture;
+    a user workspace keeps cuBLAS from allocating in the graph).
     """
     import cupy
-    from cupy.cuda import cublas as lib
-    from cupy.cuda import device
 
     stream = stream or cupy.cuda.Stream(non_blocking=True)
-    handle = device.get_cublas_handle()
-    before = lib.getStream(handle)
+    blas = capture_blas()
+    before = blas.stream()
     base = cupy.cuda.get_allocator()
     held = []
 
@@ -588,11 +702,11 @@ def capture(fn, stream=None):
         held.append(mp)
         return mp
 
-    lib.setStream(handle, stream.ptr)
+    blas.use_stream(stream.ptr)
     try:
         with stream:
             stream.begin_capture()
-            _CAPTURE.depth = getattr(_CAPTURE, "depth", 0) + 1
+            outer, _CAPTURE.blas = getattr(_CAPTURE, "blas", None), blas
             try:
                 with cupy.cuda.using_allocator(hold):
                     fn()
@@ -603,8 +717,8 @@ def capture(fn, stream=None):
                     pass
                 raise
             finally:
-                _CAPTURE.depth -= 1
+                _CAPTURE.blas = outer
             graph = stream.end_capture()
     finally:
-        lib.setStream(handle, before)
+        blas.use_stream(before)
     return graph, held

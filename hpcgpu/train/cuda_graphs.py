@@ -12,11 +12,13 @@ and it runs after the gradient's reduction).
 The GEMMs. CuPy refuses every cuBLAS call during a capture (each of its
 wrappers sets the handle's stream first, and ``cublasSetStream`` on a
 capturing stream raises ``NotImplementedError``), so under a capture
-:func:`hpcgpu._device.gemm` calls ``cublasGemmEx`` itself, through
-``ctypes`` on the library CuPy loaded, with CuPy's handle, whose stream
+:func:`hpcgpu._device.gemm` calls ``cublasGemmEx`` through nvmath-python's
+binding (``nvmath.bindings.cublas``, which has no such guard) on hpcgpu's
+own cuBLAS handle, whose stream and workspace
 :func:`hpcgpu._device.capture` set before the capture began (cuBLAS's
 "CUDA Graphs Support": its calls may be captured; host ``alpha``, ``beta``
-are read at the capture).
+are read at the capture). Without nvmath-python the steps run eagerly and
+the run's first line says why (:func:`hpcgpu._device.graphs_available`).
 
 Soundness. A graph names raw addresses, so it replays only while every
 array it touches is the one it was captured with: the step's inputs (the
