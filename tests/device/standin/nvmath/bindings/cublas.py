@@ -413,7 +413,9 @@ def _gemm_kernel(stream, entry, transa, transb, k, al, da, db, be, dc, compute, 
     _standin.log_gemm(dict(entry))
     if dc is None:
         return  # m or n is 0: quick return, nothing referenced
-    _core._begin([da, db, dc, ws], compile=False)
+    # The workspace is held by the call's arguments (a replay after it was freed is an illegal address) but is
+    # not data: refreshing its bytes from what MPI may have written would copy megabytes every call.
+    _core._begin([da, db, dc], compile=False)
     acc = numpy.float64 if compute == ComputeType.COMPUTE_64F else numpy.float32
     c_cm = dc._f
     m, n = c_cm.shape
