@@ -15,6 +15,22 @@ ENV = ("HPCGPU_STANDIN_FAIL", "HPCGPU_STANDIN_DEVICES", "HPCGPU_STANDIN_MEMORY",
        "CUDA_VISIBLE_DEVICES", "CUPY_TF32", "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM")
 
 
+LEAN_KEEP = ("test_nccl.py::", "test_collectives_on_device_arrays", "test_summa_on_device_every_grid_and_dtype",
+             "test_tensor_parallel_and_zero_on_device_match_the_cpu_run")
+"""Under HPCGPU_CI_LEAN (CI's stacks after MPICH's full pass) the device tests whose subject is the MPI run: NCCL's
+bootstrap over the MPI, device buffers handed to it or staged for it (collectives, SUMMA's panels, the tensor
+and ZeRO groups). The trainer, CUDA graphs, the GPU kit and the stand-in itself are the same under every MPI."""
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _mpi.LEAN:
+        return
+    skip = pytest.mark.skip(reason="HPCGPU_CI_LEAN: not the MPI's part; MPICH's full pass runs it")
+    for item in items:
+        if item.nodeid.startswith("tests/device/") and not any(k in item.nodeid for k in LEAN_KEEP):
+            item.add_marker(skip)
+
+
 def _cupy_modules():
     return [m for m in sys.modules if m == "cupy" or m.startswith("cupy.")]
 
