@@ -51,8 +51,7 @@ import numpy as np
 from . import _options
 from .errors import abort
 
-__all__ = ["available", "version", "communicator", "supports", "issue", "Pending", "in_flight",
-           "set_stall_timeout"]
+__all__ = ["available", "version", "communicator", "supports", "issue", "Pending", "set_stall_timeout"]
 
 # NCCL's ncclDataType_t and ncclRedOp_t (nccl.h), as cupy.cuda.nccl names them.
 _INT8, _UINT8, _INT32, _UINT32, _INT64, _UINT64, _FLOAT16, _FLOAT32, _FLOAT64, _BFLOAT16 = range(10)
@@ -415,10 +414,6 @@ class _Monitor:
             with self._lock:
                 self._ops.append((event, time.monotonic(), what, c))
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._ops)
-
     def _run(self, device: int) -> None:
         import cupy
 
@@ -488,7 +483,3 @@ def set_stall_timeout(seconds: float) -> None:
     """
     _MONITOR.timeout = float(seconds)
 
-
-def in_flight() -> int:
-    """NCCL operations issued and not yet seen complete by the monitor (tests). Not collective."""
-    return _MONITOR.in_flight()
