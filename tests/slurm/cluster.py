@@ -40,8 +40,9 @@ import subprocess
 import sys
 import time
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libpmix2")
-"""libpmix2: Slurm's ``--mpi=pmix`` plugin loads it at run time (Open MPI's way in); Debian does not pull it in."""
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libpmix2", "libpmix-dev")
+"""libpmix2 and libpmix-dev: Slurm's ``--mpi=pmix`` plugin (Open MPI's way in) opens PMIx at run time by its
+unversioned name, ``<pmix>/lib/libpmix.so``, which only the -dev package ships; Debian pulls in neither."""
 
 LOCK = "/run/lock/hpcgpu-slurm.lock" if os.path.isdir("/run/lock") else "/tmp/hpcgpu-slurm.lock"
 """Serializes what test sessions share on a machine: apt-get and munged's start."""
@@ -78,9 +79,19 @@ def install_packages() -> None:
 
 
 def _has_libpmix() -> bool:
+    """Whether the file Slurm's pmix plugin opens exists: ``libpmix.so`` beside the library ``libpmix.so.N``
+    resolves to (Debian: ``/usr/lib/<arch>/pmix2/lib``). Without it every ``srun --mpi=pmix`` fails with
+    "can not load PMIx library"."""
     import ctypes.util
 
-    return ctypes.util.find_library("pmix") is not None
+    name = ctypes.util.find_library("pmix")
+    if name is None:
+        return False
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.exists(os.path.join(os.path.dirname(os.path.realpath(os.path.join(d, name))),
+                                               "libpmix.so"))
+    return False
 
 
 def _mem_mb() -> int:
