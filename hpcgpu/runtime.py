@@ -8,6 +8,8 @@ communicator and array module from it.
 from __future__ import annotations
 
 import ctypes
+import glob
+import importlib.util
 import os
 import socket
 from dataclasses import dataclass, field
@@ -409,12 +411,32 @@ def _set_blas_limit(n: int) -> bool:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return False
-    try:  # SciPy brings its own OpenBLAS (SUMMA's gemm without NumPy's CBLAS): load it now so it is limited too
-        import scipy.linalg.blas  # noqa: F401
-    except ImportError:
-        pass
+    _load_scipy_blas()
     _BLAS_LIMIT = threadpool_limits(limits=n)
     return True
+
+
+def _load_scipy_blas() -> None:
+    """Load SciPy's own BLAS (its wheels bring a second OpenBLAS), so that the limit covers it before SciPy is
+    imported by hpcgpu (SUMMA's gemm without NumPy's CBLAS) or by the science code.
+
+    The wheel's library is opened by its path (``scipy.libs/``), which costs a ``dlopen``; importing
+    ``scipy.linalg`` cost 0.25 to 0.4 s of CPU a rank, at every start of every rank. A SciPy from elsewhere
+    (a source build, a distribution's package) is imported as before.
+    """
+    spec = importlib.util.find_spec("scipy")
+    if spec is None:
+        return
+    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(spec.origin or "")), "scipy.libs",
+                                  "lib*openblas*.so*"))
+    try:
+        if libs:
+            for path in libs:
+                ctypes.CDLL(path)
+        else:
+            import scipy.linalg.blas  # noqa: F401
+    except (ImportError, OSError):
+        pass
 
 
 def _limit_blas_threads(local_size: int) -> str:
