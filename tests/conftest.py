@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -18,13 +20,28 @@ def pytest_addoption(parser):
              "the tests start")
 
 
+_PYCACHE = None
+
+
 def pytest_configure(config):
+    global _PYCACHE
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # Every rank the tests start would compile hpcgpu again (0.2 s of CPU a rank start, thousands of starts):
+        # the ranks and subprocesses keep their bytecode in one folder of this session's, never in the tree.
+        _PYCACHE = tempfile.mkdtemp(prefix="hpcgpu-pycache-")
+        os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
     if config.getoption("--device") == "standin":
         # In this process and, through PYTHONPATH, in every rank and subprocess the tests start.
         sys.path.insert(0, STANDIN)
         os.environ["PYTHONPATH"] = STANDIN + os.pathsep + os.environ.get("PYTHONPATH", "")
         for var in ("HPCGPU_STANDIN_FAIL", "HPCGPU_STANDIN_DEVICES", "CUDA_VISIBLE_DEVICES"):
             os.environ.pop(var, None)
+
+
+def pytest_unconfigure(config):
+    if _PYCACHE is not None:
+        shutil.rmtree(_PYCACHE, ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path, config):
