@@ -39,6 +39,17 @@ def pytest_configure(config):
             os.environ.pop(var, None)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under --device=standin, tests marked ``host`` (the CPU path by their own choice) are deselected: the first
+    pass ran them, and the stand-in changes nothing they run."""
+    if config.getoption("--device") != "standin":
+        return
+    keep = [i for i in items if i.get_closest_marker("host") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("host") is not None])
+        items[:] = keep
+
+
 def pytest_unconfigure(config):
     if _PYCACHE is not None:
         shutil.rmtree(_PYCACHE, ignore_errors=True)

@@ -106,7 +106,8 @@ def test_one_rank_grid_and_errors():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4, 6, 8], [1, 2, 3]))
+@pytest.mark.host  # tests/device/test_device_path.py runs the same checks on the device
+@pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4, 6], [1, 2, 3]))  # 6: 2x3 and 3x2, as 8's 2x4
 def test_summa_against_numpy(nprocs):
     p = _mpi.script(nprocs, "summa_checks.py", "cpu", timeout=240)
     assert "summa checks: ok" in p.stdout

@@ -83,18 +83,21 @@ def test_collectives_on_device_arrays(backend, path, nprocs):
     assert f"collective checks: ok {took}" in p.stdout
 
 
+SUMMA_CASES = [("staged", n) for n in _mpi.cases([1, 2, 3, 4], [1, 3])] + \
+    [(path, n) for path in ("aware", "nccl") for n in _mpi.cases([3, 4], [3])]
+"""Staged panels at every rank count; the CUDA-aware and NCCL panels at 3 (uneven blocks, 1x3 and 3x1) and 4
+(a 2x2 grid: row and column broadcasts, an empty row block): what the path changes is how a panel moves."""
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("path", ["staged", "aware", "nccl"])
-@pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4], [1, 3]))
+@pytest.mark.parametrize("path,nprocs", SUMMA_CASES)
 def test_summa_on_device_every_grid_and_dtype(backend, path, nprocs):
     """Every grid shape of P ranks, all four dtypes, empty blocks (1x13x9 on 2x2: an empty row block); over
     NCCL the panels' broadcasts are NCCL's."""
     if path == "aware":
         _aware_cases(backend)
     if path == "nccl":
-        if nprocs == 1:
-            pytest.skip("one rank: no collective runs, the staged case covers it")
         _nccl_cases(backend, nprocs)
     p = run(backend, nprocs, [os.path.join(_mpi.SCRIPTS, "summa_checks.py"), "gpu"], env=PATHS[path],
             timeout=240)

@@ -48,9 +48,11 @@ def test_split_initialization_is_the_unsplit_models():
     assert layer_plan(SIZES, 4, 3)[1]["rows"] == (9, 12) and layer_plan(SIZES, 3, 2)[0]["cols"] == (8, 12)
 
 
-GRIDS = ((1, 1), (4, 1), (1, 2), (2, 2), (1, 4), (3, 1), (1, 3), (3, 2))
+GRIDS = _mpi.cases(((1, 1), (4, 1), (1, 2), (2, 2), (1, 4), (3, 1), (1, 3), (3, 2)),
+                   ((1, 1), (1, 3), (3, 2)))
 """(D, T) of test_same_model_at_every_data_x_tensor_grid: P = D x T ranks; 2 x 2 and 3 x 2 both at once,
-without ZeRO (the data groups' Allreduce of the tensor ranks' slices)."""
+without ZeRO (the data groups' Allreduce of the tensor ranks' slices). Under LEAN: the reference, tensor
+parallel alone over an odd group, and both at once."""
 
 
 @pytest.mark.mpi
