@@ -417,10 +417,10 @@ def _set_blas_limit(n: int) -> bool:
 
 
 def _load_scipy_blas() -> None:
-    """Load SciPy's own BLAS (its wheels bring a second OpenBLAS), so that the limit covers it before SciPy is
-    imported by hpcgpu (SUMMA's gemm without NumPy's CBLAS) or by the science code.
+    """Load SciPy's own BLAS (its wheels bring a second OpenBLAS), so that the limit covers it.
 
-    The wheel's library is opened by its path (``scipy.libs/``), which costs a ``dlopen``; importing
+    It is loaded before SciPy is imported by hpcgpu (SUMMA's gemm without NumPy's CBLAS) or by the science
+    code. The wheel's library is opened by its path (``scipy.libs/``), which costs a ``dlopen``; importing
     ``scipy.linalg`` cost 0.25 to 0.4 s of CPU a rank, at every start of every rank. A SciPy from elsewhere
     (a source build, a distribution's package) is imported as before.
     """
