@@ -8,6 +8,7 @@ communicator and array module from it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import importlib.util
 import os
@@ -416,13 +417,14 @@ def _set_blas_limit(n: int) -> bool:
     return True
 
 
+@functools.cache
 def _load_scipy_blas() -> None:
     """Load SciPy's own BLAS (its wheels bring a second OpenBLAS), so that the limit covers it.
 
     It is loaded before SciPy is imported by hpcgpu (SUMMA's gemm without NumPy's CBLAS) or by the science
-    code. The wheel's library is opened by its path (``scipy.libs/``), which costs a ``dlopen``; importing
-    ``scipy.linalg`` cost 0.25 to 0.4 s of CPU a rank, at every start of every rank. A SciPy from elsewhere
-    (a source build, a distribution's package) is imported as before.
+    code. A wheel's library is opened by its path (``scipy.libs/``), a ``dlopen``, because importing
+    ``scipy.linalg`` costs 0.25 to 0.4 s of CPU at every start of every rank. Where there is no such file (a
+    source build, a distribution's package), ``scipy.linalg.blas`` is imported to load it. Once a process.
     """
     spec = importlib.util.find_spec("scipy")
     if spec is None:

@@ -44,10 +44,10 @@ def pytest_collection_modifyitems(config, items):
     pass ran them, and the stand-in changes nothing they run."""
     if config.getoption("--device") != "standin":
         return
-    keep = [i for i in items if i.get_closest_marker("host") is None]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("host") is not None])
-        items[:] = keep
+    host = [i for i in items if i.get_closest_marker("host") is not None]
+    if host:
+        config.hook.pytest_deselected(items=host)
+        items[:] = [i for i in items if i not in host]
 
 
 def pytest_unconfigure(config):
