@@ -40,7 +40,10 @@ def parser() -> ArgumentParser:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from . import _early
     from .errors import agreed
+
+    _early.release()  # a few seconds of looking: a stop signal simply ends it
     from .runtime import init
 
     if args.hidden is not None and min(args.batch_size, args.features, args.classes) < 1:

@@ -1,14 +1,15 @@
-"""Stop signals that come while the trainer's command line is still starting.
+"""Stop signals that come while one of hpcgpu's programs is still starting.
 
-``python -m hpcgpu.train`` spends its first second or so importing (MPI_Init
-among it) and reading its data before :class:`hpcgpu.train.stop.StopRequest`
-installs its handlers; a SIGTERM or SIGUSR1 then (a preemption, Slurm's
-warning signal to a job that just started) would end the process with no
-word and exit 15, and a job script waiting for exit 3 would not requeue. So
-the first thing ``import hpcgpu`` does, in that program only, is to record
-those signals; the stop request takes the record over, and the run stops
-after its first step, with its checkpoint and the usual line. A library
-import changes no signal handler.
+``python -m hpcgpu.train`` (and ``python -m hpcgpu.tasks``, ``python -m
+hpcgpu matmul``) spends its first second or so importing (MPI_Init among it)
+before :class:`hpcgpu._stop.StopRequest` installs its handlers; a SIGTERM,
+SIGUSR1 or SIGINT then (a preemption, Slurm's warning signal to a job that
+just started, a Ctrl-C) would end the process with no word or a traceback,
+and a job script waiting for exit 3 would not requeue. So the first thing
+``import hpcgpu`` does, in those programs only, is to record those signals;
+the stop request takes the record over, and the run stops at its first safe
+point, with its checkpoint and the usual line. A library import changes no
+signal handler.
 """
 
 from __future__ import annotations
@@ -17,42 +18,50 @@ import os
 import signal
 import sys
 
-__all__ = ["catch", "received", "release"]
+__all__ = ["catch", "received", "received_all", "release"]
 
-SIGNALS = ("SIGTERM", "SIGUSR1")
+SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+PROGRAMS = ("hpcgpu", "hpcgpu.train", "hpcgpu.tasks")
 _received: list[str] = []
 _installed: dict = {}
 
 
-def _is_trainer() -> bool:
-    """Whether this process is the trainer's command line (``python -m hpcgpu.train``, ``hpcgpu-train``)."""
+def _is_program() -> bool:
+    """Whether this process is one of hpcgpu's command lines (``python -m hpcgpu[.train|.tasks]``, ``hpcgpu-train``)."""
     argv = getattr(sys, "orig_argv", None) or []
-    if any(a == "-m" and b == "hpcgpu.train" for a, b in zip(argv, argv[1:], strict=False)):
+    if any(a == "-m" and b in PROGRAMS for a, b in zip(argv, argv[1:], strict=False)):
         return True
     return bool(argv) and any(os.path.basename(a) == "hpcgpu-train" for a in argv[1:3])
 
 
 def _record(signum, frame) -> None:
     name = signal.Signals(signum).name
+    if name == "SIGINT" and name in _received:  # Ctrl-C twice while starting: end now, as the stop policy does
+        os._exit(130)
     if name not in _received:
         _received.append(name)
 
 
 def catch() -> None:
-    """In the trainer's command line only: record SIGTERM and SIGUSR1 instead of dying (main thread only)."""
+    """In hpcgpu's command lines only: record SIGTERM, SIGUSR1 and SIGINT instead of dying (main thread only)."""
     import threading
 
-    if not _is_trainer() or threading.current_thread() is not threading.main_thread():
+    if not _is_program() or threading.current_thread() is not threading.main_thread():
         return
     for name in SIGNALS:
         sig = getattr(signal, name)
-        if signal.getsignal(sig) is signal.SIG_DFL:
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
             _installed[name] = signal.signal(sig, _record)
 
 
 def received() -> str | None:
     """The first stop signal recorded before the stop request took over (``"SIGTERM"``), or None."""
     return _received[0] if _received else None
+
+
+def received_all() -> tuple:
+    """Every stop signal recorded before the stop request took over, in order of arrival."""
+    return tuple(_received)
 
 
 def release() -> None:

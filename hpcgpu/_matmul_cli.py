@@ -52,6 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("B", nargs="?", help="right matrix, FILE[:DATASET] (k x n)")
     p.add_argument("-o", "--out", help="output FILE[:DATASET] (m x n; dataset C by default): adds or replaces "
                                             "that dataset, atomically, and keeps the file's other objects")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing dataset of -o that hpcgpu did not write (refused otherwise)")
     p.add_argument("--grid", help="process grid ROWSxCOLS, e.g. 2x3 (default: MPI.Compute_dims)")
     p.add_argument("--dtype", choices=("float32", "float64", "complex64", "complex128", "float16", "bfloat16"),
                    help="compute type (default: the inputs'; float64 for integer data). float16 and bfloat16 "
@@ -127,14 +129,29 @@ def main(a: argparse.Namespace) -> int:
     Returns
     -------
     int
-        The exit status (0).
+        The exit status: 0, or 3 when a stop signal (SIGINT, SIGTERM,
+        SIGUSR1) came before the multiply began (nothing is written). One
+        that comes during the multiply lets it finish and write C; a second
+        Ctrl-C ends the job at once.
 
     Raises
     ------
     AgreedError
         Bad input, the same on every rank (the guard exits 2 with one line).
     """
-    from .io import check_output
+    from ._stop import StopRequest
+
+    stop = StopRequest(prog="hpcgpu matmul").install()  # before any communication
+    try:
+        return _main(a, stop)
+    finally:
+        stop.uninstall()
+
+
+def _main(a: argparse.Namespace, stop) -> int:
+    """:func:`main` under its stop request."""
+    from ._outputs import Output, claim
+    from ._stop import EXIT_STOPPED
     from .runtime import init
     from .summa import DEFAULT_PANEL_MEMORY, matmul
     from .watchdog import Watchdog, stall_timeout
@@ -155,8 +172,14 @@ def main(a: argparse.Namespace) -> int:
         return _bench(a, rt, grid, mem)
 
     out_path, out_name = split_spec(a.out, "C")
-    check_output(out_path, rt.comm, "-o", inputs=_input_datasets(a, rt.rank), dataset=out_name)
+    claim([Output(out_path, "-o", dataset=out_name)], _input_datasets(a, rt.rank), comm=rt.comm,
+          overwrite=a.overwrite, prog="hpcgpu matmul")
     A, B, C, (m, k, n), alpha, beta = _inputs(a, grid)
+    if rt.comm.allreduce(stop.requested(), op=MPI.LOR):  # the safe point before the multiply
+        if rt.rank == 0:
+            print(f"hpcgpu matmul: stopped ({stop.reason or 'a stop request on another rank'}) before the multiply; "
+                  f"nothing written to {a.out}", flush=True)
+        return EXIT_STOPPED
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
     C = matmul(A, B, C, alpha=alpha, beta=beta, transa=a.transa, transb=a.transb, panel=a.panel,
@@ -164,7 +187,7 @@ def main(a: argparse.Namespace) -> int:
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     wd.close()
-    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device))
+    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device), overwrite=a.overwrite)
     if rt.rank == 0:
         what = "C = A @ B" if (a.transa, a.transb, alpha, beta) == ("N", "N", 1, 0) else \
             f"C = {alpha} op{a.transa}(A) op{a.transb}(B) + {beta} C"
@@ -201,15 +224,18 @@ def _inputs(a, grid):
 
 
 def _input_datasets(a, rank: int) -> list:
-    """``(file, dataset)`` of every input, on rank 0 (who checks the output); none elsewhere.
+    """The :class:`hpcgpu._outputs.Input` of every input, on rank 0 (who checks the output); none elsewhere.
 
     An input without ``:DATASET`` names its file's only dataset (left out when it has several: reading it
     says so).
     """
+    from ._outputs import Input
+
     if rank != 0:
         return []
-    found = [(p, n or _only_dataset(p)) for p, n in (split_spec(s, None) for s in (a.A, a.B, a.c_in) if s)]
-    return [(p, n) for p, n in found if n]
+    found = [(what, p, n or _only_dataset(p)) for what, (p, n) in
+             ((w, split_spec(s, None)) for w, s in (("A", a.A), ("B", a.B), ("--c-in", a.c_in)) if s)]
+    return [Input(p, what, n) for what, p, n in found if n]
 
 
 def _only_dataset(path: str) -> str | None:

@@ -247,11 +247,18 @@ def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m hpcgpu.datasets", description=__doc__.split("\n\n")[0])
     p.add_argument("name", choices=DATASETS, help="which data set")
     p.add_argument("--out", required=True, help="HDF5 file to write (atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace an --out that hpcgpu did not write")
     p.add_argument("--source", default=None,
                    help=f"directory of the IDX files for fashion-mnist (default {FASHION_MNIST_DIR})")
     a = p.parse_args(argv)
+    from mpi4py import MPI
+
+    from ._outputs import Input, Output, claim
+
+    source = a.source or (FASHION_MNIST_DIR if a.name == "fashion-mnist" else None)
+    claim([Output(a.out, "--out")], [Input(source, "--source")] if source else [], comm=MPI.COMM_SELF,
+          overwrite=a.overwrite, prog="hpcgpu.datasets")  # one process writes: its own communicator
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         write(a.name, a.out, a.source)
     except (OSError, ImportError, ValueError) as e:
         from .io import one_line

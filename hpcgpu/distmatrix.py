@@ -416,7 +416,7 @@ class DistMatrix:
                 out[rows, cols] = buf
         return out
 
-    def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None) -> str:
+    def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None, *, overwrite: bool = False) -> str:
         """Write the matrix to dataset ``name`` of ``path``, atomically, keeping the file's other objects.
 
         Collective over ``grid.cart``. Rank 0 first copies everything of an
@@ -442,6 +442,9 @@ class DistMatrix:
         attrs : dict, optional
             More root attributes (values h5py can store); they override the
             standard ones of the same name.
+        overwrite : bool, keyword-only
+            Replace an existing dataset ``name`` that hpcgpu did not write
+            (refused otherwise: the output policy, :mod:`hpcgpu._outputs`).
 
         Returns
         -------
@@ -452,13 +455,15 @@ class DistMatrix:
         ------
         OSError
             The path cannot be written, another process has it open for
-            writing, or it exists and is not HDF5 (every rank; the file is
-            left as it was).
+            writing, it exists and is not HDF5, ``name`` lies under a
+            dataset or is a dataset hpcgpu did not write (every rank; the
+            file is left as it was).
         """
         meta = dict(world_size=self.grid.cart.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local).astype(_file_dtype(self.dtype), copy=False)
-        return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart, attrs=meta)
+        return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart, attrs=meta,
+                             overwrite=overwrite)
 
 
 def _hdf5_meta(path: str, name: str | None):

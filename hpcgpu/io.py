@@ -115,7 +115,7 @@ def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
     Yields
     ------
     h5py.File
-        Open for writing.
+        Open for writing, with hpcgpu's mark on its root (:data:`hpcgpu._outputs.MARK_ATTR`).
 
     Raises
     ------
@@ -126,12 +126,17 @@ def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
 
     import h5py
 
+    from ._outputs import MARK_ATTR
+    from ._version import __version__
+
     if h5py.version.hdf5_version_tuple >= (2, 0):
         with h5py.File(path, "w") as f:
+            f.attrs[MARK_ATTR] = __version__  # the output policy's mark: hpcgpu wrote this file
             yield f
         return
     image = _io.BytesIO()
     with h5py.File(image, "w") as f:
+        f.attrs[MARK_ATTR] = __version__
         yield f
     with open(path, "wb") as out:
         out.write(image.getbuffer())
@@ -669,15 +674,28 @@ def write_attrs(obj, attrs: dict) -> None:
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
         if isinstance(value, str):
-            value = value.replace("\x00", "")
+            value = _storable(value.replace("\x00", ""))
         try:
             obj.attrs[key] = value
-        except (TypeError, ValueError):
-            obj.attrs[key] = str(value).replace("\x00", "")
+        except (TypeError, ValueError, UnicodeError):
+            obj.attrs[key] = _storable(str(value).replace("\x00", ""))
+
+
+def _storable(text: str) -> str | bytes:
+    """``text``, or its bytes where it cannot be UTF-8.
+
+    A path with a byte of another encoding (a Latin-1 file system) comes from ``os.fsdecode`` with
+    surrogates, which HDF5's UTF-8 strings cannot hold.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
 
 
 def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, comm, attrs: dict | None = None,
-                  what: str = "output") -> str:
+                  what: str = "output", overwrite: bool = False) -> str:
     """Write a distributed array into dataset ``name`` of ``path``, each rank its block, atomically.
 
     Collective over ``comm``. Rank 0 checks the output (:func:`output_error`)
@@ -705,9 +723,12 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
         The block's place in the global array (one slice per dimension).
     comm : mpi4py.MPI.Intracomm
     attrs : dict, optional
-        Provenance attributes (:func:`write_attrs`).
+        Provenance attributes (:func:`write_attrs`); hpcgpu's mark
+        (:data:`hpcgpu._outputs.MARK_ATTR`) is added.
     what : str
         How messages name ``path``.
+    overwrite : bool
+        Replace an existing dataset ``name`` that hpcgpu did not write.
 
     Returns
     -------
@@ -717,16 +738,21 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
     Raises
     ------
     OSError
-        The path cannot be written, another process has it open for
-        writing, it exists and is not HDF5, or ``name`` is a group there
-        (every rank; the file is left as it was).
+        The output policy refuses it (:func:`hpcgpu._outputs.claim_error`:
+        the path cannot be written, another process has it open for
+        writing, it exists and is not HDF5, ``name`` is a group there or
+        lies under a dataset, or is a dataset hpcgpu did not write), every
+        rank; the file is left as it was.
     """
     import h5py
 
+    from ._outputs import MARK_ATTR, Output, claim_error
+    from ._version import __version__
+
     def create():
-        err = output_error(path, what, dataset=name)
+        err = claim_error([Output(path, what, dataset=name)], overwrite=overwrite)
         if err is not None:
-            raise err
+            raise err if isinstance(err, OSError) else OSError(str(err))
         new = not os.path.exists(path)
         try:
             return temp_keeping(path, name, what), new
@@ -741,7 +767,7 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
         if comm.rank == 0:
             os.unlink(tmp)
         raise agreed(err)
-    meta = attrs or {}
+    meta = {MARK_ATTR: __version__, **(attrs or {})}
     try:
         writer = _write_mpio if h5py.get_config().mpi else _write_sequential
         agree(writer(tmp, name, gshape, local, where, meta, new, comm, f"{what} {path}"), comm=comm)

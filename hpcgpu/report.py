@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._outputs import Output, mark_text, save_figure, write_text
+
 __all__ = ["Run", "read_run", "write_report", "main"]
 
 PHASE_COLORS = {"data": "#8da0cb", "compute": "#66c2a5", "comm": "#fc8d62", "io": "#e78ac3"}
@@ -150,7 +152,7 @@ def plot_learning(run: Run, path: str) -> None:
     b.legend()
     _integer_epochs(a)
     _integer_epochs(b)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -169,7 +171,7 @@ def plot_time(run: Run, path: str) -> None:
     ax.set(xlabel="epoch", ylabel="seconds", title=f"where each epoch's time went, {run.label}")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _integer_epochs(ax)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -184,7 +186,7 @@ def plot_energy(run: Run, path: str) -> None:
     ax.set(xlabel="epoch", ylabel="joules", title=f"energy per epoch, {run.label}")
     ax.legend()
     _integer_epochs(ax)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -217,7 +219,7 @@ def plot_scaling(runs: list[Run], path: str) -> list[tuple]:
     b.axhline(1.0, color="k", ls="--")
     b.set(xlabel="ranks P", ylabel="parallel efficiency", title="efficiency", xscale="log", ylim=(0, 1.2))
     b.set_xticks(ps, [str(p) for p in ps])
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return rows
 
@@ -288,9 +290,26 @@ def write_report(runs: list[Run], out_dir: str) -> list[str]:
         lines += [f"| {p_} | {s:.0f} | {sp:.2f} | {e:.2f} |" for p_, s, sp, e in rows]
         lines += ["", "![scaling.png](scaling.png)"]
     md = os.path.join(out_dir, "report.md")
-    with open(md, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(md, f"<!-- {mark_text()} -->\n" + "\n".join(lines) + "\n")
     return [*written, md]
+
+
+def report_outputs(runs: list[Run], out_dir: str) -> list[Output]:
+    """Every file :func:`write_report` may write for ``runs`` in ``out_dir``, for the output policy. Not collective.
+
+    Parameters
+    ----------
+    runs : list of Run
+    out_dir : str
+
+    Returns
+    -------
+    list of hpcgpu._outputs.Output
+    """
+    taken: set = set()
+    names = [f"{_stem(r, taken)}-{part}.png" for r in runs for part in ("learning", "time", "energy")]
+    return [Output(os.path.join(out_dir, n), "-o", kind="png") for n in [*names, "scaling.png"]] + \
+        [Output(os.path.join(out_dir, "report.md"), "-o", kind="text")]
 
 
 def main(argv=None) -> int:
@@ -310,14 +329,21 @@ def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m hpcgpu.report", description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", help="trainer outputs (HDF5)")
     p.add_argument("-o", "--out", default="report", help="directory for the PNG files and report.md")
+    p.add_argument("--overwrite", action="store_true", help="replace files in OUT that hpcgpu did not write")
     a = p.parse_args(argv)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         print("hpcgpu.report: error: needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 2
+    from mpi4py import MPI
+
+    from ._outputs import Input, claim
+
     try:
         runs = [read_run(r) for r in a.results]
+        claim(report_outputs(runs, a.out), [Input(r, "RESULTS") for r in a.results], comm=MPI.COMM_SELF,
+              overwrite=a.overwrite, prog="hpcgpu.report")
         files = write_report(runs, a.out)
     except (ValueError, OSError) as e:
         from .io import one_line

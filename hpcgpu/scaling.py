@@ -42,6 +42,7 @@ import sys
 
 import numpy as np
 from . import _options
+from ._outputs import Output, mark_text, save_figure, write_text
 
 __all__ = ["fit_line", "fit_collective_model", "predict_step", "main"]
 
@@ -227,6 +228,8 @@ def _measure(args, out_dir: str) -> dict:
                  "--progress", "none", "--schedule", "constant", "--warmup-epochs", "0"]
         if args.data:
             train += ["--data", args.data]
+        if getattr(args, "overwrite", False):
+            train += ["--overwrite"]
         _run(cmd + train, env, f"the training run at {P} ranks")
         with h5py.File(out) as f:
             steps = int(f.attrs["steps_done"]) // int(f.attrs["epochs_done"])
@@ -340,7 +343,7 @@ def plot(model: dict, path: str, extend: int) -> None:
     b.set(xscale="log", yscale="log", xlabel="ranks P (one compute unit each)", ylabel="ms per step",
           title=f"the model to {extend} ranks (a model, not a measurement)")
     b.legend(fontsize=7, loc="lower left")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -369,6 +372,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=20, help="repetitions of each message size")
     p.add_argument("--extend", type=int, default=1024, help="extend the model's plot to this many ranks")
     p.add_argument("-o", "--out", default="results/scaling", help="directory for the plot, JSON and runs")
+    p.add_argument("--overwrite", action="store_true", help="replace files in OUT that hpcgpu did not write")
     p.add_argument("--child-allreduce", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child-compute", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -380,24 +384,36 @@ def main(argv=None) -> int:
         return 0
     try:
         ranks = [int(r) for r in a.ranks.split(",")]
-        if any(r < 1 for r in ranks) or a.epochs < 2 or a.sizes < 2 or a.repeat < 1:
+        if any(r < 1 for r in ranks) or a.epochs < 2 or a.sizes < 2 or a.repeat < 1 or a.extend < 1:
             raise ValueError
     except ValueError:
-        print("hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4 and --epochs, --sizes >= 2",
-              file=sys.stderr)
+        print("hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4, --epochs and --sizes >= 2, "
+              "--repeat and --extend >= 1", file=sys.stderr)
         return 2
     try:
+        import matplotlib  # noqa: F401 - checked before the runs it would plot
+    except ImportError:
+        print("hpcgpu.scaling: error: needs matplotlib for its plot (pip install matplotlib)", file=sys.stderr)
+        return 2
+    from mpi4py import MPI
+
+    from ._outputs import Input, claim
+
+    png, js = os.path.join(a.out, "scaling-model.png"), os.path.join(a.out, "scaling-model.json")
+    try:
+        claim([Output(png, "-o", kind="png"), Output(js, "-o", kind="json")], [Input(a.data, "--data")],
+              comm=MPI.COMM_SELF, overwrite=a.overwrite, prog="hpcgpu.scaling")
         os.makedirs(a.out, exist_ok=True)
         data = _measure(a, a.out)
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, ValueError) as e:
         from .io import one_line
 
         print(f"hpcgpu.scaling: error: {one_line(e)}", file=sys.stderr)
         return 2
     model = model_table(data, _units(data["device"]))
-    plot(model, os.path.join(a.out, "scaling-model.png"), a.extend)
-    with open(os.path.join(a.out, "scaling-model.json"), "w") as f:
-        json.dump({**model, "lines": {str(k): v for k, v in model["lines"].items()}, "measured": data}, f, indent=1)
+    plot(model, png, a.extend)
+    write_text(js, json.dumps({"writer": mark_text(), **model, "lines": {str(k): v for k, v in model["lines"].items()},
+                               "measured": data}, indent=1))
     print(f"T_comp {model['t_comp'] * 1e3:.3f} ms/step on one rank ({model['units']} compute units); "
           f"gradient {model['grad_bytes']} bytes; Allreduce model alpha {model['alpha'] * 1e6:.1f} us, "
           f"beta {model['beta'] * 1e9:.3f} ns/byte")

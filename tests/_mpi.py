@@ -211,7 +211,8 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
     e = environment(env, python)
     cmd = [mpiexec(python), "-n", str(nprocs), python or sys.executable, *args]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="surrogateescape", timeout=timeout, cwd=cwd,
+                           env=e)  # a path of another encoding is printed as its bytes
     except subprocess.TimeoutExpired as t:
         pytest.fail(f"{' '.join(cmd)} still running after {timeout} s (hang?)\n"
                     f"stdout:\n{t.stdout}\nstderr:\n{t.stderr}")

@@ -1,8 +1,9 @@
 """``mpiexec -n P python -m hpcgpu.tasks MODULE:FUNCTION --params PARAMS -o RESULTS.h5``: a sweep of independent tasks.
 
 Exit status: 0 every task done, 4 the sweep finished with failed tasks,
-3 stopped by SIGUSR1, SIGTERM or --stop-file with the results so far written
-(rerun with --resume), 2 bad input (one line on stderr, no file touched),
+3 stopped by SIGINT (Ctrl-C), SIGUSR1, SIGTERM or --stop-file with the results
+so far written (rerun with --resume; a second Ctrl-C ends the job at once,
+130), 2 bad input (one line on stderr, no file touched),
 1 anything else (the job is aborted).
 
 Each row of PARAMS (CSV with a header, JSON lines, or HDF5 with one dataset
@@ -33,6 +34,9 @@ def parser() -> ArgumentParser:
                         "(one dataset per parameter, in /params or at the root)")
     p.add_argument("-o", "--out", default="results/tasks.h5",
                    help="HDF5 output (/params, /results, /tasks); OUT.journal beside it while the sweep runs")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an OUT (or OUT.journal) that hpcgpu did not write; without it such a file is refused "
+                        "before any task runs")
     p.add_argument("--resume", action="store_true",
                    help="keep the done tasks of the earlier run in OUT (and its journal), run the rest")
     p.add_argument("--retries", type=int, default=0, help="further attempts at a task that raised or timed out")
@@ -88,6 +92,14 @@ def load_function(spec: str):
     return fn
 
 
+def _module_file(spec: str, fn) -> str | None:
+    """The source file of the task function's module (an input: never an output), or None when it has none."""
+    module = spec.rpartition(":")[0]
+    if module.endswith(".py"):
+        return module
+    return getattr(sys.modules.get(getattr(fn, "__module__", "") or ""), "__file__", None)
+
+
 def main(argv=None) -> int:
     """Run the sweep in ``argv``. Collective over ``MPI.COMM_WORLD``.
 
@@ -96,9 +108,19 @@ def main(argv=None) -> int:
     int
         0, :data:`EXIT_FAILED_TASKS` (4) or :data:`EXIT_STOPPED` (3).
     """
-    from ..train.stop import StopRequest
+    from .._stop import StopRequest
 
-    stop = StopRequest().install()  # first: a warning signal during the imports must not kill the job
+    stop = StopRequest(prog="hpcgpu.tasks").install()  # first: a stop signal during the imports must not kill the job
+    try:
+        return _main(argv, stop)
+    finally:
+        stop.uninstall()
+
+
+def _main(argv, stop) -> int:
+    """:func:`main` under its stop request."""
+    from .._outputs import Input, Output, claim
+
     args = parser().parse_args(argv)
     import hpcgpu
     from hpcgpu.comm import agree
@@ -112,6 +134,9 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:
         err = e
     agree(err, comm=rt.comm)
+    claim([Output(args.out, "-o"), Output(args.out + ".journal", "-o", kind="journal")],
+          [Input(args.params, "--params"), Input(_module_file(args.function, fn), "MODULE")], comm=rt.comm,
+          overwrite=args.overwrite, prog="hpcgpu.tasks")
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:

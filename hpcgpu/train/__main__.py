@@ -1,7 +1,8 @@
 """``mpiexec -n P python -m hpcgpu.train [options]``: data-parallel training of an MLP.
 
-Exit status: 0 done, 2 bad input (one line on stderr), 3 stopped by SIGUSR1,
-SIGTERM or --stop-file after writing a checkpoint (rerun with --resume), 1 anything else
+Exit status: 0 done, 2 bad input (one line on stderr), 3 stopped by SIGINT
+(Ctrl-C), SIGUSR1, SIGTERM or --stop-file after writing a checkpoint (rerun
+with --resume), 130 a second Ctrl-C ended the job at once, 1 anything else
 (the job is aborted).
 
 Reads an HDF5 data set (``/train/X`` N x D, ``/train/y`` N labels or targets,
@@ -21,7 +22,8 @@ import sys
 
 from .._cli import ArgumentParser, add_collectives, hidden_widths, run
 from .precision import PRECISIONS
-from .trainer import StopRequest, TrainConfig, Trainer
+from .._stop import EXIT_STOPPED, StopRequest
+from .trainer import TrainConfig, Trainer
 
 
 def parser() -> ArgumentParser:
@@ -41,6 +43,9 @@ def _data_options(p: ArgumentParser, d: TrainConfig) -> None:
                         "default: the bundled digits set, cached under $HPCGPU_DATA_DIR or ~/.cache/hpcgpu")
     g.add_argument("--out", default=d.out,
                    help="HDF5 output: /metrics, /model, /timing, /comm and provenance attributes")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace output files (--out, --checkpoint, --trace) that hpcgpu did not write; without it "
+                        "such a file is refused before any work")
     g.add_argument("--data-placement", choices=("auto", "sharded", "replicated"), default=d.data_placement,
                    help="sharded: 1/P of the training set a rank, rows exchanged every epoch (Alltoallv); "
                         "replicated: all of it on every rank; auto: replicated when it is small (<= 2 GiB, "
@@ -118,7 +123,8 @@ def _run_options(p: ArgumentParser, d: TrainConfig) -> None:
 
 
 def _checkpoint_options(p: ArgumentParser, d: TrainConfig) -> None:
-    g = p.add_argument_group("checkpoints (SIGUSR1 or SIGTERM: checkpoint after the current step, exit 3)")
+    g = p.add_argument_group("checkpoints (Ctrl-C, SIGUSR1 or SIGTERM: checkpoint after the current step, exit 3; "
+                             "a second Ctrl-C ends the job at once)")
     g.add_argument("--checkpoint", default=d.checkpoint,
                    help="checkpoint file; default OUT with .ckpt.h5 when --checkpoint-every or --resume is given")
     g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="STEPS",
@@ -132,8 +138,6 @@ def _checkpoint_options(p: ArgumentParser, d: TrainConfig) -> None:
                         "(rank 0 looks once a second; job scripts touch it on Slurm's warning signal)")
 
 
-EXIT_STOPPED = 3
-"""Exit status after a stop signal: a checkpoint was written, rerun with --resume."""
 
 
 def main(argv=None) -> int:
@@ -147,12 +151,12 @@ def main(argv=None) -> int:
     # First of all: a warning signal that comes while the data loads must not
     # kill the job, and one that comes after the last step is simply late.
     argv = sys.argv[1:] if argv is None else list(argv)
+    stop = StopRequest(prog="hpcgpu.train").install()
     if argv[:1] == ["predict"]:
-        from .. import _early
-
-        _early.release()  # predict has no clean stop: a stop signal ends it
-        return predict(argv[1:])
-    stop = StopRequest().install()
+        try:  # one pass over the rows: a first stop signal lets it finish, a second Ctrl-C ends it
+            return predict(argv[1:])
+        finally:
+            stop.uninstall()
     args = parser().parse_args(argv)
     args.precision, args.task, args.loss = args.precision or "", args.task or "", args.loss or ""
     trainer = Trainer(TrainConfig(**vars(args)))
@@ -192,6 +196,8 @@ def predict_parser() -> ArgumentParser:
                    help="where the predictions go, N x k (dataset default: y_hat; other objects of FILE are kept)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing dataset of -o that hpcgpu did not write")
     return p
 
 
@@ -213,13 +219,20 @@ def predict(argv) -> int:
         A missing or unreadable model or data file, a model of one's own,
         features of another width than the model's, an unwritable output.
     """
+    from .._outputs import Input, Output, claim
     from ..comm import agree
+    from ..io import split_spec
     from ..nn import SoftmaxCrossEntropy, from_spec, loss_from_spec, relu_stack
     from ..runtime import init
     from .output import read_model
 
     a = predict_parser().parse_args(argv)
     rt = init(a.device)
+    data_path, data_name = split_spec(a.data, "/test/X")
+    out_path, out_name = split_spec(a.out, "y_hat")
+    claim([Output(out_path, "-o", dataset=out_name)],
+          [Input(a.model, "--model"), Input(data_path, "--data", data_name)], comm=rt.comm,
+          overwrite=a.overwrite, prog="hpcgpu.train predict")
     found, err = None, None
     try:
         found = read_model(a.model)
@@ -232,7 +245,8 @@ def predict(argv) -> int:
         net, loss = relu_stack(sizes), SoftmaxCrossEntropy()
     else:
         net, loss = from_spec(spec["net"]), loss_from_spec(spec["loss"])
-    trainer = Trainer(net, loss, runtime=rt, dtype=config.get("dtype", "float32"), progress="none")
+    trainer = Trainer(net, loss, runtime=rt, dtype=config.get("dtype", "float32"), progress="none",
+                      overwrite=a.overwrite)
     views = trainer.params
     for name, value in params.items():
         views[name][...] = rt.xp.asarray(value.astype(trainer.model.dtype, copy=False))

@@ -128,6 +128,9 @@ class TrainConfig:
     trace : str or None
         Write a Chrome trace (``chrome://tracing``, Perfetto) of every
         step's phases, one track per rank, to this JSON file at the end.
+    overwrite : bool
+        Replace existing output files that hpcgpu did not write (refused
+        otherwise: the output policy, :mod:`hpcgpu._outputs`).
     timing : bool
         Time the phases of each step (data, compute, comm, io) into
         ``/timing``; on by default (its cost is measured by
@@ -170,6 +173,7 @@ class TrainConfig:
     zero_stage: int = 0
     trace: str | None = None
     timing: bool = True
+    overwrite: bool = False
 
     @property
     def checkpoint_path(self) -> str | None:
@@ -215,7 +219,10 @@ class TrainConfig:
              f"--collectives must be auto, nccl or mpi, got {self.collectives!r}"),
             (self.schedule in ("cosine", "step", "constant"), f"--schedule: unknown {self.schedule!r}"),
             (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
+            (math.isfinite(self.warmup_epochs), f"--warmup-epochs must be finite, got {self.warmup_epochs}"),
             (self.lr_step_epochs >= 1, f"--lr-step-epochs must be >= 1, got {self.lr_step_epochs}"),
+            (0 < self.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {self.lr_gamma}"),
+            (0 <= self.seed < 2**63, f"--seed must be in [0, 2**63), got {self.seed}"),
             (self.dtype in ("float32", "float64"), f"--dtype must be float32 or float64, got {self.dtype!r}"),
             (self.progress in ("auto", "bar", "lines", "none"), f"--progress: unknown {self.progress!r}"),
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {self.checkpoint_every}"),

@@ -33,7 +33,8 @@ from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agreed
-from ..io import WRITE_ERRORS, check_output, on_root, one_line, remove_stale_temporaries, write_dataset
+from .._outputs import Input, Output, claim
+from ..io import WRITE_ERRORS, on_root, one_line, write_dataset
 from ..nn import FlatModel, Layer, Loss, Network, Sequential, loss_by_name, relu_stack
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, host_memory, init, placement
@@ -48,10 +49,10 @@ from .precision import Precision, ScaledMixedPrecision, policy
 from .reducer import GradientReducer
 from .console import Console
 from .step import Step
-from .stop import StopRequest
+from .._stop import StopRequest
 from .gemm_threads import GemmPlan, plan_gemm_threads
 
-__all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest stop.py's
+__all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
 
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
@@ -178,12 +179,9 @@ class Trainer:
             raise agreed(err)  # the same config on every rank: all raise it
         self.rt = rt = runtime if runtime is not None else init(c.device, collectives=c.collectives)
         comm, self.xp = rt.comm, rt.xp
-        inputs = [(c.data, None)] if c.data else []
-        for path, what in ((c.out, "--out"), (c.checkpoint_path, "--checkpoint"), (c.trace, "--trace")):
-            if path:  # checked now: an output that cannot be written must not cost the run
-                check_output(path, comm, what, inputs=inputs)
-        if rt.rank == 0:
-            self._clean_leftovers(c)
+        self._claimed: set = set()
+        self._overwrite = c.overwrite
+        self._claim(self._outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(self._compute_dtype_error(self.precision.compute), comm=comm)
@@ -316,12 +314,22 @@ class Trainer:
             loss=m.loss.name if isinstance(m, Network) else "")
 
     @staticmethod
-    def _clean_leftovers(c: TrainConfig) -> None:
-        """Rank 0: remove the temporaries that killed writers of this run's outputs left, and say so."""
-        for path, what in ((c.out, "--out"), (c.checkpoint_path or c.default_checkpoint, "--checkpoint")):
-            for stale in remove_stale_temporaries(path) if path else ():
-                print(f"hpcgpu.train: warning: removed {stale}, a temporary file of {what} {path} that a killed "
-                      "writer left", file=sys.stderr, flush=True)
+    def _outputs(c: TrainConfig) -> list:
+        """Every file this run may write: results, checkpoints (the kept older ones too), the trace."""
+        ckpt = c.checkpoint_path or c.default_checkpoint  # a stop writes one beside --out even when none was asked
+        outs = [Output(c.out, "--out"), Output(c.trace, "--trace", kind="json")]
+        if ckpt:
+            outs += [Output(p, "--checkpoint", resumed=c.resume)
+                     for p in [ckpt] + [f"{ckpt}.{i}" for i in range(1, c.keep_checkpoints)]]
+        return [o for o in outs if o.path]
+
+    def _claim(self, outputs: list, inputs: list = ()) -> None:
+        """The output policy (:func:`hpcgpu._outputs.claim`) for the outputs not claimed yet. Collective."""
+        new = [o for o in outputs if (os.path.abspath(os.fspath(o.path)), o.dataset) not in self._claimed]
+        if not new:
+            return
+        claim(new, inputs, comm=self.rt.comm, overwrite=self._overwrite, prog="hpcgpu.train")
+        self._claimed.update((os.path.abspath(os.fspath(o.path)), o.dataset) for o in new)
 
     def _warn(self, message: str) -> None:
         """A warning line about this rank alone on its stderr, naming it when there are several."""
@@ -606,14 +614,30 @@ class Trainer:
 
         Notes
         -----
-        SIGUSR1 or SIGTERM (Slurm's warning signal, preemption), or the
-        config's stop file, make every rank stop after the same step and
-        write a checkpoint; then :attr:`stopped_by` says why. The handlers are those of
+        SIGINT (Ctrl-C), SIGUSR1 or SIGTERM (Slurm's warning signal,
+        preemption), or the config's stop file, make every rank stop after
+        the same step and write a checkpoint (the configured one, or one
+        beside ``out``); then :attr:`stopped_by` says why. A second SIGINT
+        ends the job at once (:mod:`hpcgpu._stop`). The handlers are those of
         :attr:`stop_request` when set (the command line installs one before
         anything else, so that a signal during start-up is not lost),
-        otherwise installed for the duration of ``fit``. With a checkpoint
+        otherwise installed from the first instant of ``fit`` to its end. With a checkpoint
         path, a checkpoint is also written at the end.
         """
+        own = self.stop_request is None
+        if own:  # from the first instant of fit: a stop during the data's reading is kept, not lost
+            self.stop_request = StopRequest(self.config.stop_file, check_file=self.rt.rank == 0,
+                                            prog="hpcgpu.train").install()
+        try:
+            self._fit(data, validation, sharded)
+        finally:
+            if own:
+                self.stop_request.uninstall()
+                self.stop_request = None
+        return self.history
+
+    def _fit(self, data, validation, sharded: bool) -> None:
+        """:meth:`fit`'s body, under the stop request."""
         if not self._prepared:
             if data is None and self.config.data is None:
                 raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
@@ -627,12 +651,9 @@ class Trainer:
             self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
             self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
             self._prepare()
-        c, rt, console = self.config, self.rt, self.console
+        c, console = self.config, self.console
         console.say(self._header())
         bar = console.open_bar(self.step)
-        own = self.stop_request is None
-        if own:
-            self.stop_request = StopRequest(c.stop_file, check_file=rt.rank == 0).install()
         # Overflow becomes inf/NaN, which the step detects and reports once with
         # its epoch and step; NumPy's per-operation warnings would only add noise.
         try:
@@ -644,8 +665,6 @@ class Trainer:
                         break
                     console.epoch(self._finish_epoch(lr))
         finally:
-            if own:
-                self.stop_request.uninstall()
             console.close_bar()
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
         unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
@@ -654,7 +673,6 @@ class Trainer:
         if path and not just_written and not unchanged:
             self.save_checkpoint(path)
         self.checkpoint_file = path
-        return self.history
 
     def train_epoch(self, bar=None) -> bool:
         """Run the rest of the current epoch. Collective.
@@ -849,6 +867,11 @@ class Trainer:
         from ..io import split_spec
 
         comm, dcomm = self.rt.comm, self.groups.data_comm
+        if out is not None:  # the output policy, before any work: never over X, never over a user's file
+            out_path, out_name = split_spec(out, "y_hat")
+            source = split_spec(os.fspath(X), "/test/X") if isinstance(X, (str, os.PathLike)) else None
+            self._claim([Output(out_path, "predict out", dataset=out_name)],
+                        [Input(source[0], "X", source[1])] if source else [])
         if isinstance(X, (str, os.PathLike)):
             path, name = split_spec(os.fspath(X), "/test/X")
             X, err = None, None
@@ -872,7 +895,8 @@ class Trainer:
                 try:
                     write_dataset(path, name, (split.n_global, k), local,
                                   (slice(split.start, split.stop), slice(None)), comm=dcomm,
-                                  attrs=dict(hpcgpu_version=__version__, rows=split.n_global))
+                                  attrs=dict(hpcgpu_version=__version__, rows=split.n_global),
+                                  what="predict out", overwrite=self._overwrite)
                 except AgreedError as e:
                     err = str(e)
             if self.groups.tensor_comm is not None:  # the other columns learn the outcome
@@ -1105,6 +1129,10 @@ class Trainer:
         from .checkpoint import write_checkpoint
 
         path = path or self.config.checkpoint_path
+        if path is None:
+            raise agreed(ValueError("save_checkpoint: give a path (the trainer was made without checkpoint= or out=)"))
+        self._claim([Output(path, "save_checkpoint")] + [Output(f"{path}.{i}", "save_checkpoint")
+                                                         for i in range(1, self.config.keep_checkpoints)])
         self._drain()  # the steps' losses: a diverged step raises here, and nothing is written
         finite = bool(_device.asnumpy(self.xp.isfinite(self.model.params).all()))
         if not self.rt.comm.allreduce(finite, op=MPI.LAND):  # tensor slices differ: every rank must know
@@ -1249,9 +1277,8 @@ class Trainer:
         path = c.out if path is None else path
         if path is None:
             raise agreed(ValueError("save_results: give a path (the trainer was made without out=)"))
-        if path != c.out:
-            check_output(path, rt.comm, "save_results", inputs=[(self.data_path, None)] if self.data_path and not
-                         self.data_path.startswith("(") else [])
+        self._claim([Output(path, "save_results" if path != c.out else "--out")],
+                    [Input(self.data_path, "data")] if self.data_path and not self.data_path.startswith("(") else [])
         params, _ = self.gather_global()  # collective: the unsplit model on rank 0
         fp = json.dumps(self.data_fingerprint(), sort_keys=True)
         comm_stats = self.comm_stats()

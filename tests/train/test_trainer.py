@@ -214,7 +214,8 @@ BAD_INPUTS = {
                       "smaller than the number of ranks"),
     "ranks > samples": (lambda t: _bad(t, train__X=X[:2], train__y=Y[:2]), ["--batch-size", "2"],
                         "fewer than the 3 ranks"),
-    "out unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--out", "{tmp}/afile/out.h5"], "cannot write in"),
+    "out unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--out", "{tmp}/afile/out.h5"],
+                       "afile is a file, not a directory"),
     "trace unwritable": (lambda t: _bad(t, train__X=X, train__y=Y), ["--trace", "{tmp}/afile/t.json"],
                          "error: --trace "),  # at start, not after the run (which it would cost)
     "bad lr": (lambda t: _bad(t, train__X=X, train__y=Y), ["--lr", "-1"], "--lr must be a positive number"),

@@ -1,0 +1,417 @@
+"""The output policy: every file a run will write is claimed in one call, before any work.
+
+One mechanism for one promise ("nothing a user had is lost"), used by every
+program and by the library's writers. :func:`claim` refuses, with one line
+naming the option and the path:
+
+- a path that cannot be a file: a directory, a FIFO, a device or a socket (never
+  opened: a FIFO would block), a dangling symbolic link, a path under a regular
+  file ("not a directory"), a directory that cannot be written;
+- an existing file that hpcgpu did not write (an HDF5 file without hpcgpu's
+  mark, a Python source, a CSV, ...), unless the user said ``--overwrite``;
+  an existing file that is not HDF5 where a dataset is to be added (``FILE:DATASET``);
+- ``FILE:a/b`` where ``a`` is a dataset, or where ``a/b`` is a group, or an
+  existing dataset hpcgpu did not write (without ``--overwrite``);
+- an input of the run (data, model, parameter table, the task's module), or the
+  same dataset of one;
+- two outputs of one run on the same file (one replacing the whole file) or on
+  the same dataset;
+- a file another process holds open for writing.
+
+Then the temporaries that a killed writer of these outputs left
+(``.NAME.*.tmp``, :func:`hpcgpu.io.temp_beside`) are removed, whatever the
+program. Whole files are written to a temporary name and renamed
+(:func:`hpcgpu.io.atomic_path`); every file hpcgpu writes carries its mark
+(:data:`MARK_ATTR` on an HDF5 file's root and on a dataset hpcgpu adds,
+:data:`MARK_TEXT` near the start of a JSON, Markdown or PNG file), which is
+how a later run knows the file is its own to replace.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ._version import __version__
+
+__all__ = ["Output", "Input", "claim", "claim_error", "MARK_ATTR", "MARK_TEXT", "mark_text", "written_by_hpcgpu",
+           "save_figure", "write_text"]
+
+MARK_ATTR = "hpcgpu_version"
+"""The root attribute (and the attribute of a dataset added to a file) that says hpcgpu wrote the object."""
+MARK_TEXT = "written by hpcgpu"
+"""The words hpcgpu puts near the start of every non-HDF5 file it writes (JSON, Markdown, PNG metadata)."""
+_LEGACY_ATTRS = ("format",)  # checkpoints written before the mark carry their format's name
+_KINDS = ("hdf5", "json", "text", "png", "journal")
+_MAGIC = {"journal": b"HPJ1"}  # the task farm's journal (hpcgpu.tasks._store) starts with its frame's magic
+
+
+def mark_text() -> str:
+    """The mark of a non-HDF5 file: ``"written by hpcgpu 0.1.0"``. Not collective."""
+    return f"{MARK_TEXT} {__version__}"
+
+
+@dataclass(frozen=True)
+class Output:
+    """A file (or one dataset of an HDF5 file) that a run will write.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    what : str
+        How a message names it: the command line's option (``--out``,
+        ``--checkpoint``, ``-o``) or the library's argument (``save_results``).
+    dataset : str, optional
+        The dataset the run adds to (or replaces in) ``path``, keeping the
+        file's other objects; ``None``: the run replaces the whole file.
+    kind : {"hdf5", "json", "text", "png", "journal"}
+        What the file holds; anything but HDF5 is written whole.
+    resumed : bool
+        The run resumes from this file (a checkpoint under ``--resume``): it
+        is an input the resume reads and judges (an unreadable one is a
+        damaged checkpoint, reported and skipped), so an existing file there
+        is not refused for lacking hpcgpu's mark.
+    """
+
+    path: str | os.PathLike
+    what: str = "--out"
+    dataset: str | None = None
+    kind: str = "hdf5"
+    resumed: bool = False
+
+    def label(self) -> str:
+        """``"--out r.h5"`` or ``"-o r.h5:C"``: how messages name this output."""
+        return f"{self.what} {os.fspath(self.path)}" + (f":{self.dataset}" if self.dataset is not None else "")
+
+
+@dataclass(frozen=True)
+class Input:
+    """A file (or one dataset of a file) that a run reads: never an output of the same run.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    what : str
+        How a message names it (``--data``, ``--model``, ``--params``, ``MODULE``).
+    dataset : str, optional
+        The one dataset read; ``None``: the whole file is the input.
+    """
+
+    path: str | os.PathLike
+    what: str = "--data"
+    dataset: str | None = None
+
+
+def _norm(name: str) -> str:
+    return "/" + name.strip("/")
+
+
+def _nested(a: str | None, b: str | None) -> bool:
+    """Whether datasets ``a`` and ``b`` of one file overlap: the same, or one inside the other (None: all)."""
+    if a is None or b is None:
+        return True
+    a, b = _norm(a), _norm(b)
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _what_it_is(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _place_error(out: Output) -> OSError | None:
+    """Whether ``out.path`` can be a regular file hpcgpu creates or replaces: checked without opening anything."""
+    path = os.fspath(out.path)
+    if os.path.islink(path) and not os.path.exists(path):
+        return FileNotFoundError(f"{out.label()}: a dangling symbolic link (to {os.readlink(path)}): remove it or "
+                                 "write elsewhere")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        st = None  # a component above is a file: found below
+    except OSError as e:
+        return OSError(f"{out.label()}: cannot be looked at ({e.strerror or e})")
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        return IsADirectoryError(f"{out.label()}: is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return OSError(f"{out.label()}: is {_what_it_is(st.st_mode)}, not a file hpcgpu can replace: write elsewhere")
+    parent = os.path.dirname(os.path.abspath(path))
+    probe = parent
+    while probe and not os.path.lexists(probe):  # the deepest existing ancestor must be a directory
+        probe = os.path.dirname(probe)
+    if probe and not os.path.isdir(probe):
+        return NotADirectoryError(f"{out.label()}: {probe} is a file, not a directory")
+    from .io import writable_error
+
+    return writable_error(path, out.what)
+
+
+def written_by_hpcgpu(path: str | os.PathLike, kind: str = "hdf5") -> bool | None:
+    """Whether the existing file ``path`` carries hpcgpu's mark; ``None`` when it is not of ``kind`` at all.
+
+    Not collective. Reads at most the file's first 64 KiB (text kinds) or
+    its root attributes (HDF5).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An existing regular file.
+    kind : {"hdf5", "json", "text", "png", "journal"}
+
+    Returns
+    -------
+    bool or None
+        True: hpcgpu wrote it; False: a file of that kind hpcgpu did not
+        write; None: not an HDF5 file (``kind="hdf5"`` only).
+    """
+    path = os.fspath(path)
+    if kind == "hdf5":
+        import h5py
+
+        try:
+            if not h5py.is_hdf5(path):
+                return None
+            with h5py.File(path, "r", locking=False) as f:
+                return MARK_ATTR in f.attrs or any(a in f.attrs for a in _LEGACY_ATTRS)
+        except OSError:
+            return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    if kind in _MAGIC:
+        return head.startswith(_MAGIC[kind])
+    return MARK_TEXT.encode() in head or (kind == "json" and b'"hpcgpu_version"' in head)
+
+
+def _dataset_error(out: Output, overwrite: bool) -> OSError | None:
+    """For ``FILE:DATASET`` into an existing HDF5 file: every group above the dataset a group, the dataset ours."""
+    import h5py
+
+    path, name = os.fspath(out.path), _norm(out.dataset)
+    try:
+        f = h5py.File(path, "r", locking=False)
+    except OSError as e:
+        from .io import one_line
+
+        return OSError(f"{out.label()}: {path} exists and is not a readable HDF5 file ({one_line(e)}): it is not "
+                       "replaced; remove it or write elsewhere")
+    with f:
+        parts = name.strip("/").split("/")
+        for i in range(1, len(parts)):
+            above = "/" + "/".join(parts[:i])
+            obj = f.get(above, getlink=True)
+            if obj is None:
+                break
+            obj = f.get(above)
+            if isinstance(obj, h5py.Dataset):
+                return OSError(f"{out.label()}: {above} is a dataset in {path}, not a group: name another dataset")
+        there = f.get(name)
+        if there is None:
+            return None
+        if not isinstance(there, h5py.Dataset):
+            return OSError(f"{out.label()}: {name} is a {type(there).__name__.lower()} in {path}, not a dataset: it "
+                           "is not replaced; name another dataset")
+        if not overwrite and MARK_ATTR not in there.attrs:
+            return FileExistsError(f"{out.label()}: {name} exists in {path} and hpcgpu did not write it: it is not "
+                                   "replaced (--overwrite replaces it)")
+    return None
+
+
+def _existing_error(out: Output, overwrite: bool) -> OSError | None:
+    """An existing file at ``out.path``: replaced only when hpcgpu wrote it, or the user said ``--overwrite``."""
+    path = os.fspath(out.path)
+    if not os.path.isfile(path):
+        return None
+    mine = written_by_hpcgpu(path, out.kind)
+    if out.dataset is not None:
+        if mine is None:
+            return OSError(f"{out.label()}: {path} exists and is not an HDF5 file: no dataset can be added to it; it "
+                           "is not replaced (remove it or write elsewhere)")
+        return _dataset_error(out, overwrite)
+    if mine or overwrite or out.resumed:
+        return None
+    kind = "an HDF5 file" if out.kind == "hdf5" and mine is False else "a file"
+    return FileExistsError(f"{out.label()}: exists and is {kind} hpcgpu did not write: it is not replaced "
+                           "(--overwrite replaces it)")
+
+
+def _input_error(out: Output, inputs: Iterable[Input]) -> ValueError | None:
+    path = os.fspath(out.path)
+    if not os.path.exists(path):
+        return None
+    for src in inputs:
+        if src.path is None or not _same_file(os.fspath(src.path), path):
+            continue
+        if out.dataset is None or _nested(out.dataset, src.dataset):
+            named = os.fspath(src.path) + (f":{src.dataset}" if src.dataset is not None else "")
+            return ValueError(f"{out.label()}: is also an input ({src.what} {named}); writing it would replace what "
+                              "is read: choose another output")
+    return None
+
+
+def _twice_error(outputs: list[Output]) -> ValueError | None:
+    for i, b in enumerate(outputs):
+        for a in outputs[:i]:
+            pa, pb = os.fspath(a.path), os.fspath(b.path)
+            same = _same_file(pa, pb) if os.path.exists(pa) and os.path.exists(pb) else \
+                os.path.abspath(pa) == os.path.abspath(pb)
+            if same and (a.dataset is None or b.dataset is None or _nested(a.dataset, b.dataset)):
+                return ValueError(f"{b.label()}: is also {a.label()}: one would replace the other; give each output "
+                                  "its own file")
+    return None
+
+
+def claim_error(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, overwrite: bool = False) \
+        -> OSError | ValueError | None:
+    """Everything that would make writing ``outputs`` lose a user's file or fail; the first problem found.
+
+    Not collective: rank 0 calls it (:func:`claim` does, then agrees).
+    Nothing is written but a probe file that is removed at once, and
+    missing parent directories of the outputs.
+
+    Parameters
+    ----------
+    outputs : iterable of Output
+        Every file (or dataset) the run will write.
+    inputs : iterable of Input
+        Every file (or dataset) the run reads.
+    overwrite : bool
+        Replace existing files (and datasets) hpcgpu did not write.
+
+    Returns
+    -------
+    OSError or ValueError or None
+        ``ValueError`` when an output is an input or another output,
+        ``OSError`` (``FileExistsError``, ``IsADirectoryError``,
+        ``NotADirectoryError``, ``FileNotFoundError``) otherwise, with one line
+        naming the option and the path; ``None`` when every output is safe.
+    """
+    from .io import held_error
+
+    outputs, inputs = [o for o in outputs if o.path is not None], [i for i in inputs if i.path is not None]
+    for out in outputs:
+        if out.kind not in _KINDS:
+            raise ValueError(f"Output.kind must be one of {_KINDS}, got {out.kind!r}")
+    err = _twice_error(outputs)
+    if err is not None:
+        return err
+    for out in outputs:
+        err = _place_error(out) or _input_error(out, inputs) or held_error(os.fspath(out.path), out.what) \
+            or _existing_error(out, overwrite)
+        if err is not None:
+            return err
+    return None
+
+
+def claim(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, comm, overwrite: bool = False,
+          prog: str = "hpcgpu", quiet: bool = False) -> None:
+    """Claim every output of a run before any work: refuse what would lose a file, remove stale temporaries.
+
+    Collective over ``comm``: rank 0 checks (:func:`claim_error`), every rank
+    raises the same agreed error, every node must see the outputs'
+    directories (:func:`hpcgpu.io.shared_dir_error`); then rank 0 removes
+    the temporaries that killed writers of these outputs left beside them
+    and says so on stderr (one line each).
+
+    Parameters
+    ----------
+    outputs : iterable of Output
+        Every file (or dataset) the run will write; ``path=None`` entries are skipped.
+    inputs : iterable of Input
+        Every file (or dataset) the run reads.
+    comm : mpi4py.MPI.Intracomm, keyword-only
+    overwrite : bool
+        Replace existing files hpcgpu did not write (the command lines' ``--overwrite``).
+    prog : str
+        Names the program in the warning lines.
+    quiet : bool
+        Say nothing about removed temporaries.
+
+    Raises
+    ------
+    OSError, ValueError
+        An :class:`hpcgpu.AgreedError`, on every rank: see :func:`claim_error`.
+    """
+    from .comm import agree
+    from .io import remove_stale_temporaries, shared_dir_error
+
+    outputs, inputs = [o for o in outputs if o.path is not None], list(inputs)
+    err = None
+    if comm.rank == 0:
+        try:
+            err = claim_error(outputs, inputs, overwrite=overwrite)
+        except UnicodeError as e:  # a path the file system's encoding cannot hold
+            err = ValueError(f"an output's path cannot be encoded ({e})")
+    agree(err, comm=comm)
+    for out in outputs:
+        agree(shared_dir_error(out.path, comm, out.what), comm=comm)
+    if comm.rank == 0:
+        for out in outputs:
+            for stale in remove_stale_temporaries(out.path):
+                if not quiet:
+                    print(f"{prog}: warning: removed {stale}, a temporary file of {out.label()} that a killed "
+                          "writer left", file=sys.stderr, flush=True)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
+    """Write a matplotlib figure as a PNG, atomically, with hpcgpu's mark in its metadata. Not collective.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    path : str or os.PathLike
+        The PNG file (claimed first with ``Output(path, kind="png")``).
+    dpi : int
+        Dots per inch.
+
+    Raises
+    ------
+    OSError
+        The file cannot be written; nothing is left at ``path`` but what was there.
+    """
+    from .io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": mark_text()})
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, atomically. Not collective.
+
+    The caller puts :func:`mark_text` in it (a Markdown comment, a JSON
+    field), so that a later run knows the file is hpcgpu's.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (claimed first).
+    text : str
+
+    Raises
+    ------
+    OSError
+        The file cannot be written; nothing is left at ``path`` but what was there.
+    """
+    from .io import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)

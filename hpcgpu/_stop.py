@@ -1,0 +1,229 @@
+"""The stop policy: SIGINT, SIGTERM, SIGUSR1 and a stop file are one request to stop at the next safe point.
+
+One mechanism for one promise ("a stop loses nothing"), used by the trainer
+(command line and ``fit``), the task farm and matmul, below all of them. A
+program installs a :class:`StopRequest` before any communication; the first
+signal only records its name; the program agrees on the request across its
+ranks at its next safe point (a step boundary, a task, before C is written),
+saves what it has (a checkpoint, the results so far), prints one line and
+exits :data:`EXIT_STOPPED` (3: stopped, resumable). A second SIGINT (a person
+pressing Ctrl-C again) ends the job at once with one line and exit 130, even
+while the process waits inside MPI; a second SIGTERM or SIGUSR1 takes the
+signal's default action. Importing hpcgpu installs nothing (its programs
+record stop signals from their first instant: :mod:`hpcgpu._early`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED"]
+
+EXIT_STOPPED = 3
+"""A program's exit status after a clean stop: what was done is saved; rerun with ``--resume``."""
+EXIT_INTERRUPTED = 130
+"""The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
+_ENDING = threading.Lock()
+
+
+def _world_rank() -> int:
+    """This process's rank in the job, without initializing MPI (a signal may come before MPI_Init)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            return mpi.COMM_WORLD.Get_rank()
+    except Exception:  # noqa: BLE001 - a signal handler must not raise
+        pass
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+class StopRequest:
+    """A request to stop at the next safe point: SIGINT, SIGTERM, SIGUSR1, or a stop file.
+
+    Not collective: each rank records its own requests; the program agrees
+    on them at its next safe point (the trainer in the step's Allreduce, the
+    farm between tasks, matmul before it writes), so all ranks stop
+    together. A second SIGINT ends the job at once (one line from rank 0,
+    exit :data:`EXIT_INTERRUPTED`), also while the main thread waits in MPI
+    or a BLAS call; a second SIGTERM or SIGUSR1 takes the signal's default
+    action (the process ends), for a user who really means it.
+
+    Parameters
+    ----------
+    stop_file : str, optional
+        A file whose appearance asks for a stop. Job scripts prefer it to
+        forwarding a signal: it cannot kill a process that has not yet
+        installed its handlers, and it needs no launcher to pass it on.
+    check_file : bool
+        Whether this rank looks for the file (rank 0 only, so a parallel
+        file system sees one metadata request per second, not one per rank
+        and step).
+    interval : float
+        Seconds between looks at the file.
+    prog : str
+        Names the program in the line a second SIGINT prints.
+
+    Attributes
+    ----------
+    reason : str or None
+        ``"SIGINT"``, ``"SIGUSR1"``, ``"SIGTERM"`` or ``"stop file PATH"`` once requested.
+
+    Examples
+    --------
+    >>> stop = StopRequest().install()          # doctest: +SKIP
+    >>> try:
+    ...     while work_left() and not agreed_stop(stop.requested()):
+    ...         do_one_unit()
+    ... finally:
+    ...     stop.uninstall()
+    """
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+
+    def __init__(self, stop_file: str | None = None, check_file: bool = True, interval: float = 1.0,
+                 prog: str = "hpcgpu"):
+        self.reason: str | None = None
+        self.stop_file, self.check_file, self.interval, self.prog = stop_file, check_file, interval, prog
+        self._next_look = 0.0
+        self._old: dict = {}
+        self._watcher = None
+        self._sigints = 0
+
+    def _handler(self, signum, frame):
+        import signal
+
+        name = signal.Signals(signum).name
+        if name == "SIGINT":
+            self._sigints += 1
+            if self._sigints > 1:
+                self._end_now()
+        elif self.reason == name:  # the same signal again: its default action
+            signal.signal(signum, self._old.get(name, signal.SIG_DFL))
+            signal.raise_signal(signum)
+            return
+        self.reason = self.reason or name
+
+    def _end_now(self) -> None:
+        """A second SIGINT: one line from rank 0, then this process ends (every rank got the signal)."""
+        if not _ENDING.acquire(blocking=False):  # the watcher and the handler both saw it: one line
+            while True:
+                time.sleep(1)
+        if _world_rank() == 0:
+            line = f"{self.prog}: second SIGINT: ending the job now, without saving (exit {EXIT_INTERRUPTED})\n"
+            try:
+                os.write(2, line.encode("utf-8", "replace"))
+            except OSError:
+                pass
+            time.sleep(0.2)  # let the launcher pass the line on before the job goes
+        os._exit(EXIT_INTERRUPTED)
+
+    def _watch_sigints(self) -> None:
+        """A thread that counts SIGINTs as they arrive, so a second one ends the job while the main thread waits.
+
+        Python runs a signal handler only between bytecodes of the main
+        thread, and two signals that come while it waits inside a blocking
+        MPI call (mpi4py releases the GIL) or a BLAS call run the handler
+        once. Python's own C handler writes every signal's number to the
+        wakeup fd at once; this thread reads them. A process whose wakeup
+        fd is taken (an event loop's) keeps the handler alone.
+        """
+        import signal
+
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(r)
+            os.close(w)
+            return
+        if old != -1:  # someone else's: leave theirs in place
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+        seen = [self._sigints]
+
+        def watch():
+            while True:
+                try:
+                    data = os.read(r, 64)
+                except OSError:
+                    return
+                if not data:
+                    return
+                seen[0] += data.count(signal.SIGINT)
+                if seen[0] > 1:
+                    self._end_now()
+
+        self._watcher = (r, w)
+        threading.Thread(target=watch, name="hpcgpu-sigint", daemon=True).start()
+
+    def requested(self) -> bool:
+        """Whether a stop was asked for on this rank (looks at the file now and then). Not collective.
+
+        Returns
+        -------
+        bool
+        """
+        if self.reason is None and self.stop_file and self.check_file:
+            now = time.monotonic()
+            if now >= self._next_look:
+                self._next_look = now + self.interval
+                if os.path.exists(self.stop_file):
+                    self.reason = f"stop file {self.stop_file}"
+        return self.reason is not None
+
+    def install(self) -> "StopRequest":
+        """Install the signal handlers (main thread only; elsewhere a no-op). Not collective.
+
+        A stop signal the program recorded while it was starting
+        (:mod:`hpcgpu._early`) becomes this request's reason.
+
+        Returns
+        -------
+        StopRequest
+            ``self``.
+        """
+        import signal
+
+        from . import _early
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                self._old[name] = signal.signal(getattr(signal, name), self._handler)
+                if self._old[name] is _early._record:  # the default action is what a second signal gets
+                    self._old[name] = signal.SIG_DFL if name != "SIGINT" else signal.default_int_handler
+            self.reason = self.reason or _early.received()
+            self._sigints = int("SIGINT" in _early.received_all())
+            self._watch_sigints()
+        return self
+
+    def uninstall(self) -> None:
+        """Put the previous handlers back. Not collective."""
+        import signal
+
+        for name, h in self._old.items():
+            signal.signal(getattr(signal, name), h)
+        self._old.clear()
+        if self._watcher is not None:
+            import contextlib
+
+            with contextlib.suppress(ValueError, OSError):
+                signal.set_wakeup_fd(-1)
+            for fd in self._watcher[::-1]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._watcher = None
+
+    def __enter__(self) -> "StopRequest":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()

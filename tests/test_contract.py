@@ -1,0 +1,331 @@
+"""The contract as one table: every program x every output option x every hostile condition.
+
+Each row launches the program (2 ranks where it is an MPI program) on a condition made in a fresh
+directory and asserts the promise: the exit code; for a refusal exactly one line on stderr naming the
+option and the path; every file that was there before is byte-identical after; no temporary file is
+left; nothing hangs (every launch has a timeout). Adding a program or an output option is adding a
+row to :data:`PROGRAMS`; adding a hostile condition is adding a row to :data:`CONDITIONS`.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from _data import blobs, write_h5
+
+import _mpi
+
+pytestmark = pytest.mark.mpi
+
+NP = 2
+
+
+# -- the inputs every program needs ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """A results file of the trainer, for predict (one training run for the whole module)."""
+    d = tmp_path_factory.mktemp("model")
+    X, y = blobs(64, d=4)
+    data = write_h5(d / "d.h5", train__X=X, train__y=y)
+    p = _mpi.run(1, ["-m", "hpcgpu.train", "--data", data, "--out", d / "model.h5", "--epochs", "1", "--hidden",
+                     "4", "--batch-size", "16", "--progress", "none"], timeout=120)
+    assert p.returncode == 0, p.stderr
+    return d / "model.h5"
+
+
+def _inputs(t, model_file):
+    """The inputs of every program in directory ``t``; returns their paths by name."""
+    X, y = blobs(64, d=4)
+    Xt, yt = blobs(21, d=4, seed=1)
+    data = write_h5(t / "data.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+    rng = np.random.default_rng(0)
+    ab = write_h5(t / "ab.h5", A=rng.random((6, 5)), B=rng.random((5, 4)))
+    (t / "params.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
+    (t / "fns.py").write_text("def f(a, b):\n    return {'s': a + b}\n")
+    shutil.copy(model_file, t / "model.h5")
+    return {"data": str(data), "ab": str(ab), "params": str(t / "params.csv"), "fns": str(t / "fns.py"),
+            "model": str(t / "model.h5")}
+
+
+# -- the programs and their output options -----------------------------------------------------------
+# Each: (ranks, argv given the inputs and the output, the output's default dataset or None for a whole file,
+# what a run writes when it succeeds besides OUT, the inputs it reads as {option: path[:dataset]}).
+
+def _train(opt):
+    def argv(i, out, t):
+        base = ["-m", "hpcgpu.train", "--data", i["data"], "--epochs", "1", "--hidden", "4", "--batch-size",
+                "16", "--progress", "none"]
+        if opt == "--out":
+            return base + ["--out", out]
+        return base + ["--out", str(t / "r.h5"), opt, out]
+    return argv
+
+
+PROGRAMS = {
+    "train --out": (NP, _train("--out"), None, {"--data": "data"}),
+    "train --checkpoint": (NP, _train("--checkpoint"), None, {"--data": "data"}),
+    "train --trace": (NP, _train("--trace"), None, {"--data": "data"}),
+    "predict -o": (NP, lambda i, out, t: ["-m", "hpcgpu.train", "predict", "--model", i["model"], "--data",
+                                          i["data"] + ":/test/X", "-o", out], "y_hat",
+                   {"--model": "model", "--data": "data:/test/X"}),
+    "matmul -o": (NP, lambda i, out, t: ["-m", "hpcgpu", "matmul", i["ab"] + ":A", i["ab"] + ":B", "-o", out], "C",
+                  {"A": "ab:A", "B": "ab:B"}),
+    "tasks -o": (NP, lambda i, out, t: ["-m", "hpcgpu.tasks", i["fns"] + ":f", "--params", i["params"], "-o", out,
+                                        "--progress", "none"], None, {"--params": "params", "MODULE": "fns"}),
+    "datasets --out": (1, lambda i, out, t: ["-m", "hpcgpu.datasets", "digits", "--out", out], None, {}),
+}
+
+
+# -- the hostile conditions ------------------------------------------------------------------------
+# Each makes the output argument in directory t (given the program's inputs and default dataset) and says
+# what must happen: ("refused", words the line must hold) or ("done", None).
+
+def _source_file(t, i, ds):
+    (t / "mycode.py").write_text("print('the user's code')\n")
+    return str(t / "mycode.py"), ("refused", "not an HDF5 file" if ds else "hpcgpu did not write")
+
+
+def _users_hdf5(t, i, ds):
+    write_h5(t / "theirs.h5", **{(ds or "results").strip("/"): np.arange(5.0)})
+    return str(t / "theirs.h5") + (f":{ds}" if ds else ""), ("refused", "hpcgpu did not write")
+
+
+def _an_input(t, i, ds, reads):
+    if not reads:
+        return None
+    option, name = next(iter(reads.items()))
+    path, _, dataset = name.partition(":")
+    spec = i[path] + (f":{dataset}" if dataset else (f":{ds}" if ds else ""))
+    return spec, ("refused", "is also an input")
+
+
+def _fifo(t, i, ds):
+    os.mkfifo(t / "pipe.h5")
+    return str(t / "pipe.h5") + (f":{ds}" if ds else ""), ("refused", "FIFO")
+
+
+def _dangling(t, i, ds):
+    os.symlink(t / "nowhere" / "gone.h5", t / "link.h5")
+    return str(t / "link.h5") + (f":{ds}" if ds else ""), ("refused", "dangling symbolic link")
+
+
+def _under_a_file(t, i, ds):
+    (t / "afile").write_text("not a directory\n")
+    return str(t / "afile" / "r.h5") + (f":{ds}" if ds else ""), ("refused", "is a file, not a directory")
+
+
+def _under_a_dataset(t, i, ds):
+    if ds is None:
+        return None
+    write_h5(t / "host.h5", X=np.arange(3.0))
+    return str(t / "host.h5") + ":X/sub", ("refused", "/X is a dataset")
+
+
+def _stale_temporary(t, i, ds):
+    (t / ".r2.h5.k1ll3d.tmp").write_bytes(b"half a file")
+    return str(t / "r2.h5") + (f":{ds}" if ds else ""), ("done", ".r2.h5.k1ll3d.tmp")
+
+
+def _non_utf8_directory(t, i, ds):
+    d = os.path.join(os.fsencode(t), b"caf\xe9")
+    os.mkdir(d)
+    return os.fsdecode(os.path.join(d, b"r.h5")) + (f":{ds}" if ds else ""), ("done", None)
+
+
+def _overwrite_asked(t, i, ds):
+    (t / "old.txt").write_text("replace me\n")
+    return (None if ds else str(t / "old.txt")), ("done", "--overwrite")
+
+
+CONDITIONS = {
+    "a Python source": _source_file,
+    "an HDF5 file hpcgpu did not write": _users_hdf5,
+    "an input of the run": _an_input,
+    "a FIFO": _fifo,
+    "a dangling link": _dangling,
+    "under a regular file": _under_a_file,
+    "under a dataset": _under_a_dataset,
+    "a killed writer's temporary": _stale_temporary,
+    "a non-UTF-8 directory": _non_utf8_directory,
+    "a user's file with --overwrite": _overwrite_asked,
+}
+
+LEAN_CONDITIONS = ["a Python source", "an input of the run", "a FIFO", "a non-UTF-8 directory"]
+
+
+def _snapshot(t):
+    """Every regular file under ``t`` (bytes) and every non-regular entry (its kind)."""
+    out = {}
+    for dp, dirs, files in os.walk(os.fsencode(t)):
+        for name in files + dirs:
+            p = os.path.join(dp, name)
+            if os.path.islink(p) or not os.path.isfile(p):
+                out[p] = "link" if os.path.islink(p) else "other"
+            else:
+                with open(p, "rb") as f:
+                    out[p] = f.read()
+    return out
+
+
+def _rows():
+    rows = []
+    for prog in PROGRAMS:
+        for cond in _mpi.cases(list(CONDITIONS), LEAN_CONDITIONS):
+            rows.append(pytest.param(prog, cond, id=f"{prog}-{cond}"))
+    return rows
+
+
+@pytest.mark.parametrize("program, condition", _rows())
+def test_the_output_policy(program, condition, tmp_path, model_file):
+    ranks, argv, ds, reads = PROGRAMS[program]
+    i = _inputs(tmp_path, model_file)
+    make = CONDITIONS[condition]
+    made = make(tmp_path, i, ds, reads) if make is _an_input else make(tmp_path, i, ds)
+    if made is None or made[0] is None:
+        pytest.skip(f"{condition} does not apply to {program}")
+    out, (outcome, words) = made
+    args = argv(i, out, tmp_path)
+    if condition == "a user's file with --overwrite":
+        args.append("--overwrite")
+    before = _snapshot(tmp_path)
+    p = _mpi.run(ranks, args, timeout=120, cwd=tmp_path)
+    after = _snapshot(tmp_path)
+    temporaries = [os.fsdecode(k) for k in after if k.endswith(b".tmp") and os.path.isfile(k)]
+    if outcome == "refused":
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1, p.stderr
+        option = args[len(args) - 2 - args[::-1].index(out)]  # the option before the last mention of out
+        assert f"{option} {out}" in lines[0] and words in lines[0], lines[0]
+        assert after == before  # nothing touched, nothing added
+    else:
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        path = out.rsplit(":", 1)[0] if ds else out
+        assert os.path.isfile(os.fsencode(path))
+        if ds:
+            with h5py.File(os.fsencode(path).decode("utf-8", "surrogateescape"), "r") as f:
+                assert ds in f
+        for k, v in before.items():  # the inputs, byte-identical; only the output (and its temporaries) changed
+            if os.fsdecode(k) != path and not k.endswith(b".tmp"):
+                assert after.get(k) == v, os.fsdecode(k)
+        if words and words.endswith(".tmp"):
+            assert not os.path.exists(tmp_path / words)
+            assert "removed" in p.stderr and words in p.stderr
+    assert not temporaries, temporaries
+
+
+# -- two outputs of one run on one file --------------------------------------------------------------
+
+@pytest.mark.parametrize("second", ["--checkpoint", "--trace"])
+def test_two_outputs_on_one_file_are_refused(second, tmp_path, model_file):
+    i = _inputs(tmp_path, model_file)
+    out = str(tmp_path / "same.h5")
+    before = _snapshot(tmp_path)
+    p = _mpi.run(NP, ["-m", "hpcgpu.train", "--data", i["data"], "--epochs", "1", "--hidden", "4", "--batch-size",
+                      "16", "--progress", "none", "--out", out, second, out], timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{second} {out}: is also --out {out}" in lines[0], p.stderr
+    assert _snapshot(tmp_path) == before
+
+
+# -- stops: SIGINT, SIGTERM, SIGUSR1 at a random step ------------------------------------------------
+
+def _launch(args, cwd):
+    cmd = [_mpi.mpiexec(), "-n", str(NP), sys.executable, *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=_mpi.environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _ranks_started(p, tmp_path, timeout=60):
+    """Wait until the trainer's ranks have written their first checkpoint (steps are running)."""
+    deadline = time.time() + timeout
+    while not (tmp_path / "s.ckpt.h5").exists():
+        assert p.poll() is None, p.communicate()
+        assert time.time() < deadline, "no step ran"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM", "SIGUSR1"], ["SIGINT"]))
+def test_a_stop_signal_checkpoints_and_a_resume_finishes(sig, tmp_path, model_file):
+    """The signal goes to every rank (as a launcher forwards it, or a terminal to its process group); the run
+    stops at a step boundary with a checkpoint, one line, exit 3; --resume then ends where an uninterrupted
+    run ends."""
+    i = _inputs(tmp_path, model_file)
+    base = ["-m", "hpcgpu.train", "--data", i["data"], "--hidden", "64", "--batch-size", "16", "--progress",
+            "none", "--out", str(tmp_path / "s.h5"), "--checkpoint-every", "1", "--epochs", "2000"]
+    p = _launch(base, tmp_path)
+    try:
+        _ranks_started(p, tmp_path)
+        time.sleep(np.random.default_rng().uniform(0, 0.5))  # a random step
+        for pid in _rank_pids(p.pid):
+            os.kill(pid, getattr(signal, sig))
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 3, err
+    ours, _ = _mpi.split_launcher(err)
+    assert not ours.strip(), ours  # no traceback
+    assert f"stopped ({sig})" in out and "rerun with --resume" in out, out
+    with h5py.File(tmp_path / "s.ckpt.h5", "r") as f:
+        assert int(f.attrs["step"]) >= 1
+
+
+def _rank_pids(launcher_pid):
+    """The Python ranks under the launcher (its descendants running this interpreter)."""
+    children, pids = {}, []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    todo = [launcher_pid]
+    while todo:
+        pid = todo.pop()
+        for c in children.get(pid, []):
+            todo.append(c)
+            try:
+                with open(f"/proc/{c}/cmdline", "rb") as f:
+                    if b"hpcgpu" in f.read():
+                        pids.append(c)
+            except OSError:
+                pass
+    return pids
+
+
+def test_a_second_sigint_ends_the_job_at_once(tmp_path, model_file):
+    """Two Ctrl-C a moment apart while the ranks are inside a long step (in BLAS and MPI, where Python runs no
+    handler): one line, exit 130, before the step ends."""
+    i = _inputs(tmp_path, model_file)
+    p = _launch(["-m", "hpcgpu.train", "--data", i["data"], "--hidden", "6144,6144", "--batch-size", "64",
+                 "--progress", "none", "--out", str(tmp_path / "s.h5"), "--checkpoint-every", "1", "--epochs", "50",
+                 "--gemm-threads", "all"], tmp_path)
+    try:
+        _ranks_started(p, tmp_path, timeout=120)
+        pids = _rank_pids(p.pid)
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.3)  # two kills at once would be one signal (the kernel merges a pending one)
+        t0 = time.time()
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert time.time() - t0 < 5
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    ours, _ = _mpi.split_launcher(err)
+    lines = [ln for ln in ours.splitlines() if ln.strip()]
+    assert p.returncode != 0 and p.returncode != 3, (p.returncode, err)
+    assert lines == ["hpcgpu.train: second SIGINT: ending the job now, without saving (exit 130)"], err
