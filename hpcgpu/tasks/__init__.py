@@ -12,7 +12,11 @@ spawned. The output holds ``/params/<name>``, ``/results/<name>`` (task id
 first), ``/tasks/status`` (pending, done, failed), ``/tasks/error``,
 ``/tasks/seconds``, ``/tasks/rank`` and ``/tasks/attempts``; a journal beside
 it keeps every finished task within ``flush_seconds`` of a kill, and
-``resume=True`` runs only the tasks not done.
+``resume=True`` runs only the tasks not yet run (``retry_failed=True``: the
+failed ones too). Each working rank runs its tasks in a child process of its
+own (``hpcgpu.tasks._isolate``), so a task that ends its process (``os._exit``,
+a C ``exit()``, a segmentation fault, an out-of-memory kill) is a failed task
+naming the cause, not a lost sweep.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from .._version import __version__
 from ..comm import agree, default_comm
 from ..errors import agreed
 from ..io import WRITE_ERRORS, one_line, output_error, shared_dir_error
-from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Alarm, _Keeper, agreed_outcome, balance,
-                    current_task, manage, resume_from, work, work_alone)
+from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Keeper, agreed_outcome, balance, current_task,
+                    manage, resume_from, work, work_alone)
+from ._isolate import choose, isolation
 from ._params import Params, read_params
 from ._store import DONE, FAILED, PENDING, Ledger
 
@@ -97,9 +102,10 @@ class SweepResult:
         return line + (f"; wrote {self.out}" if self.out else "")
 
 
-def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = False, retries: int = 0,
-        timeout: float | None = None, flush_seconds: float = 2.0, progress: str = "none",
-        stop_file: str | None = None, comm: MPI.Intracomm | None = None, name: str | None = None) -> SweepResult:
+def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = False, retry_failed: bool = False,
+        retries: int = 0, timeout: float | None = None, flush_seconds: float = 2.0, progress: str = "none",
+        stop_file: str | None = None, comm: MPI.Intracomm | None = None, name: str | None = None,
+        isolate: bool | str = "auto") -> SweepResult:
     """Call ``fn(**row)`` for every row of ``params`` over the ranks; gather the results in one file.
 
     Collective: every rank of ``comm`` calls it with the same arguments
@@ -114,7 +120,8 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         Takes the parameter columns as keyword arguments; returns a dict of
         numbers, booleans, strings or fixed-shape numeric arrays (CuPy
         arrays are copied to the host). The first result fixes the names,
-        shapes and dtypes. An exception fails that task only.
+        shapes and dtypes. An exception fails that task only, and so does
+        ending the process (see ``isolate``).
     params : str, os.PathLike, Params, mapping or sequence of dicts
         The task table, read by rank 0; see :func:`read_params`.
     out : str or os.PathLike, optional
@@ -122,20 +129,27 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         ``OUT.journal`` while the sweep runs. Without it nothing is
         written and ``resume`` is not possible.
     resume : bool, keyword-only
-        Keep the done tasks of an earlier run of the same sweep (same
-        function name and parameter table) from ``out`` and its journal;
-        run the rest (failed ones again). Without an earlier file, start
-        afresh.
+        Keep the done and the failed tasks of an earlier run of the same
+        sweep (same function name and parameter table) from ``out`` and its
+        journal; run the tasks not yet run. The failed ones stay failed
+        (with their errors) unless ``retry_failed``: a task that crashes
+        its process does not crash every resume. Without an earlier file,
+        start afresh.
+    retry_failed : bool, keyword-only
+        With ``resume``: run the earlier run's failed tasks again too.
     retries : int, keyword-only
         Further attempts at a task that raised or timed out before it is
         recorded as failed (on whichever worker asks next).
     timeout : float, keyword-only, optional
         Seconds an attempt may run; then :class:`TaskTimeout` is raised in
-        it (SIGALRM, main thread only) and the rank goes on with its next
-        task. A native call that never returns cannot be stopped so: a task
-        still running ``min(max(2, timeout), 60)`` seconds past its limit
-        makes a watchdog thread abort the job, naming it (the finished
-        tasks stay in the file and journal for ``resume``).
+        it (SIGALRM in the task's process) and the rank goes on with its
+        next task. A native call that never returns cannot be stopped so:
+        a task still running ``min(max(2, timeout), 60)`` seconds past its
+        limit has its process killed and is recorded as failed. A task run
+        in the rank's own process (``isolate``) cannot be killed: then a
+        watchdog thread aborts the job, naming it (the finished tasks stay
+        in the file and journal for ``resume``), and the limit needs the
+        main thread.
     flush_seconds : float, keyword-only
         The journal is forced to disk at least this often (seconds): what a
         killed job can lose. The HDF5 file is rewritten every
@@ -152,6 +166,21 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     name : str, keyword-only, optional
         The function's name in the file and in resume checks; by default
         ``fn``'s module and qualified name.
+    isolate : {"auto", True, False}, keyword-only
+        Where the tasks run. ``True``: each working rank runs them in a
+        child process of its own, started once (and again after one dies),
+        which sees the rank's GPU alone and never joins MPI (inside it
+        ``hpcgpu.get_runtime()`` is a one-rank runtime with the rank's
+        ``xp`` and no communicator); a task that ends that process
+        (``os._exit``, a C ``exit()``, a signal, an out-of-memory kill) is
+        a failed task whose error names the exit status or signal, and
+        the rank goes on. ``fn`` reaches the child by reference, so it must
+        be defined at the top level of a module (a file loaded as
+        ``sims.py:run`` will do). ``False``: in the rank's own process (a
+        task that ends it ends the job). ``"auto"``: ``True`` where ``fn``
+        can be named to a child, ``False`` for lambdas, nested functions and
+        functions of the ``__main__`` script. The file's ``isolation``
+        attribute says which.
 
     Returns
     -------
@@ -164,7 +193,8 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         Bad arguments or parameter table, an earlier file of another sweep
         with ``resume``, or results that change names, shapes or dtypes
         from task to task (the sweep stops; the journal keeps what was
-        done). Agreed: every rank raises it.
+        done); ``isolate=True`` for a function no child process can load.
+        Agreed: every rank raises it.
     FileNotFoundError
         ``params`` names no file (agreed).
     PermissionError, IsADirectoryError
@@ -191,19 +221,19 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         from ..train.stop import StopRequest
 
         stop = StopRequest(stop_file, check_file=(default_comm() if comm is None else comm).rank == 0)
-    return run_sweep(fn, params, out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
-                     progress=progress, stop=stop, comm=comm, name=name)
+    return run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
+                     flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate)
 
 
-def run_sweep(fn, params, out=None, *, resume=False, retries=0, timeout=None, flush_seconds=2.0, progress="none",
-              stop=None, comm=None, name=None, what="params") -> SweepResult:
+def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries=0, timeout=None, flush_seconds=2.0,
+              progress="none", stop=None, comm=None, name=None, isolate="auto", what="params") -> SweepResult:
     """:func:`map` for callers that bring their own stop request (the command line, tests).
 
     Collective, as :func:`map`, whose parameters it shares but ``stop_file``.
 
     Parameters
     ----------
-    fn, params, out, resume, retries, timeout, flush_seconds, progress, comm, name
+    fn, params, out, resume, retry_failed, retries, timeout, flush_seconds, progress, comm, name, isolate
         As for :func:`map`.
     stop : object, keyword-only, optional
         Anything with a ``requested()`` method and a ``reason`` attribute
@@ -215,25 +245,42 @@ def run_sweep(fn, params, out=None, *, resume=False, retries=0, timeout=None, fl
     Returns
     -------
     SweepResult
+
+    Raises
+    ------
+    ValueError, FileNotFoundError, PermissionError, IsADirectoryError
+        As for :func:`map`.
     """
+    from ..runtime import current_runtime
+
     base = default_comm() if comm is None else comm
     out = os.fspath(out) if out is not None else None
     name = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
-    _check_args(fn, retries, timeout, flush_seconds, progress, resume, out)
-    alarm = _Alarm(timeout)
-    agree(None if alarm.usable else ValueError("timeout: needs the main thread (SIGALRM)"), comm=base)
-    opts = Options(out=out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
-                   progress=progress, stop=stop, what=what)
-    comm = base.Dup()  # the farm's messages never match the caller's
+    _check_args(fn, retries, timeout, flush_seconds, progress, resume, out, retry_failed, isolate)
+    how, err = isolation(fn, isolate), None  # the same on every rank: fn is
+    runner = None
+    if base.size == 1 or base.rank != 0:  # a working rank: its task process starts loading now
+        runner = choose(fn, isolate, base.rank, timeout, current_runtime())
+        if not runner.usable:
+            err = ValueError("timeout: needs the main thread (SIGALRM) for a task run in the rank's process")
     try:
-        return _sweep(comm, fn, params, name, opts, alarm)
+        agree(err, comm=base)
+        opts = Options(out=out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
+                       progress=progress, stop=stop, what=what, retry_failed=retry_failed, isolation=how)
+        comm = base.Dup()  # the farm's messages never match the caller's
+        try:
+            return _sweep(comm, fn, params, name, opts, runner)
+        finally:
+            comm.Free()
     finally:
-        alarm.close()
-        comm.Free()
+        if runner is not None:
+            runner.close()
 
 
-def _check_args(fn, retries, timeout, flush_seconds, progress, resume, out) -> None:
+def _check_args(fn, retries, timeout, flush_seconds, progress, resume, out, retry_failed, isolate) -> None:
     """The arguments, checked alike on every rank before any communication."""
+    from ._isolate import not_isolatable
+
     err = None
     if not callable(fn):
         err = ValueError(f"fn: expected a callable, got {type(fn).__name__}")
@@ -247,6 +294,13 @@ def _check_args(fn, retries, timeout, flush_seconds, progress, resume, out) -> N
         err = ValueError(f"--progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
     elif resume and out is None:
         err = ValueError("resume needs out: the file of the earlier run")
+    elif not isinstance(retry_failed, (bool, np.bool_)):
+        err = ValueError(f"--retry-failed must be True or False, got {retry_failed!r}")
+    elif not (isolate is True or isolate is False or (isinstance(isolate, str) and isolate == "auto")):
+        err = ValueError(f"isolate must be True, False or 'auto', got {isolate!r}")
+    elif isolate is True and not_isolatable(fn):
+        err = ValueError(f"isolate: {getattr(fn, '__qualname__', fn)!r} cannot run in a task process: "
+                         f"{not_isolatable(fn)} (define it at the top level of a module, or pass isolate=False)")
     if err is not None:
         raise agreed(err)
 
@@ -265,7 +319,7 @@ def _prepare(fn, params, name: str, opts: Options, what: str) -> tuple[Ledger, l
     loaded = 0
     if opts.resume:
         loaded = resume_from(ledger, opts.out, label)
-    return ledger, ledger.todo(), loaded
+    return ledger, ledger.todo(opts.retry_failed), loaded
 
 
 def _check_signature(fn, table: Params, name: str) -> None:
@@ -284,7 +338,7 @@ def _check_signature(fn, table: Params, name: str) -> None:
             from None
 
 
-def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
+def _sweep(comm, fn, params, name, opts, runner) -> SweepResult:
     from ..runtime import _library_version, current_runtime
 
     what = opts.what
@@ -298,9 +352,10 @@ def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
             attrs = {"world_size": size, "workers": max(1, size - 1), "hpcgpu_version": __version__,
                      "mpi_library": rt.mpi_library if rt is not None else _library_version(),
                      "device": rt.device if rt is not None else "", "retries": opts.retries,
-                     "timeout_seconds": opts.timeout if opts.timeout else 0.0,
+                     "timeout_seconds": opts.timeout if opts.timeout else 0.0, "isolation": opts.isolation,
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             keeper = _Keeper(ledger, opts, attrs)
+            keeper.todo = len(todo)
             if loaded and opts.out:
                 keeper.write()  # the journal's records into the file before the journal restarts
             keeper.start()
@@ -312,11 +367,11 @@ def _sweep(comm, fn, params, name, opts, alarm) -> SweepResult:
     outcome = None
     try:
         if size == 1:
-            outcome = work_alone(keeper, fn, alarm, todo, ledger.params, 0)
+            outcome = work_alone(keeper, runner, todo, ledger.params)
         elif rank == 0:
             outcome = manage(comm, keeper, todo, ledger.params)
         else:
-            work(comm, fn, alarm, opts.stop, opts.flush_seconds)
+            work(comm, runner, opts.stop, opts.flush_seconds)
         if rank == 0:
             outcome = _finish(keeper, outcome)
     finally:

@@ -25,6 +25,7 @@ import collections
 import contextlib
 import math
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -94,6 +95,8 @@ class Options:
     progress: str = "none"
     stop: object = None  # a hpcgpu.train.stop.StopRequest, or None
     what: str = "params"  # how messages name the parameter table (--params on the command line)
+    retry_failed: bool = False  # resume: run the failed tasks again too
+    isolation: str = "process"  # where tasks run, for the file's attribute
 
 
 def chunk_size(remaining: int, workers: int) -> int:
@@ -249,6 +252,7 @@ class _Keeper:
         self.bar = None
         self.total = ledger.params.n
         self.last_line = time.monotonic()
+        self.todo = ledger.params.n
 
     def start(self) -> None:
         if self.journal is not None:
@@ -256,7 +260,7 @@ class _Keeper:
         if self.opts.progress in ("bar", "auto") and (self.opts.progress == "bar" or sys.stderr.isatty()):
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, initial=self.total - len(self.ledger.todo()), unit="task",
+            self.bar = tqdm(total=self.total, initial=self.total - self.todo, unit="task",
                             dynamic_ncols=True)
 
     def record(self, rec: Record, requeue) -> None:
@@ -394,10 +398,9 @@ def manage(comm: MPI.Intracomm, keeper: _Keeper, todo: list[int], params: Params
     return _Manager(comm, keeper, todo, params).run()
 
 
-def work(comm: MPI.Intracomm, fn, alarm: _Alarm, stop_request, flush_seconds: float) -> None:
-    """A worker rank: ask for work, run it, report, until the manager says stop."""
-    rank = comm.rank
-    comm.send(([], "more"), dest=0, tag=TAG_REPORT)
+def work(comm: MPI.Intracomm, runner, stop_request, flush_seconds: float) -> None:
+    """A worker rank: ask for work, run it (``runner.run``), report, until the manager says stop."""
+    _send(comm, [], "more")
     while True:
         chunk = comm.recv(source=0, tag=TAG_WORK)
         if chunk is None:
@@ -413,16 +416,33 @@ def work(comm: MPI.Intracomm, fn, alarm: _Alarm, stop_request, flush_seconds: fl
             if told_to_stop:
                 records.append(("returned", [(t, a) for t, a, _ in chunk[i:]]))
                 break
-            records.append(run_task(fn, task, attempt, kwargs, rank, alarm))
+            records.append(runner.run(task, attempt, kwargs))
             now = time.monotonic()
             if i + 1 < len(chunk) and now - last_send >= flush_seconds / 2:
-                comm.send((records, "progress"), dest=0, tag=TAG_REPORT)
+                _send(comm, records, "progress")
                 records, last_send = [], now
-        comm.send((records, "stopping" if told_to_stop else "more"), dest=0, tag=TAG_REPORT)
+        _send(comm, records, "stopping" if told_to_stop else "more")
 
 
-def work_alone(keeper: _Keeper, fn, alarm: _Alarm, todo: list[int], params: Params, rank: int) -> Outcome:
-    """One rank: run the tasks in order here, with the same records, retries and files."""
+def _send(comm: MPI.Intracomm, records: list, kind: str) -> None:
+    """Report to the manager; a result that cannot be pickled (a task run in this process) fails its task."""
+    try:
+        comm.send((records, kind), dest=0, tag=TAG_REPORT)
+        return
+    except Exception:  # noqa: BLE001 - PicklingError, TypeError, AttributeError...: pickling comes before sending
+        pass
+    for k, rec in enumerate(records):
+        if isinstance(rec, Record) and rec.ok:
+            try:
+                pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001
+                records[k] = Record(rec.task, False, rec.attempt, rec.seconds, rec.rank,
+                                    error=f"its result cannot be sent to the manager ({_one_line(e)})")
+    comm.send((records, kind), dest=0, tag=TAG_REPORT)
+
+
+def work_alone(keeper: _Keeper, runner, todo: list[int], params: Params) -> Outcome:
+    """One rank: run the tasks in order (``runner.run``), with the same records, retries and files."""
     pending = collections.deque((t, 0) for t in todo)
     t_start = time.monotonic()
     stopping = None
@@ -435,7 +455,7 @@ def work_alone(keeper: _Keeper, fn, alarm: _Alarm, todo: list[int], params: Para
             stopping = keeper.opts.stop.reason
             break
         task, attempt = pending.popleft()
-        keeper.record(run_task(fn, task, attempt, params.row(task), rank, alarm), requeue)
+        keeper.record(runner.run(task, attempt, params.row(task)), requeue)
         keeper.tick(time.monotonic())
     return Outcome(keeper.ledger.counts(), time.monotonic() - t_start, 1, keeper.busy, stopped=stopping)
 

@@ -166,7 +166,7 @@ def _read_file(path: str, what: str) -> Params:
         t = _read_hdf5(path, label)
     else:
         try:
-            with open(path, newline="", encoding="utf-8") as f:
+            with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM (spreadsheets write one) is not data
                 t = _read_csv(f, label) if fmt == "csv" else _read_jsonl(f, label)
         except UnicodeDecodeError as e:
             raise ValueError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None

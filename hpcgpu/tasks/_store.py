@@ -145,9 +145,21 @@ class Ledger:
         """``{"done": ..., "failed": ..., "pending": ...}``."""
         return {name: int((self.status == code).sum()) for name, code in STATUS_NAMES.items()}
 
-    def todo(self) -> list[int]:
-        """The tasks not done (pending or failed), in id order: what a run or a resume runs."""
-        return [int(i) for i in np.flatnonzero(self.status != DONE)]
+    def todo(self, retry_failed: bool = False) -> list[int]:
+        """The tasks a run or a resume runs, in id order: the pending ones, and the failed ones if asked.
+
+        Parameters
+        ----------
+        retry_failed : bool
+            Also the failed tasks (an earlier run's, kept by ``--resume``): without it they stay
+            failed, so a task that crashes its process does not stop every resume.
+
+        Returns
+        -------
+        list of int
+        """
+        keep = (self.status == PENDING) | ((self.status == FAILED) if retry_failed else False)
+        return [int(i) for i in np.flatnonzero(keep)]
 
     # ---- the HDF5 file -----------------------------------------------------------------------
 
@@ -181,7 +193,7 @@ class Ledger:
             t["rank"].attrs["description"] = "rank that ran the last attempt (-1: not run)"
 
     def load(self, path: str, label: str) -> None:
-        """Take the done tasks from an earlier file of the same sweep (``--resume``).
+        """Take the done and the failed tasks (with their errors) from an earlier file of the same sweep.
 
         Raises
         ------
@@ -209,9 +221,15 @@ class Ledger:
                     if schema[k][0] == "str":
                         v = np.array([s.decode() if isinstance(s, bytes) else s for s in v], dtype=object)
                     self.results[k][done] = v[done]
-            self.status[done] = DONE
+            failed = np.flatnonzero(status == FAILED)
+            self.status[done], self.status[failed] = DONE, FAILED
+            errors = f["tasks/error"][()]
+            for i in failed:
+                e = errors[i]
+                self.error[i] = e.decode() if isinstance(e, bytes) else str(e)
+            kept = np.union1d(done, failed)
             for name in ("seconds", "rank", "attempts"):
-                getattr(self, name)[done] = f["tasks"][name][()][done]
+                getattr(self, name)[kept] = f["tasks"][name][()][kept]
 
     def _check_same_sweep(self, attrs: dict, label: str) -> None:
         fn, digest = str(attrs.get("function", "")), str(attrs.get("params_digest", ""))
