@@ -225,11 +225,6 @@ FIXES: dict[str, str] = {
         "directory you can write in, install the ``data`` extra (``pip install -e '.[data]'`` in the clone of "
         "hpcgpu), or pass ``--data FILE`` with your own HDF5 file."
     ),
-    "hpcgpu.datasets: error: …": (
-        "``python -m hpcgpu.datasets`` could not write the data set; the reason follows (a missing IDX file "
-        "or scikit-learn, a directory it cannot write). It exits with status 2 and leaves no partial file: "
-        "fix the cause named, or give another ``--out``."
-    ),
     "the digits data set needs scikit-learn: pip install scikit-learn (or pass --data FILE)": (
         "Without ``--data`` the trainer uses scikit-learn's handwritten digits, written once to "
         "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), and scikit-learn is not installed. Install it "
@@ -502,11 +497,6 @@ FIXES: dict[str, str] = {
         "trains on those rows too. If that is not meant, rewrite the file with only the rows you have (or "
         "resize the dataset: ``dset.resize(n, axis=0)``)."
     ),
-    "hpcgpu.train: warning: removed …, a temporary file of … … that a killed writer left": (
-        "Not an error: a previous run was killed while rank 0 wrote this output or checkpoint, leaving its "
-        "temporary file (``.NAME.XXXX.tmp``) beside it; the good file was never touched. The new run removes "
-        "the leftovers of its own outputs at start (never one that another process is still writing)."
-    ),
     (
         "… needs … GiB (parameters, gradient and optimizer state of … parameters on each of this node's ranks), "
         "more than … has (… GiB)…"
@@ -753,12 +743,6 @@ FIXES: dict[str, str] = {
         "training data, or the wrong dataset was named (``--data FILE:DATASET``, default ``/test/X``). Apply "
         "the training data's preprocessing, or name the dataset of features."
     ),
-    "predict: …:…: cannot be read (…)": (
-        "``predict(\"FILE:DATASET\")`` or ``python -m hpcgpu.train predict --data FILE[:DATASET]`` could "
-        "not open the features (the reason follows): the file does not exist or is not HDF5, or it has no "
-        "dataset of that name (a ``KeyError``; the default is ``/test/X``). Check the path, and name the "
-        "dataset after a colon (``h5ls -r FILE`` lists them)."
-    ),
     "save_results: give a path (the trainer was made without out=)": (
         "``Trainer.save_results()`` writes the results file to the trainer's ``out``, and a trainer made from a model "
         "has none unless given. Name the file, ``trainer.save_results(\"results.h5\")``, or make the trainer with "
@@ -826,11 +810,6 @@ FIXES: dict[str, str] = {
         "loss sum and the metric sum): it is damaged, or not the dict ``Trainer.state_dict()`` returned. Pass "
         "that dict unchanged; for a checkpoint, move the file aside so that ``--resume`` takes the older one "
         "(``PATH.1``)."
-    ),
-    "… …: no such file": (
-        "The file named by ``--model`` of ``python -m hpcgpu.train predict`` does not exist. Give the results "
-        "file a training run wrote (its ``--out``, by default ``results/train.h5``), with a path valid in the "
-        "job's working directory."
     ),
     "… …: not a readable HDF5 file (…)": (
         "The ``--model`` file of ``python -m hpcgpu.train predict`` exists but h5py cannot open it (the "
@@ -1465,18 +1444,6 @@ FIXES: dict[str, str] = {
         "HDF5 or copy it again; on a parallel file system whose locking fails, set "
         "``HDF5_USE_FILE_LOCKING=FALSE``."
     ),
-    "… …: cannot create a temporary file beside it (…)": (
-        "A distributed HDF5 output (``matmul -o``, ``DistMatrix.to_hdf5``, the predictions of "
-        "``Trainer.predict(out=...)`` or ``python -m hpcgpu.train predict -o``) is written to a temporary "
-        "file in the output's directory and renamed when complete, and rank 0 could not create it (the reason "
-        "follows). With ``FILE:DATASET`` the other objects of an existing file are copied into it first, so "
-        "a full disk shows here too. Make the directory writable, free space, or give another output."
-    ),
-    "… …: cannot rename (…)": (
-        "The output was written completely to its temporary file, but the rename onto the output path "
-        "failed (the reason follows: a directory in the way, a file system that refuses the rename). The "
-        "output path is left as it was; remove what is in the way, or choose another output."
-    ),
     "…: cannot create (…)": (
         "Without parallel HDF5, rank 0 first creates the output's dataset in the temporary file beside it, "
         "and could not (the reason follows: usually a full disk or quota). The output path is left as it "
@@ -1648,11 +1615,6 @@ FIXES: dict[str, str] = {
         "The report reads the trainer's output (``--out``), which has ``/metrics``; this file is something "
         "else (a checkpoint, the data set). Pass the file given to ``--out``."
     ),
-    "hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4 and --epochs, --sizes >= 2": (
-        "``python -m hpcgpu.scaling`` needs ``--ranks`` as comma-separated positive integers, at least 2 "
-        "epochs (the first is warm-up) and at least 2 message sizes (to fit a line); ``--repeat`` must be at "
-        "least 1 too."
-    ),
     "hpcgpu.scaling: error: …": (
         "One of the scaling study's runs failed, or its output directory cannot be made; the reason "
         "follows. It exits with status 2."
@@ -1668,5 +1630,152 @@ FIXES: dict[str, str] = {
         "training has finished but before ``--out``, so the output is missing too. Choose a writable path "
         "for ``--trace``; with a checkpoint path, rerun with ``--resume``, which continues from the final "
         "checkpoint and only writes the files."
+    ),
+    # -- The output policy, inputs, and options added with it (issue 41) ------------------------------
+    '--lr-gamma must be in (0, 1], got …': (
+        '``--lr-gamma`` is the factor ``--schedule step`` multiplies the learning rate by every '
+        '``--lr-step-epochs``: a number in (0, 1] (0.1 divides it by ten). NaN, zero, a negative or infinite '
+        'value would make the learning rate meaningless, and the divergence it causes would look like a bad '
+        '``--lr``.'
+    ),
+    '--seed must be in [0, 2**63), got …': (
+        "``--seed`` seeds NumPy's generator (initial weights, every epoch's order), which takes a "
+        'non-negative integer below 2**63. Give a non-negative integer.'
+    ),
+    '--warmup-epochs must be finite, got …': (
+        '``--warmup-epochs`` is the length of the linear warm-up in epochs (a fraction is fine, 0 turns it '
+        'off); ``inf`` or ``nan`` would keep the learning rate at its start for ever. Give a finite number >='
+        ' 0.'
+    ),
+    'hpcgpu.datasets: error: --out …: …': (
+        '``python -m hpcgpu.datasets`` could not write the data set to ``--out`` (a full disk or quota, no '
+        'permission, a missing source directory for fashion-mnist); the reason follows. Nothing is left at '
+        '``--out`` but what was there: free space or choose another path.'
+    ),
+    'predict …:…: cannot be read (…)': (
+        '``Trainer.predict`` (or ``python -m hpcgpu.train predict --data``) was given an HDF5 '
+        '``FILE:DATASET`` it cannot read: no such dataset in the file, a group in its place, or a damaged '
+        "file; HDF5's reason follows. Name a 2-D dataset of the file (``data.h5:/test/X``)."
+    ),
+    'save_checkpoint: give a path (the trainer was made without checkpoint= or out=)': (
+        "``Trainer.save_checkpoint()`` without a path writes to the trainer's checkpoint path, and this "
+        'trainer has none (neither ``checkpoint=`` nor ``out=`` was given). Pass the file: '
+        "``trainer.save_checkpoint('run.ckpt.h5')``."
+    ),
+    '…: a dangling symbolic link (to …)': (
+        'An input (``--data``, ``--model``, a matrix of ``matmul``) is a symbolic link whose target does not '
+        "exist; the target is named. Point the link at the file, or give the file's own path."
+    ),
+    '…: a virtual dataset whose source file … cannot be read (…)': (
+        'An input dataset is an HDF5 virtual dataset, and one of its source files exists but HDF5 cannot open'
+        " it (damaged, or not HDF5); HDF5's reason follows. Its rows would read as fill values, so it is "
+        'refused before any work: repair or regenerate the source file.'
+    ),
+    '…: a virtual dataset whose source file … is missing (its rows would read as fill values)': (
+        'An input dataset is an HDF5 virtual dataset (VDS) whose source file is missing: HDF5 reads the '
+        'missing rows as the fill value (zeros) without an error, so training or a product would silently use'
+        ' zeros. hpcgpu looks for the source as HDF5 does (absolute, under ``$HDF5_VDS_PREFIX``, beside the '
+        'file) and refuses the input naming the missing file. Put the source file back where the VDS expects '
+        'it, or set ``HDF5_VDS_PREFIX`` to its directory.'
+    ),
+    '…: a virtual dataset whose source …:… is missing': (
+        'An input dataset is an HDF5 virtual dataset whose source file exists but no longer holds the source '
+        'dataset it names: its rows would read as fill values. Regenerate the source dataset or the virtual '
+        'dataset.'
+    ),
+    '…: is …, not an HDF5 file': (
+        'An input (``--data``, ``--model``, a matrix) is a FIFO (named pipe), a device or a socket. Opening a'
+        ' FIFO blocks until someone writes to it, so hpcgpu refuses it without opening it. Give a regular '
+        'HDF5 file; to stream data through a pipe, write it to a file first.'
+    ),
+    ('hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4; --epochs, --sizes >= 2; '
+     '--repeat, --extend >= 1'): (
+        'An option of ``python -m hpcgpu.scaling`` is out of range: ``--ranks`` a comma-separated list of '
+        'positive integers, ``--epochs`` and ``--sizes`` at least 2 (the first epoch is left out, the model '
+        'is fitted to two sizes at least), ``--repeat`` and ``--extend`` at least 1.'
+    ),
+    'hpcgpu.scaling: error: needs matplotlib for its plot (pip install matplotlib)': (
+        '``python -m hpcgpu.scaling`` ends with a plot; it checks for matplotlib before it runs anything, so '
+        "no run is wasted. Install it (``pip install 'hpcgpu[report]'`` or ``pip install matplotlib``)."
+    ),
+    'Output.kind must be one of …, got …': (
+        "A program built on hpcgpu's output policy declared an output of an unknown kind. Use one of "
+        '``hdf5``, ``json``, ``text``, ``png``, ``journal``.'
+    ),
+    "an output's path cannot be encoded (…)": (
+        "An output's path holds characters the file system's encoding cannot store. Choose a path in the file"
+        " system's encoding (``LANG``), or plain ASCII."
+    ),
+    '… …:…: cannot create a temporary file beside it (…)': (
+        "A dataset is written into ``FILE`` by copying the file's other objects into a temporary file beside "
+        'it, then renaming it over ``FILE``; creating that temporary failed (a full disk or quota, no '
+        'permission in the directory); the reason follows. ``FILE`` is as it was: free space, or write '
+        'elsewhere.'
+    ),
+    '… …:…: cannot rename (…)': (
+        'The finished temporary file could not be renamed over the output (the directory became read-only, or'
+        ' another process removed the temporary); the reason follows. The output is as it was; run again.'
+    ),
+    '…: a dangling symbolic link (to …): remove it or write elsewhere': (
+        'An output path is a symbolic link whose target does not exist. Writing there would replace the link '
+        'with a file, which is rarely what was meant: remove the link, point it at an existing file, or '
+        'choose another output.'
+    ),
+    '…: cannot be looked at (…)': (
+        'hpcgpu could not ``stat`` an output path (no permission on a directory above it, a stale network '
+        'mount); the reason follows. Fix the permissions or choose another path.'
+    ),
+    '…: exists and is … hpcgpu did not write: it is not replaced (--overwrite replaces it)': (
+        'An output names an existing file that hpcgpu did not write: a Python source, a CSV, an HDF5 file of '
+        'another program, a trace of another tool. Every file hpcgpu writes carries its mark (the '
+        '``hpcgpu_version`` attribute of an HDF5 file, ``written by hpcgpu`` in a JSON, Markdown or PNG '
+        'file), and only those are replaced. Choose another path, or give ``--overwrite`` (``overwrite=True``'
+        ' in the library) to replace the file.'
+    ),
+    '…: is also an input (… …); writing it would replace what is read: choose another output': (
+        "An output is one of the run's own inputs (the data, the model, a matrix, the parameter table, the "
+        "task's module), or the same dataset of one. Writing it would destroy what the run reads. Choose "
+        'another file, or another dataset of the same file (``predict -o data.h5:/y_hat`` beside ``/X`` is '
+        'fine).'
+    ),
+    '…: is also …: one would replace the other; give each output its own file': (
+        'Two outputs of one run name the same file (``--out r.h5 --checkpoint r.h5``, ``--out r.h5 --trace '
+        'r.h5``): the second written would replace the first. Give each its own file.'
+    ),
+    '…: is …, not a file hpcgpu can replace: write elsewhere': (
+        'An output path is a FIFO, a device or a socket. hpcgpu writes every output to a temporary file and '
+        'renames it, which would replace that special file; it refuses without opening it. Write to a regular'
+        ' file.'
+    ),
+    '…: warning: removed …, a temporary file of … that a killed writer left': (
+        'Not an error: an earlier run was killed (SIGKILL, a node failure, a full disk) while it wrote this '
+        'output, and left its temporary file ``.NAME.XXXX.tmp`` beside it. Every program removes such files '
+        'of its own outputs before it starts; the output itself was never touched.'
+    ),
+    '…: … exists and is not a readable HDF5 file (…): it is not replaced; remove it or write elsewhere': (
+        "A dataset is to be added to ``FILE`` (``-o FILE:DATASET``), and ``FILE`` has HDF5's signature but "
+        "cannot be opened (damaged, or held by a writer without a lock); HDF5's reason follows. It is not "
+        'replaced: repair or remove it, or write elsewhere.'
+    ),
+    '…: … exists and is not an HDF5 file: no dataset can be added to it (remove it or write elsewhere)': (
+        '``-o FILE:DATASET`` adds a dataset to ``FILE``, keeping its other objects, and ``FILE`` exists but '
+        'is not an HDF5 file (a CSV, a source file). It is not replaced: choose an HDF5 file or a new name.'
+    ),
+    '…: … exists in … and hpcgpu did not write it: it is not replaced (--overwrite replaces it)': (
+        '``-o FILE:DATASET`` names a dataset that already exists in ``FILE`` and was not written by hpcgpu '
+        '(it lacks the ``hpcgpu_version`` attribute): your data. Choose another dataset name, or give '
+        '``--overwrite`` to replace it.'
+    ),
+    '…: … is a dataset in …, not a group: name another dataset': (
+        '``-o FILE:a/b`` puts the output under ``a``, and ``a`` is a dataset in ``FILE``, which cannot hold '
+        'other objects. Name another path (``FILE:a_b``, ``FILE:results/b``).'
+    ),
+    '…: … is a file, not a directory': (
+        'An output path goes through a regular file as if it were a directory (``--out notes.txt/r.h5``). '
+        'Choose a path whose directories are directories (missing ones are created).'
+    ),
+    '…: … is a … in …, not a dataset: it is not replaced; name another dataset': (
+        '``-o FILE:NAME`` names a group of ``FILE`` (which holds other objects), not a dataset. It is not '
+        'replaced: name a dataset (``FILE:NAME/y_hat``) or another path.'
     ),
 }

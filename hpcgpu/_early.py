@@ -2,7 +2,7 @@
 
 ``python -m hpcgpu.train`` (and ``python -m hpcgpu.tasks``, ``python -m
 hpcgpu matmul``) spends its first second or so importing (MPI_Init among it)
-before :class:`hpcgpu._stop.StopRequest` installs its handlers; a SIGTERM,
+before ``hpcgpu._stop.StopRequest`` installs its handlers; a SIGTERM,
 SIGUSR1 or SIGINT then (a preemption, Slurm's warning signal to a job that
 just started, a Ctrl-C) would end the process with no word or a traceback,
 and a job script waiting for exit 3 would not requeue. So the first thing

@@ -187,7 +187,8 @@ def _main(a: argparse.Namespace, stop) -> int:
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     wd.close()
-    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device), overwrite=a.overwrite)
+    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device), overwrite=a.overwrite,
+              what="-o")
     if rt.rank == 0:
         what = "C = A @ B" if (a.transa, a.transb, alpha, beta) == ("N", "N", 1, 0) else \
             f"C = {alpha} op{a.transa}(A) op{a.transb}(B) + {beta} C"
@@ -224,7 +225,7 @@ def _inputs(a, grid):
 
 
 def _input_datasets(a, rank: int) -> list:
-    """The :class:`hpcgpu._outputs.Input` of every input, on rank 0 (who checks the output); none elsewhere.
+    """The ``hpcgpu._outputs.Input`` of every input, on rank 0 (who checks the output); none elsewhere.
 
     An input without ``:DATASET`` names its file's only dataset (left out when it has several: reading it
     says so).
@@ -243,6 +244,8 @@ def _only_dataset(path: str) -> str | None:
     import h5py
 
     names = []
+    if not os.path.isfile(path):  # a FIFO would block the open: reading it says what is wrong
+        return None
     try:
         with h5py.File(path, "r") as f:
             f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)

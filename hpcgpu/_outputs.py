@@ -36,12 +36,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ._version import __version__
+from .io import MARK_ATTR
 
 __all__ = ["Output", "Input", "claim", "claim_error", "MARK_ATTR", "MARK_TEXT", "mark_text", "written_by_hpcgpu",
-           "save_figure", "write_text"]
+           "save_figure", "write_text", "write_dataset"]
 
-MARK_ATTR = "hpcgpu_version"
-"""The root attribute (and the attribute of a dataset added to a file) that says hpcgpu wrote the object."""
 MARK_TEXT = "written by hpcgpu"
 """The words hpcgpu puts near the start of every non-HDF5 file it writes (JSON, Markdown, PNG metadata)."""
 _LEGACY_ATTRS = ("format",)  # checkpoints written before the mark carry their format's name
@@ -244,8 +243,8 @@ def _existing_error(out: Output, overwrite: bool) -> OSError | None:
     mine = written_by_hpcgpu(path, out.kind)
     if out.dataset is not None:
         if mine is None:
-            return OSError(f"{out.label()}: {path} exists and is not an HDF5 file: no dataset can be added to it; it "
-                           "is not replaced (remove it or write elsewhere)")
+            return OSError(f"{out.label()}: {path} exists and is not an HDF5 file: no dataset can be added to it "
+                           "(remove it or write elsewhere)")
         return _dataset_error(out, overwrite)
     if mine or overwrite or out.resumed:
         return None
@@ -415,3 +414,136 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, comm, attrs: dict | None = None,
+                  what: str = "output", overwrite: bool = False) -> str:
+    """Write a distributed array into dataset ``name`` of ``path``, each rank its block, atomically.
+
+    Collective over ``comm``. Rank 0 checks the output (:func:`claim_error`)
+    and copies everything of an existing ``path`` but ``name`` into a
+    temporary file beside it (:func:`temp_keeping`); with a parallel h5py
+    (``h5py.get_config().mpi``) every rank then writes its block through
+    the ``mpio`` driver, otherwise the ranks write their blocks one after
+    another (``mpi4py.util.sync.Sequential``); rank 0 renames the temporary
+    over ``path`` when it is complete. A failed or killed write never
+    changes ``path``. ``attrs`` go on the dataset, and on the root too when
+    the file is new.
+
+    Parameters
+    ----------
+    path : str
+        The HDF5 file: created (with missing parent directories), or an
+        existing HDF5 file in which ``name`` is added or replaced.
+    name : str
+        The dataset's path in the file.
+    gshape : tuple of int
+        The global shape.
+    local : numpy.ndarray
+        This rank's block (host memory, of the dataset's dtype, the same on every rank).
+    where : tuple of slice
+        The block's place in the global array (one slice per dimension).
+    comm : mpi4py.MPI.Intracomm
+    attrs : dict, optional
+        Provenance attributes (:func:`write_attrs`); hpcgpu's mark
+        (:data:`MARK_ATTR`) is added.
+    what : str
+        How messages name ``path``.
+    overwrite : bool
+        Replace an existing dataset ``name`` that hpcgpu did not write.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        The output policy refuses it (:func:`claim_error`:
+        the path cannot be written, another process has it open for
+        writing, it exists and is not HDF5, ``name`` is a group there or
+        lies under a dataset, or is a dataset hpcgpu did not write), every
+        rank; the file is left as it was.
+    """
+    import h5py
+
+    from .comm import agree
+    from .errors import agreed
+    from .io import on_root, one_line, publish, shared_dir_error, temp_keeping
+
+    def create():
+        err = claim_error([Output(path, what, dataset=name)], overwrite=overwrite)
+        if err is not None:
+            raise err if isinstance(err, OSError) else OSError(str(err))
+        new = not os.path.exists(path)
+        try:
+            return temp_keeping(path, name, what), new
+        except OSError as e:
+            if str(e).startswith(f"{what} {path}"):  # temp_keeping's own: the file is not one to replace
+                raise
+            raise OSError(f"{what} {path}:{name}: cannot create a temporary file beside it ({one_line(e)})") from None
+
+    tmp, new = on_root(create, comm=comm, bcast=True)
+    err = shared_dir_error(path, comm, what)  # the same on every rank
+    if err is not None:
+        if comm.rank == 0:
+            os.unlink(tmp)
+        raise agreed(err)
+    meta = {MARK_ATTR: __version__, **(attrs or {})}
+    try:
+        writer = _write_mpio if h5py.get_config().mpi else _write_sequential
+        agree(writer(tmp, name, gshape, local, where, meta, new, comm, f"{what} {path}:{name}"), comm=comm)
+        on_root(lambda: publish(tmp, path), comm=comm,
+                error=lambda e: OSError(f"{what} {path}:{name}: cannot rename ({one_line(e)})"))
+    except BaseException:
+        if comm.rank == 0 and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
+    import h5py
+
+    from .io import WRITE_ERRORS, one_line, write_attrs
+
+    try:
+        with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
+            ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
+            if local.size:
+                ds[where] = local
+            write_attrs(ds, meta)
+            if new:
+                write_attrs(f, meta)
+    except WRITE_ERRORS as e:
+        return OSError(f"{label}: parallel write failed ({one_line(e)})")
+    return None
+
+
+def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
+    import h5py
+    from mpi4py.util.sync import Sequential
+
+    from .comm import agree
+    from .io import WRITE_ERRORS, one_line, write_attrs
+
+    err = None
+    if comm.rank == 0:
+        try:
+            with h5py.File(tmp, "r+") as f:
+                ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
+                write_attrs(ds, meta)
+                if new:
+                    write_attrs(f, meta)
+        except WRITE_ERRORS as e:
+            err = OSError(f"{label}: cannot create ({one_line(e)})")
+    agree(err, comm=comm)
+    with Sequential(comm):
+        try:
+            if local.size:
+                with h5py.File(tmp, "r+") as f:
+                    f[name][where] = local
+        except WRITE_ERRORS as e:
+            err = OSError(f"{label}: rank {comm.rank} cannot write its block ({one_line(e)})")
+    return err

@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     except (OSError, ImportError, ValueError) as e:
         from .io import one_line
 
-        print(f"hpcgpu.datasets: error: {one_line(e)}", file=sys.stderr)
+        print(f"hpcgpu.datasets: error: --out {a.out}: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"wrote {a.name} to {a.out}")
     return 0

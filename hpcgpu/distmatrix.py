@@ -17,7 +17,8 @@ from .blocks import remap
 from .comm import agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
-from .io import open_hdf5, write_dataset
+from ._outputs import write_dataset
+from .io import open_hdf5, source_error
 from .summa import matmul
 
 __all__ = ["DistMatrix", "DTYPES"]
@@ -416,7 +417,8 @@ class DistMatrix:
                 out[rows, cols] = buf
         return out
 
-    def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None, *, overwrite: bool = False) -> str:
+    def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None, *, overwrite: bool = False,
+                what: str = "to_hdf5") -> str:
         """Write the matrix to dataset ``name`` of ``path``, atomically, keeping the file's other objects.
 
         Collective over ``grid.cart``. Rank 0 first copies everything of an
@@ -444,7 +446,9 @@ class DistMatrix:
             standard ones of the same name.
         overwrite : bool, keyword-only
             Replace an existing dataset ``name`` that hpcgpu did not write
-            (refused otherwise: the output policy, :mod:`hpcgpu._outputs`).
+            (refused otherwise: the output policy, ``hpcgpu._outputs``).
+        what : str, keyword-only
+            How messages name ``path`` (a command line passes its option, ``-o``).
 
         Returns
         -------
@@ -463,7 +467,7 @@ class DistMatrix:
         meta.update(attrs or {})
         local = _device.asnumpy(self.local).astype(_file_dtype(self.dtype), copy=False)
         return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart, attrs=meta,
-                             overwrite=overwrite)
+                             overwrite=overwrite, what=what)
 
 
 def _hdf5_meta(path: str, name: str | None):
@@ -485,6 +489,9 @@ def _hdf5_meta(path: str, name: str | None):
         if name not in f or not isinstance(f[name], h5py.Dataset):
             return None, ValueError(f"{path}: no dataset {name}")
         ds = f[name]
+        err = source_error(path, ds, f"{path}:{name}")
+        if err is not None:
+            return None, err
         if ds.ndim != 2:
             return None, ValueError(f"{path}:{name}: must be a 2-D matrix, has shape {ds.shape}")
         if ds.dtype.kind not in "fiuc" or ds.dtype.itemsize > 16:

@@ -9,11 +9,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .comm import agree
-from .errors import agreed
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
            "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line",
-           "write_dataset", "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS"]
+           "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS", "source_error", "MARK_ATTR"]
+
+MARK_ATTR = "hpcgpu_version"
+"""The root attribute of every HDF5 file hpcgpu writes (and the attribute of a dataset it adds to a file): the
+output policy (``hpcgpu._outputs``) replaces only what carries it, unless the user says ``--overwrite``."""
 
 WRITE_ERRORS = (OSError, RuntimeError)
 """What writing a file raises when the file system fails it: ``OSError``, and ``RuntimeError`` from h5py for some
@@ -101,11 +104,11 @@ def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
     """Create the HDF5 file ``path`` (mode ``"w"``) and yield it; a write the file system refuses is an error.
 
     Not collective: the one rank that writes calls it, usually on :func:`atomic_path`'s temporary name.
-    HDF5 releases before 2.0 are given the file as an image in memory (``h5py.File`` on a
-    :class:`io.BytesIO`), written to ``path`` as plain bytes when the block ends: HDF5 1.10 crashes
-    (SIGSEGV in ``H5F__close_cb``) when the objects of a file whose write failed (a full disk) are
-    released, where the process must instead end with one line. The cost is the file's size in memory
-    while it is written.
+    The file is built as an image in memory (``h5py.File`` on a :class:`io.BytesIO`) and written to
+    ``path`` as plain bytes when the block ends: HDF5 (1.10 and 2.0 alike) crashes (SIGSEGV, after
+    "Can't decrement id ref count") when the objects of a file whose write failed on a full disk are
+    released, where the process must instead end with one line and the old file intact. The cost is the
+    file's size in memory while it is written.
 
     Parameters
     ----------
@@ -115,7 +118,7 @@ def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
     Yields
     ------
     h5py.File
-        Open for writing, with hpcgpu's mark on its root (:data:`hpcgpu._outputs.MARK_ATTR`).
+        Open for writing, with hpcgpu's mark on its root (:data:`MARK_ATTR`).
 
     Raises
     ------
@@ -126,17 +129,11 @@ def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
 
     import h5py
 
-    from ._outputs import MARK_ATTR
     from ._version import __version__
 
-    if h5py.version.hdf5_version_tuple >= (2, 0):
-        with h5py.File(path, "w") as f:
-            f.attrs[MARK_ATTR] = __version__  # the output policy's mark: hpcgpu wrote this file
-            yield f
-        return
     image = _io.BytesIO()
     with h5py.File(image, "w") as f:
-        f.attrs[MARK_ATTR] = __version__
+        f.attrs[MARK_ATTR] = __version__  # the output policy's mark: hpcgpu wrote this file
         yield f
     with open(path, "wb") as out:
         out.write(image.getbuffer())
@@ -564,7 +561,14 @@ def one_line(e: BaseException | str) -> str:
     str
         The lines joined by ``"; "``, blank ones dropped.
     """
+    import re
+
     text = str(e)
+    # HDF5's file-driver failures carry a time stamp, a descriptor and a buffer address around the one fact a
+    # user needs: "Can't close file (file write failed: time = ..., error message = 'No space left on device', ...)"
+    m = re.search(r"^(.*?)\s*\(file (?:write|read) failed: .*?error message = '([^']*)'", text, re.S)
+    if m:
+        text = f"{m.group(1).strip()}: {m.group(2)}"
     return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
@@ -641,17 +645,73 @@ def open_hdf5(path: str, what: str = ""):
         The open file, which the caller closes; or a ``FileNotFoundError``
         (no file) or ``ValueError`` (not HDF5) naming ``what`` and the path.
     """
+    import stat
+
     import h5py
 
     label = f"{what} {path}" if what else str(path)
+    if os.path.islink(path) and not os.path.exists(path):
+        return None, FileNotFoundError(f"{label}: a dangling symbolic link (to {os.readlink(path)})")
     if not os.path.exists(path):
         return None, FileNotFoundError(f"{label}: no such file")
     if os.path.isdir(path):
         return None, IsADirectoryError(f"{label}: is a directory, not an HDF5 file")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):  # a FIFO would block the open forever, a device would be read to its end
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+        return None, ValueError(f"{label}: is {kind}, not an HDF5 file")
     try:
         return h5py.File(path, "r"), None
     except OSError as e:
         return None, ValueError(f"{label}: not a readable HDF5 file ({one_line(e)})")
+
+
+def source_error(path: str, ds, label: str) -> FileNotFoundError | None:
+    """Whether HDF5 dataset ``ds`` of file ``path`` reads data that is not there. Not collective.
+
+    A virtual dataset whose source file (or source dataset) is missing reads
+    as its fill value, zeros by default, without an error; such a dataset is
+    refused naming the missing file. Source names with printf-style patterns
+    (``%b``) are not checked.
+
+    Parameters
+    ----------
+    path : str
+        The file that holds ``ds``.
+    ds : h5py.Dataset
+    label : str
+        How the message names the dataset (``--data d.h5:/train/X``).
+
+    Returns
+    -------
+    FileNotFoundError or None
+    """
+    import h5py
+
+    if not ds.is_virtual:
+        return None
+    here = os.path.dirname(os.path.abspath(path))
+    prefix = os.environ.get("HDF5_VDS_PREFIX", "")
+    for vs in ds.virtual_sources():
+        name, dset = vs.file_name, vs.dset_name
+        if "%" in name:
+            continue
+        if name == ".":
+            found = os.path.abspath(path)
+        else:
+            tries = [name] if os.path.isabs(name) else [os.path.join(p, name) for p in (prefix, here) if p]
+            found = next((t for t in tries if os.path.isfile(t)), None)
+        if found is None:
+            return FileNotFoundError(f"{label}: a virtual dataset whose source file {name} is missing (its rows "
+                                     "would read as fill values)")
+        try:
+            with h5py.File(found, "r") as src:
+                if not isinstance(src.get(dset), h5py.Dataset):
+                    return FileNotFoundError(f"{label}: a virtual dataset whose source {name}:{dset} is missing")
+        except OSError as e:
+            return FileNotFoundError(f"{label}: a virtual dataset whose source file {name} cannot be read "
+                                     f"({one_line(e)})")
+    return None
 
 
 def write_attrs(obj, attrs: dict) -> None:
@@ -692,130 +752,3 @@ def _storable(text: str) -> str | bytes:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogateescape")
-
-
-def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, comm, attrs: dict | None = None,
-                  what: str = "output", overwrite: bool = False) -> str:
-    """Write a distributed array into dataset ``name`` of ``path``, each rank its block, atomically.
-
-    Collective over ``comm``. Rank 0 checks the output (:func:`output_error`)
-    and copies everything of an existing ``path`` but ``name`` into a
-    temporary file beside it (:func:`temp_keeping`); with a parallel h5py
-    (``h5py.get_config().mpi``) every rank then writes its block through
-    the ``mpio`` driver, otherwise the ranks write their blocks one after
-    another (``mpi4py.util.sync.Sequential``); rank 0 renames the temporary
-    over ``path`` when it is complete. A failed or killed write never
-    changes ``path``. ``attrs`` go on the dataset, and on the root too when
-    the file is new.
-
-    Parameters
-    ----------
-    path : str
-        The HDF5 file: created (with missing parent directories), or an
-        existing HDF5 file in which ``name`` is added or replaced.
-    name : str
-        The dataset's path in the file.
-    gshape : tuple of int
-        The global shape.
-    local : numpy.ndarray
-        This rank's block (host memory, of the dataset's dtype, the same on every rank).
-    where : tuple of slice
-        The block's place in the global array (one slice per dimension).
-    comm : mpi4py.MPI.Intracomm
-    attrs : dict, optional
-        Provenance attributes (:func:`write_attrs`); hpcgpu's mark
-        (:data:`hpcgpu._outputs.MARK_ATTR`) is added.
-    what : str
-        How messages name ``path``.
-    overwrite : bool
-        Replace an existing dataset ``name`` that hpcgpu did not write.
-
-    Returns
-    -------
-    str
-        ``path``.
-
-    Raises
-    ------
-    OSError
-        The output policy refuses it (:func:`hpcgpu._outputs.claim_error`:
-        the path cannot be written, another process has it open for
-        writing, it exists and is not HDF5, ``name`` is a group there or
-        lies under a dataset, or is a dataset hpcgpu did not write), every
-        rank; the file is left as it was.
-    """
-    import h5py
-
-    from ._outputs import MARK_ATTR, Output, claim_error
-    from ._version import __version__
-
-    def create():
-        err = claim_error([Output(path, what, dataset=name)], overwrite=overwrite)
-        if err is not None:
-            raise err if isinstance(err, OSError) else OSError(str(err))
-        new = not os.path.exists(path)
-        try:
-            return temp_keeping(path, name, what), new
-        except OSError as e:
-            if str(e).startswith(f"{what} {path}"):  # temp_keeping's own: the file is not one to replace
-                raise
-            raise OSError(f"{what} {path}: cannot create a temporary file beside it ({one_line(e)})") from None
-
-    tmp, new = on_root(create, comm=comm, bcast=True)
-    err = shared_dir_error(path, comm, what)  # the same on every rank
-    if err is not None:
-        if comm.rank == 0:
-            os.unlink(tmp)
-        raise agreed(err)
-    meta = {MARK_ATTR: __version__, **(attrs or {})}
-    try:
-        writer = _write_mpio if h5py.get_config().mpi else _write_sequential
-        agree(writer(tmp, name, gshape, local, where, meta, new, comm, f"{what} {path}"), comm=comm)
-        on_root(lambda: publish(tmp, path), comm=comm,
-                error=lambda e: OSError(f"{what} {path}: cannot rename ({one_line(e)})"))
-    except BaseException:
-        if comm.rank == 0 and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
-    import h5py
-
-    try:
-        with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
-            ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
-            if local.size:
-                ds[where] = local
-            write_attrs(ds, meta)
-            if new:
-                write_attrs(f, meta)
-    except WRITE_ERRORS as e:
-        return OSError(f"{label}: parallel write failed ({one_line(e)})")
-    return None
-
-
-def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
-    import h5py
-    from mpi4py.util.sync import Sequential
-
-    err = None
-    if comm.rank == 0:
-        try:
-            with h5py.File(tmp, "r+") as f:
-                ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
-                write_attrs(ds, meta)
-                if new:
-                    write_attrs(f, meta)
-        except WRITE_ERRORS as e:
-            err = OSError(f"{label}: cannot create ({one_line(e)})")
-    agree(err, comm=comm)
-    with Sequential(comm):
-        try:
-            if local.size:
-                with h5py.File(tmp, "r+") as f:
-                    f[name][where] = local
-        except WRITE_ERRORS as e:
-            err = OSError(f"{label}: rank {comm.rank} cannot write its block ({one_line(e)})")
-    return err

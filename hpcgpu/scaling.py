@@ -387,8 +387,8 @@ def main(argv=None) -> int:
         if any(r < 1 for r in ranks) or a.epochs < 2 or a.sizes < 2 or a.repeat < 1 or a.extend < 1:
             raise ValueError
     except ValueError:
-        print("hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4, --epochs and --sizes >= 2, "
-              "--repeat and --extend >= 1", file=sys.stderr)
+        print("hpcgpu.scaling: error: --ranks must be positive integers like 1,2,4; --epochs, --sizes >= 2; "
+              "--repeat, --extend >= 1", file=sys.stderr)
         return 2
     try:
         import matplotlib  # noqa: F401 - checked before the runs it would plot

@@ -144,6 +144,41 @@ def _overwrite_asked(t, i, ds):
     return (None if ds else str(t / "old.txt")), ("done", "--overwrite")
 
 
+_MOUNTS = []
+
+
+@pytest.fixture(autouse=True)
+def _unmount():
+    yield
+    while _MOUNTS:
+        subprocess.run(["umount", "-l", _MOUNTS.pop()], check=False)
+
+
+def _full_disk(t, i, ds):
+    """A small tmpfs (root only) holding an earlier output of hpcgpu's, then filled to the last byte."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("a full file system needs root (mount -t tmpfs)")
+    d = t / "full"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("mount -t tmpfs is not allowed here")
+    _MOUNTS.append(str(d))
+    with h5py.File(d / "prev.h5", "w") as f:  # the earlier run's output, which must survive whole
+        f.attrs["hpcgpu_version"] = "0"
+        f["earlier"] = np.arange(4.0)
+    (d / "prev.json").write_text('{"otherData": {"writer": "written by hpcgpu 0"}}')
+    fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    name = "prev.json" if ds is None and i.get("kind") == "json" else "prev.h5"
+    return str(d / name) + (f":{ds}" if ds else ""), ("refused", "No space left on device")
+
+
 CONDITIONS = {
     "a Python source": _source_file,
     "an HDF5 file hpcgpu did not write": _users_hdf5,
@@ -155,9 +190,10 @@ CONDITIONS = {
     "a killed writer's temporary": _stale_temporary,
     "a non-UTF-8 directory": _non_utf8_directory,
     "a user's file with --overwrite": _overwrite_asked,
+    "a full disk": _full_disk,
 }
 
-LEAN_CONDITIONS = ["a Python source", "an input of the run", "a FIFO", "a non-UTF-8 directory"]
+LEAN_CONDITIONS = ["a Python source", "an input of the run", "a FIFO", "a non-UTF-8 directory", "a full disk"]
 
 
 def _snapshot(t):
@@ -186,6 +222,7 @@ def _rows():
 def test_the_output_policy(program, condition, tmp_path, model_file):
     ranks, argv, ds, reads = PROGRAMS[program]
     i = _inputs(tmp_path, model_file)
+    i["kind"] = "json" if program == "train --trace" else "hdf5"
     make = CONDITIONS[condition]
     made = make(tmp_path, i, ds, reads) if make is _an_input else make(tmp_path, i, ds)
     if made is None or made[0] is None:
@@ -329,3 +366,76 @@ def test_a_second_sigint_ends_the_job_at_once(tmp_path, model_file):
     lines = [ln for ln in ours.splitlines() if ln.strip()]
     assert p.returncode != 0 and p.returncode != 3, (p.returncode, err)
     assert lines == ["hpcgpu.train: second SIGINT: ending the job now, without saving (exit 130)"], err
+
+
+# -- hostile inputs: every program x every input option x every condition ----------------------------------------
+
+INPUTS = {
+    # program's input: (ranks, argv given the inputs (the hostile one in place of key), the key it replaces)
+    "train --data": (NP, lambda i, o: ["-m", "hpcgpu.train", "--data", i["data"], "--out", o, "--epochs", "1",
+                                       "--hidden", "4", "--batch-size", "16", "--progress", "none"], "data"),
+    "predict --model": (NP, lambda i, o: ["-m", "hpcgpu.train", "predict", "--model", i["model"], "--data",
+                                          i["data"] + ":/test/X", "-o", o], "model"),
+    "predict --data": (NP, lambda i, o: ["-m", "hpcgpu.train", "predict", "--model", i["model"], "--data",
+                                         i["data"] + ":/test/X", "-o", o], "data"),
+    "matmul A": (NP, lambda i, o: ["-m", "hpcgpu", "matmul", i["ab"] + ":A", i["abB"] + ":B", "-o", o], "ab"),
+}
+
+
+def _vds_missing(t, key):
+    """The input with its first dataset made virtual, over a source file that is then removed."""
+    names = {"data": ["/train/X", "/test/X"], "model": [], "ab": ["/A"]}[key]
+    if not names:
+        return None
+    path = t / f"{key}.h5"
+    for n, src in enumerate(names):
+        with h5py.File(path, "r") as f:
+            data = f[src][()]
+        with h5py.File(t / "src.h5", "a") as f:
+            f[f"S{n}"] = data
+        layout = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+        layout[:] = h5py.VirtualSource("src.h5", f"S{n}", shape=data.shape)
+        with h5py.File(path, "a") as f:
+            del f[src]
+            f.create_virtual_dataset(src, layout, fillvalue=0)
+    os.unlink(t / "src.h5")
+    return str(path), "src.h5 is missing"
+
+
+def _input_fifo(t, key):
+    os.mkfifo(t / "in.h5")
+    return str(t / "in.h5"), "FIFO"
+
+
+def _input_dangling(t, key):
+    os.symlink(t / "gone.h5", t / "in.h5")
+    return str(t / "in.h5"), "dangling symbolic link"
+
+
+def _input_directory(t, key):
+    (t / "in.h5").mkdir()
+    return str(t / "in.h5"), "is a directory"
+
+
+INPUT_CONDITIONS = {"a virtual dataset with a missing source": _vds_missing, "a FIFO": _input_fifo,
+                    "a dangling link": _input_dangling, "a directory": _input_directory}
+
+
+@pytest.mark.parametrize("program, condition", [
+    pytest.param(p, c, id=f"{p}-{c}") for p in INPUTS
+    for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])])
+def test_a_hostile_input_is_one_line_before_any_work(program, condition, tmp_path, model_file):
+    ranks, argv, key = INPUTS[program]
+    i = _inputs(tmp_path, model_file)
+    i["abB"] = i["ab"]
+    made = INPUT_CONDITIONS[condition](tmp_path, key)
+    if made is None:
+        pytest.skip(f"{condition} does not apply to {program}")
+    i[key], words = made
+    out = str(tmp_path / "out.h5")
+    before = _snapshot(tmp_path)
+    p = _mpi.run(ranks, argv(i, out), timeout=120, cwd=tmp_path)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and os.path.basename(i[key]) in lines[0], p.stderr
+    assert _snapshot(tmp_path) == before

@@ -249,7 +249,7 @@ BAD = {
     "not numeric": (["s.h5", "b5.h5"], "must be numeric"),
     "grid product": (["a.h5", "b5.h5", "--grid", "2x2"], "2x2 has 4 places for 3 ranks"),
     "grid syntax": (["a.h5", "b5.h5", "--grid", "3"], "--grid must look like"),
-    "unwritable": (["a.h5", "b5.h5", "-o", "{tmp}/afile/c.h5"], "cannot write in"),
+    "unwritable": (["a.h5", "b5.h5", "-o", "{tmp}/afile/c.h5"], "afile is a file, not a directory"),
     "op shapes": (["a.h5", "b5.h5", "--transa", "T"], "inner dimensions differ: op("),
     "beta without C": (["a.h5", "b5.h5", "--beta", "0.5"], "--beta 0.5 needs --c-in"),
     "C of the wrong shape": (["a.h5", "b5.h5", "--beta", "1", "--c-in", "b.h5"],

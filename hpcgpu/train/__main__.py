@@ -236,7 +236,7 @@ def predict(argv) -> int:
     found, err = None, None
     try:
         found = read_model(a.model)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         err = e
     agree(err, comm=rt.comm)
     spec, params, config = found
@@ -250,7 +250,7 @@ def predict(argv) -> int:
     views = trainer.params
     for name, value in params.items():
         views[name][...] = rt.xp.asarray(value.astype(trainer.model.dtype, copy=False))
-    trainer.predict(a.data, out=a.out)
+    trainer.predict(a.data, out=a.out, what="-o")
     if rt.rank == 0:
         print(f"hpcgpu.train predict: {a.model} on {a.data} -> {a.out}", flush=True)
     trainer.close()

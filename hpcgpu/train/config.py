@@ -130,7 +130,7 @@ class TrainConfig:
         step's phases, one track per rank, to this JSON file at the end.
     overwrite : bool
         Replace existing output files that hpcgpu did not write (refused
-        otherwise: the output policy, :mod:`hpcgpu._outputs`).
+        otherwise: the output policy, ``hpcgpu._outputs``).
     timing : bool
         Time the phases of each step (data, compute, comm, io) into
         ``/timing``; on by default (its cost is measured by

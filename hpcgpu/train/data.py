@@ -27,7 +27,7 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from .._partition import block_range, block_starts
 from ..comm import agree
-from ..io import one_line, open_hdf5
+from ..io import one_line, open_hdf5, source_error
 
 __all__ = ["Split", "load_split", "from_arrays", "GlobalBatchSampler", "fingerprint", "task_of"]
 
@@ -124,6 +124,9 @@ def _meta_of(f, path: str, split: str, required: bool, task: str | None):
         if not ok:
             return None, ValueError(f"--data {path}: no dataset {n}")
     X, y = f[names[0]], f[names[1]]
+    err = source_error(path, X, f"--data {path}:{names[0]}") or source_error(path, y, f"--data {path}:{names[1]}")
+    if err is not None:
+        return None, err
     if X.ndim != 2:
         return None, ValueError(f"--data {path}: {names[0]} must be 2-D (N x D), has shape {X.shape}")
     if X.dtype.kind not in "fiu":

@@ -106,14 +106,15 @@ def read_model(path: str, what: str = "--model") -> tuple[dict, dict, dict]:
         (which only the Python code that defined it can rebuild).
     """
     import json
-    import os
 
-    import h5py
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{what} {path}: no such file")
+    from ..io import open_hdf5
+
+    f, err = open_hdf5(path, what)  # a FIFO, a dangling link, a directory: refused before any open
+    if err is not None:
+        raise err
     try:
-        with h5py.File(path, "r") as f:
+        with f:
             if "model" not in f or "config" not in f.attrs:
                 raise ValueError(f"{what} {path}: not a results file of python -m hpcgpu.train (no /model)")
             params = {k: f["model"][k][()] for k in f["model"]}

@@ -1,4 +1,4 @@
-"""Stopping a run cleanly: the stop policy lives in :mod:`hpcgpu._stop`, below the trainer and the task farm."""
+"""Stopping a run cleanly: the stop policy lives in ``hpcgpu._stop``, below the trainer and the task farm."""
 
 from __future__ import annotations
 

@@ -33,8 +33,8 @@ from .._version import __version__
 from ..comm import Allreduce, Bcast, agree
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agreed
-from .._outputs import Input, Output, claim
-from ..io import WRITE_ERRORS, on_root, one_line, write_dataset
+from .._outputs import Input, Output, claim, write_dataset
+from ..io import WRITE_ERRORS, on_root, one_line
 from ..nn import FlatModel, Layer, Loss, Network, Sequential, loss_by_name, relu_stack
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, host_memory, init, placement
@@ -324,7 +324,7 @@ class Trainer:
         return [o for o in outs if o.path]
 
     def _claim(self, outputs: list, inputs: list = ()) -> None:
-        """The output policy (:func:`hpcgpu._outputs.claim`) for the outputs not claimed yet. Collective."""
+        """The output policy (``hpcgpu._outputs.claim``) for the outputs not claimed yet. Collective."""
         new = [o for o in outputs if (os.path.abspath(os.fspath(o.path)), o.dataset) not in self._claimed]
         if not new:
             return
@@ -618,7 +618,7 @@ class Trainer:
         preemption), or the config's stop file, make every rank stop after
         the same step and write a checkpoint (the configured one, or one
         beside ``out``); then :attr:`stopped_by` says why. A second SIGINT
-        ends the job at once (:mod:`hpcgpu._stop`). The handlers are those of
+        ends the job at once (``hpcgpu._stop``). The handlers are those of
         :attr:`stop_request` when set (the command line installs one before
         anything else, so that a signal during start-up is not lost),
         otherwise installed from the first instant of ``fit`` to its end. With a checkpoint
@@ -832,7 +832,8 @@ class Trainer:
                 self.test_split, self._Xt, self._yt, self._sst = saved
         return {k[5:]: v for k, v in values.items()}
 
-    def predict(self, X, *, sharded: bool = False, root: int | None = 0, out: str | None = None):
+    def predict(self, X, *, sharded: bool = False, root: int | None = 0, out: str | None = None,
+                what: str = "out"):
         """The model's outputs for the rows of ``X``, in input order, with no padding. Collective.
 
         Each data-parallel rank predicts its block of rows (its own rows with
@@ -850,7 +851,11 @@ class Trainer:
             The rank that receives the predictions (others get None); None: every rank.
         out : str, optional
             ``FILE:DATASET`` to write the predictions to instead (added to
-            or replaced in ``FILE``, atomically; each rank writes its rows).
+            or replaced in ``FILE``, atomically; each rank writes its rows),
+            under the output policy (``hpcgpu._outputs``): never over
+            ``X``'s dataset nor a dataset hpcgpu did not write.
+        what : str
+            How messages name ``out`` (a command line passes its option).
 
         Returns
         -------
@@ -870,14 +875,14 @@ class Trainer:
         if out is not None:  # the output policy, before any work: never over X, never over a user's file
             out_path, out_name = split_spec(out, "y_hat")
             source = split_spec(os.fspath(X), "/test/X") if isinstance(X, (str, os.PathLike)) else None
-            self._claim([Output(out_path, "predict out", dataset=out_name)],
+            self._claim([Output(out_path, what, dataset=out_name)],
                         [Input(source[0], "X", source[1])] if source else [])
         if isinstance(X, (str, os.PathLike)):
             path, name = split_spec(os.fspath(X), "/test/X")
             X, err = None, None
             try:
                 X = _HDF5Rows(path, name)
-            except ValueError as e:
+            except (ValueError, OSError) as e:
                 err = e
             agree(err, comm=comm)
         dtype = self.precision.master
@@ -896,7 +901,7 @@ class Trainer:
                     write_dataset(path, name, (split.n_global, k), local,
                                   (slice(split.start, split.stop), slice(None)), comm=dcomm,
                                   attrs=dict(hpcgpu_version=__version__, rows=split.n_global),
-                                  what="predict out", overwrite=self._overwrite)
+                                  what=what, overwrite=self._overwrite)
                 except AgreedError as e:
                     err = str(e)
             if self.groups.tensor_comm is not None:  # the other columns learn the outcome
@@ -1394,14 +1399,20 @@ class _HDF5Rows:
     """
 
     def __init__(self, path: str, name: str):
-        import h5py
+        from ..io import one_line, open_hdf5, source_error
 
+        f, err = open_hdf5(path, "predict")
+        if err is not None:
+            raise err
         try:
-            with h5py.File(path, "r") as f:
+            with f:
                 ds = f[name]
+                err = source_error(path, ds, f"predict {path}:{name}")
                 self.shape, self.dtype = tuple(ds.shape), ds.dtype
-        except (OSError, KeyError) as e:
-            raise ValueError(f"predict: {path}:{name}: cannot be read ({e})") from None
+        except (OSError, KeyError, TypeError) as e:
+            raise ValueError(f"predict {path}:{name}: cannot be read ({one_line(e)})") from None
+        if err is not None:
+            raise err
         self.path, self.name = path, name
 
     def __len__(self):
