@@ -54,3 +54,23 @@ def stuck(i, seconds=0.0):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         time.sleep(60)
     return {"i": i}
+
+
+def crashy(i, how="ok"):
+    """With ``FARM_CRASH=1``: ``exit`` ends the process with status 0 (a Fortran STOP), ``kill`` SIGKILLs it (the
+    out-of-memory killer), ``unpicklable`` returns a lambda, ``stuck`` blocks SIGALRM and sleeps (a native call)."""
+    import signal
+
+    _log(i)
+    if os.environ.get("FARM_CRASH") == "1":
+        if how == "exit":
+            os._exit(0)
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "unpicklable":
+            return {"y": lambda: i}
+        if how == "stuck":
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(60)
+    xp = hpcgpu.get_runtime().xp  # the task process's one-rank runtime: the rank's xp
+    return {"y": float(xp.sqrt(xp.asarray(float(i))))}

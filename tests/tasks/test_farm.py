@@ -109,10 +109,15 @@ def _wait_for(cond, timeout, what):
         time.sleep(0.05)
 
 
-def _slow_params(path, n):
+def _slow_params(path, n, seconds=0.03):
     with open(path, "w") as f:
-        f.write("i,seconds\n" + "".join(f"{i},0.03\n" for i in range(n)))
+        f.write("i,seconds\n" + "".join(f"{i},{seconds}\n" for i in range(n)))
     return str(path)
+
+
+def _parent(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
 
 
 def _check_complete(out, n, runs):
@@ -127,8 +132,8 @@ def _check_complete(out, n, runs):
 def test_killed_sweep_resumes_with_every_task_done_once(how, tmp_path, request):
     if request.config.getoption("--device") == "standin":
         pytest.skip("the kill and resume path does not touch the device: the first pass covers it")
-    n = 150
-    params, out = _slow_params(tmp_path / "p.csv", n), tmp_path / "r.h5"
+    n = 100
+    params, out = _slow_params(tmp_path / "p.csv", n, 0.02), tmp_path / "r.h5"
     args = [f"{FNS}:slow", "--params", params, "-o", str(out), "--flush-seconds", "0.2", "--progress", "none"]
     log = tmp_path / "log"
     log.mkdir()
@@ -137,8 +142,8 @@ def test_killed_sweep_resumes_with_every_task_done_once(how, tmp_path, request):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: sum(_runs(log).values()) >= 20, 60, "20 tasks to run")
-        if how == "SIGKILL one rank":
-            os.kill(int(os.path.basename(sorted(glob.glob(str(log / "*")))[0])), signal.SIGKILL)
+        if how == "SIGKILL one rank":  # the rank: the parent of the task process that logged
+            os.kill(_parent(int(os.path.basename(sorted(glob.glob(str(log / "*")))[0]))), signal.SIGKILL)
         else:
             job.send_signal(signal.SIGTERM)
         job.communicate(timeout=60)
@@ -266,25 +271,3 @@ def test_bad_input_agreed_over_ranks(tmp_path, request):
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "the first result's was float64 of shape (2,)" in p.stderr
     assert not out.exists() and os.path.exists(str(out) + ".journal")  # the done tasks kept for a fixed rerun
-
-
-@pytest.mark.mpi
-def test_a_task_stuck_past_its_grace_aborts_the_job_and_the_rest_is_kept(tmp_path, request):
-    """A task that no signal stops (SIGALRM blocked): the watchdog names it and aborts the job after the
-    grace (2 s past --timeout 0.5) instead of a hang; the journal keeps the others for --resume."""
-    if request.config.getoption("--device") == "standin":
-        pytest.skip("no device involved: the first pass covers it")
-    _slow_params(tmp_path / "p.csv", 6)
-    args = [f"{FNS}:stuck", "--params", "p.csv", "-o", "r.h5", "--timeout", "0.5", "--flush-seconds", "0.2",
-            "--progress", "none"]
-    t0 = time.time()
-    p = _farm(3, args, tmp_path, timeout=60)
-    assert p.returncode != 0 and time.time() - t0 < 30
-    assert "task 2 (attempt 1) is still running 2 s after its --timeout of 0.5 s" in p.stderr, p.stderr
-    from hpcgpu.tasks import read_params
-    from hpcgpu.tasks._farm import resume_from
-    from hpcgpu.tasks._store import Ledger
-
-    led = Ledger(read_params(str(tmp_path / "p.csv")), f"{FNS}:stuck")
-    resume_from(led, str(tmp_path / "r.h5"), "r.h5")  # what --resume would find: the file and the journal
-    assert set(np.flatnonzero(led.status == 1)) == {0, 1, 3, 4, 5}

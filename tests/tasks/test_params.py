@@ -73,8 +73,16 @@ def test_first_result_fixes_the_schema():
     with pytest.raises(SchemaError, match="returned list, not a dict"):
         led.apply(Record(2, True, 0, 0.1, 1, values=[1]))
     led.apply(Record(2, False, 1, 0.1, 2, error="ValueError: no"))
-    assert led.counts() == {"pending": 1, "done": 1, "failed": 1} and led.todo() == [1, 2]
+    assert led.counts() == {"pending": 1, "done": 1, "failed": 1}
+    assert led.todo() == [1] and led.todo(retry_failed=True) == [1, 2]  # failed stays failed unless retried
     assert np.isnan(led.results["x"][2]) and led.attempts[2] == 2
+
+
+def test_a_csv_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """Spreadsheet programs start a UTF-8 CSV with a BOM: it is not part of the first column's name."""
+    (tmp_path / "p.csv").write_bytes("\ufeffa,b\n1,x\n2,y\n".encode())
+    t = read_params(str(tmp_path / "p.csv"))
+    assert t.names == ("a", "b") and list(t.columns["a"]) == [1, 2]
 
 
 def test_journal_ignores_a_frame_cut_short(tmp_path):
