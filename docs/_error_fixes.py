@@ -1778,4 +1778,11 @@ FIXES: dict[str, str] = {
         '``-o FILE:NAME`` names a group of ``FILE`` (which holds other objects), not a dataset. It is not '
         'replaced: name a dataset (``FILE:NAME/y_hat``) or another path.'
     ),
+    ("…: the ranks of a node need … GiB for their blocks, more than its memory (… GiB): use more nodes, or fewer "
+     "ranks per node"): (
+        "A matrix (``matmul``'s A, B or C, :meth:`hpcgpu.DistMatrix.from_hdf5`) or the MLP of ``info --hidden`` "
+        "declares more data than the ranks of one node can hold in memory (the node's memory, or its cgroup's "
+        "limit under Slurm). It is refused before anything is allocated. Spread the job over more nodes, run "
+        "fewer ranks per node, or check the dataset's declared shape (a typo in a generator)."
+    ),
 }

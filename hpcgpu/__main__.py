@@ -59,6 +59,12 @@ def _info(args: argparse.Namespace) -> int:
 
     sizes = [args.features, *args.hidden, args.classes]
     local = args.batch_size // rt.size + (rt.rank < args.batch_size % rt.size)
+    from ._memory import node_memory_error
+    from .comm import agree
+
+    n_params = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:], strict=False))  # weights, gradients, activations
+    need = (2 * n_params + 2 * local * sum(sizes)) * np.dtype(args.dtype).itemsize
+    agree(node_memory_error(need, rt.comm, f"info --hidden: the MLP {'-'.join(map(str, sizes))}"), comm=rt.comm)
     model = MLP(sizes, rt.xp, args.dtype)
     plan = plan_gemm_threads(model, max(1, local), rt.comm)
     if rt.rank == 0:

@@ -17,6 +17,7 @@ from .blocks import remap
 from .comm import agree, movable
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
+from ._memory import node_memory_error
 from ._outputs import write_dataset
 from .io import open_hdf5, source_error
 from .summa import matmul
@@ -345,7 +346,11 @@ class DistMatrix:
         ValueError
             Not HDF5; no such dataset (or not exactly one when ``name`` is
             omitted); not 2-D; not numeric; complex data asked for as a real
-            ``dtype``.
+            ``dtype``; a FIFO or device; a virtual dataset whose source is
+            missing.
+        MemoryError
+            The blocks of a node's ranks would not fit in its memory
+            (checked before anything is read).
         """
         import h5py
 
@@ -364,7 +369,9 @@ class DistMatrix:
             dtype = ddtype if ddtype in DTYPES else np.dtype("float64")
         gshape = (dshape[1], dshape[0]) if transpose else dshape
         rows, cols = grid.block(gshape)
-        local = np.empty(grid.block_shape(gshape), dtype=dtype)
+        bshape = grid.block_shape(gshape)
+        agree(node_memory_error(int(np.prod(bshape)) * np.dtype(dtype).itemsize, comm, f"{path}:{name}"), comm=comm)
+        local = np.empty(bshape, dtype=dtype)
         err = None
         try:
             if local.size:

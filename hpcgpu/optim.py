@@ -23,6 +23,7 @@ import numpy as np
 
 from . import _blas, _device
 from ._kernels import kernels as _kernels
+from .errors import agreed
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "OPTIMIZERS", "optimizer_by_name", "LRSchedule"]
 
@@ -50,7 +51,7 @@ class LRSchedule:
 
     def __init__(self, lr, total_steps, warmup_steps=0, kind="cosine", step_size=1, gamma=0.1):
         if kind not in ("cosine", "step", "constant"):
-            raise ValueError(f"schedule must be cosine, step or constant, got {kind!r}")
+            raise agreed(ValueError(f"schedule must be cosine, step or constant, got {kind!r}"))
         self.lr, self.total, self.warmup = float(lr), int(total_steps), int(warmup_steps)
         self.kind, self.step_size, self.gamma = kind, max(1, int(step_size)), float(gamma)
 
@@ -114,7 +115,7 @@ class Optimizer:
 
     def __init__(self, lr: float):
         if not (float(lr) > 0 and math.isfinite(float(lr))):
-            raise ValueError(f"lr must be a positive number, got {lr}")
+            raise agreed(ValueError(f"lr must be a positive number, got {lr}"))
         self.lr = float(lr)
 
     def init(self, params) -> dict:
@@ -194,11 +195,11 @@ class SGD(Optimizer):
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0):
         super().__init__(lr)
         if not 0 <= float(momentum) < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+            raise agreed(ValueError(f"momentum must be in [0, 1), got {momentum}"))
         if not float(weight_decay) >= 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+            raise agreed(ValueError(f"weight_decay must be >= 0, got {weight_decay}"))
         if nesterov and not momentum:
-            raise ValueError("Nesterov momentum needs momentum > 0")
+            raise agreed(ValueError("Nesterov momentum needs momentum > 0"))
         self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
         self._blas_checked: tuple = (None, False)
 
@@ -300,11 +301,11 @@ class Adam(Optimizer):
         super().__init__(lr)
         b1, b2 = (float(b) for b in betas)
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"betas must be in [0, 1), got {tuple(betas)}")
+            raise agreed(ValueError(f"betas must be in [0, 1), got {tuple(betas)}"))
         if not float(eps) > 0:
-            raise ValueError(f"eps must be > 0, got {eps}")
+            raise agreed(ValueError(f"eps must be > 0, got {eps}"))
         if not float(weight_decay) >= 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+            raise agreed(ValueError(f"weight_decay must be >= 0, got {weight_decay}"))
         self.betas, self.eps, self.weight_decay = (b1, b2), float(eps), float(weight_decay)
         self._scratch = None
 
@@ -411,4 +412,4 @@ def optimizer_by_name(name: str, lr: float, momentum: float = 0.0, weight_decay:
         return SGD(lr, momentum=momentum, weight_decay=weight_decay)
     if name in ("adam", "adamw"):
         return OPTIMIZERS[name](lr, weight_decay=weight_decay)
-    raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+    raise agreed(ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}"))

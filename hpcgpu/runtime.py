@@ -20,6 +20,7 @@ import numpy
 from mpi4py import MPI
 
 from . import _blas, _context, _device, _nccl, _options
+from ._memory import host_memory
 from .errors import abort, agree, agreed  # abort is also hpcgpu.runtime.abort
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
@@ -697,28 +698,3 @@ def _query_cuda_support() -> int | None:
             fn.restype = ctypes.c_int
             return int(fn())
     return None
-
-
-def host_memory() -> int:
-    """Bytes of memory this process may use: the node's, or its cgroup's limit (Slurm, containers) if lower.
-
-    Not collective.
-
-    Returns
-    -------
-    int
-        Bytes; 0 when it cannot be told.
-    """
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(limit) as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            memory = min(memory, int(text))
-    return memory

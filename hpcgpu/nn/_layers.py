@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from .. import _device
+from ..errors import agreed
 
 __all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "ACTIVATIONS",
            "activation_forward", "activation_backward"]
@@ -67,7 +68,7 @@ def activation_forward(name: str | None, z, keep_input: bool = False):
         xp.tanh(z, out=z)
         return None
     if name != "gelu":
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {name!r}")
+        raise agreed(ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {name!r}"))
     pre = z.copy() if keep_input else None
     t = z * z
     t *= 0.044715
@@ -274,9 +275,9 @@ class Dense(Layer):
 
     def __init__(self, n_in: int, n_out: int, activation: str | None = None):
         if int(n_in) < 1 or int(n_out) < 1:
-            raise ValueError(f"Dense needs positive sizes, got Dense({n_in}, {n_out})")
+            raise agreed(ValueError(f"Dense needs positive sizes, got Dense({n_in}, {n_out})"))
         if activation is not None and activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
+            raise agreed(ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}"))
         self.n_in, self.n_out_, self.activation = int(n_in), int(n_out), activation
 
     def shapes(self) -> list:
@@ -292,7 +293,7 @@ class Dense(Layer):
             ``n_in`` differs from the layer's input size.
         """
         if n_in != self.n_in:
-            raise ValueError(f"Dense({self.n_in}, {self.n_out_}) follows a layer of {n_in} outputs")
+            raise agreed(ValueError(f"Dense({self.n_in}, {self.n_out_}) follows a layer of {n_in} outputs"))
         return self.n_out_
 
     def init(self, seed: int, stream: int) -> dict:
@@ -368,10 +369,10 @@ class Sequential(Layer):
         if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
             layers = tuple(layers[0])
         if not layers:
-            raise ValueError("Sequential needs at least one layer")
+            raise agreed(ValueError("Sequential needs at least one layer"))
         for lay in layers:
             if not isinstance(lay, Layer):
-                raise TypeError(f"Sequential takes hpcgpu.nn layers, got {type(lay).__name__}")
+                raise agreed(TypeError(f"Sequential takes hpcgpu.nn layers, got {type(lay).__name__}"))
         folded: list[Layer] = []
         for lay in layers:
             prev = folded[-1] if folded else None
@@ -382,7 +383,7 @@ class Sequential(Layer):
         self.layers = folded
         first = next((lay for lay in folded if isinstance(lay, Dense)), None)
         if first is None:
-            raise ValueError("Sequential needs at least one Dense layer")
+            raise agreed(ValueError("Sequential needs at least one Dense layer"))
         n = first.n_in
         for lay in folded:
             n = lay.n_out(n)
@@ -415,7 +416,7 @@ class Sequential(Layer):
             ``n_in`` differs from the first layer's input size.
         """
         if n_in != self.n_in_:
-            raise ValueError(f"a Sequential of input {self.n_in_} follows a layer of {n_in} outputs")
+            raise agreed(ValueError(f"a Sequential of input {self.n_in_} follows a layer of {n_in} outputs"))
         return self.n_out_
 
     def init(self, seed: int, stream: int = 0) -> dict:
@@ -484,4 +485,4 @@ def from_spec(spec: dict) -> Layer:
     known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU}
     if kind in known:
         return known[kind]()
-    raise ValueError(f"unknown layer type {kind!r} in a model description")
+    raise agreed(ValueError(f"unknown layer type {kind!r} in a model description"))

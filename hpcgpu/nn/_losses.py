@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _device
 from .._kernels import kernels
+from ..errors import agreed
 
 __all__ = ["Loss", "SoftmaxCrossEntropy", "MeanSquaredError", "Huber", "LOSSES", "loss_by_name"]
 
@@ -174,7 +175,7 @@ class Huber(Loss):
 
     def __init__(self, delta: float = 1.0):
         if not float(delta) > 0:
-            raise ValueError(f"Huber's delta must be > 0, got {delta}")
+            raise agreed(ValueError(f"Huber's delta must be > 0, got {delta}"))
         self.delta = float(delta)
 
     def terms(self, z, y, slots, bias=None):
@@ -220,7 +221,7 @@ def loss_by_name(name: str) -> Loss:
         An unknown name.
     """
     if name not in LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {name!r}")
+        raise agreed(ValueError(f"loss must be one of {', '.join(LOSSES)}, got {name!r}"))
     return LOSSES[name]()
 
 
@@ -243,5 +244,5 @@ def loss_from_spec(spec: dict) -> Loss:
     kinds = {"SoftmaxCrossEntropy": SoftmaxCrossEntropy, "MeanSquaredError": MeanSquaredError, "Huber": Huber}
     kind = spec.get("type")
     if kind not in kinds:
-        raise ValueError(f"unknown loss type {kind!r} in a model description")
+        raise agreed(ValueError(f"unknown loss type {kind!r} in a model description"))
     return Huber(spec.get("delta", 1.0)) if kind == "Huber" else kinds[kind]()

@@ -117,12 +117,9 @@ def _meta_of(f, path: str, split: str, required: bool, task: str | None):
     names = [f"/{split}/X", f"/{split}/y"]
     present = [n in f and isinstance(f[n], h5py.Dataset) for n in names]
     if not any(present):
-        if required:
-            return None, ValueError(f"--data {path}: no dataset {names[0]}")
-        return "absent", None
-    for n, ok in zip(names, present, strict=True):
-        if not ok:
-            return None, ValueError(f"--data {path}: no dataset {n}")
+        return (None, ValueError(f"--data {path}: no dataset {names[0]}")) if required else ("absent", None)
+    if not all(present):
+        return None, ValueError(f"--data {path}: no dataset {names[present.index(False)]}")
     X, y = f[names[0]], f[names[1]]
     err = source_error(path, X, f"--data {path}:{names[0]}") or source_error(path, y, f"--data {path}:{names[1]}")
     if err is not None:
@@ -132,7 +129,8 @@ def _meta_of(f, path: str, split: str, required: bool, task: str | None):
     if X.dtype.kind not in "fiu":
         return None, ValueError(f"--data {path}: {names[0]} must be real numbers, has dtype {X.dtype}")
     want = task or (task_of(y.dtype) if y.dtype.kind in "fiu" else "classification")
-    if want == "classification" and (y.ndim != 1 or y.dtype.kind not in "iu"):
+    labels = "iuf" if task == "classification" else "iu"  # float labels when the user says they are classes
+    if want == "classification" and (y.ndim != 1 or y.dtype.kind not in labels):
         return None, ValueError(
             f"--data {path}: {names[1]} must be a 1-D integer label array for classification, "
             f"has shape {y.shape} and dtype {y.dtype}"
@@ -142,16 +140,28 @@ def _meta_of(f, path: str, split: str, required: bool, task: str | None):
             f"--data {path}: {names[1]} must be numbers of shape (N,) or (N, k) for regression, "
             f"has shape {y.shape} and dtype {y.dtype}"
         )
+    nc, err = _num_classes(f, path)
     if X.shape[0] != y.shape[0]:
-        return None, ValueError(
-            f"--data {path}: {names[0]} has {X.shape[0]} rows but {names[1]} has {y.shape[0]} labels"
-        )
-    if X.shape[1] == 0:
-        return None, ValueError(f"--data {path}: {names[0]} has no features (D = 0)")
-    nc = f.attrs.get("num_classes")
+        err = ValueError(f"--data {path}: {names[0]} has {X.shape[0]} rows but {names[1]} has {y.shape[0]} labels")
+    elif X.shape[1] == 0:
+        err = ValueError(f"--data {path}: {names[0]} has no features (D = 0)")
+    if err is not None:
+        return None, err
     notes = [w for w in (_unwritten(X), _unwritten(y)) if w]
-    return (X.shape[0], X.shape[1], None if nc is None else int(nc), want, y.shape[1:], notes,
-            X.dtype), None
+    return (X.shape[0], X.shape[1], nc, want, y.shape[1:], notes, X.dtype), None
+
+
+def _num_classes(f, path: str) -> tuple:
+    """The file's ``num_classes`` attribute as an int (None when absent), or an error naming the attribute."""
+    nc = f.attrs.get("num_classes")
+    if nc is None:
+        return None, None
+    try:
+        if float(nc) == int(nc) and int(nc) >= 2:
+            return int(nc), None
+    except (TypeError, ValueError):
+        pass
+    return None, ValueError(f"--data {path}: the attribute num_classes must be an integer >= 2, got {nc!r}")
 
 
 def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True,
@@ -221,16 +231,29 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
             X = np.empty((stop - start, d), dtype=dtype)
             if stop > start:
                 f[f"/{split}/X"].read_direct(X, np.s_[start:stop])
-            y = np.asarray(f[f"/{split}/y"][start:stop], dtype=ytype)
+            y = f[f"/{split}/y"][start:stop]
+        err = _whole_labels(y, start, f"--data {path}: /{split}/y") if task == "classification" else None
+        y = np.asarray(y, dtype=ytype) if err is None else None
     except (OSError, TypeError, ValueError) as e:
         X = y = None
         err = OSError(f"--data {path}: rank {comm.rank} cannot read /{split} rows {start}:{stop} ({e})")
-    if err is None:
+    if err is None and X is not None and y is not None:
         err = _rows_error(X, y, start, f"--data {path}: /{split}/X", f"--data {path}: /{split}/y")
         if err is not None and "holds NaN or infinity" in str(err) and np.dtype(file_dtype).itemsize > X.itemsize:
             err = _overflow(path, split, X, start, file_dtype) or err
     agree(err, comm=comm)
     return Split(X, y, start, stop, n, d), nc
+
+
+def _whole_labels(y, start: int, what: str) -> ValueError | None:
+    """Float labels given as classes (``task="classification"``) must be whole numbers: the first row that is not."""
+    if y.dtype.kind != "f":
+        return None
+    bad = np.flatnonzero(~(np.isfinite(y) & (y == np.floor(y))))
+    if bad.size:
+        return ValueError(f"{what}: row {start + int(bad[0])} holds {float(y[bad[0]])}, not a whole number: class "
+                          "labels must be integers 0..C-1")
+    return None
 
 
 def _overflow(path: str, split: str, X, start: int, file_dtype) -> ValueError | None:
@@ -272,7 +295,7 @@ def _rows_error(X, y, start: int, xname: str, yname: str) -> ValueError | None:
         if y.size and y.min() < 0:
             return ValueError(f"{yname} has a negative label ({int(y.min())})")
         return None
-    bad = np.flatnonzero(~np.isfinite(y.reshape(y.shape[0], -1)).all(axis=1))
+    bad = np.flatnonzero(~np.isfinite(y.reshape(y.shape[0], int(np.prod(y.shape[1:])))).all(axis=1))
     if bad.size:
         return ValueError(f"{yname} row {start + int(bad[0])} holds NaN or infinity")
     return None
@@ -437,7 +460,9 @@ def check_labels(where: str, splits, num_classes: int | None, comm: MPI.Intracom
     """Agree on the class count C and check every label is in ``0..C-1``.
 
     Collective. ``C`` is ``num_classes`` (the file's attribute), else the
-    largest label of any split plus one.
+    largest label of the first split (the training set) plus one; a label
+    of a later split (validation) outside ``0..C-1`` is an error, not a
+    wider model.
 
     Parameters
     ----------
@@ -457,12 +482,19 @@ def check_labels(where: str, splits, num_classes: int | None, comm: MPI.Intracom
     ValueError
         A label is ``>= C``, or ``C < 2``.
     """
-    local_max = max((int(s.y.max()) for s in splits if s is not None and s.y.size), default=-1)
-    gmax = comm.allreduce(local_max, op=MPI.MAX)
-    C = num_classes if num_classes is not None else gmax + 1
+    def local_max(s):
+        return int(s.y.max()) if s is not None and s.y.size else -1
+
+    train_max = comm.allreduce(local_max(splits[0]), op=MPI.MAX)
+    other_max = comm.allreduce(max((local_max(s) for s in splits[1:]), default=-1), op=MPI.MAX)
+    gmax = max(train_max, other_max)
+    C = num_classes if num_classes is not None else train_max + 1  # the classes are the training set's
     err = None
-    if gmax >= C:
-        err = ValueError(f"{where}: label {gmax} is outside 0..{C - 1} (num_classes = {C})")
+    if train_max >= C:
+        err = ValueError(f"{where}: label {train_max} is outside 0..{C - 1} (num_classes = {C})")
+    elif gmax >= C:
+        err = ValueError(f"{where}: the validation labels hold {gmax}, outside the training set's classes "
+                         f"0..{C - 1}: a model of {C} classes cannot predict it")
     elif C < 2:
         err = ValueError(f"{where}: {C} class(es); classification needs at least 2")
     agree(err, comm=comm)

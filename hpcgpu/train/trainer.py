@@ -877,8 +877,10 @@ class Trainer:
             source = split_spec(os.fspath(X), "/test/X") if isinstance(X, (str, os.PathLike)) else None
             self._claim([Output(out_path, what, dataset=out_name)],
                         [Input(source[0], "X", source[1])] if source else [])
+        source_path = source_name = None
         if isinstance(X, (str, os.PathLike)):
             path, name = split_spec(os.fspath(X), "/test/X")
+            source_path, source_name = path, name
             X, err = None, None
             try:
                 X = _HDF5Rows(path, name)
@@ -888,7 +890,8 @@ class Trainer:
         dtype = self.precision.master
         split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
         D = self.model.sizes[0] if isinstance(self.model, Network) else split.dim
-        agree(ValueError(f"predict: X has {split.dim} features, the model's first layer takes {D}")
+        named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
+        agree(ValueError(f"{named}: X has {split.dim} features, the model's first layer takes {D}")
               if split.dim != D else None, comm=comm)
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
         k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
