@@ -262,7 +262,7 @@ def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries
     if base.size == 1 or base.rank != 0:  # a working rank: its task process starts loading now
         runner = choose(fn, isolate, base.rank, timeout, current_runtime())
         if not runner.usable:
-            err = ValueError("timeout: needs the main thread (SIGALRM) for a task run in the rank's process")
+            err = ValueError("timeout: needs the main thread (SIGALRM)")  # only a task run in the rank's process
     try:
         agree(err, comm=base)
         opts = Options(out=out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,

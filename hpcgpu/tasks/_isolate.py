@@ -178,9 +178,9 @@ def choose(fn, isolate, rank: int, timeout: float | None, runtime=None):
     fn : callable
         The task function.
     isolate : bool or "auto"
-        ``True``: in a child process (``ValueError`` when ``fn`` cannot be
-        named to one); ``False``: in this process; ``"auto"``: a child
-        process where it can be, this process otherwise.
+        ``False``: in this process; ``True`` or ``"auto"``: in a child
+        process where ``fn`` can be named to one (:func:`not_isolatable`;
+        the caller refuses ``True`` otherwise), this process otherwise.
     rank : int
         This rank, recorded with each task.
     timeout : float or None
@@ -191,19 +191,11 @@ def choose(fn, isolate, rank: int, timeout: float | None, runtime=None):
     Returns
     -------
     ProcessRunner or InProcessRunner
-
-    Raises
-    ------
-    ValueError
-        ``isolate=True`` and ``fn`` is a lambda, a nested function or a function of the main script.
     """
     if isolate is False:
         return InProcessRunner(fn, rank, timeout)
     ref = _reference(fn)
-    if isinstance(ref, str):
-        if isolate is True:
-            raise ValueError(f"isolate: {getattr(fn, '__qualname__', fn)!r} cannot run in a task process: {ref} "
-                             "(define it at the top level of a module, or pass isolate=False)")
+    if isinstance(ref, str):  # isolate=True was refused before (hpcgpu.tasks._check_args)
         return InProcessRunner(fn, rank, timeout, why=ref)
     gpu = runtime is not None and runtime.device == "gpu"
     return ProcessRunner(ref, rank, timeout, device_id=runtime.device_id if gpu else None,

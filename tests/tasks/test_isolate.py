@@ -128,3 +128,16 @@ def test_a_function_no_task_process_can_load_runs_in_the_rank_or_is_refused(tmp_
         tasks.map(lambda x: {"y": x}, {"x": [1]}, comm=MPI.COMM_SELF, isolate=1)
     with pytest.raises(ValueError, match="--retry-failed must be True or False"):
         tasks.map(lambda x: {"y": x}, {"x": [1]}, comm=MPI.COMM_SELF, retry_failed="yes")
+
+
+@pytest.mark.mpi
+def test_an_unpicklable_result_of_a_task_run_in_the_rank_fails_that_task_at_2_ranks(tmp_path):
+    """isolate=False: the worker's report to rank 0 cannot be pickled; the task fails, not the job."""
+    code = ("import hpcgpu; from hpcgpu import tasks; hpcgpu.init(device='cpu')\n"
+            "def fn(i):\n"
+            "    return {'y': (lambda: 0) if i == 1 else float(i)}\n"
+            "r = tasks.map(fn, {'i': [0, 1, 2]}, isolate=False)\n"
+            "if r.error is not None: print(r.done, r.failed, r.error[1])\n")
+    p = _mpi.run(2, ["-c", code], timeout=60, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().startswith("2 1 its result cannot be sent to the manager ("), p.stdout
