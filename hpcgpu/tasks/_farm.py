@@ -400,6 +400,7 @@ def manage(comm: MPI.Intracomm, keeper: _Keeper, todo: list[int], params: Params
 
 def work(comm: MPI.Intracomm, runner, stop_request, flush_seconds: float) -> None:
     """A worker rank: ask for work, run it (``runner.run``), report, until the manager says stop."""
+    runner.wait_ready()  # its task process started with the sweep: the makespan starts with work
     _send(comm, [], "more")
     while True:
         chunk = comm.recv(source=0, tag=TAG_WORK)
@@ -444,6 +445,8 @@ def _send(comm: MPI.Intracomm, records: list, kind: str) -> None:
 def work_alone(keeper: _Keeper, runner, todo: list[int], params: Params) -> Outcome:
     """One rank: run the tasks in order (``runner.run``), with the same records, retries and files."""
     pending = collections.deque((t, 0) for t in todo)
+    if todo:
+        runner.wait_ready()
     t_start = time.monotonic()
     stopping = None
 
