@@ -1785,4 +1785,24 @@ FIXES: dict[str, str] = {
         "limit under Slurm). It is refused before anything is allocated. Spread the job over more nodes, run "
         "fewer ranks per node, or check the dataset's declared shape (a typo in a generator)."
     ),
+    "… …: cannot write its journal ….journal (…)": (
+        "The task farm keeps a journal beside ``-o`` (``OUT.journal``) so that a killed sweep loses at most "
+        "``--flush-seconds`` of results, and it could not create it (a full disk or quota, no permission); the "
+        "reason follows. No task ran and ``OUT`` is as it was: free space or write elsewhere."
+    ),
+    "--retry-failed must be True or False, got …": (
+        "``retry_failed`` of :func:`hpcgpu.tasks.map` is a switch: with ``resume=True``, run the earlier "
+        "run's failed tasks again (by default they stay failed). Pass ``True`` or ``False``."
+    ),
+    "isolate must be True, False or 'auto', got …": (
+        "``isolate`` of :func:`hpcgpu.tasks.map` says where tasks run: ``True`` in a child process of each "
+        "working rank (a task that ends its process fails alone), ``False`` in the rank's own process, "
+        "``'auto'`` (the default) in the child process where ``fn`` can reach it."
+    ),
+    "isolate: … cannot run in a task process: … (define it at the top level of a module, or pass isolate=False)": (
+        "With ``isolate=True`` the task function must be importable by the child process that runs it: a "
+        "function defined at the top level of a module (or of a file given as ``sims.py:run``). A lambda, a "
+        "nested function or a function of ``__main__`` is not. Move it to a module, or pass "
+        "``isolate=False`` (or ``'auto'``, which runs such a function in the rank's own process)."
+    ),
 }

@@ -439,3 +439,49 @@ def test_a_hostile_input_is_one_line_before_any_work(program, condition, tmp_pat
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and os.path.basename(i[key]) in lines[0], p.stderr
     assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM"], ["SIGINT"]))
+def test_a_stop_signal_ends_a_sweep_with_its_results_and_a_resume_finishes_it(sig, tmp_path):
+    """The farm under a stop: the running tasks finish, the results so far are written, one line, exit 3;
+    --resume runs the rest."""
+    (tmp_path / "fns.py").write_text("import time\n\ndef f(a):\n    time.sleep(0.2)\n    return {'y': a * 2}\n")
+    (tmp_path / "p.csv").write_text("a\n" + "".join(f"{i}\n" for i in range(40)))
+    args = ["-m", "hpcgpu.tasks", "fns.py:f", "--params", "p.csv", "-o", "r.h5", "--progress", "none",
+            "--flush-seconds", "0.2"]
+    p = _launch(args, tmp_path)
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "r.h5.journal").exists() or (tmp_path / "r.h5.journal").stat().st_size < 200:
+            assert p.poll() is None and time.time() < deadline, p.communicate()
+            time.sleep(0.05)
+        for pid in _rank_pids(p.pid):
+            os.kill(pid, getattr(signal, sig))
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 3, (out, err)
+    ours, _ = _mpi.split_launcher(err)
+    assert not ours.strip(), ours
+    assert "rerun with --resume" in out, out
+    from hpcgpu.tasks._store import DONE
+
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        done = int((f["tasks/status"][()] == DONE).sum())
+    assert 0 < done < 40, done  # the tasks done before the stop are in the file, the rest were not run
+    p = _mpi.run(NP, args + ["--resume"], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        np.testing.assert_array_equal(f["results/y"][()], np.arange(40) * 2)
+
+
+def test_the_task_module_is_an_input(tmp_path, model_file):
+    i = _inputs(tmp_path, model_file)
+    before = _snapshot(tmp_path)
+    p = _mpi.run(NP, ["-m", "hpcgpu.tasks", i["fns"] + ":f", "--params", i["params"], "-o", i["fns"], "--progress",
+                      "none"], timeout=120, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"-o {i['fns']}: is also an input (MODULE {i['fns']})" in lines[0], p.stderr
+    assert _snapshot(tmp_path) == before

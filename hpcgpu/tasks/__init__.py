@@ -31,7 +31,8 @@ from mpi4py import MPI
 from .._version import __version__
 from ..comm import agree, default_comm
 from ..errors import agreed
-from ..io import WRITE_ERRORS, one_line, output_error, shared_dir_error
+from .._outputs import Input, Output, claim
+from ..io import WRITE_ERRORS, one_line, shared_dir_error
 from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Keeper, agreed_outcome, balance, current_task,
                     manage, resume_from, work, work_alone)
 from ._isolate import choose, isolation
@@ -105,7 +106,7 @@ class SweepResult:
 def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = False, retry_failed: bool = False,
         retries: int = 0, timeout: float | None = None, flush_seconds: float = 2.0, progress: str = "none",
         stop_file: str | None = None, comm: MPI.Intracomm | None = None, name: str | None = None,
-        isolate: bool | str = "auto") -> SweepResult:
+        isolate: bool | str = "auto", overwrite: bool = False) -> SweepResult:
     """Call ``fn(**row)`` for every row of ``params`` over the ranks; gather the results in one file.
 
     Collective: every rank of ``comm`` calls it with the same arguments
@@ -181,6 +182,10 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         can be named to a child, ``False`` for lambdas, nested functions and
         functions of the ``__main__`` script. The file's ``isolation``
         attribute says which.
+    overwrite : bool, keyword-only
+        Replace an ``out`` (or its journal) that hpcgpu did not write;
+        refused otherwise, before any task runs (the output policy), as
+        is an ``out`` that is the parameter table or ``fn``'s source file.
 
     Returns
     -------
@@ -218,26 +223,28 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     """
     stop = None
     if stop_file is not None:
-        from ..train.stop import StopRequest
+        from .._stop import StopRequest
 
         stop = StopRequest(stop_file, check_file=(default_comm() if comm is None else comm).rank == 0)
     return run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
-                     flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate)
+                     flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate,
+                     overwrite=overwrite)
 
 
 def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries=0, timeout=None, flush_seconds=2.0,
-              progress="none", stop=None, comm=None, name=None, isolate="auto", what="params") -> SweepResult:
+              progress="none", stop=None, comm=None, name=None, isolate="auto", what="params",
+              overwrite=False) -> SweepResult:
     """:func:`map` for callers that bring their own stop request (the command line, tests).
 
     Collective, as :func:`map`, whose parameters it shares but ``stop_file``.
 
     Parameters
     ----------
-    fn, params, out, resume, retry_failed, retries, timeout, flush_seconds, progress, comm, name, isolate
+    fn, params, out, resume, retry_failed, retries, timeout, flush_seconds, progress, comm, name, isolate, overwrite
         As for :func:`map`.
     stop : object, keyword-only, optional
         Anything with a ``requested()`` method and a ``reason`` attribute
-        (:class:`hpcgpu.train.stop.StopRequest`), asked on rank 0 between
+        (``hpcgpu._stop.StopRequest``), asked on rank 0 between
         messages and on the workers between tasks.
     what : str, keyword-only
         How messages name the parameter table (``--params`` on the command line).
@@ -265,6 +272,8 @@ def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries
             err = ValueError("timeout: needs the main thread (SIGALRM)")  # only a task run in the rank's process
     try:
         agree(err, comm=base)
+        if out is not None:  # the output policy, before any task: the results, the journal
+            claim(_outputs(out, what), _inputs(fn, params, what), comm=base, overwrite=overwrite, prog="hpcgpu.tasks")
         opts = Options(out=out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
                        progress=progress, stop=stop, what=what, retry_failed=retry_failed, isolation=how)
         comm = base.Dup()  # the farm's messages never match the caller's
@@ -275,6 +284,26 @@ def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries
     finally:
         if runner is not None:
             runner.close()
+
+
+def _outputs(out: str, what: str) -> list:
+    """The files a sweep writes: the results and, while it runs, the journal beside them."""
+    label = "-o" if what == "--params" else "out"
+    return [Output(out, label), Output(out + ".journal", label, kind="journal")]
+
+
+def _inputs(fn, params, what: str) -> list:
+    """The files a sweep reads: the parameter table (when a path) and the task function's source file."""
+    import inspect
+
+    found = [Input(os.fspath(params), what)] if isinstance(params, (str, os.PathLike)) else []
+    try:
+        source = inspect.getsourcefile(fn)
+    except TypeError:  # a builtin or a callable object without a source
+        source = None
+    if source:
+        found.append(Input(source, "MODULE" if what == "--params" else "fn's module"))
+    return found
 
 
 def _check_args(fn, retries, timeout, flush_seconds, progress, resume, out, retry_failed, isolate) -> None:
@@ -310,11 +339,6 @@ def _prepare(fn, params, name: str, opts: Options, what: str) -> tuple[Ledger, l
     table = read_params(params, what)
     _check_signature(fn, table, name)
     label = f"-o {opts.out}" if what == "--params" else f"out {opts.out}"
-    if opts.out is not None:
-        source = [(os.fspath(params), None)] if isinstance(params, (str, os.PathLike)) else []
-        err = output_error(opts.out, label.split()[0], inputs=source)
-        if err is not None:
-            raise err
     ledger = Ledger(table, name)
     loaded = 0
     if opts.resume:
@@ -358,9 +382,14 @@ def _sweep(comm, fn, params, name, opts, runner) -> SweepResult:
             keeper.todo = len(todo)
             if loaded and opts.out:
                 keeper.write()  # the journal's records into the file before the journal restarts
-            keeper.start()
         except (OSError, ValueError) as e:
             err = e
+        if err is None:
+            try:
+                keeper.start()
+            except WRITE_ERRORS as e:  # the journal (a full disk, a quota): one line naming it
+                err = OSError(f"{'-o' if what == '--params' else 'out'} {opts.out}: cannot write its journal "
+                              f"{opts.out}.journal ({one_line(e)})")
     agree(err, comm=comm)
     if opts.out is not None:  # a requeued job's rank 0 may land on another node: it must find the journal
         agree(shared_dir_error(opts.out, comm, "-o" if what == "--params" else "out"), comm=comm)

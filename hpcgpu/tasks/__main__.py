@@ -38,7 +38,11 @@ def parser() -> ArgumentParser:
                    help="replace an OUT (or OUT.journal) that hpcgpu did not write; without it such a file is refused "
                         "before any task runs")
     p.add_argument("--resume", action="store_true",
-                   help="keep the done tasks of the earlier run in OUT (and its journal), run the rest")
+                   help="keep the done and failed tasks of the earlier run in OUT (and its journal), run the tasks "
+                        "not yet run")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: run the earlier run's failed tasks again too (by default they stay failed, "
+                        "so a task that crashes its process does not crash every resume)")
     p.add_argument("--retries", type=int, default=0, help="further attempts at a task that raised or timed out")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="a task running longer is stopped (TaskTimeout raised in it) and recorded as failed; "
@@ -92,14 +96,6 @@ def load_function(spec: str):
     return fn
 
 
-def _module_file(spec: str, fn) -> str | None:
-    """The source file of the task function's module (an input: never an output), or None when it has none."""
-    module = spec.rpartition(":")[0]
-    if module.endswith(".py"):
-        return module
-    return getattr(sys.modules.get(getattr(fn, "__module__", "") or ""), "__file__", None)
-
-
 def main(argv=None) -> int:
     """Run the sweep in ``argv``. Collective over ``MPI.COMM_WORLD``.
 
@@ -119,8 +115,6 @@ def main(argv=None) -> int:
 
 def _main(argv, stop) -> int:
     """:func:`main` under its stop request."""
-    from .._outputs import Input, Output, claim
-
     args = parser().parse_args(argv)
     import hpcgpu
     from hpcgpu.comm import agree
@@ -134,15 +128,13 @@ def _main(argv, stop) -> int:
     except (ValueError, FileNotFoundError) as e:
         err = e
     agree(err, comm=rt.comm)
-    claim([Output(args.out, "-o"), Output(args.out + ".journal", "-o", kind="journal")],
-          [Input(args.params, "--params"), Input(_module_file(args.function, fn), "MODULE")], comm=rt.comm,
-          overwrite=args.overwrite, prog="hpcgpu.tasks")
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:
         print(f"hpcgpu.tasks: {args.function} over {args.params} on {rt.size} rank{'s' * (rt.size != 1)} "
               f"({max(1, rt.size - 1)} worker{'s' * (rt.size > 2)}; {rt.summary()})", flush=True)
-    r = run_sweep(fn, args.params, args.out, resume=args.resume, retries=args.retries, timeout=args.timeout,
+    r = run_sweep(fn, args.params, args.out, resume=args.resume, retry_failed=args.retry_failed,
+                  overwrite=args.overwrite, retries=args.retries, timeout=args.timeout,
                   flush_seconds=args.flush_seconds, progress=args.progress, name=args.function, comm=rt.comm,
                   stop=stop, what="--params")
     if rt.rank == 0:

@@ -93,7 +93,7 @@ class Options:
     timeout: float | None = None
     flush_seconds: float = 2.0
     progress: str = "none"
-    stop: object = None  # a hpcgpu.train.stop.StopRequest, or None
+    stop: object = None  # a hpcgpu._stop.StopRequest, or None
     what: str = "params"  # how messages name the parameter table (--params on the command line)
     retry_failed: bool = False  # resume: run the failed tasks again too
     isolation: str = "process"  # where tasks run, for the file's attribute

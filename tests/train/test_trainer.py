@@ -194,14 +194,20 @@ BAD_INPUTS = {
     "X not 2-D": (lambda t: _bad(t, train__X=X[:, 0], train__y=Y), [], "/train/X must be 2-D"),
     "X strings": (lambda t: _bad(t, train__X=np.array([[b"a"]] * 40), train__y=Y), [], "must be real numbers"),
     "lengths differ": (lambda t: _bad(t, train__X=X, train__y=Y[:-1]), [], "40 rows but /train/y has 39"),
-    "float labels": (lambda t: _bad(t, train__X=X, train__y=Y.astype(float)), ["--task", "classification"],
-                     "integer label array for classification"),
+    "fractional labels": (lambda t: _bad(t, train__X=X, train__y=Y + np.where(np.arange(40) == 7, 0.5, 0.0)),
+                          ["--task", "classification"], "not a whole number: class labels must be integers"),
+    "float labels of 2-D": (lambda t: _bad(t, train__X=X, train__y=np.stack([Y, Y], 1).astype(float)),
+                            ["--task", "classification"], "integer label array for classification"),
     "label too big": (lambda t: _bad(t, train__X=X, train__y=np.where(np.arange(40) == 33, 3, Y), attr_num_classes=3),
                       [], "label 3 is outside 0..2"),
     "negative label": (lambda t: _bad(t, train__X=X, train__y=np.where(np.arange(40) == 5, -1, Y)), [],
                        "negative label"),
     "test label too big": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=X[:4], test__y=np.array([0, 1, 2, 9]),
-                                          attr_num_classes=3), [], "label 9 is outside 0..2"),
+                                          attr_num_classes=3), [],
+                           "the validation labels hold 9, outside the training set's classes 0..2"),
+    "test label unseen in training": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=X[:4],
+                                                     test__y=np.array([0, 1, 2, 5])), [],
+                                      "the validation labels hold 5, outside the training set's classes 0..2"),
     "NaN in X": (lambda t: _bad(t, train__X=np.where(np.arange(40)[:, None] == 29, np.nan, X), train__y=Y), [],
                  "/train/X row 29 holds NaN or infinity"),
     "inf in test X": (lambda t: _bad(t, train__X=X, train__y=Y, test__X=np.full((3, 6), np.inf), test__y=Y[:3]), [],
@@ -260,3 +266,22 @@ def test_bad_input_exits_2_with_one_line(case, tmp_path):
     assert len(lines) == 1, p.stderr
     assert message in lines[0] and lines[0].startswith(("hpcgpu.train: error:", "python -m hpcgpu.train: error:"))
     assert not out.exists()
+
+
+@pytest.mark.mpi
+def test_whole_number_float_labels_are_classes_when_the_user_says_so(tmp_path):
+    """Labels stored as floats (a CSV's export) train as classes with --task classification; the model is the
+    one integer labels give."""
+    Xb, yb = blobs(60)
+    outs = []
+    for name, y in (("int", yb), ("float", yb.astype(np.float64))):
+        data = write_h5(tmp_path / f"{name}.h5", train__X=Xb, train__y=y)
+        out = tmp_path / f"{name}-out.h5"
+        p = _train_cli(3, data, str(out), "--epochs", "1", "--batch-size", "12", "--task", "classification",
+                       timeout=60)
+        assert p.returncode == 0, p.stderr
+        with h5py.File(out) as f:
+            assert f.attrs["task"] == "classification"
+            outs.append({k: f["model"][k][()] for k in f["model"]})
+    for k in outs[0]:
+        np.testing.assert_array_equal(outs[0][k], outs[1][k])
