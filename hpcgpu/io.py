@@ -10,8 +10,8 @@ from typing import Any
 
 from .comm import agree
 
-__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error", "output_error",
-           "check_output", "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "same_dataset", "one_line",
+__all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error",
+           "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "one_line",
            "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS", "source_error", "MARK_ATTR"]
 
 MARK_ATTR = "hpcgpu_version"
@@ -372,97 +372,6 @@ def split_spec(spec: str, default: str | None) -> tuple[str, str | None]:
         path, name = spec.rsplit(":", 1)
         return path, (name or default)
     return spec, default
-
-
-def same_dataset(a: str, b: str | None) -> bool:
-    """Whether HDF5 dataset paths ``a`` and ``b`` name the same object (``"C"`` and ``"/C/"`` do). Not collective.
-
-    Parameters
-    ----------
-    a, b : str or None
-        Dataset paths within one file; ``None`` never matches.
-
-    Returns
-    -------
-    bool
-    """
-    return b is not None and "/" + a.strip("/") == "/" + b.strip("/")
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
-def output_error(path: str | os.PathLike, what: str = "--out", *, inputs=(), dataset: str | None = None) \
-        -> OSError | ValueError | None:
-    """Everything that would make writing ``path`` lose data or fail, checked before any work. Not collective.
-
-    In order: ``path`` cannot be created (:func:`writable_error`); it is one
-    of the job's ``inputs`` (the whole file when ``dataset`` is ``None``, else
-    the same dataset of the same file); another process holds it open for
-    writing (:func:`held_error`). Rank 0 calls it, then the ranks agree
-    (:func:`check_output` does both).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The output file.
-    what : str
-        How the message names ``path``.
-    inputs : iterable of (str, str or None)
-        The files (and datasets; ``None`` for a whole file) the job reads.
-    dataset : str, optional
-        The dataset the job writes into ``path`` (keeping the file's other
-        objects); ``None``: the job replaces the whole file.
-
-    Returns
-    -------
-    OSError or ValueError or None
-        ``ValueError`` when the output is an input, ``OSError`` otherwise;
-        ``None`` when all is well.
-    """
-    path = os.fspath(path)
-    err = writable_error(path, what)
-    if err is not None:
-        return err
-    for src, name in inputs:
-        if src is None or not os.path.exists(path) or not _same_file(os.fspath(src), path):
-            continue
-        if dataset is None or name is None or same_dataset(dataset, name):
-            label = f"{path}:{dataset}" if dataset is not None else path
-            return ValueError(f"{what} {label}: is also an input ({src}{':' + name if name else ''}); "
-                              "writing it would replace what is read: choose another output")
-    return held_error(path, what)
-
-
-def check_output(path: str | os.PathLike, comm, what: str = "--out", *, inputs=(), dataset: str | None = None) -> None:
-    """Check an output before any work: rank 0 runs :func:`output_error`, then every node must share its directory.
-
-    Collective over ``comm``: every rank raises the same error
-    (:func:`hpcgpu.comm.agree`), so a job never computes a result it
-    cannot write, nor overwrites its input.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The output file.
-    comm : mpi4py.MPI.Intracomm
-    what : str
-        How the message names ``path`` (an option such as ``--out``).
-    inputs, dataset
-        As in :func:`output_error`.
-
-    Raises
-    ------
-    OSError, ValueError
-        An :class:`hpcgpu.AgreedError`, on every rank: see :func:`output_error`
-        and :func:`shared_dir_error`.
-    """
-    agree(output_error(path, what, inputs=inputs, dataset=dataset) if comm.rank == 0 else None, comm=comm)
-    agree(shared_dir_error(path, comm, what), comm=comm)
 
 
 def temp_keeping(path: str | os.PathLike, dataset: str, what: str = "output") -> str:

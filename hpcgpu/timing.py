@@ -280,6 +280,7 @@ def write_trace(path: str, events: list, comm: MPI.Intracomm, clock0: float, roo
     tracks of one node line up exactly; across nodes the barrier aligns them
     to within its own latency.
     """
+    from ._outputs import mark_text
     from .io import WRITE_ERRORS, atomic_path, on_root, one_line
 
     mine = {"rank": comm.rank, "host": socket.gethostname(),
@@ -298,8 +299,8 @@ def write_trace(path: str, events: list, comm: MPI.Intracomm, clock0: float, roo
                 if lab:
                     ev["args"] = {"at": lab}
                 out.append(ev)
-        with atomic_path(path) as tmp, open(tmp, "w") as f:
-            json.dump({"traceEvents": out, "displayTimeUnit": "ms"}, f)
+        with atomic_path(path) as tmp, open(tmp, "w") as f:  # the writer's mark first: the output policy's
+            json.dump({"otherData": {"writer": mark_text()}, "traceEvents": out, "displayTimeUnit": "ms"}, f)
 
     on_root(write, comm=comm, root=root, catch=WRITE_ERRORS,
             error=lambda e: OSError(f"--trace {path}: cannot write ({one_line(e)})"))

@@ -334,7 +334,7 @@ def _rank_pids(launcher_pid):
             todo.append(c)
             try:
                 with open(f"/proc/{c}/cmdline", "rb") as f:
-                    if b"hpcgpu" in f.read():
+                    if f.read().split(b"\0")[0] == os.fsencode(sys.executable):
                         pids.append(c)
             except OSError:
                 pass
@@ -485,3 +485,64 @@ def test_the_task_module_is_an_input(tmp_path, model_file):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and f"-o {i['fns']}: is also an input (MODULE {i['fns']})" in lines[0], p.stderr
     assert _snapshot(tmp_path) == before
+
+
+_LIBRARY_FIT = """
+import os, sys
+import numpy as np
+import hpcgpu
+from hpcgpu import nn
+
+rt = hpcgpu.init("cpu")
+rng = np.random.default_rng(0)
+X = rng.normal(size=(4000, 64))
+y = (X[:, 0] > 0).astype(np.int64)
+net = nn.Sequential(nn.Dense(64, 256, activation="relu"), nn.Dense(256, 2))
+trainer = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), runtime=rt, epochs=40, batch_size=32, progress="none",
+                         checkpoint=sys.argv[1])
+if rt.rank == 0:
+    open(sys.argv[2], "w").close()  # fit starts now
+trainer.fit((X, y))
+if rt.rank == 0:
+    print("stopped_by", trainer.stopped_by, "step", trainer.step, "checkpoint", trainer.checkpoint_file, flush=True)
+sys.exit(3 if trainer.stopped_by else 0)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
+def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
+    """From the first instant of fit (its data's checks, the sampler, the first step) to its end, a stop signal
+    ends in a checkpoint and stopped_by, never a killed process or a swallowed signal."""
+    (tmp_path / "fit.py").write_text(_LIBRARY_FIT)
+    rng = np.random.default_rng()
+    for delay in (0.0, *rng.uniform(0.05, 1.5, 2)):  # at fit's start, then at random instants in its steps
+        for f in ("ck.h5", "started"):
+            if (tmp_path / f).exists():
+                os.unlink(tmp_path / f)
+        p = _launch([str(tmp_path / "fit.py"), str(tmp_path / "ck.h5"), str(tmp_path / "started")], tmp_path)
+        try:
+            deadline = time.time() + 60
+            while not (tmp_path / "started").exists():
+                assert p.poll() is None and time.time() < deadline, p.communicate()
+                time.sleep(0.005)
+            time.sleep(delay)
+            for pid in _rank_pids(p.pid):
+                os.kill(pid, getattr(signal, sig))
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        assert p.returncode == 3, (delay, p.returncode, out, err)
+        assert f"stopped_by {sig}" in out and (tmp_path / "ck.h5").exists(), (delay, out, err)
+
+
+@pytest.mark.parametrize("program", _mpi.cases(list(PROGRAMS), ["train --trace", "matmul -o", "tasks -o"]))
+def test_a_program_replaces_its_own_earlier_output(program, tmp_path, model_file):
+    """What hpcgpu wrote carries its mark, so a second run over the first one's output is no refusal."""
+    ranks, argv, ds, reads = PROGRAMS[program]
+    i = _inputs(tmp_path, model_file)
+    out = str(tmp_path / "again.h5") + (f":{ds}" if ds else "")
+    for _ in range(2):
+        p = _mpi.run(ranks, argv(i, out, tmp_path), timeout=120, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]

@@ -11,7 +11,8 @@ import pytest
 from _data import blobs, write_h5
 
 import _mpi
-from hpcgpu.io import held_error, output_error, temp_keeping
+from hpcgpu._outputs import Input, Output, claim_error, written_by_hpcgpu
+from hpcgpu.io import held_error, temp_keeping
 
 HOLD = """
 import sys, h5py
@@ -95,12 +96,43 @@ def test_temp_keeping_refuses_a_group_and_a_file_that_is_not_hdf5(tmp_path):
 
 def test_an_input_is_never_an_output(tmp_path):
     a = write_h5(tmp_path / "a.h5", A=np.eye(2), B=np.eye(2))
-    assert "is also an input" in str(output_error(a, "-o", inputs=[(a, "A")], dataset="/A"))
-    assert output_error(a, "-o", inputs=[(a, "A")], dataset="C") is None  # another dataset of the same file
-    assert "is also an input" in str(output_error(a, "--out", inputs=[(a, None)]))  # the whole file
+    assert "is also an input" in str(claim_error([Output(a, "-o", dataset="/A")], [Input(a, "A", "A")]))
+    assert claim_error([Output(a, "-o", dataset="C")], [Input(a, "A", "A")]) is None  # another dataset, same file
+    assert "is also an input" in str(claim_error([Output(a, "-o", dataset="A/x")], [Input(a, "A", "A")]))  # under it
+    assert "is also an input" in str(claim_error([Output(a, "--out")], [Input(a, "--data")]))  # the whole file
     other = tmp_path / "link.h5"  # the same file by another name
     os.symlink(a, other)
-    assert "is also an input" in str(output_error(other, "--out", inputs=[(a, None)]))
+    assert "is also an input" in str(claim_error([Output(other, "--out")], [Input(a, "--data")]))
+
+
+def test_the_mark_says_what_hpcgpu_wrote(tmp_path):
+    """Only files with hpcgpu's mark are replaced without --overwrite; every writer of hpcgpu's puts it on."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hpcgpu._outputs import save_figure, write_text
+    from hpcgpu.io import atomic_path, new_hdf5
+
+    theirs = write_h5(tmp_path / "theirs.h5", x=np.zeros(2))
+    assert written_by_hpcgpu(theirs) is False and written_by_hpcgpu(tmp_path / "theirs.h5", "json") is False
+    with atomic_path(tmp_path / "ours.h5") as tmp, new_hdf5(tmp) as f:
+        f["x"] = np.zeros(2)
+    fig = plt.figure()
+    save_figure(fig, tmp_path / "ours.png")
+    plt.close(fig)
+    write_text(tmp_path / "ours.md", "<!-- written by hpcgpu 0 -->\n# a report\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert written_by_hpcgpu(tmp_path / "ours.h5") is True
+    assert written_by_hpcgpu(tmp_path / "ours.png", "png") is True
+    assert written_by_hpcgpu(tmp_path / "ours.md", "text") is True
+    assert written_by_hpcgpu(tmp_path / "notes.txt") is None  # not HDF5 at all
+    outs = {"theirs.h5": "hdf5", "ours.h5": "hdf5", "ours.png": "png", "ours.md": "text", "notes.txt": "text"}
+    for name, kind in outs.items():
+        err = claim_error([Output(tmp_path / name, "--out", kind=kind)])
+        assert (err is None) == name.startswith("ours"), (name, err)
+        assert claim_error([Output(tmp_path / name, "--out", kind=kind)], overwrite=True) is None
 
 
 @pytest.mark.parametrize("locking", ["TRUE", "FALSE"])
