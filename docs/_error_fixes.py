@@ -728,20 +728,16 @@ FIXES: dict[str, str] = {
         "(``y.reshape(len(y), -1)`` for both, or ``y.ravel()`` for a single target)."
     ),
     "…: X has … features, the model's first layer takes …": (
-        "The data has another number of feature columns than the model's input, the ``n_in`` of its first "
-        "``Dense`` layer. Build the first layer for the data (``nn.Dense(X.shape[1], ...)``), or prepare the "
-        "data as the model expects."
+        "The rows given to ``fit`` or ``predict`` (or ``python -m hpcgpu.train predict``) have another width than "
+        "the model's input, the ``n_in`` of its first ``Dense`` layer: the model was built for other data, the "
+        "features were prepared differently from the training data, or the wrong dataset was named (``--data "
+        "FILE:DATASET``, default ``/test/X``). Build the first layer for the data (``nn.Dense(X.shape[1], "
+        "...)``), apply the training data's preprocessing, or name the dataset of features."
     ),
     "…: y has … target(s) per sample, the model's last layer gives …": (
         "For regression the model's last ``Dense`` layer needs one output per target: k outputs for targets "
         "of shape (N, k), 1 for targets of shape (N,). Make the last layer ``nn.Dense(h, k)``, or reshape "
         "the targets."
-    ),
-    "predict: X has … features, the model's first layer takes …": (
-        "``predict`` (or ``python -m hpcgpu.train predict``) was given rows of another width than the model's "
-        "input, the ``n_in`` of its first ``Dense`` layer: the features were prepared differently from the "
-        "training data, or the wrong dataset was named (``--data FILE:DATASET``, default ``/test/X``). Apply "
-        "the training data's preprocessing, or name the dataset of features."
     ),
     "save_results: give a path (the trainer was made without out=)": (
         "``Trainer.save_results()`` writes the results file to the trainer's ``out``, and a trainer made from a model "
@@ -1029,11 +1025,6 @@ FIXES: dict[str, str] = {
         "``HDF5_USE_FILE_LOCKING=FALSE`` (or a file system without locks) HDF5 takes no lock, so hpcgpu "
         "looks at the open files of this node's processes instead (``/proc``); a writer on another node "
         "cannot be seen then. Close the file there, or give another output name."
-    ),
-    "… …: is also an input (…); writing it would replace what is read: choose another output": (
-        "The output names a file (or, for ``FILE:DATASET``, a dataset) that the same command reads: the "
-        "write would replace the input. Give another output file or dataset; a matrix product may go into "
-        "the same file as its inputs under another dataset name (``-o A.h5:C``)."
     ),
     "… …: exists and is not a readable HDF5 file (…): it is not replaced; remove it or write elsewhere": (
         "A ``FILE:DATASET`` output adds or replaces one dataset in ``FILE``, keeping its other objects; the "
@@ -1647,11 +1638,6 @@ FIXES: dict[str, str] = {
         'off); ``inf`` or ``nan`` would keep the learning rate at its start for ever. Give a finite number >='
         ' 0.'
     ),
-    'hpcgpu.datasets: error: --out …: …': (
-        '``python -m hpcgpu.datasets`` could not write the data set to ``--out`` (a full disk or quota, no '
-        'permission, a missing source directory for fashion-mnist); the reason follows. Nothing is left at '
-        '``--out`` but what was there: free space or choose another path.'
-    ),
     'predict …:…: cannot be read (…)': (
         '``Trainer.predict`` (or ``python -m hpcgpu.train predict --data``) was given an HDF5 '
         '``FILE:DATASET`` it cannot read: no such dataset in the file, a group in its place, or a damaged '
@@ -1780,7 +1766,7 @@ FIXES: dict[str, str] = {
     ),
     ("…: the ranks of a node need … GiB for their blocks, more than its memory (… GiB): use more nodes, or fewer "
      "ranks per node"): (
-        "A matrix (``matmul``'s A, B or C, :meth:`hpcgpu.DistMatrix.from_hdf5`) or the MLP of ``info --hidden`` "
+        "A matrix (``matmul``'s A, B or C, ``hpcgpu.DistMatrix.from_hdf5``) or the MLP of ``info --hidden`` "
         "declares more data than the ranks of one node can hold in memory (the node's memory, or its cgroup's "
         "limit under Slurm). It is refused before anything is allocated. Spread the job over more nodes, run "
         "fewer ranks per node, or check the dataset's declared shape (a typo in a generator)."
@@ -1804,5 +1790,27 @@ FIXES: dict[str, str] = {
         "function defined at the top level of a module (or of a file given as ``sims.py:run``). A lambda, a "
         "nested function or a function of ``__main__`` is not. Move it to a module, or pass "
         "``isolate=False`` (or ``'auto'``, which runs such a function in the rank's own process)."
+    ),
+    "hpcgpu.datasets: error: …": (
+        "``python -m hpcgpu.datasets`` could not make the data set: the reason follows (a missing source "
+        "directory for fashion-mnist, scikit-learn not installed for digits, ``--out FILE: cannot write`` for a "
+        "full disk or quota). Nothing is left at ``--out`` but what was there."
+    ),
+    "--data …: the attribute num_classes must be an integer >= 2, got …": (
+        "The data file's root attribute ``num_classes`` fixes the model's number of classes, and it is not a "
+        "whole number of at least 2 (a string such as ``'three'``, a fraction). Write it as an integer, "
+        "``f.attrs['num_classes'] = 3``, or delete it to take the classes from ``/train/y``."
+    ),
+    "…: row … holds …, not a whole number: class labels must be integers 0..C-1": (
+        "``--task classification`` (``task='classification'``) was given with float labels, which are accepted "
+        "when every one is a whole number (a CSV's export of integer classes); this one is not. Check the "
+        "labels, or train a regression (``--task regression``) if they are values."
+    ),
+    ("…: the validation labels hold …, outside the training set's classes 0..…: a model of … classes cannot "
+     "predict it"): (
+        "The model's classes are those of the training set (``/train/y``, or the ``num_classes`` attribute), and "
+        "a validation label (``/test/y``, ``validation=``) lies outside them: a model of C classes can never "
+        "predict it, and the accuracy would be wrong without a word. Relabel both sets together "
+        "(``numpy.unique(y, return_inverse=True)``), or set ``num_classes`` to the true count."
     ),
 }

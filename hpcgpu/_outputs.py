@@ -43,7 +43,6 @@ __all__ = ["Output", "Input", "claim", "claim_error", "MARK_ATTR", "MARK_TEXT", 
 
 MARK_TEXT = "written by hpcgpu"
 """The words hpcgpu puts near the start of every non-HDF5 file it writes (JSON, Markdown, PNG metadata)."""
-_LEGACY_ATTRS = ("format",)  # checkpoints written before the mark carry their format's name
 _KINDS = ("hdf5", "json", "text", "png", "journal")
 _MAGIC = {"journal": b"HPJ1"}  # the task farm's journal (hpcgpu.tasks._store) starts with its frame's magic
 
@@ -188,7 +187,7 @@ def written_by_hpcgpu(path: str | os.PathLike, kind: str = "hdf5") -> bool | Non
             if not h5py.is_hdf5(path):
                 return None
             with h5py.File(path, "r", locking=False) as f:
-                return MARK_ATTR in f.attrs or any(a in f.attrs for a in _LEGACY_ATTRS)
+                return MARK_ATTR in f.attrs
         except OSError:
             return None
     try:

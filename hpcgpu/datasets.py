@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from .io import atomic_path, new_hdf5
+from .io import WRITE_ERRORS, atomic_path, new_hdf5, one_line
 from . import _options
 
 __all__ = ["write_digits", "write_fashion_mnist", "default_data_path", "read_idx", "DATASETS"]
@@ -30,6 +30,13 @@ DATASETS = ("digits", "fashion-mnist")
 
 
 def _write(path, name, source, X_train, y_train, X_test, y_test, num_classes) -> str:
+    try:
+        return _write_file(path, name, source, X_train, y_train, X_test, y_test, num_classes)
+    except WRITE_ERRORS as e:  # a full disk or quota: name the file (nothing is left at path)
+        raise OSError(f"--out {os.fspath(path)}: cannot write ({one_line(e)})") from None
+
+
+def _write_file(path, name, source, X_train, y_train, X_test, y_test, num_classes) -> str:
     with atomic_path(path) as tmp:
         with new_hdf5(tmp) as f:
             for split, X, y in (("train", X_train, y_train), ("test", X_test, y_test)):
@@ -263,7 +270,7 @@ def main(argv=None) -> int:
     except (OSError, ImportError, ValueError) as e:
         from .io import one_line
 
-        print(f"hpcgpu.datasets: error: --out {a.out}: {one_line(e)}", file=sys.stderr)
+        print(f"hpcgpu.datasets: error: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"wrote {a.name} to {a.out}")
     return 0

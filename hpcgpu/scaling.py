@@ -189,7 +189,7 @@ def _child_compute(args) -> None:
 
     world = MPI.COMM_WORLD
     rt = hpcgpu.init("cpu" if args.device == "auto" else args.device, comm=MPI.COMM_SELF)
-    cfg = TrainConfig(data=args.data, out=os.devnull, hidden=tuple(int(h) for h in args.hidden.split(",")),
+    cfg = TrainConfig(data=args.data, out=None, hidden=tuple(int(h) for h in args.hidden.split(",")),
                       batch_size=max(1, args.batch_size // world.size), epochs=args.epochs, progress="none",
                       schedule="constant", warmup_epochs=0, timing=False)
     tr = Trainer(cfg, rt)

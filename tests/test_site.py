@@ -210,7 +210,8 @@ ENTRY_POINTS = {
     "report": (1, ["-m", "hpcgpu.report", "{t}/none.h5", "-o", "{t}/rep"], "hpcgpu.report: error: {t}/none.h5: "
                                                                            "no such file"),
     "scaling": (1, ["-m", "hpcgpu.scaling", "--ranks", "0"], "hpcgpu.scaling: error: --ranks must be positive "
-                                                              "integers like 1,2,4 and --epochs, --sizes >= 2"),
+                                                              "integers like 1,2,4; --epochs, --sizes >= 2; "
+                                                              "--repeat, --extend >= 1"),
 }
 
 
