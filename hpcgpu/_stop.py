@@ -91,7 +91,8 @@ class StopRequest:
         self.reason: str | None = None
         self.stop_file, self.check_file, self.interval, self.prog = stop_file, check_file, interval, prog
         self._next_look = 0.0
-        self._old: dict = {}
+        self._old: dict = {}  # what a second signal of a kind gets (its default action)
+        self._restore: dict = {}  # what uninstall puts back
         self._watcher = None
         self._sigints = 0
 
@@ -151,18 +152,23 @@ class StopRequest:
         seen = [self._sigints]
 
         def watch():
-            while True:
-                try:
+            # The thread owns the read end and closes it itself, at the end of file that closing the write end
+            # (uninstall) gives: closed elsewhere, its number could be reused by another file while this thread
+            # is about to read it, and that file's bytes would be taken for signals.
+            try:
+                while True:
                     data = os.read(r, 64)
-                except OSError:
-                    return
-                if not data:
-                    return
-                seen[0] += data.count(signal.SIGINT)
-                if seen[0] > 1:
-                    self._end_now()
+                    if not data:
+                        return
+                    seen[0] += data.count(signal.SIGINT)
+                    if seen[0] > 1:
+                        self._end_now()
+            except OSError:
+                return
+            finally:
+                os.close(r)
 
-        self._watcher = (r, w)
+        self._watcher = w
         threading.Thread(target=watch, name="hpcgpu-sigint", daemon=True).start()
 
     def requested(self) -> bool:
@@ -197,7 +203,7 @@ class StopRequest:
 
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
-                self._old[name] = signal.signal(getattr(signal, name), self._handler)
+                self._restore[name] = self._old[name] = signal.signal(getattr(signal, name), self._handler)
                 if self._old[name] is _early._record:  # the default action is what a second signal gets
                     self._old[name] = signal.SIG_DFL if name != "SIGINT" else signal.default_int_handler
             self.reason = self.reason or _early.received()
@@ -206,20 +212,26 @@ class StopRequest:
         return self
 
     def uninstall(self) -> None:
-        """Put the previous handlers back. Not collective."""
-        import signal
+        """Put the previous handlers back (a program's start-up recorder too: a late signal is kept, not fatal).
 
-        for name, h in self._old.items():
+        Not collective; main thread only (elsewhere a no-op).
+        """
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for name, h in self._restore.items():
             signal.signal(getattr(signal, name), h)
         self._old.clear()
+        self._restore.clear()
         if self._watcher is not None:
             import contextlib
 
             with contextlib.suppress(ValueError, OSError):
                 signal.set_wakeup_fd(-1)
-            for fd in self._watcher[::-1]:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(self._watcher)  # the watcher reads the end of file, closes its end and ends
             self._watcher = None
 
     def __enter__(self) -> "StopRequest":

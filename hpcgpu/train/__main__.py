@@ -152,11 +152,14 @@ def main(argv=None) -> int:
     # kill the job, and one that comes after the last step is simply late.
     argv = sys.argv[1:] if argv is None else list(argv)
     stop = StopRequest(prog="hpcgpu.train").install()
-    if argv[:1] == ["predict"]:
-        try:  # one pass over the rows: a first stop signal lets it finish, a second Ctrl-C ends it
-            return predict(argv[1:])
-        finally:
-            stop.uninstall()
+    try:  # predict is one pass over the rows: a first stop signal lets it finish, a second Ctrl-C ends it
+        return predict(argv[1:]) if argv[:1] == ["predict"] else _train(argv, stop)
+    finally:
+        stop.uninstall()
+
+
+def _train(argv, stop) -> int:
+    """:func:`main`'s training, under its stop request."""
     args = parser().parse_args(argv)
     args.precision, args.task, args.loss = args.precision or "", args.task or "", args.loss or ""
     trainer = Trainer(TrainConfig(**vars(args)))
