@@ -132,8 +132,8 @@ def _check_complete(out, n, runs):
 def test_killed_sweep_resumes_with_every_task_done_once(how, tmp_path, request):
     if request.config.getoption("--device") == "standin":
         pytest.skip("the kill and resume path does not touch the device: the first pass covers it")
-    n = 100
-    params, out = _slow_params(tmp_path / "p.csv", n, 0.02), tmp_path / "r.h5"
+    n = 150  # 2.3 s of work on two workers: the stop must come while it runs, also under a slow launcher
+    params, out = _slow_params(tmp_path / "p.csv", n), tmp_path / "r.h5"
     args = [f"{FNS}:slow", "--params", params, "-o", str(out), "--flush-seconds", "0.2", "--progress", "none"]
     log = tmp_path / "log"
     log.mkdir()
