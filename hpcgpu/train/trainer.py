@@ -326,6 +326,8 @@ class Trainer:
     def _claim(self, outputs: list, inputs: list = ()) -> None:
         """The output policy (``hpcgpu._outputs.claim``) for the outputs not claimed yet. Collective."""
         new = [o for o in outputs if (os.path.abspath(os.fspath(o.path)), o.dataset) not in self._claimed]
+        if inputs:  # outputs claimed before must still not be one of these inputs (fit's data, save_results')
+            new = list(outputs)
         if not new:
             return
         claim(new, inputs, comm=self.rt.comm, overwrite=self._overwrite, prog="hpcgpu.train")
@@ -648,6 +650,10 @@ class Trainer:
             test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
                                                                  task=train.task)
             self._validation_from_file = isinstance(test_source, (str, os.PathLike))
+            files = [Input(os.fspath(s), n) for s, n in ((source, "data"), (validation, "validation"))
+                     if isinstance(s, (str, os.PathLike))]
+            if files:  # the data given to fit is an input: never one of this trainer's outputs
+                self._claim(self._outputs(self.config), files)
             self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
             self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
             self._prepare()
