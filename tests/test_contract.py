@@ -283,11 +283,31 @@ def _launch(args, cwd):
 
 def _ranks_started(p, tmp_path, timeout=60):
     """Wait until the trainer's ranks have written their first checkpoint (steps are running)."""
+    _wait_until(p, lambda: (tmp_path / "s.ckpt.h5").exists(), timeout, poll=0.05)
+
+
+def _wait_until(p, ready, timeout=60, poll=0.05):
+    """Wait for the state a test needs (not for a time): fail if the job ends or ``timeout`` passes first."""
     deadline = time.time() + timeout
-    while not (tmp_path / "s.ckpt.h5").exists():
-        assert p.poll() is None, p.communicate()
-        assert time.time() < deadline, "no step ran"
-        time.sleep(0.05)
+    while not ready():
+        assert p.poll() is None and time.time() < deadline, p.communicate()
+        time.sleep(poll)
+
+
+def _signal_when(args, cwd, sig, ready, delay=0.0, timeout=60, poll=0.05):
+    """Launch ``args`` on NP ranks, wait until ``ready()``, then ``delay`` seconds, send ``sig`` to every rank;
+    return the job with its (stdout, stderr). The job's process group is killed if anything fails."""
+    p = _launch(args, cwd)
+    try:
+        _wait_until(p, ready, timeout, poll)
+        time.sleep(delay)
+        for pid in _rank_pids(p.pid):
+            os.kill(pid, getattr(signal, sig))
+        out, err = p.communicate(timeout=max(60, timeout))
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    return p, out, err
 
 
 @pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM", "SIGUSR1"], ["SIGINT"]))
@@ -298,16 +318,8 @@ def test_a_stop_signal_checkpoints_and_a_resume_finishes(sig, tmp_path, model_fi
     i = _inputs(tmp_path, model_file)
     base = ["-m", "hpcgpu.train", "--data", i["data"], "--hidden", "64", "--batch-size", "16", "--progress",
             "none", "--out", str(tmp_path / "s.h5"), "--checkpoint-every", "1", "--epochs", "2000"]
-    p = _launch(base, tmp_path)
-    try:
-        _ranks_started(p, tmp_path)
-        time.sleep(np.random.default_rng().uniform(0, 0.5))  # a random step
-        for pid in _rank_pids(p.pid):
-            os.kill(pid, getattr(signal, sig))
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    p, out, err = _signal_when(base, tmp_path, sig, lambda: (tmp_path / "s.ckpt.h5").exists(),
+                               delay=np.random.default_rng().uniform(0, 0.5))  # at a random step
     assert p.returncode == 3, err
     ours, _ = _mpi.split_launcher(err)
     assert not ours.strip(), ours  # no traceback
@@ -449,18 +461,8 @@ def test_a_stop_signal_ends_a_sweep_with_its_results_and_a_resume_finishes_it(si
     (tmp_path / "p.csv").write_text("a\n" + "".join(f"{i}\n" for i in range(40)))
     args = ["-m", "hpcgpu.tasks", "fns.py:f", "--params", "p.csv", "-o", "r.h5", "--progress", "none",
             "--flush-seconds", "0.2"]
-    p = _launch(args, tmp_path)
-    try:
-        deadline = time.time() + 60
-        while not (tmp_path / "r.h5.journal").exists() or (tmp_path / "r.h5.journal").stat().st_size < 200:
-            assert p.poll() is None and time.time() < deadline, p.communicate()
-            time.sleep(0.05)
-        for pid in _rank_pids(p.pid):
-            os.kill(pid, getattr(signal, sig))
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    journal = tmp_path / "r.h5.journal"
+    p, out, err = _signal_when(args, tmp_path, sig, lambda: journal.exists() and journal.stat().st_size >= 200)
     assert p.returncode == 3, (out, err)
     ours, _ = _mpi.split_launcher(err)
     assert not ours.strip(), ours
@@ -519,19 +521,9 @@ def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
         for f in ("ck.h5", "started"):
             if (tmp_path / f).exists():
                 os.unlink(tmp_path / f)
-        p = _launch([str(tmp_path / "fit.py"), str(tmp_path / "ck.h5"), str(tmp_path / "started")], tmp_path)
-        try:
-            deadline = time.time() + 60
-            while not (tmp_path / "started").exists():
-                assert p.poll() is None and time.time() < deadline, p.communicate()
-                time.sleep(0.005)
-            time.sleep(delay)
-            for pid in _rank_pids(p.pid):
-                os.kill(pid, getattr(signal, sig))
-            out, err = p.communicate(timeout=120)
-        finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        p, out, err = _signal_when([str(tmp_path / "fit.py"), str(tmp_path / "ck.h5"), str(tmp_path / "started")],
+                                   tmp_path, sig, (tmp_path / "started").exists, delay=delay, timeout=120,
+                                   poll=0.005)
         assert p.returncode == 3, (delay, p.returncode, out, err)
         assert f"stopped_by {sig}" in out and (tmp_path / "ck.h5").exists(), (delay, out, err)
 
