@@ -70,6 +70,9 @@ else
     ALLREDUCE_MAX=${ALLREDUCE_MAX:-1G}
     TRAINPATH_DATA=${TRAINPATH_DATA:-$DATA}
 fi
+# PYTHON by absolute path, resolved now: use_mode puts $VENV/bin first on PATH, so a bare `python3` found
+# later would be the new venv's own interpreter, and its .pth would add the venv to itself (recursion).
+PYTHON=$(command -v "$PYTHON") || { echo "no Python: $PYTHON" >&2; exit 1; }
 PYTEST_GIVEN=${PYTEST_ARGS:+1}   # a dry run runs the suite only when PYTEST_ARGS is given (a small selection)
 PYTEST_ARGS=${PYTEST_ARGS:-"-q -x -m 'not slurm'"}
 INSTALL_MODE=${INSTALL_MODE:-venv}   # venv: a venv in $VENV over $PYTHON's packages; node: into $PYTHON itself
@@ -150,6 +153,10 @@ make_venv() {
     dirs=$("$PYTHON" -c 'import os, site; print(repr([p for p in site.getsitepackages() if os.path.isdir(p)]))') \
         || return
     prefixes=$("$PYTHON" -c 'import site; print(repr(site.PREFIXES))') || return
+    if [[ $dirs == *"$VENV"* ]]; then
+        echo "$PYTHON's site-packages include the venv itself ($dirs): give PYTHON as the node's interpreter" >&2
+        return 1
+    fi
     echo "import site; site.PREFIXES.extend($prefixes); list(map(site.addsitedir, $dirs))" \
         >"$sp/zz-node-site-packages.pth"
     echo "venv $VENV on $("$VPY" -V 2>&1), sees: $dirs"
