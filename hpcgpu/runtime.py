@@ -75,6 +75,11 @@ class Runtime:
         The host BLAS threads this rank runs, and why (``init``'s
         ``blas_threads``: its share of the node's cores, a variable the BLAS
         reads, or left as it was).
+    blas_capped : str
+        Empty, or one line saying that a thread variable asked for more BLAS
+        threads than some rank's CPU set holds and was capped, with the fix
+        (the same on every rank: how many ranks, the first one's numbers).
+        The run's first line (:meth:`summary`) ends with it.
     gpu_sharing : int
         The most ranks bound to one physical GPU (same host and PCI bus id),
         over all nodes; 1 on the CPU. Above 1 the run's first line says so:
@@ -101,6 +106,7 @@ class Runtime:
     cuda_aware_reason: str
     mpi_library: str
     blas_threads: str = "not limited"
+    blas_capped: str = ""
     device_reason: str = "asked for"
     binding: str = ""
     nonblocking_device: bool = False
@@ -134,7 +140,14 @@ class Runtime:
         return line
 
     def summary(self) -> str:
-        """The device and how buffers reach MPI, for the first line of a run (rank 0 prints it)."""
+        """The device and how buffers reach MPI, for the first line of a run (rank 0 prints it).
+
+        Ends with :attr:`blas_capped` when a thread variable was capped.
+        """
+        capped = f"; {self.blas_capped}" if self.blas_capped else ""
+        return self._where() + capped
+
+    def _where(self) -> str:
         if self.device == "cpu":
             return "cpu" if self.device_reason == "asked for" else f"cpu ({self.device_reason})"
         share = (f"; up to {self.gpu_sharing} ranks share a GPU (slower, and each has a share of its memory)"
@@ -181,9 +194,11 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
         gives each rank its share of the node's cores unless a variable the
         BLAS reads (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ...) says
         otherwise (eight ranks of two threads on two cores ran 50 times
-        slower than of one); an int sets that many; ``None`` leaves the
-        process's BLAS as it is. :attr:`Runtime.blas_threads` says what was
-        done.
+        slower than of one), and such a variable is capped at the CPU set a
+        rank is bound to when it asks for more (Slurm 22.05's trap, see
+        :data:`OVERSUBSCRIBE_VAR`); an int sets that many; ``None`` leaves
+        the process's BLAS as it is. :attr:`Runtime.blas_threads` says what
+        was done.
     collectives : {"auto", "nccl", "mpi"}, keyword-only
         How device buffers travel between ranks. ``"auto"``: over NCCL when
         there are several ranks, each on a GPU of its own, and NCCL loads
@@ -239,10 +254,11 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     except BaseException:
         dup.Free()
         raise
+    threads = _blas_decision(blas_threads, local_size)
     rt = Runtime(comm=dup, rank=dup.rank, size=dup.size, local_rank=local_rank, local_size=local_size,
-                 host=socket.gethostname(), **path, blas_threads=_blas_decision(blas_threads, local_size),
-                 mpi_library=_library_version(), gpu_sharing=sharing, collectives=over,
-                 collectives_reason=over_why)
+                 host=socket.gethostname(), **path, blas_threads=threads,
+                 blas_capped=_capped_line(dup, threads), mpi_library=_library_version(), gpu_sharing=sharing,
+                 collectives=over, collectives_reason=over_why)
     if comm is None:
         if _RUNTIME is not None:
             _RUNTIME.free()
@@ -442,6 +458,29 @@ def _load_scipy_blas() -> None:
         pass
 
 
+OVERSUBSCRIBE_VAR = "HPCGPU_BLAS_OVERSUBSCRIBE"
+"""``HPCGPU_BLAS_OVERSUBSCRIBE=1`` keeps a thread variable's count even where it is more than the CPU set a
+rank is bound to. Without it such a variable is capped at the set: since Slurm 22.05, ``srun`` no longer
+reads ``SLURM_CPUS_PER_TASK``, so a job script that asks ``--cpus-per-task=8`` and exports
+``OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK`` gets ranks bound to one CPU each running eight threads, unless
+its ``srun`` is given ``--cpus-per-task`` (or ``SRUN_CPUS_PER_TASK`` is set)."""
+
+_CAPPED = "capped at the CPU set"
+_CAP: tuple | None = None
+"""(variable, its value, CPUs of the set) when the last :func:`_limit_blas_threads` capped a variable."""
+_TRAP_FIX = ("give srun --cpus-per-task (Slurm >= 22.05 no longer passes the job's on) or export "
+             "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; " + OVERSUBSCRIBE_VAR + "=1 keeps the variable's count")
+
+
+def _cores() -> tuple[int, int]:
+    """This rank's CPU set size and the node's cores (the set is the node when the OS has no affinity)."""
+    try:
+        mine = len(os.sched_getaffinity(0))
+    except AttributeError:
+        mine = os.cpu_count() or 1
+    return mine, os.cpu_count() or mine
+
+
 def _limit_blas_threads(local_size: int) -> str:
     """Keep ranks x BLAS threads within this rank's cores, unless the user chose; say what the BLAS runs.
 
@@ -451,26 +490,33 @@ def _limit_blas_threads(local_size: int) -> str:
     rank gets its share of the node's cores. A variable that NumPy's BLAS
     reads (:data:`_BLAS_VARS`: ``OPENBLAS_NUM_THREADS`` or ``OMP_NUM_THREADS``
     for OpenBLAS, ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` for MKL, ...)
-    always wins, and the threads it gives are reported as the library runs
-    them; a variable of another BLAS (``MKL_NUM_THREADS`` with OpenBLAS) is
-    not read by the library, so hpcgpu sets its share and says the variable
-    was not read.
+    wins, except where it asks for more threads than a bound rank's CPU set
+    holds: that is capped at the set (Slurm 22.05's trap, :data:`OVERSUBSCRIBE_VAR`
+    keeps it). The threads are reported as the library runs them; a variable
+    of another BLAS (``MKL_NUM_THREADS`` with OpenBLAS) is not read by the
+    library, so hpcgpu sets its share and says the variable was not read.
     """
+    global _CAP
+    _CAP = None
     api, reads = _blas_thread_vars()
+    mine, total = _cores()
     for var in reads:
         value = os.environ.get(var, "").strip()
         if value:
             first = value.split(",")[0]  # OMP_NUM_THREADS=4,2: the outer level
-            if first.isdigit() and int(first) >= 1 and _blas.threads() not in (None, int(first)):
-                _set_blas_limit(int(first))  # set after the library loaded (in Python): do what it says
+            want = int(first) if first.isdigit() and int(first) >= 1 else None
+            if want is not None and mine < total and want > mine and os.environ.get(OVERSUBSCRIBE_VAR) != "1":
+                _set_blas_limit(mine)
+                _CAP = (var, value, mine)
+                runs = _blas.threads()
+                return (f"{runs if runs is not None else mine} ({var}={value} {_CAPPED}: "
+                        f"this rank is bound to {mine} of the node's {total} cores; srun --cpus-per-task or "
+                        f"SRUN_CPUS_PER_TASK gives it more, {OVERSUBSCRIBE_VAR}=1 keeps {want})")
+            if want is not None and _blas.threads() not in (None, want):
+                _set_blas_limit(want)  # set after the library loaded (in Python): do what it says
             runs = _blas.threads()
             return f"{runs if runs is not None else value} (from {var})"
     ignored = [v for v in _THREAD_VARS if os.environ.get(v) and v not in reads]
-    try:
-        mine = len(os.sched_getaffinity(0))
-    except AttributeError:
-        mine = os.cpu_count() or 1
-    total = os.cpu_count() or mine
     n = mine if mine < total else max(1, total // max(1, local_size))
     if not _set_blas_limit(n):
         return "not limited (threadpoolctl missing)"
@@ -479,6 +525,20 @@ def _limit_blas_threads(local_size: int) -> str:
         name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(api, api)
         why += f"; {', '.join(ignored)} not read by {name}, NumPy's BLAS"
     return f"{n} ({why})"
+
+
+def _capped_line(comm, threads: str) -> str:
+    """One line for every rank when some rank's thread variable was capped (:data:`OVERSUBSCRIBE_VAR`), else "".
+
+    Collective over ``comm``. ``threads`` is this rank's :attr:`Runtime.blas_threads`.
+    """
+    mine = _CAP if _CAPPED in threads else None
+    capped = [(r, c) for r, c in enumerate(comm.allgather(mine)) if c is not None]
+    if not capped:
+        return ""
+    r, (var, value, cpus) = capped[0]
+    return (f"BLAS threads capped on {len(capped)} rank(s) (rank {r}: {var}={value} asks for more than the "
+            f"{cpus} CPU(s) it is bound to): {_TRAP_FIX}")
 
 
 def check_launch() -> None:

@@ -1,3 +1,4 @@
+import os
 import re
 
 import numpy as np
@@ -190,9 +191,56 @@ def test_blas_thread_pools_agree_after_init(nprocs):
     assert p.stdout.count("ok ") == nprocs, p.stdout
 
 
+def _thread_vars(monkeypatch, **given):
+    """Exactly the thread variables given (a site's OPENBLAS_NUM_THREADS=1 would otherwise win)."""
+    for v in (*runtime._THREAD_VARS, "GOTO_NUM_THREADS", runtime.OVERSUBSCRIBE_VAR):
+        monkeypatch.delenv(v, raising=False)
+    for k, v in given.items():
+        monkeypatch.setenv(k, v)
+
+
 def test_blas_threads_respect_user_choice(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    _thread_vars(monkeypatch, OMP_NUM_THREADS="3")
+    monkeypatch.setattr(runtime, "_cores", lambda: (2, 2))  # unbound: more threads than cores is a choice
     assert runtime._limit_blas_threads(8) == "3 (from OMP_NUM_THREADS)"
+    assert runtime._CAP is None
+
+
+def test_a_variable_past_a_bound_ranks_cpu_set_is_capped(monkeypatch):
+    """Slurm 22.05's trap: OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK on a rank that srun bound to fewer CPUs."""
+    _thread_vars(monkeypatch, OMP_NUM_THREADS="8")
+    monkeypatch.setattr(runtime, "_cores", lambda: (2, 16))
+    got = runtime._limit_blas_threads(4)
+    assert got.startswith("2 (OMP_NUM_THREADS=8 capped at the CPU set: this rank is bound to 2 of the node's 16"), got
+    assert "srun --cpus-per-task" in got and "SRUN_CPUS_PER_TASK" in got and "HPCGPU_BLAS_OVERSUBSCRIBE=1" in got
+    assert runtime._CAP == ("OMP_NUM_THREADS", "8", 2)
+    line = runtime._capped_line(MPI.COMM_SELF, got)
+    assert line.startswith("BLAS threads capped on 1 rank(s) (rank 0: OMP_NUM_THREADS=8 asks for more than the 2 CPU")
+    assert "srun --cpus-per-task" in line and "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in line
+    # within the set: the variable wins; insisting keeps 8
+    _thread_vars(monkeypatch, OMP_NUM_THREADS="2")
+    assert runtime._limit_blas_threads(4) == "2 (from OMP_NUM_THREADS)"
+    _thread_vars(monkeypatch, OMP_NUM_THREADS="8", HPCGPU_BLAS_OVERSUBSCRIBE="1")
+    assert runtime._limit_blas_threads(4) == "8 (from OMP_NUM_THREADS)"
+    assert runtime._capped_line(MPI.COMM_SELF, "8 (from OMP_NUM_THREADS)") == ""
+    _thread_vars(monkeypatch)
+    runtime._limit_blas_threads(1)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_the_first_line_names_the_trap_when_ranks_are_bound_to_fewer_cpus():
+    """Two ranks bound to CPU 0 with OMP_NUM_THREADS=2: each runs one thread, and the run's first line says why."""
+    env = {v: None for v in (*runtime._THREAD_VARS, "GOTO_NUM_THREADS", runtime.OVERSUBSCRIBE_VAR)}
+    env["OMP_NUM_THREADS"] = "2"
+    code = ("import os, runpy, sys\n"
+            "os.sched_setaffinity(0, {0})  # as srun binds a rank, before NumPy's BLAS starts its threads\n"
+            "sys.argv = ['hpcgpu', 'matmul', '--bench', '32', '--device', 'cpu']\n"
+            "runpy.run_module('hpcgpu', run_name='__main__', alter_sys=True)\n")
+    p = _mpi.run(2, ["-c", code], env=env, timeout=90)
+    assert p.returncode == 0, p.stderr
+    first = p.stdout.splitlines()[0]
+    assert "BLAS threads capped on 2 rank(s) (rank 0: OMP_NUM_THREADS=2 asks for more than the 1 CPU(s)" in first, first
 
 
 @pytest.mark.mpi
