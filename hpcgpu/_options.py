@@ -10,6 +10,7 @@ variable                       what it sets
 ``HPCGPU_NONBLOCKING_DEVICE``  0/1: whether they go to its non-blocking collectives too
 ``HPCGPU_DEVICE``              ``cpu``: ``import hpcgpu`` binds no GPU before ``MPI_Init``
 ``HPCGPU_IGNORE_SLURM_NTASKS`` 1: do not refuse N one-rank worlds under ``srun --mpi=none``
+``HPCGPU_BLAS_OVERSUBSCRIBE``  1: keep a thread variable's count above a bound rank's CPU set
 ``HPCGPU_DATA_DIR``            where the bundled data sets are cached (``~/.cache/hpcgpu``)
 ``HPCGPU_POWERCAP_ROOT``       where RAPL's counters are read (``/sys/class/powercap``)
 ``HPCGPU_MPIEXEC``             the launcher ``python -m hpcgpu.scaling`` starts its runs with
@@ -28,7 +29,8 @@ import os
 __all__ = ["VARIABLES", "text", "switch", "seconds"]
 
 VARIABLES = ("HPCGPU_STALL_TIMEOUT", "HPCGPU_CUDA_AWARE_MPI", "HPCGPU_NONBLOCKING_DEVICE", "HPCGPU_DEVICE",
-             "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT", "HPCGPU_MPIEXEC")
+             "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_BLAS_OVERSUBSCRIBE", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT",
+             "HPCGPU_MPIEXEC")
 
 TRUE = frozenset({"1", "yes", "true", "on"})
 FALSE = frozenset({"0", "no", "false", "off"})

@@ -505,7 +505,7 @@ def _limit_blas_threads(local_size: int) -> str:
         if value:
             first = value.split(",")[0]  # OMP_NUM_THREADS=4,2: the outer level
             want = int(first) if first.isdigit() and int(first) >= 1 else None
-            if want is not None and mine < total and want > mine and os.environ.get(OVERSUBSCRIBE_VAR) != "1":
+            if want is not None and mine < total and want > mine and not _options.switch(OVERSUBSCRIBE_VAR):
                 _set_blas_limit(mine)
                 _CAP = (var, value, mine)
                 runs = _blas.threads()

@@ -4,8 +4,9 @@ Everything lives under one scratch folder; the daemons are stopped by the
 PIDs in their pid files (checked to be this cluster's), never by name. The
 configuration rests on what Debian 12's Slurm 22.05 was seen to do as root
 without systemd: munged first, then ``slurmctld -i`` until ``scontrol ping``
-answers, then slurmd until the node is idle; ``CPUs=`` may exceed the real
-cores; the pip ``mpich`` wheel starts under ``srun --mpi=pmi2`` (hence
+answers, then slurmd until the node is idle; ``TaskPlugin=task/affinity`` binds
+each task to the CPUs its step gives it, as sites do (``CPUs=`` is the real
+cores: with more, every task was bound to all of them); the pip ``mpich`` wheel starts under ``srun --mpi=pmi2`` (hence
 ``MpiDefault=pmi2``); ``jobcomp/filetxt`` stands in for an accounting
 database; ``MinJobAge=5`` (with the default 300, ``sbatch --wait`` polls every
 32 s) and ``AuthInfo=cred_expire=10`` (a requeued job reruns about 12 s later,
@@ -168,7 +169,7 @@ class SlurmCluster:
     next; both are picked free at :meth:`start` unless ``port`` is given.
     """
 
-    def __init__(self, scratch: str, cpus: int = 32, gpus: int = 4, nodes: list | None = None,
+    def __init__(self, scratch: str, cpus: int | None = None, gpus: int = 4, nodes: list | None = None,
                  ctl_addr: str = "127.0.0.1", port: int | None = None):
         self.scratch = os.path.abspath(scratch)
         here = socket.gethostname().split(".")[0]
@@ -176,7 +177,9 @@ class SlurmCluster:
         # (name, address, command prefix that runs a command on the node)
         self.nodes = nodes or [(here, "127.0.0.1", [])]
         self.ctl_addr, self.port, self._fixed_port = ctl_addr, port, port
-        self.cpus, self.gpus = cpus, gpus
+        # The real cores: task/affinity binds each task to CPUs of the machine, and a node configured with more
+        # CPUs than it has was seen to bind every task to all of them (binding as no site does)
+        self.cpus, self.gpus = cpus or os.cpu_count() or 1, gpus
         self._rng = random.Random()  # seeded from the OS: two sessions do not draw the same ports
         self.name = f"t{self._rng.getrandbits(32):08x}"  # ClusterName: whose controller answers
         # Job ids of its own too: MPICH names a job's shared memory after the PMI job id ("JOBID.STEP"), so two
@@ -204,7 +207,7 @@ CredType=cred/munge
 AuthInfo=cred_expire=10
 MpiDefault=pmi2
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt

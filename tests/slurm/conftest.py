@@ -38,10 +38,24 @@ def slurm(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def slurm_wide(slurm, tmp_path_factory):
+    """A one-node Slurm whose node claims 32 CPUs and 4 GPUs, for ``sbatch --test-only`` of the GPU scripts
+    as they are. Never runs a job: task binding on CPUs the machine lacks binds every task to all of them."""
+    cluster = SlurmCluster(str(tmp_path_factory.mktemp("slurm-wide")), cpus=32)
+    try:
+        cluster.start()
+    except Exception:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def slurm2(cluster, tmp_path_factory):
     """A two-node Slurm on tests/cluster's nodes: a slurmd in each node's namespaces, slurmctld on this
     machine's bridge address (on ports of its own, like the one-node cluster's)."""
-    c = SlurmCluster(str(tmp_path_factory.mktemp("slurm2")), cpus=16, gpus=2,
+    c = SlurmCluster(str(tmp_path_factory.mktemp("slurm2")), gpus=2,
                      nodes=[(h, cluster.addr[h], cluster.prefix(h)) for h in cluster.nodes[:2]],
                      ctl_addr=cluster.gateway)
     try:

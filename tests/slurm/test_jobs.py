@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -259,7 +260,7 @@ def _batch_shell(listpids):
 
 def test_srun_mpi_none_is_a_clear_error(slurm, tmp_path):
     env = dict(slurm.env, PYTHONPATH=_mpi.ROOT)
-    p = subprocess.run(["srun", "-n", "3", "--mpi=none", sys.executable, "-m", "hpcgpu.train",
+    p = subprocess.run(["srun", "-n", "3", "--overcommit", "--mpi=none", sys.executable, "-m", "hpcgpu.train",
                         "--out", str(tmp_path / "o.h5")], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert not (tmp_path / "o.h5").exists()
@@ -270,8 +271,89 @@ def test_srun_mpi_none_is_a_clear_error(slurm, tmp_path):
 
 
 @pytest.mark.parametrize("script", ["train.sbatch", "matmul.sbatch", "tasks.sbatch"])
-def test_gpu_scripts_are_accepted(slurm, script):
-    p = subprocess.run(["sbatch", "--test-only", os.path.join(JOBS, script)], env=slurm.env, capture_output=True,
+def test_gpu_scripts_are_accepted(slurm_wide, script):
+    p = subprocess.run(["sbatch", "--test-only", os.path.join(JOBS, script)], env=slurm_wide.env, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "to start at" in p.stderr
+
+
+# -- every rank gets the CPUs its job asked for (Slurm 22.05's srun trap) ------------------------------------
+
+_CORES_HOOK = '''import atexit, json, os, sys
+argv = getattr(sys, "orig_argv", [])
+if "-m" in argv and argv[argv.index("-m") + 1:][:1] in (["hpcgpu"], ["hpcgpu.train"], ["hpcgpu.tasks"]):
+    def _record():  # at exit: the BLAS threads as hpcgpu left them
+        from threadpoolctl import threadpool_info
+        rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ["SLURM_PROCID"]
+        blas = sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        with open(os.path.join(os.environ["CORES_LOG"], f"rank{rank}.json"), "w") as f:
+            json.dump({"cpus": sorted(os.sched_getaffinity(0)), "blas": blas}, f)
+    atexit.register(_record)
+'''
+
+
+def _cores_job(slurm, tmp_path, text, **variables):
+    """Submit the script TEXT with 2 ranks of 2 CPUs each; each rank's CPU set and BLAS threads, and the log.
+
+    ``--overcommit`` fits the job on a 2-core machine (the allocation is 2 CPUs per node, not 4), which Slurm
+    refuses with ``--ntasks-per-node``: the copy submitted asks ``--ntasks=2`` instead, the rest of the script
+    as it is. The step's binding is Slurm's as on any site: a step without ``--cpus-per-task`` binds each of
+    its 2 ranks to one CPU. A ``sitecustomize`` on the ranks' path records, as each hpcgpu rank exits, what it
+    ran on."""
+    hook, log = tmp_path / "hook", tmp_path / "cores"
+    hook.mkdir()
+    log.mkdir()
+    assert text.count("#SBATCH --ntasks-per-node=2\n") == 1
+    script = tmp_path / "job.sbatch"
+    script.write_text(text.replace("#SBATCH --ntasks-per-node=2\n", "#SBATCH --ntasks=2\n"))
+    (hook / "sitecustomize.py").write_text(_CORES_HOOK)
+    env = _vars(tmp_path, **variables, CORES_LOG=log)
+    env["PYTHONPATH"] = f"{hook}{os.pathsep}{env['PYTHONPATH']}"
+    p = slurm.sbatch(str(script), "-o", str(tmp_path / "%j.out"), "--cpus-per-task=2", "--overcommit", env=env,
+                     timeout=180)
+    assert p.returncode == 0, (p.stdout, p.stderr, _log(tmp_path))
+    ranks = {f.stem: json.loads(f.read_text()) for f in log.glob("rank*.json")}
+    assert sorted(ranks) == ["rank0", "rank1"], (ranks, _log(tmp_path))
+    return ranks, _log(tmp_path)
+
+
+def _cpu_script_vars(script, tmp_path):
+    if script == "matmul-cpu.sbatch":
+        return {"BENCH_N": 64}
+    if script == "tasks-cpu.sbatch":
+        params = tmp_path / "p.csv"
+        params.write_text("i,seconds\n" + "".join(f"{i},0.01\n" for i in range(6)))
+        (tmp_path / "ran").mkdir()
+        return {"FUNCTION": os.path.join(_mpi.ROOT, "tests", "tasks", "farm_fns.py") + ":slow", "PARAMS": params,
+                "FARM_LOG": tmp_path / "ran"}
+    return {"TRAIN_ARGS": "--epochs 1"}
+
+
+@pytest.mark.parametrize("script, launcher", [("train-cpu.sbatch", "srun"), ("matmul-cpu.sbatch", "srun"),
+                                              ("tasks-cpu.sbatch", "srun"), ("train-cpu.sbatch", "mpiexec")])
+def test_cpu_scripts_give_each_rank_the_cpus_it_asked_for(slurm, tmp_path, script, launcher):
+    """--cpus-per-task=2: every rank's CPU set holds 2 CPUs and its BLAS runs 2 threads, under srun (which
+    the script gives --cpus-per-task) and under the MPI's own mpiexec (whose ranks share the job's CPUs; the
+    scripts' mpiexec lines are one and the same, the trainer's job checks it under every MPI)."""
+    ranks, log = _cores_job(slurm, tmp_path, open(os.path.join(JOBS, script)).read(), LAUNCHER=launcher,
+                            **_cpu_script_vars(script, tmp_path))
+    for r, got in ranks.items():
+        assert len(got["cpus"]) == 2 and got["blas"] == [2], (r, got, log)
+    assert "BLAS threads capped" not in log, log
+
+
+def test_the_old_srun_line_binds_each_rank_to_one_cpu_and_hpcgpu_says_so(slurm, tmp_path):
+    """A copy of train-cpu.sbatch with the srun line of before Slurm 22.05 (no --cpus-per-task): each rank is
+    bound to one CPU while OMP_NUM_THREADS=2, and the run's first line names the trap and its fix."""
+    text = open(os.path.join(JOBS, "train-cpu.sbatch")).read()
+    new = 'srun --mpi="$MPI_PLUGIN" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")'
+    assert new in text
+    ranks, log = _cores_job(slurm, tmp_path, text.replace(new, 'srun --mpi="$MPI_PLUGIN")'), TRAIN_ARGS="--epochs 1")
+    for r, got in ranks.items():
+        assert len(got["cpus"]) == 1 and got["blas"] == [1], (r, got, log)
+    first = next(ln for ln in log.splitlines() if ln.startswith("hpcgpu.train: "))
+    # the variable NumPy's BLAS reads first: OPENBLAS_NUM_THREADS (OpenBLAS) or MKL_NUM_THREADS, both 2 here
+    assert re.search(r"BLAS threads capped on 2 rank\(s\) \(rank 0: (OPENBLAS|MKL|OMP)_NUM_THREADS=2 asks for more "
+                     r"than the 1 CPU", first), log
+    assert "srun --cpus-per-task" in first and "SRUN_CPUS_PER_TASK" in first, first
