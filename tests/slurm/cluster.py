@@ -4,10 +4,12 @@ Everything lives under one scratch folder; the daemons are stopped by the
 PIDs in their pid files (checked to be this cluster's), never by name. The
 configuration rests on what Debian 12's Slurm 22.05 was seen to do as root
 without systemd: munged first, then ``slurmctld -i`` until ``scontrol ping``
-answers, then slurmd until the node is idle; ``TaskPlugin=task/affinity`` binds
-each task to the CPUs its step gives it, as sites do (``CPUs=`` is the real
-cores: with more, every task was bound to all of them); the pip ``mpich`` wheel starts under ``srun --mpi=pmi2`` (hence
-``MpiDefault=pmi2``); ``jobcomp/filetxt`` stands in for an accounting
+answers, then slurmd until the node is idle; ``TaskPlugin=task/cgroup,task/affinity``
+(a cpuset cgroup per step where cgroup v1's cpuset is writable, task/affinity alone
+otherwise) binds each task to the CPUs its step gives it, as sites do (``CPUs=``
+is the real cores: with more, every task was bound to all of them); the pip
+``mpich`` wheel starts under ``srun --mpi=pmi2`` (hence ``MpiDefault=pmi2``);
+``jobcomp/filetxt`` stands in for an accounting
 database; ``MinJobAge=5`` (with the default 300, ``sbatch --wait`` polls every
 32 s) and ``AuthInfo=cred_expire=10`` (a requeued job reruns about 12 s later,
 not 120) keep the tests quick.
@@ -95,6 +97,14 @@ def _has_libpmix() -> bool:
     return False
 
 
+CPUSET_V1 = "/sys/fs/cgroup/cpuset"
+
+
+def _cpuset_v1() -> bool:
+    """Whether cgroup v1's cpuset controller is mounted here and writable (task/cgroup can make a step's set)."""
+    return os.path.exists(os.path.join(CPUSET_V1, "cgroup.procs")) and os.access(CPUSET_V1, os.W_OK)
+
+
 def _mem_mb() -> int:
     with open("/proc/meminfo") as f:
         for line in f:
@@ -180,6 +190,9 @@ class SlurmCluster:
         # The real cores: task/affinity binds each task to CPUs of the machine, and a node configured with more
         # CPUs than it has was seen to bind every task to all of them (binding as no site does)
         self.cpus, self.gpus = cpus or os.cpu_count() or 1, gpus
+        # Bound as most sites bind: a cpuset cgroup per step (task/cgroup) where the machine has cgroup v1's cpuset
+        # to give (Slurm 22.05's cgroup/v2 wants systemd), and each task's affinity within it (task/affinity)
+        self.task_plugin = "task/cgroup,task/affinity" if _cpuset_v1() else "task/affinity"
         self._rng = random.Random()  # seeded from the OS: two sessions do not draw the same ports
         self.name = f"t{self._rng.getrandbits(32):08x}"  # ClusterName: whose controller answers
         # Job ids of its own too: MPICH names a job's shared memory after the PMI job id ("JOBID.STEP"), so two
@@ -207,7 +220,7 @@ CredType=cred/munge
 AuthInfo=cred_expire=10
 MpiDefault=pmi2
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
+TaskPlugin={self.task_plugin}
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
@@ -232,6 +245,9 @@ MailProg=/bin/true
 """ + "".join(f"NodeName={n} NodeAddr={a} CPUs={self.cpus} RealMemory={_mem_mb() // len(self.nodes)} "
               f"Gres=gpu:{self.gpus} State=UNKNOWN\n" for n, a, _ in self.nodes)
                 + "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+        if "task/cgroup" in self.task_plugin:
+            with open(os.path.join(s, "cgroup.conf"), "w") as f:
+                f.write(f"CgroupPlugin=cgroup/v1\nCgroupMountpoint={CPUSET_V1.rsplit('/', 1)[0]}\nConstrainCores=yes\n")
         # Fake GPUs so that `sbatch --test-only` can judge the GPU scripts: slurmd
         # wants a character device per GPU, and /dev/null's numbers do.
         dev = os.path.join(s, "dev")
