@@ -20,6 +20,10 @@ from . import _early
 
 _early.catch()  # the trainer's command line only: a stop signal during start-up is kept, not fatal
 
+from . import _yield  # noqa: E402
+
+_yield.when_oversubscribed()  # MPICH reads it at MPI_Init: more ranks than cores wait without spinning
+
 from . import _device  # noqa: E402
 
 _device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
