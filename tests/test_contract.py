@@ -218,6 +218,7 @@ def _rows():
     return rows
 
 
+@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 @pytest.mark.parametrize("program, condition", _rows())
 def test_the_output_policy(program, condition, tmp_path, model_file):
     ranks, argv, ds, reads = PROGRAMS[program]
@@ -260,6 +261,7 @@ def test_the_output_policy(program, condition, tmp_path, model_file):
 
 # -- two outputs of one run on one file --------------------------------------------------------------
 
+@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 @pytest.mark.parametrize("second", ["--checkpoint", "--trace"])
 def test_two_outputs_on_one_file_are_refused(second, tmp_path, model_file):
     i = _inputs(tmp_path, model_file)
@@ -436,6 +438,7 @@ INPUT_CONDITIONS = {"a virtual dataset with a missing source": _vds_missing, "a 
 @pytest.mark.parametrize("program, condition", [
     pytest.param(p, c, id=f"{p}-{c}") for p in INPUTS
     for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])])
+@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 def test_a_hostile_input_is_one_line_before_any_work(program, condition, tmp_path, model_file):
     ranks, argv, key = INPUTS[program]
     i = _inputs(tmp_path, model_file)
@@ -478,6 +481,7 @@ def test_a_stop_signal_ends_a_sweep_with_its_results_and_a_resume_finishes_it(si
         np.testing.assert_array_equal(f["results/y"][()], np.arange(40) * 2)
 
 
+@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 def test_the_task_module_is_an_input(tmp_path, model_file):
     i = _inputs(tmp_path, model_file)
     before = _snapshot(tmp_path)
@@ -528,6 +532,7 @@ def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
         assert f"stopped_by {sig}" in out and (tmp_path / "ck.h5").exists(), (delay, out, err)
 
 
+@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 @pytest.mark.parametrize("program", _mpi.cases(list(PROGRAMS), ["train --trace", "matmul -o", "tasks -o"]))
 def test_a_program_replaces_its_own_earlier_output(program, tmp_path, model_file):
     """What hpcgpu wrote carries its mark, so a second run over the first one's output is no refusal."""
