@@ -41,7 +41,14 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Under --device=standin, tests marked ``host`` (the CPU path by their own choice) are deselected: the first
-    pass ran them, and the stand-in changes nothing they run."""
+    pass ran them, and the stand-in changes nothing they run.
+
+    Under pytest-xdist (``-n N --dist loadgroup``), the tests of tests/slurm and tests/cluster run on one worker:
+    they share the session's Slurm and network-namespace nodes, which one worker starts once."""
+    for item in items:
+        rel = os.path.relpath(str(item.path), HERE).split(os.sep)[0]
+        if rel in ("slurm", "cluster"):
+            item.add_marker(pytest.mark.xdist_group("nodes"))
     if config.getoption("--device") != "standin":
         return
     host = [i for i in items if i.get_closest_marker("host") is not None]

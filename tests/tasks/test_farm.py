@@ -92,9 +92,14 @@ def test_every_task_once_failures_recorded_and_balanced(nprocs, tmp_path, reques
         t = f["tasks/seconds"][()]
         assert (t[done] >= seconds[done] * 0.9).all()
         # Balance by structure, not by the clock (a makespan bound failed on a GPU node, where each task process
-        # a timeout replaces starts CUDA again): every worker took tasks from the one queue.
-        # benchmarks/tasks.py measures the makespan against max(sum / workers, longest task).
-        assert set(ranks) == ({0} if nprocs == 1 else set(range(1, nprocs))), sorted(collections.Counter(ranks).items())
+        # a timeout replaces starts CUDA again): the tasks came from one queue, so while one worker sat 0.8 s in
+        # the hanging task others took the rest. Not every worker need take one: under load (two suites at once)
+        # 3 of 7 workers started after the others had emptied the queue. benchmarks/tasks.py measures the
+        # makespan against max(sum / workers, longest task).
+        took = collections.Counter(ranks)
+        assert set(took) <= ({0} if nprocs == 1 else set(range(1, nprocs))), sorted(took.items())
+        assert len(took) >= min(2, workers), sorted(took.items())
+        assert workers == 1 or took[ranks[HANG]] < N - 1, sorted(took.items())  # the hang's worker did not run all
     assert not os.path.exists(str(out) + ".journal")  # the final file holds everything
 
 
