@@ -122,6 +122,11 @@ class StopRequest:
             except OSError:
                 pass
             time.sleep(0.2)  # let the launcher pass the line on before the job goes
+        else:
+            # Rank 0 first: a launcher ends the whole job as soon as any rank exits non-zero, and under load rank 0
+            # (its handler or watcher not yet scheduled) was killed before its line, leaving none (found by two
+            # suites at once). Bounded: a rank 0 that is gone or stuck costs these ranks 2 s, no more.
+            time.sleep(2.0)
         os._exit(EXIT_INTERRUPTED)
 
     def _watch_sigints(self) -> None:
