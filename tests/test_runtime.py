@@ -294,7 +294,8 @@ def test_the_launchers_own_block_is_all_it_adds(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "no.h5" in lines[0], p.stderr
     if _mpi.flavor() == "openmpi":
-        block = p.launcher_stderr.strip().splitlines()
+        # its block between two rules; before it, now and then, a single line of its runtime's teardown race
+        block = [ln for ln in p.launcher_stderr.strip().splitlines() if not _mpi._RUNTIME_LINE.match(ln)]
         assert block[0].strip("-") == "" and block[-1].strip("-") == "", p.launcher_stderr
         assert "exited with non-zero status" in p.launcher_stderr
         assert re.search(r"Exit code:\s+2", p.launcher_stderr), p.launcher_stderr
