@@ -499,7 +499,8 @@ class Trainer:
             return
         self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
         if test.task == "regression":
-            y = test.y.reshape(test.y.shape[0], -1).astype(np.float64)
+            # the target columns from the shape, not -1: a rank's shard may hold no sample (numpy cannot infer -1)
+            y = test.y.reshape(test.y.shape[0], int(np.prod(test.y.shape[1:]))).astype(np.float64)
             sums = np.concatenate([y.sum(axis=0), (y * y).sum(axis=0)])
             self.groups.data_comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
             k, n = y.shape[1], max(1, test.n_global)

@@ -285,3 +285,16 @@ def test_whole_number_float_labels_are_classes_when_the_user_says_so(tmp_path):
             outs.append({k: f["model"][k][()] for k in f["model"]})
     for k in outs[0]:
         np.testing.assert_array_equal(outs[0][k], outs[1][k])
+
+
+@pytest.mark.mpi
+def test_a_regression_test_set_smaller_than_the_ranks_leaves_a_rank_an_empty_shard(tmp_path):
+    """One test sample at 2 ranks: rank 1's shard is empty (reshape(0, -1) raised there; found by the fuzz test)."""
+    X = np.array([[9.0], [6.0], [5.0], [1.0]], dtype=np.float32)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=np.array([0.0, 0.0, 1.0, 1.0], np.float32),
+                    test__X=np.ones((1, 1), np.float32), test__y=np.ones(1, np.float32))
+    p = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", str(tmp_path / "o.h5"), "--epochs", "1",
+                     "--batch-size", "2", "--hidden", "4", "--progress", "none"], timeout=90)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(tmp_path / "o.h5") as f:
+        assert np.isfinite(f["metrics/test_rmse"][()]).all()
