@@ -83,8 +83,13 @@ def test_trainer_timing_adds_up_and_the_trace_has_a_track_per_rank(nprocs, tmp_p
         assert (phases["io"][:, 1] > 0).all() and (phases["compute"][:, 1] > 0).all()
         if nprocs > 1:
             assert (phases["comm"][:, 1] > 0).all()
-        total = sum(v[:, 1] for v in phases.values())
-        np.testing.assert_allclose(total, seconds, rtol=0.05)  # the phases tile the epoch
+        # The phases tile each rank's epoch: at one rank the sum is the epoch; at several, each rank's own sum lies
+        # between the sums of the phases' minima and maxima over ranks (the means drifted 8% from rank 0's epoch
+        # of 53 ms when the ranks ran a few ms apart, with two test workers on two cores)
+        lo, hi = (sum(v[:, i] for v in phases.values()) for i in (0, 2))
+        if nprocs == 1:
+            np.testing.assert_allclose(hi, seconds, rtol=0.05)
+        assert (lo <= seconds * 1.05).all() and (hi >= seconds * 0.95).all(), (lo, hi, seconds)
         assert np.isnan(f["metrics/energy_joules"][()]).all() or (f["metrics/energy_joules"][()] > 0).all()
         assert f["metrics/energy_joules_cpu"].attrs["why_nan"] or not np.isnan(f["metrics/energy_joules_cpu"][0])
         assert (f["metrics/gflop"][()] > 0).all()
