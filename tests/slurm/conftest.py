@@ -9,6 +9,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import SlurmCluster, install_packages  # noqa: E402
 
 
+def _running(cluster):
+    """Start ``cluster``, yield it to the session, stop it (also when its start fails)."""
+    try:
+        cluster.start()
+    except Exception:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """A running one-node Slurm of this session's own (its ports, state and spool; tests/slurm/cluster.py).
@@ -28,13 +39,7 @@ def slurm(tmp_path_factory):
             pytest.fail(f"Slurm tests must run in CI: {why}")
         pytest.skip(why)
     cluster = SlurmCluster(str(tmp_path_factory.mktemp("slurm")))
-    try:
-        cluster.start()
-    except Exception:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    yield from _running(cluster)
 
 
 @pytest.fixture(scope="session")
@@ -42,13 +47,7 @@ def slurm_wide(slurm, tmp_path_factory):
     """A one-node Slurm whose node claims 32 CPUs and 4 GPUs, for ``sbatch --test-only`` of the GPU scripts
     as they are. Never runs a job: task binding on CPUs the machine lacks binds every task to all of them."""
     cluster = SlurmCluster(str(tmp_path_factory.mktemp("slurm-wide")), cpus=32)
-    try:
-        cluster.start()
-    except Exception:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    yield from _running(cluster)
 
 
 @pytest.fixture(scope="session")
@@ -58,10 +57,4 @@ def slurm2(cluster, tmp_path_factory):
     c = SlurmCluster(str(tmp_path_factory.mktemp("slurm2")), gpus=2,
                      nodes=[(h, cluster.addr[h], cluster.prefix(h)) for h in cluster.nodes[:2]],
                      ctl_addr=cluster.gateway)
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    yield from _running(c)
