@@ -4,6 +4,8 @@ import pytest
 import _mpi
 import hpcgpu
 
+pytestmark = pytest.mark.device  # every test here reaches the device path
+
 
 def test_single_rank_collectives_are_identities():
     hpcgpu.init("cpu")

@@ -210,15 +210,51 @@ def _snapshot(t):
     return out
 
 
+PATH_CONDITIONS = ["a FIFO", "a dangling link", "under a regular file", "under a dataset", "a non-UTF-8 directory"]
+"""Conditions of the output's path alone, which the one output policy judges before a program reads its options'
+meaning (:func:`test_the_policy_judges_each_path_condition_alone` holds them for a whole file and a dataset): each
+runs through two programs, one that writes a whole file and one that writes a dataset, taking turns. The others
+depend on what a program reads and how it writes, and run through every program."""
+
+
 def _rows():
+    whole = [p for p, (_, _, ds, _) in PROGRAMS.items() if ds is None]
+    into = [p for p, (_, _, ds, _) in PROGRAMS.items() if ds is not None]
     rows = []
-    for prog in PROGRAMS:
-        for cond in _mpi.cases(list(CONDITIONS), LEAN_CONDITIONS):
-            rows.append(pytest.param(prog, cond, id=f"{prog}-{cond}"))
+    for cond in _mpi.cases(list(CONDITIONS), LEAN_CONDITIONS):
+        if cond in PATH_CONDITIONS:
+            c = PATH_CONDITIONS.index(cond)
+            progs = into if cond == "under a dataset" else [whole[c % len(whole)], into[c % len(into)]]
+        else:
+            progs = list(PROGRAMS)
+        rows += [pytest.param(prog, cond, id=f"{prog}-{cond}") for prog in progs]
     return rows
 
 
-@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
+@pytest.mark.parametrize("dataset", [None, "C"])
+@pytest.mark.parametrize("condition", PATH_CONDITIONS)
+def test_the_policy_judges_each_path_condition_alone(condition, dataset, tmp_path):
+    """The output policy itself, in this process, for every path condition, on a whole file and on a dataset:
+    a refusal is one line naming the option and the path with the condition's words; nothing in the directory
+    changes."""
+    from hpcgpu._outputs import Output, claim_error
+
+    made = CONDITIONS[condition](tmp_path, {}, dataset)
+    if made is None:
+        pytest.skip(f"{condition} needs a dataset output")
+    spec, (outcome, words) = made
+    path = spec.rsplit(":", 1)[0] if dataset or condition == "under a dataset" else spec
+    ds = spec.rsplit(":", 1)[1] if dataset or condition == "under a dataset" else None
+    before = _snapshot(tmp_path)
+    err = claim_error([Output(path, "-o", dataset=ds)])
+    if outcome == "refused":
+        assert err is not None and str(err).count("\n") == 0, err
+        assert f"-o {spec}" in str(err) and words in str(err), str(err)
+    else:
+        assert err is None, err
+    assert _snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("program, condition", _rows())
 def test_the_output_policy(program, condition, tmp_path, model_file):
     ranks, argv, ds, reads = PROGRAMS[program]
@@ -261,7 +297,6 @@ def test_the_output_policy(program, condition, tmp_path, model_file):
 
 # -- two outputs of one run on one file --------------------------------------------------------------
 
-@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 @pytest.mark.parametrize("second", ["--checkpoint", "--trace"])
 def test_two_outputs_on_one_file_are_refused(second, tmp_path, model_file):
     i = _inputs(tmp_path, model_file)
@@ -312,6 +347,7 @@ def _signal_when(args, cwd, sig, ready, delay=0.0, timeout=60, poll=0.05):
     return p, out, err
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM", "SIGUSR1"], ["SIGINT"]))
 def test_a_stop_signal_checkpoints_and_a_resume_finishes(sig, tmp_path, model_file):
     """The signal goes to every rank (as a launcher forwards it, or a terminal to its process group); the run
@@ -438,7 +474,6 @@ INPUT_CONDITIONS = {"a virtual dataset with a missing source": _vds_missing, "a 
 @pytest.mark.parametrize("program, condition", [
     pytest.param(p, c, id=f"{p}-{c}") for p in INPUTS
     for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])])
-@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 def test_a_hostile_input_is_one_line_before_any_work(program, condition, tmp_path, model_file):
     ranks, argv, key = INPUTS[program]
     i = _inputs(tmp_path, model_file)
@@ -481,7 +516,6 @@ def test_a_stop_signal_ends_a_sweep_with_its_results_and_a_resume_finishes_it(si
         np.testing.assert_array_equal(f["results/y"][()], np.arange(40) * 2)
 
 
-@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 def test_the_task_module_is_an_input(tmp_path, model_file):
     i = _inputs(tmp_path, model_file)
     before = _snapshot(tmp_path)
@@ -515,6 +549,7 @@ sys.exit(3 if trainer.stopped_by else 0)
 """
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
 def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
     """From the first instant of fit (its data's checks, the sampler, the first step) to its end, a stop signal
@@ -532,7 +567,6 @@ def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
         assert f"stopped_by {sig}" in out and (tmp_path / "ck.h5").exists(), (delay, out, err)
 
 
-@pytest.mark.host  # refused or written before any device work: the stand-in changes nothing here
 @pytest.mark.parametrize("program", _mpi.cases(list(PROGRAMS), ["train --trace", "matmul -o", "tasks -o"]))
 def test_a_program_replaces_its_own_earlier_output(program, tmp_path, model_file):
     """What hpcgpu wrote carries its mark, so a second run over the first one's output is no refusal."""

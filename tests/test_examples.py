@@ -10,6 +10,7 @@ import _mpi
 GRAM = os.path.join(_mpi.ROOT, "examples", "gram.py")
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_gram_matches_numpy_on_digits(nprocs, tmp_path):
@@ -53,6 +54,7 @@ def test_sir_sweep_keeps_the_final_size_relation(tmp_path):
         assert (fs[r0 > 2] > 0.75).all() and (fs[r0 < 1] < 0.01).all()  # herd immunity overshoot; no epidemic
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_regression_example_reaches_least_squares_at_1_and_3_ranks():
     """examples/regression.py: test R^2 >= 0.45 (ordinary least squares' on this split), the same to 4 decimals
@@ -68,6 +70,7 @@ def test_regression_example_reaches_least_squares_at_1_and_3_ranks():
     assert got[1] == got[3]
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_decay_example_fits_the_law_with_its_own_gradient():
     p = _mpi.run(3, [os.path.join(_mpi.ROOT, "examples", "decay.py")], timeout=180)

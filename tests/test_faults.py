@@ -152,6 +152,7 @@ def _params(path):
         return {k: f["model"][k][()] for k in f["model"]}, f["metrics/train_loss"][()]
 
 
+@pytest.mark.device
 def test_resume_is_exact_at_the_same_ranks_and_close_at_others(tmp_path):
     """Checkpoints from a 4-rank run; resumed mid-epoch at 4 ranks: bitwise; at 2 ranks: up to summation order."""
     data = _data(tmp_path)
@@ -184,6 +185,7 @@ def test_resume_is_exact_at_the_same_ranks_and_close_at_others(tmp_path):
             np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
 
 
+@pytest.mark.device
 def test_resume_with_gradient_accumulation_is_exact(tmp_path):
     """K = 2 micro-batches at 3 ranks (10 a micro-batch: 4 + 3 + 3), resumed mid-epoch from a checkpoint:
     bitwise the uninterrupted run."""
@@ -330,6 +332,7 @@ def test_corrupt_checkpoint_falls_back_then_fails_clearly(tmp_path):
     assert not (tmp_path / "c.h5").exists()
 
 
+@pytest.mark.device
 def test_divergence_stops_with_epoch_and_step_and_keeps_the_good_checkpoint(tmp_path):
     """lr = 1e200: step 1 leaves huge but finite parameters (checkpointed), step 2's loss is NaN."""
     data = _data(tmp_path)

@@ -105,6 +105,7 @@ def test_launcher_local_rank_variables(monkeypatch):
 @pytest.mark.mpi
 @pytest.mark.parametrize("cli", [["-m", "hpcgpu", "info"], ["-m", "hpcgpu", "matmul", "--bench", "8"],
                                  ["-m", "hpcgpu.train", "--epochs", "1"]])
+@pytest.mark.device
 def test_bad_cuda_aware_override_is_one_line(cli, tmp_path):
     """A bad HPCGPU_CUDA_AWARE_MPI is bad input on every device: one line, exit 2, no abort."""
     p = _mpi.run(2, [*cli, "--device", "cpu", *(["--out", str(tmp_path / "o.h5")] if "hpcgpu.train" in cli else [])],
@@ -243,6 +244,7 @@ def test_the_first_line_names_the_trap_when_ranks_are_bound_to_fewer_cpus():
     assert "BLAS threads capped on 2 rank(s) (rank 0: OMP_NUM_THREADS=2 asks for more than the 1 CPU(s)" in first, first
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_info_prints_one_line_per_rank(nprocs):

@@ -106,7 +106,6 @@ def test_one_rank_grid_and_errors():
 
 
 @pytest.mark.mpi
-@pytest.mark.host  # tests/device/test_device_path.py runs the same checks on the device
 @pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4, 6], [1, 2, 3]))  # 6: 2x3 and 3x2, as 8's 2x4
 def test_summa_against_numpy(nprocs):
     p = _mpi.script(nprocs, "summa_checks.py", "cpu", timeout=240)
@@ -119,6 +118,7 @@ def _cli(n, *args, timeout=120):
     return _mpi.run(n, ["-m", "hpcgpu", "matmul", *map(str, args)], timeout=timeout)
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_cli_multiplies_hdf5_files(tmp_path):
     rng = np.random.default_rng(0)
@@ -136,6 +136,7 @@ def test_cli_multiplies_hdf5_files(tmp_path):
         assert f.attrs["world_size"] == 3 and list(f.attrs["grid"]) == [3, 1]
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 @pytest.mark.mpi
 def test_cli_transposes_alpha_beta_and_c_in(tmp_path):
@@ -154,6 +155,7 @@ def test_cli_transposes_alpha_beta_and_c_in(tmp_path):
         np.testing.assert_allclose(f["C"][()], 2 * A.T @ B.conj().T - C0, rtol=1e-13)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("dtype, stored, ulp", [("float16", "float16", 2.0**-11), ("bfloat16", "float32", 2.0**-8)])
 def test_cli_half_precision(tmp_path, dtype, stored, ulp):
     """--dtype float16 / bfloat16: float32 accumulation, one rounding; HDF5 has no bfloat16, so C is float32."""
@@ -173,6 +175,7 @@ def test_cli_half_precision(tmp_path, dtype, stored, ulp):
     assert np.abs(C - ref).max() <= ulp * np.abs(ref).max()
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_cli_real_times_complex_and_complex_as_real(tmp_path):
     """Found by the fuzz test: float32 @ complex64 must read A as complex; --dtype float32 must refuse complex."""
@@ -188,6 +191,7 @@ def test_cli_real_times_complex_and_complex_as_real(tmp_path):
     assert p.returncode == 2 and "imaginary" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_cli_bench_reports_ratio():
     p = _cli(2, "--bench", 64, "--repeat", 1, "--json")

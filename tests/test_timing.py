@@ -66,6 +66,7 @@ def test_reduce_and_trace_at_one_rank(tmp_path):
         write_trace(str(tmp_path / "no" / "such" / "dir" / "t.json"), [], MPI.COMM_SELF, c0)
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_trainer_timing_adds_up_and_the_trace_has_a_track_per_rank(nprocs, tmp_path, small_h5):

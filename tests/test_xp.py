@@ -10,6 +10,8 @@ from hpcgpu.train import MLP
 
 HAS_GPU = _device.device_count() > 0
 
+pytestmark = pytest.mark.device  # every test here reaches the device path
+
 
 @pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
 def xp(request):

@@ -117,7 +117,10 @@ def test_trainer_matmul_and_task_farm_give_the_one_node_results(cluster, tmp_pat
                                   "-o", tmp_path / "r.h5", "--progress", "none"])
     assert p.returncode == 0, p.stderr
     with h5py.File(tmp_path / "r.h5") as f:
-        assert (f["tasks/status"][()] == 1).all() and set(f["tasks/rank"][()]) == {1, 2, 3}
+        # every task once, by the workers (rank 0 hands out), some of them on the other node; not every worker:
+        # a worker that starts late under load may find the 40 short tasks taken (the balance: benchmarks/tasks.py)
+        ranks = set(f["tasks/rank"][()].tolist())
+        assert (f["tasks/status"][()] == 1).all() and ranks <= {1, 2, 3} and ranks & {2, 3}, ranks
         np.testing.assert_array_equal(f["results/twice"][()], 2 * np.arange(40))
 
 

@@ -101,6 +101,7 @@ def test_death_causes_name_the_status_or_the_signal():
     assert death_cause(-signal.SIGUSR2) == "the task's process was killed by signal 12 (SIGUSR2)"
 
 
+@pytest.mark.device
 def test_the_task_process_leaves_the_mpi_job_and_sees_the_ranks_gpu_alone():
     from hpcgpu.tasks._isolate import child_environment
 

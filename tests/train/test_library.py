@@ -147,7 +147,9 @@ CASES = ["seq-sgd", "seq-adam", "seq-adamw", "mse", "huber", "own-sgd", "own-ada
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("case", _mpi.cases(CASES, ["seq-adam", "huber", "own-adam"]))
+@pytest.mark.parametrize("case", _mpi.cases(
+    [pytest.param(c, marks=pytest.mark.device) if c in ("seq-adamw", "own-adam") else c for c in CASES],
+    ["seq-adam", "huber", "own-adam"]))
 def test_the_same_seed_gives_the_same_model_at_1_2_and_3_ranks(case):
     """Built-in layers (every activation) and a model of one's own, with SGD (Nesterov), Adam and AdamW, on
     classification and regression: the losses and the parameters agree to 1e-6 in float64 at any rank count,
@@ -165,6 +167,7 @@ def test_the_same_seed_gives_the_same_model_at_1_2_and_3_ranks(case):
             np.testing.assert_allclose(runs[n]["params"][k], v, rtol=1e-6, atol=1e-9, err_msg=f"{k} at {n} ranks")
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_each_ranks_own_rows_give_the_model_of_the_whole_set():
     """sharded=True with uneven shards (27, 84, 139 rows at 3 ranks) trains the same model as every rank
@@ -175,6 +178,7 @@ def test_each_ranks_own_rows_give_the_model_of_the_whole_set():
         np.testing.assert_allclose(own["params"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_predict_at_3_ranks_equals_1_rank_row_for_row(tmp_path):
     one = _fit("predict", 1, tmp_path / "p1.h5")
@@ -207,6 +211,7 @@ def _model(path):
         return {k: f["model"][k][()] for k in f["model"]}
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs, zero", [(2, 0), (2, 1)])
 def test_an_adam_run_stopped_and_resumed_is_bitwise_the_uninterrupted_one(tmp_path, nprocs, zero):
@@ -271,6 +276,7 @@ def test_regression_on_the_command_line_and_predict_from_its_results(tmp_path):
 
 # -- in one process: h5py datasets as data, a config left alone, a pure state_dict ----------------
 
+@pytest.mark.device
 def test_h5py_datasets_train_as_arrays_do_and_the_config_is_left_alone(tmp_path):
     import dataclasses
 

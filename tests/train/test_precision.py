@@ -68,7 +68,7 @@ def test_mixed_gradient_is_close_to_float32_and_scales(precision):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
-@pytest.mark.parametrize("nprocs", _mpi.cases([1, 3], [3]))
+@pytest.mark.parametrize("nprocs", _mpi.cases([1, pytest.param(3, marks=pytest.mark.device)], [3]))
 def test_mixed_precision_learns_digits(precision, nprocs, tmp_path):
     """The main job's options on the bundled digits: at least 0.95 test accuracy; the loss scale and the
     skipped steps in /metrics, float32 weights in /model."""
@@ -128,6 +128,7 @@ sys.exit(status)
 """
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_injected_overflow_skips_exactly_that_step_and_halves_the_scale(tmp_path):
     """One rank's gradient holds an inf at step 5: every rank skips step 5 on top of the steps a clean run

@@ -9,6 +9,8 @@ import _mpi
 from hpcgpu.train import MLP
 from hpcgpu.train.reducer import GradientReducer
 
+pytestmark = pytest.mark.device  # every test here reaches the device path
+
 
 def test_slots_are_named_views_after_the_gradient():
     r = GradientReducer(5, np, np.float64, MPI.COMM_SELF)

@@ -15,6 +15,8 @@ from hpcgpu.nn import MLP, layer_plan, local_layout
 HIDDEN = "12,9"  # 12 splits evenly at T = 2, 3, 4; 9 only at 3
 SIZES = [6, 12, 9, 4]
 
+pytestmark = pytest.mark.device  # every test here reaches the device path
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):

@@ -15,6 +15,7 @@ METRICS = {"epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"
            "samples_per_second", "energy_joules", "energy_joules_cpu", "energy_joules_gpu", "gflop", "joules_per_gflop"}
 
 
+@pytest.mark.device
 def test_trainer_in_process_learns_and_saves(small_h5, tmp_path):
     out = str(tmp_path / "o" / "run.h5")
     rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
@@ -69,6 +70,7 @@ def _train_cli(nprocs, data, out, *extra, timeout=180):
                     timeout=timeout)
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_same_model_whatever_the_number_of_ranks(small_h5, tmp_path):
     """Same seed and global batch: the same parameters at 1, 3 and 4 ranks (B = 20: uneven at 3)."""
@@ -86,6 +88,7 @@ def test_same_model_whatever_the_number_of_ranks(small_h5, tmp_path):
             np.testing.assert_allclose(params[n][k], ref, rtol=1e-11, atol=1e-12, err_msg=f"{k} at {n} ranks")
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_gradient_accumulation_gives_the_same_model(small_h5, tmp_path):
     """--grad-accum-steps K: the same model as K = 1 up to summation order (float64, relative 1e-10), at 1, 2
@@ -109,6 +112,7 @@ def test_gradient_accumulation_gives_the_same_model(small_h5, tmp_path):
         np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_sharded_and_replicated_data_give_the_same_bits(small_h5, tmp_path):
     """--data-placement sharded (an Alltoallv each epoch) and replicated (every rank holds all, no exchange):
@@ -128,6 +132,7 @@ def test_sharded_and_replicated_data_give_the_same_bits(small_h5, tmp_path):
             np.testing.assert_array_equal(models[placement][k], want, err_msg=f"{k} {placement}")
 
 
+@pytest.mark.device
 def test_accumulation_reduces_once_per_step(small_h5, monkeypatch):
     """K micro-batches, one gradient reduction: the reducer is called once a step, whatever K."""
     from hpcgpu.train.reducer import GradientReducer
@@ -287,6 +292,7 @@ def test_whole_number_float_labels_are_classes_when_the_user_says_so(tmp_path):
         np.testing.assert_array_equal(outs[0][k], outs[1][k])
 
 
+@pytest.mark.device
 @pytest.mark.mpi
 def test_a_regression_test_set_smaller_than_the_ranks_leaves_a_rank_an_empty_shard(tmp_path):
     """One test sample at 2 ranks: rank 1's shard is empty (reshape(0, -1) raised there; found by the fuzz test)."""
