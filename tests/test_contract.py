@@ -366,6 +366,24 @@ def test_a_stop_signal_checkpoints_and_a_resume_finishes(sig, tmp_path, model_fi
         assert int(f.attrs["step"]) >= 1
 
 
+def _delivered(pids, sig, timeout):
+    """Wait until no process of ``pids`` has ``sig`` pending (``/proc/PID/status``: SigPnd, ShdPnd): each has
+    taken it, so the next one sent is a signal of its own. A process that is gone has nothing pending."""
+    bit = 1 << (int(sig) - 1)
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    pending = [int(ln.split()[1], 16) for ln in f if ln.startswith(("SigPnd:", "ShdPnd:"))]
+            except OSError:
+                break
+            if not any(p & bit for p in pending):
+                break
+            assert time.monotonic() < deadline, f"{sig.name} still pending at rank process {pid} after {timeout} s"
+            time.sleep(0.01)
+
+
 def _rank_pids(launcher_pid):
     """The Python ranks under the launcher (its descendants running this interpreter)."""
     children, pids = {}, []
@@ -403,7 +421,10 @@ def test_a_second_sigint_ends_the_job_at_once(tmp_path, model_file):
         pids = _rank_pids(p.pid)
         for pid in pids:
             os.kill(pid, signal.SIGINT)
-        time.sleep(0.3)  # two kills at once would be one signal (the kernel merges a pending one)
+        # Two kills before a rank runs would be one signal (the kernel merges a pending one): each rank's first
+        # must be delivered before the second is sent. A fixed 0.3 s was not enough under load (two suites at
+        # once: a rank not scheduled for 0.3 s saw one SIGINT and stopped gracefully while the others ended).
+        _delivered(pids, signal.SIGINT, timeout=30)
         t0 = time.time()
         for pid in pids:
             os.kill(pid, signal.SIGINT)
