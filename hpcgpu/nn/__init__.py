@@ -11,7 +11,8 @@ Two ways in:
 
 from ._layers import ACTIVATIONS, GELU, Activation, Dense, Layer, ReLU, Sequential, Tanh, from_spec, uniform_block
 from ._losses import LOSSES, Huber, Loss, MeanSquaredError, SoftmaxCrossEntropy, loss_by_name, loss_from_spec
-from ._model import FlatModel, Model, check_grad
+from ._model import FlatModel, Model
+from ._protocol import check_grad
 from ._network import MLP, Network, layer_plan, local_layout, relu_stack
 
 __all__ = ["ACTIVATIONS", "Activation", "Dense", "GELU", "Layer", "ReLU", "Sequential", "Tanh", "from_spec",

@@ -81,17 +81,6 @@ class FlatParams:
         """
         return views(full, self.global_shapes)
 
-    def evaluate(self, X, y, chunk: int = 8192):
-        """Deprecated name of ``evaluate_sums`` (it returns sums, where :meth:`hpcgpu.Trainer.evaluate` gives means).
-
-        Warns (:class:`DeprecationWarning`); it goes in the next release.
-        """
-        import warnings
-
-        warnings.warn(f"{type(self).__name__}.evaluate is now evaluate_sums (sums, not means); the old name goes "
-                      "in the next release", DeprecationWarning, stacklevel=2)
-        return self.evaluate_sums(X, y, chunk)
-
     def named_parameters(self) -> list:
         """``[(name, view)]`` in buffer order; views into :attr:`params` (this rank's slices)."""
         return list(self._p.items())

@@ -1,4 +1,4 @@
-"""A model of the user's own: the contract, its binding to the trainer's flat buffers, and a gradient check.
+"""A model of the user's own: the contract and its binding to the trainer's flat buffers (gradient check: _protocol).
 
 The contract (what DDP's ``MyModel`` is, without autograd), duck-typed::
 
@@ -24,8 +24,9 @@ import math
 import numpy as np
 
 from ._flat import FlatParams
+from ._capabilities import OWN
 
-__all__ = ["Model", "FlatModel", "check_grad"]
+__all__ = ["Model", "FlatModel"]
 
 
 class Model:
@@ -116,6 +117,14 @@ class FlatModel(FlatParams):
     compute_dtype = None
     tensor = (1, 0)
     activations: list = []
+    capabilities = OWN
+    """None of the optional capabilities (``hpcgpu.nn._capabilities.Capabilities``): the code is the user's;
+    the task comes from the data's labels unless given."""
+    n_inputs = n_outputs = num_classes = None
+    """Not fixed by the model: its own code checks what it takes (None: any)."""
+    loss_name = ""
+    """The model computes its own loss."""
+    hidden: tuple = ()
 
     def __init__(self, model, xp=np, dtype="float64", seed: int = 0, grad=None, stats=None, params=None,
                  task: str = "regression"):
@@ -145,6 +154,14 @@ class FlatModel(FlatParams):
         kind = type(self.model)
         return {"model": f"{kind.__module__}.{kind.__qualname__}",
                 "parameters": {k: list(s) for k, s in self.shapes}}
+
+    def describe(self) -> str:
+        """``"model Decay (3 parameters)"``: the class's name and the parameter count."""
+        return f"model {type(self.model).__name__} ({self.n_global} parameters)"
+
+    def flops_per_sample(self) -> float:
+        """0.0: the model's own code is not known to hpcgpu (the GFLOP/s figures leave it out)."""
+        return 0.0
 
     def layer_ranges(self):
         """None: the gradient arrives whole, when ``loss_and_grad`` returns (one bucket)."""
@@ -270,88 +287,3 @@ class FlatModel(FlatParams):
                 metric = (r * r).sum()
             tot += xp.asarray([float(loss), float(metric)])
         return tot
-
-
-def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: float = 1e-4,
-               seed: int = 0) -> dict:
-    """Check a model's gradient against central finite differences, in float64 on the host. Not collective.
-
-    Parameters
-    ----------
-    model : object
-        A model of the :class:`Model` contract, or a :class:`hpcgpu.nn.Sequential`
-        (then ``loss`` is required).
-    x, y : array_like
-        A few samples (each parameter costs two passes over them).
-    loss : hpcgpu.nn.Loss, optional
-        The loss of a ``Sequential``.
-    params : dict, optional
-        The parameters to check at (default: ``model.init(numpy.random.default_rng(seed))``
-        plus small noise, so zero biases do not hide terms).
-    eps : float
-        The finite-difference step.
-    rtol : float
-        Largest relative error accepted: ``|analytic - numeric| / max(|analytic|, |numeric|, floor)``
-        over each parameter's elements, ``floor`` a thousandth of the parameter's largest analytic
-        element (finite differences cannot resolve an element that is nearly zero).
-    seed : int
-
-    Returns
-    -------
-    dict of str to float
-        Each parameter's largest relative error.
-
-    Raises
-    ------
-    ValueError
-        A parameter's error exceeds ``rtol`` (the message names the worst one).
-    """
-    from ._layers import Sequential
-
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y)
-    if np.issubdtype(y.dtype, np.floating):
-        y = y.astype(np.float64)
-    if isinstance(model, Sequential):
-        if loss is None:
-            raise ValueError("check_grad of a Sequential needs its loss")
-        net = model
-
-        def loss_and_grad(p, xb, yb):
-            grads = {k: np.zeros_like(v) for k, v in p.items()}
-            out, back = net.forward(p, grads, xb.copy())
-            slots = np.zeros(2)
-            d = loss.terms(out, yb, slots)
-            back(d)
-            return slots[0], grads
-
-        init = {k: np.asarray(v, np.float64) for k, v in net.init(seed).items()}
-    else:
-        loss_and_grad = model.loss_and_grad
-        init = {k: np.asarray(v, np.float64) for k, v in model.init(np.random.default_rng(seed)).items()}
-    rng = np.random.default_rng(seed + 1)
-    if params is None:
-        params = {k: v + rng.normal(0, 0.05, v.shape) for k, v in init.items()}
-    params = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
-    _, analytic = loss_and_grad(params, x, y)
-    errors = {}
-    for k, v in params.items():
-        a = np.asarray(analytic[k], dtype=np.float64).reshape(v.shape)
-        num = np.empty_like(v)
-        flat, nflat = v.reshape(-1), num.reshape(-1)
-        for i in range(flat.size):
-            old = flat[i]
-            flat[i] = old + eps
-            up = float(loss_and_grad(params, x, y)[0])
-            flat[i] = old - eps
-            down = float(loss_and_grad(params, x, y)[0])
-            flat[i] = old
-            nflat[i] = (up - down) / (2 * eps)
-        # relative to the element, or to a thousandth of the parameter's largest where the element is ~0
-        floor = 1e-3 * float(np.abs(a).max(initial=0.0)) + 1e-12
-        scale = np.maximum(np.maximum(np.abs(a), np.abs(num)), floor)
-        errors[k] = float((np.abs(a - num) / scale).max()) if v.size else 0.0
-    worst = max(errors, key=errors.get)
-    if errors[worst] > rtol:
-        raise ValueError(f"check_grad: the gradient of {worst} is off by {errors[worst]:.3g} (relative) from "
-                         f"central differences (eps {eps}), more than rtol {rtol}")
-    return errors

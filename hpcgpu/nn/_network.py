@@ -26,6 +26,7 @@ import numpy as np
 from .. import _blas, _gemm
 from .._kernels import kernels as _fused
 from ._flat import FlatParams, views
+from ._capabilities import BUILT_IN
 from ._layers import Dense, Sequential, activation_backward, activation_forward, uniform_block
 from ._losses import Loss, SoftmaxCrossEntropy
 
@@ -228,8 +229,6 @@ class Network(FlatParams):
 
     def __init__(self, net: Sequential, loss: Loss, xp: ModuleType = np, dtype="float32", seed: int = 0, grad=None,
                  stats=None, compute_dtype=None, tensor: tuple = (1, 0), tensor_allreduce=None, params=None):
-        if not isinstance(net, Sequential):
-            net = Sequential(net)
         if net.sizes is None:
             raise ValueError(f"the trainer runs Dense layers with their activations; {net} has other layers")
         self.net, self.loss = net, loss
@@ -277,10 +276,58 @@ class Network(FlatParams):
         """
         return local_layout(sizes, tensor, rank)[1], Network.ranges_of(sizes, tensor, rank)
 
+    capabilities = BUILT_IN
+    """Everything (``hpcgpu.nn._capabilities.Capabilities``): tensor parallelism, mixed precision, CUDA graphs,
+    a GEMM thread plan; the task is the loss's."""
+
     @property
     def task(self) -> str:
         """``"classification"`` or ``"regression"``: the loss's."""
         return self.loss.task
+
+    @property
+    def n_inputs(self) -> int:
+        """The features the first layer takes, ``sizes[0]``."""
+        return self.sizes[0]
+
+    @property
+    def n_outputs(self) -> int:
+        """The outputs of the last layer, ``sizes[-1]``."""
+        return self.sizes[-1]
+
+    @property
+    def num_classes(self) -> int | None:
+        """Classification: ``sizes[-1]`` (labels must be below it); None for regression."""
+        return self.sizes[-1] if self.task == "classification" else None
+
+    @property
+    def loss_name(self) -> str:
+        """The loss's name (``cross-entropy``, ``mse``, ``huber``)."""
+        return self.loss.name
+
+    @property
+    def hidden(self) -> tuple:
+        """The hidden widths, ``sizes[1:-1]``."""
+        return tuple(self.sizes[1:-1])
+
+    def describe(self) -> str:
+        """``"model [64, 32, 10] (2410 parameters), loss cross-entropy"`` (and this rank's share when split)."""
+        share = f", {self.n_params} on rank 0" if self.n_params != self.n_global else ""
+        return f"model {self.sizes} ({self.n_global} parameters{share}), loss {self.loss.name}"
+
+    def flops_per_sample(self) -> float:
+        """Floating-point operations of one sample's forward and backward pass (analytic). Not collective.
+
+        A layer of ``a`` inputs and ``b`` outputs costs ``2ab`` forward, ``2ab`` for its weight gradient and,
+        past the first layer, ``2ab`` for its input gradient: ``6 sum(ab) - 2 a_0 b_0`` in all (bias,
+        activation and loss terms left out: O(sum b)).
+
+        Returns
+        -------
+        float
+        """
+        pairs = list(itertools.pairwise(self.sizes))
+        return float(6 * sum(a * b for a, b in pairs) - 2 * pairs[0][0] * pairs[0][1])
 
     def spec(self) -> dict:
         """The model as JSON-able dicts: ``{"net": Sequential spec, "loss": loss spec}``. Not collective."""

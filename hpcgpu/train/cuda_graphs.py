@@ -50,7 +50,7 @@ from .. import _device
 __all__ = ["StepGraph", "graphs_plan"]
 
 
-def graphs_plan(config, xp, compute_dtype, overlap: bool, own_model: bool = False) -> tuple[bool, str]:
+def graphs_plan(config, xp, compute_dtype, overlap: bool, capturable: bool = True) -> tuple[bool, str]:
     """Whether a run's steps are replayed from a CUDA graph, and why not. Not collective.
 
     Parameters
@@ -64,8 +64,9 @@ def graphs_plan(config, xp, compute_dtype, overlap: bool, own_model: bool = Fals
         The GEMMs' 16-bit type under mixed precision.
     overlap : bool
         The gradient's reduction is posted from inside the backward pass.
-    own_model : bool
-        A model of one's own (its kernels are not known to be capturable).
+    capturable : bool
+        The model declares its step capturable (``Capabilities.cuda_graphs``); a model of one's own does not
+        (its kernels are not known to be).
 
     Returns
     -------
@@ -77,7 +78,7 @@ def graphs_plan(config, xp, compute_dtype, overlap: bool, own_model: bool = Fals
         return False, ""
     if config.cuda_graphs == "off":
         return False, "--cuda-graphs off"
-    if own_model:
+    if not capturable:
         return False, "a model of one's own"
     ok, why = _device.graphs_available()
     if not ok:

@@ -86,7 +86,7 @@ class ProcessGroups:
 
         Parameters
         ----------
-        model : hpcgpu.nn.Network or hpcgpu.nn.FlatModel
+        model : hpcgpu.nn._protocol.TrainModel
             Knows the layout (``n_params``, ``global_of``).
         params : xp.ndarray, shape (n_params,)
             This rank's parameters (its tensor slice).

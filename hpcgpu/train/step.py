@@ -28,7 +28,7 @@ class Step:
 
     Attributes
     ----------
-    model : hpcgpu.nn.Network or hpcgpu.nn.FlatModel
+    model : hpcgpu.nn._protocol.TrainModel
         Writes the gradient into ``reducer.grad`` and its statistics into
         the reducer's first two slots.
     reducer : hpcgpu.train.reducer.GradientReducer

@@ -130,3 +130,84 @@ def test_schedules():
     assert LRSchedule(0.3, 10, 0, "constant")(9) == 0.3
     with pytest.raises(ValueError, match="schedule"):
         LRSchedule(1, 10, kind="linear")
+
+
+# -- the one model protocol ------------------------------------------------------------------------------------
+
+class _Decay:
+    """A model of one's own: y = a exp(-k x)."""
+
+    def init(self, rng):
+        return {"a": np.ones(1), "k": np.full(1, 0.5)}
+
+    def loss_and_grad(self, p, x, y):
+        e = np.exp(-p["k"] * x[:, 0])
+        r = p["a"] * e - y.reshape(-1)
+        return float((r * r).sum() / 2), {"a": np.array([(r * e).sum()]),
+                                           "k": np.array([(r * -p["a"] * x[:, 0] * e).sum()])}
+
+    def predict(self, p, x):
+        return p["a"] * np.exp(-p["k"] * x[:, 0])
+
+
+def test_the_built_in_layers_and_a_model_of_ones_own_both_implement_the_protocol():
+    from hpcgpu import nn
+    from hpcgpu.nn._protocol import BUILT_IN, OWN, TrainModel, plan_model
+
+    built = plan_model(nn.Sequential(nn.Dense(4, 6, "relu"), nn.Dense(6, 3)), nn.SoftmaxCrossEntropy())
+    own = plan_model(_Decay())
+    assert built.capabilities == BUILT_IN and own.capabilities == OWN
+    assert built.size(1, 0, 0) == (4 * 6 + 6 + 6 * 3 + 3, [(0, 30), (30, 51)]) and own.size(1, 0, 0) == (2, None)
+    assert (built.name, built.hidden) == ("the model [4, 6, 3]", [6]) and own.name == "model _Decay"
+    net = built.bind(np, np.dtype("float64"), 0, task=None)
+    mine = own.bind(np, np.dtype("float64"), 0, task=None)
+    for m in (net, mine):
+        assert isinstance(m, TrainModel), type(m)
+    assert (net.n_inputs, net.n_outputs, net.num_classes, net.loss_name, net.hidden) == (4, 3, 3, "cross-entropy",
+                                                                                        (6,))
+    assert (mine.n_inputs, mine.num_classes, mine.loss_name, mine.task) == (None, None, "", "regression")
+    assert net.flops_per_sample() == 6 * (4 * 6 + 6 * 3) - 2 * 4 * 6 and mine.flops_per_sample() == 0.0
+    assert net.describe() == "model [4, 6, 3] (51 parameters), loss cross-entropy"
+    assert mine.describe() == "model _Decay (2 parameters)"
+    x, y = np.linspace(0, 1, 5)[:, None], np.exp(-np.linspace(0, 1, 5))
+    mine.loss_and_grad(x, y)
+    assert mine.stats[0] > 0 and np.isfinite(mine.grad).all() and mine.grad.any()
+
+
+def test_a_model_that_is_no_model_is_one_line_naming_what_it_lacks():
+    from hpcgpu import nn
+    from hpcgpu.nn._protocol import plan_error
+
+    assert "needs the method(s) loss_and_grad, predict" in str(plan_error(type("Half", (), {"init": id})(), None))
+    assert "is a layer: give a Sequential" in str(plan_error(nn.Dense(2, 3), nn.MeanSquaredError()))
+    assert "needs a loss" in str(plan_error(nn.Sequential(nn.Dense(2, 3)), None))
+    assert "computes its own loss" in str(plan_error(_Decay(), nn.MeanSquaredError()))
+    assert plan_error(_Decay(), None) is None
+
+
+MODEL_CLASSES = {"Network", "Sequential", "FlatModel", "Model", "MLP", "Layer", "Dense"}
+
+
+def test_only_the_protocols_module_asks_which_kind_a_model_is():
+    """No isinstance on a model class anywhere in hpcgpu but nn/_protocol.py, and nn/_layers.py (Sequential
+    composing its layers, which are not models): the trainer asks the protocol, never the class."""
+    import ast
+    import os
+
+    import _mpi
+
+    exempt = [os.path.join("hpcgpu", "nn", m) for m in ("_protocol.py", "_layers.py")]
+    found = []
+    for dp, _, files in os.walk(os.path.join(_mpi.ROOT, "hpcgpu")):
+        for f in files:
+            path = os.path.join(dp, f)
+            rel = os.path.relpath(path, _mpi.ROOT)
+            if not f.endswith(".py") or rel in exempt:
+                continue
+            for node in ast.walk(ast.parse(open(path).read())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
+                    names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                    names |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+                    if names & MODEL_CLASSES:
+                        found.append(f"{rel}:{node.lineno}")
+    assert not found, found

@@ -1,0 +1,399 @@
+"""The one model protocol: what the trainer asks of any model, and the only place that tells model kinds apart.
+
+The trainer drives a model in two stages, each through one interface:
+
+- before any buffer exists, a :class:`ModelPlan` (from :func:`plan_model`) says how large the model is, how its
+  gradient falls into layers, what it can do (:class:`Capabilities`) and how to name it, and then binds it;
+- once bound, a :class:`TrainModel` (what :meth:`ModelPlan.bind` returns) computes on the trainer's flat
+  buffers: the loss sum and its gradient, predictions, evaluation sums, its layout and its description.
+
+The built-in layers (a :class:`~hpcgpu.nn.Sequential` of Dense layers with a loss, bound as a
+:class:`~hpcgpu.nn.Network`) and a model of one's own (the :class:`~hpcgpu.nn.Model` contract, bound as a
+:class:`~hpcgpu.nn.FlatModel`) both implement it in full; an adapter for another framework's model is one more
+implementation of the same two classes. Nothing else in hpcgpu asks which kind a model is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ._capabilities import BUILT_IN, OWN, Capabilities
+
+__all__ = ["Capabilities", "ModelPlan", "TrainModel", "check_grad", "host_reference", "plan_model", "plan_error"]
+
+
+@runtime_checkable
+class TrainModel(Protocol):
+    """A model bound to the trainer's flat buffers: what the trainer, the step and the checkpoint use.
+
+    Not collective, except a tensor-parallel model's passes (over its tensor group).
+
+    Attributes
+    ----------
+    params, grad : xp.ndarray, shape (n_params,)
+        The parameters (this rank's slice under tensor parallelism) and the gradient of the SUM of the last
+        micro-batch's per-sample losses, laid out alike.
+    stats : xp.ndarray, shape (2,)
+        The loss sum and the metric sum of the last :meth:`loss_and_grad`.
+    n_params, n_global : int
+        This rank's parameter count, and the whole model's.
+    shapes, global_shapes : list of (str, tuple)
+        Each named parameter's shape here, and in the whole model.
+    dtype : numpy.dtype
+        Of the parameters.
+    task : str
+        ``"classification"`` or ``"regression"``.
+    capabilities : Capabilities
+    n_inputs, n_outputs : int or None
+        The features it takes and the outputs it gives, where it fixes them (None: any).
+    num_classes : int or None
+        Classification: the number of classes its output scores (labels must be below it); None otherwise.
+    loss_name : str
+        Its loss's name, or ``""`` where the model computes its own.
+    hidden : tuple of int
+        Hidden widths, where it is a stack of layers (``()`` otherwise).
+    """
+
+    params: Any
+    grad: Any
+    stats: Any
+    n_params: int
+    n_global: int
+    dtype: np.dtype
+    task: str
+    capabilities: Capabilities
+
+    @property
+    def n_inputs(self) -> int | None: ...
+
+    @property
+    def n_outputs(self) -> int | None: ...
+
+    @property
+    def num_classes(self) -> int | None: ...
+
+    @property
+    def loss_name(self) -> str: ...
+
+    @property
+    def hidden(self) -> tuple: ...
+
+    def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0, on_layer=None) -> None: ...
+
+    def predict(self, X, chunk: int = 8192): ...
+
+    def evaluate_sums(self, X, y, chunk: int = 8192): ...
+
+    def layer_ranges(self): ...
+
+    def local_of(self, full): ...
+
+    def global_of(self, pieces): ...
+
+    def step_buffers(self, n: int) -> tuple: ...
+
+    def spec(self) -> dict: ...
+
+    def describe(self) -> str: ...
+
+    def flops_per_sample(self) -> float: ...
+
+
+class ModelPlan:
+    """A model before it is bound: its size, layout, capabilities and name, and how to bind it. Not collective.
+
+    Made by :func:`plan_model`; the trainer never builds one itself.
+
+    Attributes
+    ----------
+    model : object
+        What the user gave.
+    capabilities : Capabilities
+    name : str
+        How a message names it (``"the model [64, 32, 10]"``, ``"model Decay"``).
+    hidden : list of int
+        Hidden widths where the model is a stack of layers (``[]`` otherwise).
+    stats : tuple of str
+        The names of its two reduced statistics (the loss sum first).
+    """
+
+    model: Any
+    capabilities: Capabilities
+    name: str
+    hidden: list
+    stats: tuple
+
+    def size(self, tensor: int, rank: int, seed: int) -> tuple[int, list | None]:
+        """``(n_params, layer ranges or None)`` of tensor rank ``rank``'s slice.
+
+        Parameters
+        ----------
+        tensor, rank : int
+            The tensor-parallel group's size and this rank's place in it.
+        seed : int
+            Seeds the initialization a model of one's own is sized by.
+
+        Returns
+        -------
+        (int, list of (int, int) or None)
+            None: the gradient arrives whole (one bucket).
+
+        Raises
+        ------
+        TypeError
+            A model of one's own whose ``init`` fails (the message names the model and what it raised).
+        """
+        raise NotImplementedError
+
+    def memory_hint(self) -> str:
+        """A clause that may explain why the model is too large (``""``: none)."""
+        return ""
+
+    def bind(self, xp, dtype, seed: int, *, task: str | None, compute_dtype=None, tensor: tuple = (1, 0),
+             tensor_allreduce=None, grad=None, stats=None, params=None) -> TrainModel:
+        """The model on flat buffers the caller owns (see :class:`~hpcgpu.nn.Network` for each argument).
+
+        Parameters
+        ----------
+        xp : module
+        dtype : numpy.dtype
+            Of the parameters.
+        seed : int
+        task : str or None
+            A model whose task comes from the data: the task, if known (None: regression until the data says).
+        compute_dtype : numpy.dtype, optional
+        tensor : (int, int)
+        tensor_allreduce : callable, optional
+        grad, stats, params : xp.ndarray, optional
+
+        Returns
+        -------
+        TrainModel
+        """
+        raise NotImplementedError
+
+
+class _BuiltIn(ModelPlan):
+    """A Sequential of Dense layers and a loss: bound as a Network."""
+
+    capabilities = BUILT_IN
+
+    def __init__(self, net, loss):
+        self.model, self.loss = net, loss
+        self.sizes = list(net.sizes)
+        self.name = f"the model {self.sizes}"
+        self.hidden = self.sizes[1:-1]
+        self.stats = tuple(loss.stats)
+
+    def size(self, tensor, rank, seed):
+        from ._network import Network
+
+        return Network.layout(self.sizes, tensor, rank)
+
+    def memory_hint(self):
+        if self.sizes[-1] > 10 * max(self.sizes[:-1]):
+            return (f"; its last layer has {self.sizes[-1]} outputs: with labels, the largest label + 1 (labels "
+                    "must be 0..C-1: numpy.unique(y, return_inverse=True) relabels them)")
+        return ""
+
+    def bind(self, xp, dtype, seed, *, task, compute_dtype=None, tensor=(1, 0), tensor_allreduce=None, grad=None,
+             stats=None, params=None):
+        from ._network import Network
+
+        return Network(self.model, self.loss, xp, dtype, seed, compute_dtype=compute_dtype, tensor=tensor,
+                       tensor_allreduce=tensor_allreduce, grad=grad, stats=stats, params=params)
+
+
+class _Own(ModelPlan):
+    """A model of the :class:`~hpcgpu.nn.Model` contract: bound as a FlatModel."""
+
+    capabilities = OWN
+    hidden: list = []
+    stats = ("loss_sum", "metric")
+
+    def __init__(self, model):
+        self.model = model
+        self.name = f"model {type(model).__name__}"
+
+    def size(self, tensor, rank, seed):
+        try:
+            init = self.model.init(np.random.default_rng(seed))
+            return sum(int(np.size(v)) for v in init.values()), None
+        except Exception as e:  # noqa: BLE001 - the user's code: say what it raised
+            raise TypeError(f"model {type(self.model).__name__}: init(rng) failed ({type(e).__name__}: {e})") from None
+
+    def bind(self, xp, dtype, seed, *, task, compute_dtype=None, tensor=(1, 0), tensor_allreduce=None, grad=None,
+             stats=None, params=None):
+        from ._model import FlatModel
+
+        return FlatModel(self.model, xp, dtype, seed, task=task or "regression", grad=grad, stats=stats,
+                         params=params)
+
+
+def plan_error(model, loss) -> Exception | None:
+    """What keeps ``model`` (with ``loss``) from being trained, as a one-line error, or None. Not collective.
+
+    Parameters
+    ----------
+    model : hpcgpu.nn.Sequential, or an object of the hpcgpu.nn.Model contract
+    loss : hpcgpu.nn.Loss or None
+        Required with a Sequential, refused with a model of one's own (it computes its own loss).
+
+    Returns
+    -------
+    TypeError or ValueError or None
+    """
+    from ._layers import Layer, Sequential
+    from ._model import contract_error
+
+    if isinstance(model, Layer) and not isinstance(model, Sequential):
+        return TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
+                         f"Sequential({type(model).__name__}(...))")
+    if isinstance(model, Sequential):
+        if loss is None:
+            return ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), "
+                              "nn.MeanSquaredError() or nn.Huber())")
+        if model.sizes is None:
+            return ValueError(f"the trainer runs Dense layers with their activations; {model} has other layers")
+        return None
+    if loss is not None:
+        return ValueError(f"model {type(model).__name__} computes its own loss in loss_and_grad: give loss= with "
+                          "a Sequential only")
+    return contract_error(model)
+
+
+def plan_model(model, loss=None) -> ModelPlan:
+    """The :class:`ModelPlan` of ``model``: the one place that tells model kinds apart. Not collective.
+
+    Parameters
+    ----------
+    model : hpcgpu.nn.Sequential, or an object of the hpcgpu.nn.Model contract
+    loss : hpcgpu.nn.Loss or None
+
+    Returns
+    -------
+    ModelPlan
+
+    Raises
+    ------
+    TypeError, ValueError
+        What :func:`plan_error` finds.
+    """
+    from ._layers import Sequential
+
+    err = plan_error(model, loss)
+    if err is not None:
+        raise err
+    return _BuiltIn(model, loss) if isinstance(model, Sequential) else _Own(model)
+
+
+def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
+    """A model's initial parameters and its loss and gradient, in float64 on the host, for a gradient check.
+
+    Not collective. For the built-in layers the layers' own forward and backward passes (each layer's
+    ``forward`` returns its backward callback), so :func:`hpcgpu.nn.check_grad` checks the layers
+    against finite differences; for a model of one's own, its ``init`` and ``loss_and_grad``.
+
+    Parameters
+    ----------
+    model : hpcgpu.nn.Sequential, or an object of the hpcgpu.nn.Model contract
+    loss : hpcgpu.nn.Loss or None
+        Required with a Sequential.
+    seed : int
+
+    Returns
+    -------
+    (dict of str to numpy.ndarray, callable)
+        ``{name: float64 array}``, and ``loss_and_grad(params, x, y) -> (loss_sum, {name: gradient})``.
+
+    Raises
+    ------
+    ValueError
+        A Sequential without its loss.
+    """
+    from ._layers import Sequential
+
+    if isinstance(model, Sequential):
+        if loss is None:
+            raise ValueError("check_grad of a Sequential needs its loss")
+        net = model
+
+        def loss_and_grad(p, xb, yb):
+            grads = {k: np.zeros_like(v) for k, v in p.items()}
+            out, back = net.forward(p, grads, xb.copy())
+            slots = np.zeros(2)
+            back(loss.terms(out, yb, slots))
+            return slots[0], grads
+
+        return {k: np.asarray(v, np.float64) for k, v in net.init(seed).items()}, loss_and_grad
+    return ({k: np.asarray(v, np.float64) for k, v in model.init(np.random.default_rng(seed)).items()},
+            model.loss_and_grad)
+
+
+def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: float = 1e-4,
+               seed: int = 0) -> dict:
+    """Check a model's gradient against central finite differences, in float64 on the host. Not collective.
+
+    Parameters
+    ----------
+    model : object
+        A model of the :class:`Model` contract, or a :class:`hpcgpu.nn.Sequential`
+        (then ``loss`` is required).
+    x, y : array_like
+        A few samples (each parameter costs two passes over them).
+    loss : hpcgpu.nn.Loss, optional
+        The loss of a ``Sequential``.
+    params : dict, optional
+        The parameters to check at (default: ``model.init(numpy.random.default_rng(seed))``
+        plus small noise, so zero biases do not hide terms).
+    eps : float
+        The finite-difference step.
+    rtol : float
+        Largest relative error accepted: ``|analytic - numeric| / max(|analytic|, |numeric|, floor)``
+        over each parameter's elements, ``floor`` a thousandth of the parameter's largest analytic
+        element (finite differences cannot resolve an element that is nearly zero).
+    seed : int
+
+    Returns
+    -------
+    dict of str to float
+        Each parameter's largest relative error.
+
+    Raises
+    ------
+    ValueError
+        A parameter's error exceeds ``rtol`` (the message names the worst one).
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y)
+    if np.issubdtype(y.dtype, np.floating):
+        y = y.astype(np.float64)
+    init, loss_and_grad = host_reference(model, loss, seed)
+    rng = np.random.default_rng(seed + 1)
+    if params is None:
+        params = {k: v + rng.normal(0, 0.05, v.shape) for k, v in init.items()}
+    params = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
+    _, analytic = loss_and_grad(params, x, y)
+    errors = {}
+    for k, v in params.items():
+        a = np.asarray(analytic[k], dtype=np.float64).reshape(v.shape)
+        num = np.empty_like(v)
+        flat, nflat = v.reshape(-1), num.reshape(-1)
+        for i in range(flat.size):
+            old = flat[i]
+            flat[i] = old + eps
+            up = float(loss_and_grad(params, x, y)[0])
+            flat[i] = old - eps
+            down = float(loss_and_grad(params, x, y)[0])
+            flat[i] = old
+            nflat[i] = (up - down) / (2 * eps)
+        # relative to the element, or to a thousandth of the parameter's largest where the element is ~0
+        floor = 1e-3 * float(np.abs(a).max(initial=0.0)) + 1e-12
+        scale = np.maximum(np.maximum(np.abs(a), np.abs(num)), floor)
+        errors[k] = float((np.abs(a - num) / scale).max()) if v.size else 0.0
+    worst = max(errors, key=errors.get)
+    if errors[worst] > rtol:
+        raise ValueError(f"check_grad: the gradient of {worst} is off by {errors[worst]:.3g} (relative) from "
+                         f"central differences (eps {eps}), more than rtol {rtol}")
+    return errors
