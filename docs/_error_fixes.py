@@ -454,10 +454,6 @@ FIXES: dict[str, str] = {
         "rewritten (other preprocessing, another shuffle). Resume with the data the checkpoint was trained "
         "on, or start a new run without ``--resume``."
     ),
-    "hpcgpu.train: warning: checkpoint … has no checksums (an older hpcgpu wrote it): resumed without verifying it": (
-        "Not an error: the checkpoint was written by an hpcgpu from before checksums (format 1), so damage to it "
-        "cannot be detected. The run resumes from it; its next checkpoint has checksums."
-    ),
     "loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got …": (
         "``Trainer(model, loss, optimizer)`` takes the loss second: an object of :mod:`hpcgpu.nn`'s losses. "
         "When the message goes on with *give the optimizer as optimizer=*, an optimizer was passed in the "
@@ -512,6 +508,11 @@ FIXES: dict[str, str] = {
         "The checkpoint is for a model of another size: other ``--hidden`` widths, or a data set with another "
         "number of features or classes. Resume with the model and data of the run that wrote it, or start a "
         "new run under another ``--checkpoint`` path (or without ``--resume``)."
+    ),
+    "checkpoint format …; this hpcgpu reads format … only": (
+        "The checkpoint was written in another format than this hpcgpu's (format 1, before checksums and named "
+        "optimizer state, is no longer read; hpcgpu has had no release that wrote it). The file is skipped as "
+        "damaged and an older kept checkpoint is tried; with none, train afresh without ``--resume``."
     ),
     "not an hpcgpu checkpoint (no format attribute)": (
         "The file at the checkpoint path is HDF5 but was not written by hpcgpu's trainer (or by an "
@@ -1137,17 +1138,9 @@ FIXES: dict[str, str] = {
         "``panel`` is the SUMMA panel width in columns and must be at least 1; leave it ``None`` to take the "
         "widest within ``panel_memory``."
     ),
-    "hpcgpu matmul: …; the old name goes in the next release": (
-        "A note, not an error: the command line used an option's old name (``--precision`` is now "
-        "``--math-mode``), which still works in this release. Write the new name in your job scripts."
-    ),
     "matmul: math_mode must be one of …, got …": (
         "``math_mode`` (``--math-mode``) chooses the local GEMMs' arithmetic on a GPU. Use ``\"default\"`` "
         "(CuPy's mode: TF32 under ``CUPY_TF32=1``), ``\"tf32\"`` or ``\"full\"`` (IEEE)."
-    ),
-    "matmul: math_mode=… and precision=… (its old name) differ: give math_mode only": (
-        "``precision=`` is the deprecated name of ``math_mode=``; the call gave both, with different values. "
-        "Drop ``precision=`` and keep ``math_mode=``."
     ),
     "matmul: replication is for algorithm 2.5d": (
         "``--replication`` (``replication=``) only has a meaning for the 2.5-D algorithm, and the algorithm "

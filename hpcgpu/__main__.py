@@ -60,7 +60,7 @@ def _info(args: argparse.Namespace) -> int:
     sizes = [args.features, *args.hidden, args.classes]
     local = args.batch_size // rt.size + (rt.rank < args.batch_size % rt.size)
     from ._memory import node_memory_error
-    from .comm import agree
+    from .errors import agree
 
     n_params = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:], strict=False))  # weights, gradients, activations
     need = (2 * n_params + 2 * local * sum(sizes)) * np.dtype(args.dtype).itemsize

@@ -1,7 +1,7 @@
 """The guard every hpcgpu command line runs under.
 
 An error every rank agreed on (an :class:`hpcgpu.errors.AgreedError`, made
-by :func:`hpcgpu.errors.agreed` or :func:`hpcgpu.comm.agree`) is bad input:
+by :func:`hpcgpu.errors.agreed` or :func:`hpcgpu.errors.agree`) is bad input:
 rank 0 prints one line and all ranks exit with status 2. Anything else is
 unexpected on one rank while the others may wait in a collective: that rank
 prints ``[rank r] error: ...`` with its traceback and aborts the whole job,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -26,21 +25,9 @@ from mpi4py import MPI
 
 from ._cli import add_collectives
 from ._gemm import MATH_MODES
-from .comm import agree
+from .errors import agree
 from .errors import agreed
 from .io import split_spec
-
-
-class _Renamed(argparse.Action):
-    """An option's old name, kept for one release: stores into the new one's ``dest`` and notes the rename."""
-
-    def __init__(self, *args, new: str, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.new = new
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.renamed = [*getattr(namespace, "renamed", []), f"{option_string} is now {self.new}"]
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,8 +50,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--math-mode", choices=MATH_MODES, default="default",
                    help="local GEMMs on a GPU: default follows CuPy's mode (TF32 under CUPY_TF32=1), "
                         "tf32 asks for TF32 tensor cores, full for IEEE float32 (the CPU is always full)")
-    p.add_argument("--precision", dest="math_mode", choices=MATH_MODES, help=argparse.SUPPRESS,
-                   action=_Renamed, new="--math-mode")  # its old name, for one release
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="gpu: CuPy, one GPU per rank; cpu: NumPy; auto: gpu when every rank has one")
     add_collectives(p)
@@ -162,9 +147,6 @@ def _main(a: argparse.Namespace, stop) -> int:
     timeout = stall_timeout(a.stall_timeout)
     rt = init(a.device, collectives=a.collectives)
     grid = _grid(a.grid, rt.comm)
-    if rt.rank == 0:
-        for note in getattr(a, "renamed", []):
-            print(f"hpcgpu matmul: {note}; the old name goes in the next release", file=sys.stderr, flush=True)
     if rt.rank == 0 and not a.json:
         print(f"hpcgpu matmul: {rt.size} rank(s) on {rt.summary()}, grid {grid.shape[0]}x{grid.shape[1]}", flush=True)
     mem = int(a.panel_memory * 2**20) if a.panel_memory else DEFAULT_PANEL_MEMORY

@@ -349,7 +349,7 @@ def claim(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, comm, over
     OSError, ValueError
         An :class:`hpcgpu.AgreedError`, on every rank: see :func:`claim_error`.
     """
-    from .comm import agree
+    from .errors import agree
     from .io import remove_stale_temporaries, shared_dir_error
 
     outputs, inputs = [o for o in outputs if o.path is not None], list(inputs)
@@ -467,7 +467,7 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
     """
     import h5py
 
-    from .comm import agree
+    from .errors import agree
     from .errors import agreed
     from .io import on_root, one_line, publish, shared_dir_error, temp_keeping
 
@@ -524,7 +524,7 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
     import h5py
     from mpi4py.util.sync import Sequential
 
-    from .comm import agree
+    from .errors import agree
     from .io import WRITE_ERRORS, one_line, write_attrs
 
     err = None

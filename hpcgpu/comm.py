@@ -1,4 +1,4 @@
-"""Buffer collectives on ``xp`` arrays, and collective error agreement.
+"""Buffer collectives on ``xp`` arrays (the one CPU, NCCL, CUDA-aware or staged dispatch).
 
 A NumPy array goes to MPI as it is. CuPy arrays go over NCCL when the
 runtime chose it (``collectives="nccl"``: every rank has a GPU of its own;
@@ -24,10 +24,9 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _context, _device, _nccl
-from .errors import agree
 
 __all__ = ["Allreduce", "Iallreduce", "Reduce_scatter_block", "Bcast", "Ibcast", "Allgather", "Alltoallv",
-           "Request", "agree", "default_comm", "cuda_awareness", "device_path", "traffic", "reset_traffic"]
+           "Request", "default_comm", "cuda_awareness", "device_path", "traffic", "reset_traffic"]
 
 IN, OUT, INOUT = "in", "out", "inout"  # what MPI does with a buffer: reads, writes, both
 

@@ -14,7 +14,8 @@ from . import _context, _device
 from ._gemm import bfloat16_dtype
 from ._version import __version__
 from .blocks import remap
-from .comm import agree, movable
+from .comm import movable
+from .errors import agree
 from .errors import agreed
 from .grid import ProcessGrid, default_grid
 from ._memory import node_memory_error

@@ -2,7 +2,7 @@
 
 An MPI program has two kinds of error. An error that every rank found (bad
 input, checked before any communication, or agreed on with
-:func:`hpcgpu.comm.agree`) is safe to raise: nobody is left waiting in a
+:func:`hpcgpu.errors.agree`) is safe to raise: nobody is left waiting in a
 collective. It is an :class:`AgreedError`, and the command-line guard turns
 it into one line on stderr and exit status 2. Any other exception was raised
 by some ranks while others may wait in a collective: the guard aborts the
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import time
 
-__all__ = ["AgreedError", "agreed", "agree", "plain_type", "abort"]
+__all__ = ["AgreedError", "agreed", "agree", "agree_call", "plain_type", "abort"]
 
 
 class AgreedError(Exception):
@@ -82,7 +82,7 @@ def agreed(error: BaseException, *, silent: bool = False) -> BaseException:
     Not collective. Call it only where every rank raises the same error at
     the same point: a check of values that are the same everywhere (the
     arguments, the environment, a reduced loss), or the outcome of
-    :func:`hpcgpu.comm.agree`.
+    :func:`hpcgpu.errors.agree`.
 
     Parameters
     ----------
@@ -155,6 +155,41 @@ def agree(error: BaseException | None, *, comm=None) -> None:
         if error is not None and plain_type(error) is cls and str(error) == msg:
             raise exc from error
         raise exc
+
+
+def agree_call(fn, *, catch: tuple, comm=None):
+    """``fn()`` on every rank, with any error of the types ``catch`` agreed (:func:`agree`); its result.
+
+    Collective, as :func:`agree`: the one form of "try this rank's part, then agree before any rank goes on"
+    (``err = None; try: ...; except ...: err = e; agree(err)``).
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no argument on every rank of ``comm``.
+    catch : tuple of type, keyword-only
+        The exception types that are an answer to agree on; any other propagates at once (a bug, for the
+        program's guard to abort the job on).
+    comm : mpi4py.MPI.Intracomm, optional, keyword-only
+        As for :func:`agree`.
+
+    Returns
+    -------
+    object
+        What ``fn`` returned on this rank.
+
+    Raises
+    ------
+    Exception
+        The lowest failing rank's error, on every rank (:func:`agree`).
+    """
+    result, err = None, None
+    try:
+        result = fn()
+    except catch as e:
+        err = e
+    agree(err, comm=comm)
+    return result
 
 
 def abort(message: str, code: int = 1) -> None:

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .comm import agree
+from .errors import agree
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error",
            "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "one_line",
@@ -30,7 +30,7 @@ def on_root(fn: Callable[[], Any], *, comm, root: int = 0, catch: tuple = (OSErr
     Collective over ``comm``. The one way hpcgpu does I/O from one rank:
     writing a result or a checkpoint, reading a checkpoint, creating a
     temporary file. An exception of a type in ``catch`` becomes an error
-    every rank raises (:func:`hpcgpu.comm.agree`), so nobody waits in the
+    every rank raises (:func:`hpcgpu.errors.agree`), so nobody waits in the
     next collective for a rank that gave up. Any other exception propagates
     on ``root`` alone: it is unexpected, and the command-line guard aborts
     the job.

@@ -21,10 +21,10 @@ from mpi4py import MPI
 
 from . import _blas, _context, _device, _nccl, _options
 from ._memory import host_memory
-from .errors import abort, agree, agreed  # abort is also hpcgpu.runtime.abort
+from .errors import agree_call, agreed
 
 __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_aware", "detect_nonblocking_device",
-           "check_launch", "abort", "placement", "host_memory"]
+           "check_launch", "placement", "host_memory"]
 
 _RUNTIME: Runtime | None = None
 
@@ -287,13 +287,11 @@ def _node_rank(comm) -> tuple[int, int]:
 
 def _device_path(device: str, comm, local_rank: int) -> dict:
     """The device and how its buffers reach MPI, agreed by every rank: :class:`Runtime`'s fields. Collective."""
-    err = None
-    try:  # the environment's overrides are checked on every device: a bad value is bad input
+    def overrides():  # the environment's overrides are checked on every device: a bad value is bad input
         aware, aware_why = detect_cuda_aware(comm)
-        nonblocking, nonblocking_why = detect_nonblocking_device(aware, _library_version())
-    except ValueError as e:
-        err = e
-    agree(err, comm=comm)
+        return (aware, aware_why, *detect_nonblocking_device(aware, _library_version()))
+
+    aware, aware_why, nonblocking, nonblocking_why = agree_call(overrides, catch=(ValueError,), comm=comm)
     use_gpu, device_id, reason, binding = _choose_device(device, comm, local_rank)
     if use_gpu:
         xp = _device.cupy_or_none()

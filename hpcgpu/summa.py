@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -135,7 +134,7 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
            transa: str = "N", transb: str = "N", panel: int | None = None,
            panel_memory: int = DEFAULT_PANEL_MEMORY, math_mode: str = "default", watchdog=None,
            timings: dict | None = None, stats: dict | None = None, algorithm: str = "summa",
-           replication: int | None = None, memory_limit: int | None = None, precision: str | None = None):
+           replication: int | None = None, memory_limit: int | None = None):
     """``C = alpha * op(A) @ op(B) + beta * C`` for distributed matrices (PDGEMM's), by SUMMA with lookahead.
 
     Collective: every rank of the grid calls it with its blocks.
@@ -217,9 +216,6 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     memory_limit : int, optional, keyword-only
         Bytes a rank may use for 2.5-D's copies and buffers (checked before
         any communication; the error says how much is needed).
-    precision : {"default", "tf32", "full"}, optional, keyword-only
-        Deprecated name of ``math_mode`` (a :class:`DeprecationWarning`;
-        removed in the next release).
 
     Returns
     -------
@@ -235,8 +231,7 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
         Inner dimensions differ after ``op``, dtypes differ, the grids differ,
         ``c`` of the wrong shape, dtype or grid, ``beta != 0`` without ``c``,
         a complex ``alpha`` or ``beta`` for a real dtype, an unknown ``trans``,
-        ``panel < 1``, an unknown ``math_mode`` or ``algorithm``, ``math_mode``
-        and ``precision`` both given and different, a ``replication`` that does
+        ``panel < 1``, an unknown ``math_mode`` or ``algorithm``, a ``replication`` that does
         not divide P into c squares, or 2.5-D's memory above ``memory_limit``
         (on every rank, before any communication).
 
@@ -253,7 +248,6 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
     transa, transb = str(transa).upper(), str(transb).upper()  # PDGEMM takes either case
-    math_mode = _math_mode(math_mode, precision)
     _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
     shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
     rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
@@ -295,18 +289,6 @@ class _Call:
         if self.watchdog is None:
             return nullcontext()
         return self.watchdog.watch("SUMMA panel broadcast", f"panel {p + 1} of {n}")
-
-
-def _math_mode(math_mode: str, precision: str | None) -> str:
-    """``math_mode``, or the deprecated ``precision`` that names it (warned about)."""
-    if precision is None:
-        return math_mode
-    warnings.warn("matmul(precision=...) is now matmul(math_mode=...); precision= goes in the next release",
-                  DeprecationWarning, stacklevel=3)
-    if math_mode not in ("default", precision):
-        raise _error(f"matmul: math_mode={math_mode!r} and precision={precision!r} (its old name) differ: "
-                     "give math_mode only")
-    return precision
 
 
 def memory_25d(shapes, dtype, grid_size: int, replication: int, panel_memory: int = DEFAULT_PANEL_MEMORY) -> int:

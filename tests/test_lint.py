@@ -7,7 +7,6 @@ import os
 import pkgutil
 import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -50,9 +49,7 @@ def _public_objects(package):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".", onerror=onerror):
         if any(part.startswith("_") for part in info.name.split(".")[1:]):
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # the renamed modules' old names say so
-            mod = importlib.import_module(info.name)
+        mod = importlib.import_module(info.name)
         for name in getattr(mod, "__all__", ()):
             obj = getattr(mod, name)
             if getattr(obj, "__module__", None) != mod.__name__:

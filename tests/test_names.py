@@ -6,7 +6,6 @@ import pkgutil
 import re
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -20,32 +19,10 @@ from hpcgpu.io import on_root
 
 
 def test_matmul_is_the_function_after_every_submodule_is_imported():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the renamed modules' old names say so
-        for m in pkgutil.walk_packages(hpcgpu.__path__, "hpcgpu."):
-            importlib.import_module(m.name)
+    for m in pkgutil.walk_packages(hpcgpu.__path__, "hpcgpu."):
+        importlib.import_module(m.name)
     assert callable(hpcgpu.matmul)
     assert hpcgpu.matmul is hpcgpu.summa.matmul
-
-
-@pytest.mark.parametrize("old, new", [("threads", "gemm_threads"), ("graphs", "cuda_graphs"),
-                                      ("report", "console")])
-def test_renamed_modules_keep_their_old_names_for_one_release(old, new):
-    """``hpcgpu.train.threads`` and the others import, with a DeprecationWarning, what the new names hold."""
-    code = (f"import warnings, importlib\n"
-            f"warnings.simplefilter('error')\n"
-            f"new = importlib.import_module('hpcgpu.train.{new}')\n"
-            f"try:\n"
-            f"    importlib.import_module('hpcgpu.train.{old}')\n"
-            f"    raise SystemExit('no warning')\n"
-            f"except DeprecationWarning as e:\n"
-            f"    assert 'hpcgpu.train.{old} is now hpcgpu.train.{new}' in str(e), e\n"
-            f"warnings.simplefilter('ignore')\n"
-            f"old = importlib.import_module('hpcgpu.train.{old}')\n"
-            f"assert all(getattr(old, n) is getattr(new, n) for n in new.__all__), (old, new)\n"
-            f"print('ok')\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=_mpi.ROOT)
-    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
 
 
 @pytest.mark.parametrize("command", [["hpcgpu.train"], ["hpcgpu.train", "predict"], ["hpcgpu.tasks"],

@@ -171,7 +171,7 @@ def test_library_query_reads_the_loaded_mpi():
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2])
 def test_blas_thread_pools_agree_after_init(nprocs):
-    """Issue 23: NumPy's and SciPy's OpenBLAS (wheels) each keep a pool; after init() every BLAS pool has
+    """NumPy's and SciPy's OpenBLAS (wheels) each keep a pool; after init() every BLAS pool has
     the rank's share of the cores, and hpcgpu computes on NumPy's alone, so a step never wakes another."""
     code = ("import hpcgpu, numpy as np\n"
             "rt = hpcgpu.init('cpu')\n"

@@ -29,7 +29,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .._version import __version__
-from ..comm import agree, default_comm
+from ..comm import default_comm
+from ..errors import agree
 from ..errors import agreed
 from .._outputs import Input, Output, claim
 from ..io import WRITE_ERRORS, one_line, shared_dir_error

@@ -117,17 +117,12 @@ def _main(argv, stop) -> int:
     """:func:`main` under its stop request."""
     args = parser().parse_args(argv)
     import hpcgpu
-    from hpcgpu.comm import agree
+    from hpcgpu.errors import agree_call
 
     from . import run_sweep
 
     rt = hpcgpu.init(device=args.device)
-    fn, err = None, None
-    try:
-        fn = load_function(args.function)
-    except (ValueError, FileNotFoundError) as e:
-        err = e
-    agree(err, comm=rt.comm)
+    fn = agree_call(lambda: load_function(args.function), catch=(ValueError, FileNotFoundError), comm=rt.comm)
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:

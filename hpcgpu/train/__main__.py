@@ -223,7 +223,7 @@ def predict(argv) -> int:
         features of another width than the model's, an unwritable output.
     """
     from .._outputs import Input, Output, claim
-    from ..comm import agree
+    from ..errors import agree_call
     from ..io import split_spec
     from ..nn import SoftmaxCrossEntropy, from_spec, loss_from_spec, relu_stack
     from ..runtime import init
@@ -236,12 +236,7 @@ def predict(argv) -> int:
     claim([Output(out_path, "-o", dataset=out_name)],
           [Input(a.model, "--model"), Input(data_path, "--data", data_name)], comm=rt.comm,
           overwrite=a.overwrite, prog="hpcgpu.train predict")
-    found, err = None, None
-    try:
-        found = read_model(a.model)
-    except (ValueError, OSError) as e:
-        err = e
-    agree(err, comm=rt.comm)
+    found = agree_call(lambda: read_model(a.model), catch=(ValueError, OSError), comm=rt.comm)
     spec, params, config = found
     if spec.get("mlp"):  # a results file from before models were recorded: the command line's MLP
         sizes = [params["fc0.weight"].shape[0]] + [params[f"fc{i}.bias"].shape[0] for i in range(len(params) // 2)]

@@ -40,8 +40,7 @@ __all__ = ["MUST_MATCH", "LEGACY", "CheckpointState", "write_checkpoint", "read_
            "read_header", "candidates", "digest", "Resumer"]
 
 FORMAT = 2
-"""Format 2: optimizer state by name, checksums, the data's fingerprint. Format 1 (params, velocity, no
-checksums) is still read."""
+"""Format 2: optimizer state by name, checksums, the data's fingerprint. The only format read."""
 
 # Options a resumed run must share with the run that wrote the checkpoint:
 # they decide the model's shape, the sample order or the update rule.
@@ -93,8 +92,6 @@ class CheckpointState:
         The optimizer that wrote ``optimizer`` (``"sgd"``).
     data : dict
         The training data's fingerprint (:func:`hpcgpu.train.data.fingerprint`); empty when unknown.
-    verified : bool
-        Whether the checksums were checked on reading (False for a format-1 file, which has none).
     updates : int or None
         Optimizer updates applied (steps skipped for an overflow are not);
         None in a file that predates it (then: ``step``).
@@ -121,7 +118,6 @@ class CheckpointState:
     phase_seconds: dict = field(default_factory=dict)
     optimizer_name: str = "sgd"
     data: dict = field(default_factory=dict)
-    verified: bool = True
     updates: int | None = None
     optimizer_config: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
@@ -382,14 +378,13 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
     try:
         with h5py.File(path, "r") as f:
             fmt = f.attrs.get("format")
-            if fmt not in (1, FORMAT):
+            if fmt is None:
                 raise ValueError("not an hpcgpu checkpoint (no format attribute)")
-            if fmt == FORMAT:
-                _verified(f, path)
-                params = f["params"][()]
-                optimizer = {k: f["optimizer"][k][()] for k in f["optimizer"]} if "optimizer" in f else {}
-            else:
-                params, optimizer = f["params"][()], {"velocity": f["velocity"][()]}
+            if fmt != FORMAT:
+                raise ValueError(f"checkpoint format {fmt}; this hpcgpu reads format {FORMAT} only")
+            _verified(f, path)
+            params = f["params"][()]
+            optimizer = {k: f["optimizer"][k][()] for k in f["optimizer"]} if "optimizer" in f else {}
             for name, arr in [("params", params), *optimizer.items()]:
                 if arr.shape != (n_params,):
                     raise ValueError(f"holds {arr.shape[0] if arr.ndim else 0} parameters, the model has {n_params}")
@@ -406,7 +401,7 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 loss_scale=float(a.get("loss_scale", 1.0)), clean_steps=int(a.get("clean_steps", 0)),
                 phase_seconds=json.loads(a.get("phase_seconds", "{}")),
                 optimizer_name=str(a.get("optimizer", "sgd")),
-                data=json.loads(a.get("data_fingerprint", "{}")), verified=fmt == FORMAT,
+                data=json.loads(a.get("data_fingerprint", "{}")),
                 updates=int(a["updates"]) if "updates" in a else None,
                 optimizer_config=json.loads(a.get("optimizer_config", "{}")), model=json.loads(a.get("model", "{}")),
             )

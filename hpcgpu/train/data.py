@@ -26,7 +26,7 @@ from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
 from .._partition import block_range, block_starts
-from ..comm import agree
+from ..errors import agree
 from ..io import one_line, open_hdf5, source_error
 
 __all__ = ["Split", "load_split", "from_arrays", "GlobalBatchSampler", "fingerprint", "task_of"]

@@ -39,7 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _blas
-from ..comm import agree
+from ..errors import agree
 
 __all__ = ["MARGIN", "GemmPlan", "plan_gemm_threads", "time_gemms", "time_steps"]
 

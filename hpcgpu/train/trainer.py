@@ -18,7 +18,6 @@ every rank agree (Horovod's ``TorchState.sync``).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import os
@@ -30,12 +29,13 @@ from mpi4py import MPI
 
 from .. import _blas, _device
 from .._version import __version__
-from ..comm import Allreduce, Bcast, agree
+from ..comm import Allreduce, Bcast
 from ..energy import EnergyMeter
-from ..errors import AgreedError, agreed
+from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
 from ..io import WRITE_ERRORS, on_root, one_line
-from ..nn import FlatModel, Layer, Loss, Network, Sequential, loss_by_name, relu_stack
+from ..nn import Loss, loss_by_name, relu_stack
+from ..nn._protocol import BUILT_IN, ModelPlan, TrainModel, plan_error, plan_model
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, host_memory, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
@@ -59,28 +59,21 @@ LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
 unless :meth:`Trainer.save_results` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
 
 
-def _arguments_error(model, loss, optimizer) -> Exception | None:
-    """What is wrong with a Trainer's model, loss and optimizer (the same on every rank), or None."""
-    err = None
+def _model_error(model, loss) -> Exception | None:
+    """What is wrong with a Trainer's model and loss (the same on every rank), or None."""
     if loss is not None and not isinstance(loss, Loss):
-        err = TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
-                        f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
-                            loss, Optimizer) else ""))
-    elif isinstance(model, Layer) and not isinstance(model, Sequential):
-        err = TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
-                        f"Sequential({type(model).__name__}(...))")
-    elif not isinstance(optimizer, Optimizer):
-        err = TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
-                        f"{type(optimizer).__name__}")
-    elif isinstance(model, Sequential) and loss is None:
-        err = ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), nn.MeanSquaredError() "
-                         "or nn.Huber())")
-    elif not isinstance(model, Sequential) and loss is not None:
-        err = ValueError(f"model {type(model).__name__} computes its own loss in loss_and_grad: give loss= with "
-                         "a Sequential only")
-    elif isinstance(model, Sequential) and model.sizes is None:
-        err = ValueError(f"the trainer runs Dense layers with their activations; {model} has other layers")
-    return err
+        return TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
+                         f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
+                             loss, Optimizer) else ""))
+    return plan_error(model, loss)
+
+
+def _optimizer_error(optimizer) -> TypeError | None:
+    """What is wrong with a Trainer's optimizer (the same on every rank), or None."""
+    if not isinstance(optimizer, Optimizer):
+        return TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
+                         f"{type(optimizer).__name__}")
+    return None
 
 
 class Trainer:
@@ -125,8 +118,9 @@ class Trainer:
 
     Attributes
     ----------
-    model : hpcgpu.nn.Network or hpcgpu.nn.FlatModel
-        The model on its flat buffers.
+    model : hpcgpu.nn._protocol.TrainModel
+        The model on its flat buffers (:class:`hpcgpu.nn.Network` for the built-in layers,
+        :class:`hpcgpu.nn.FlatModel` for a model of one's own).
     optimizer : hpcgpu.optim.Optimizer
     opt_state : dict of str to xp.ndarray
         The optimizer's state (this rank's ZeRO block with ZeRO-1).
@@ -185,7 +179,11 @@ class Trainer:
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(self._compute_dtype_error(self.precision.compute), comm=comm)
-        agree(self._layout_error(c, model), comm=comm)
+        plan = None
+        if model is not None:
+            agree(_model_error(model, loss), comm=comm)
+            plan = plan_model(model, loss)
+        agree(self._layout_error(c, plan), comm=comm)
         self.groups = ProcessGroups(comm, c.tensor_parallel)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
@@ -200,44 +198,43 @@ class Trainer:
             loss = loss_by_name(c.loss or ("cross-entropy" if task == "classification" else "mse"))
             width = check_labels(f"--data {self.data_path}", [train, test], nc, self.groups.data_comm) \
                 if task == "classification" else train.outputs
-            model = relu_stack([train.dim, *c.hidden, width])
+            plan = plan_model(relu_stack([train.dim, *c.hidden, width]), loss)
             optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
             c = dataclasses.replace(c, task=task, loss=loss.name)
         else:
             optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
-        self._bind(model, loss, optimizer)
+        self._bind(plan, optimizer)
         self.config = self._described(c)
         if self.data_path is not None:
             self._set_data(train, test, f"--data {self.data_path}")
             self._prepare()
 
     # -- set-up --------------------------------------------------------------------------------
-    def _bind(self, model, loss, optimizer) -> None:
+    def _bind(self, plan: ModelPlan, optimizer) -> None:
         """The model on the reducer's flat buffer, the optimizer's state: what a step needs but data. Collective."""
         c, rt, g = self.config, self.rt, self.groups
         master = self.precision.master
-        agree(_arguments_error(model, loss, optimizer), comm=rt.comm)
+        agree(_optimizer_error(optimizer), comm=rt.comm)
         self.optimizer = optimizer
         self.watchdog = Watchdog(rt.comm, c.stall_timeout)
-        if isinstance(model, Sequential):
-            n_local, layers = Network.layout(model.sizes, g.T, g.tensor_rank)
-            stats = loss.stats
-        else:
-            n_local, layers, stats = self._own_model_size(model), None, ("loss_sum", "metric")
-        agree(self._memory_error(model, n_local, len(optimizer.state_names)), comm=rt.comm)
+        err, n_local, layers = None, 0, None
+        try:
+            n_local, layers = plan.size(g.T, g.tensor_rank, c.seed)
+        except TypeError as e:  # a model of one's own whose init failed: on every rank alike
+            err = e
+        agree(err, comm=rt.comm)
+        stats = plan.stats
+        agree(self._memory_error(plan, n_local, len(optimizer.state_names)), comm=rt.comm)
         self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
                                        watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
                                        shards=g.D if c.zero_stage == 1 else 1)
         self._params_pad = self.xp.zeros(self.reducer.padded, dtype=master) if c.zero_stage == 1 else None
         buffers = dict(grad=self.reducer.grad, stats=self.reducer.view(stats[0], 2),
                        params=None if self._params_pad is None else self._params_pad[:n_local])
-        if isinstance(model, Sequential):
-            self.model = Network(model, loss, self.xp, master, c.seed, compute_dtype=self.precision.compute,
-                                 tensor=(g.T, g.tensor_rank),
-                                 tensor_allreduce=self._tensor_allreduce if g.T > 1 else None, **buffers)
-        else:
-            self.model = FlatModel(model, self.xp, master, c.seed, task=c.task or "regression", **buffers)
+        self.model: TrainModel = plan.bind(self.xp, master, c.seed, task=c.task or None,
+                                           compute_dtype=self.precision.compute, tensor=(g.T, g.tensor_rank),
+                                           tensor_allreduce=self._tensor_allreduce if g.T > 1 else None, **buffers)
         # Same seed gives the same weights everywhere; the Bcast makes sure even with different NumPy builds
         # on different nodes (a tensor slice: over the replicas).
         Bcast(self.model.params, root=0, comm=g.data_comm)
@@ -265,7 +262,7 @@ class Trainer:
         self._fingerprint: dict | None = None
         self._clock0 = 0.0
 
-    def _memory_error(self, model, n_local: int, states: int) -> MemoryError | None:
+    def _memory_error(self, plan: ModelPlan, n_local: int, states: int) -> MemoryError | None:
         """Whether this node's ranks can hold the model: parameters, gradient, optimizer state, a 16-bit copy.
 
         Checked before anything is allocated, so a model far too large is one line, not an abort.
@@ -282,36 +279,17 @@ class Trainer:
         if not memory or here <= memory:
             return None
         gib = 2.0**30
-        what = f"the model {model.sizes}" if isinstance(model, Sequential) else f"model {type(model).__name__}"
-        hint = ""
-        if isinstance(model, Sequential) and model.sizes[-1] > 10 * max(model.sizes[:-1]):
-            hint = (f"; its last layer has {model.sizes[-1]} outputs: with labels, the largest label + 1 (labels "
-                    "must be 0..C-1: numpy.unique(y, return_inverse=True) relabels them)")
-        return MemoryError(f"{what} needs {here / gib:.1f} GiB (parameters, gradient and optimizer state of "
+        return MemoryError(f"{plan.name} needs {here / gib:.1f} GiB (parameters, gradient and optimizer state of "
                            f"{n_local} parameters on each of this node's ranks), more than "
-                           f"{'its GPU' if self.xp is not np else 'this node'} has ({memory / gib:.1f} GiB){hint}")
-
-    def _own_model_size(self, model) -> int:
-        """The parameter count of a model of one's own (its ``init``), agreed. Collective."""
-        from ..nn._model import contract_error
-
-        err, n = contract_error(model), 0
-        if err is None:
-            try:
-                init = model.init(np.random.default_rng(self.config.seed))
-                n = sum(int(np.size(v)) for v in init.values())
-            except Exception as e:  # noqa: BLE001 - the user's code: say what it raised, on every rank
-                err = TypeError(f"model {type(model).__name__}: init(rng) failed ({type(e).__name__}: {e})")
-        agree(err, comm=self.rt.comm)
-        return n
+                           f"{'its GPU' if self.xp is not np else 'this node'} has ({memory / gib:.1f} GiB)"
+                           f"{plan.memory_hint()}")
 
     def _described(self, c: TrainConfig) -> TrainConfig:
         """The config as the run is: the optimizer's, the model's and the loss's settings in its fields."""
         o, m = self.optimizer, self.model
         return dataclasses.replace(
             c, lr=o.lr, optimizer=o.name, momentum=getattr(o, "momentum", 0.0), weight_decay=o.weight_decay,
-            hidden=tuple(m.sizes[1:-1]) if m.sizes else (), task=m.task,
-            loss=m.loss.name if isinstance(m, Network) else "")
+            hidden=tuple(m.hidden), task=m.task, loss=m.loss_name)
 
     @staticmethod
     def _outputs(c: TrainConfig) -> list:
@@ -339,19 +317,23 @@ class Trainer:
             message = message.replace("warning: ", f"warning: rank {self.rt.rank}: ", 1)
         print(message, file=sys.stderr, flush=True)
 
-    def _layout_error(self, c: TrainConfig, model) -> ValueError | None:
-        """What is wrong with the tensor-parallel layout, or a model of one's own with it (None: nothing)."""
+    def _layout_error(self, c: TrainConfig, plan: ModelPlan | None) -> ValueError | None:
+        """What is wrong with the tensor-parallel layout, or the model's capabilities with it (None: nothing).
+
+        ``plan`` None: the command line's MLP, built from the data later.
+        """
         T, P = c.tensor_parallel, self.rt.size
-        own = model is not None and not isinstance(model, Sequential)
-        if own and T > 1:
-            return ValueError(f"--tensor-parallel {T}: a model of one's own ({type(model).__name__}) cannot be split "
+        can = plan.capabilities if plan is not None else BUILT_IN
+        name = type(plan.model).__name__ if plan is not None else ""
+        if T > 1 and not can.tensor_parallel:
+            return ValueError(f"--tensor-parallel {T}: a model of one's own ({name}) cannot be split "
                               "over ranks; tensor parallelism needs the built-in Dense layers (hpcgpu.nn.Sequential)")
-        if own and self.precision.compute is not None:
-            return ValueError(f"--precision {self.precision.name}: a model of one's own ({type(model).__name__}) "
+        if self.precision.compute is not None and not can.mixed_precision:
+            return ValueError(f"--precision {self.precision.name}: a model of one's own ({name}) "
                               "computes in its parameters' type; mixed precision needs the built-in layers")
         if P % T:
             return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
-        hidden = list(c.hidden) if model is None else (model.sizes[1:-1] if isinstance(model, Sequential) else [])
+        hidden = list(c.hidden) if plan is None else list(plan.hidden)
         if T > 1 and not hidden:
             return ValueError(f"--tensor-parallel {T} needs hidden layers to split")
         split = [h for i, h in enumerate(hidden) if i % 2 == 0]  # the column-parallel layers' (layer_plan)
@@ -404,39 +386,29 @@ class Trainer:
         Collective. An HDF5 file without ``/test`` gives None for validation.
         """
         if task is None:
-            task = self.model.task if isinstance(self.model, Network) else (self.config.task or None)
+            task = (self.config.task or None) if self.model.capabilities.task_from_data else self.model.task
         dtype, dcomm = self.precision.master, self.groups.data_comm
         if isinstance(data, (str, os.PathLike)):
             split = "train" if what == "data" else "test"
-            s, err = None, None
-            try:
-                s, _ = load_split(os.fspath(data), split, dcomm, required=split == "train", dtype=dtype,
-                                  min_rows=required_rows, task=task)
-            except AgreedError as e:
-                err = e
-            agree(err, comm=self.rt.comm)
-            return s
+            return agree_call(lambda: load_split(os.fspath(data), split, dcomm, required=split == "train",
+                                                 dtype=dtype, min_rows=required_rows, task=task)[0],
+                              catch=(AgreedError,), comm=self.rt.comm)
         err = None
         if not (isinstance(data, (tuple, list)) and len(data) == 2):
             err = TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}")
         agree(err, comm=self.rt.comm)
-        s, err = None, None
-        try:
-            s = from_arrays(data[0], data[1], dcomm, sharded=sharded, dtype=dtype, task=task, what=what,
-                            min_rows=required_rows)
-        except AgreedError as e:
-            err = e
-        agree(err, comm=self.rt.comm)
-        return s
+        return agree_call(lambda: from_arrays(data[0], data[1], dcomm, sharded=sharded, dtype=dtype, task=task,
+                                              what=what, min_rows=required_rows),
+                          catch=(AgreedError,), comm=self.rt.comm)
 
     def _set_data(self, train: Split, test: Split | None, where: str) -> None:
         """The data's checks against the model and the batch, the sampler, the step. Collective."""
         c, g, m = self.config, self.groups, self.model
         err = self._data_error(train, test, where)
         agree(err, comm=self.rt.comm)
-        if m.task == "classification" and isinstance(m, Network):
-            check_labels(where, [train, test], m.sizes[-1], g.data_comm)
-        if isinstance(m, FlatModel):
+        if m.num_classes is not None:
+            check_labels(where, [train, test], m.num_classes, g.data_comm)
+        if m.capabilities.task_from_data:
             m.task = c.task or train.task
             self.config = dataclasses.replace(self.config, task=m.task)
         self.train_split, self.test_split = train, test
@@ -458,7 +430,7 @@ class Trainer:
         # the buckets' Iallreduces are posted from inside the backward pass
         overlap = len(self.reducer.buckets) > 1 and self.rt.size > 1
         graphs, self._graphs_why = graphs_plan(c, self.xp, self.precision.compute, overlap,
-                                              own_model=isinstance(m, FlatModel))
+                                              capturable=m.capabilities.cuda_graphs)
         self._step = Step(m, self.reducer, self.optimizer, self.opt_state, self._update_params, self.precision, g,
                           self.sampler.K, self.sampler.local_micro_batch, self.sampler.B, self.schedule,
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
@@ -476,12 +448,11 @@ class Trainer:
         if test is not None and test.y.shape[1:] != train.y.shape[1:]:
             return ValueError(f"{where}: the validation targets have shape {test.y.shape[1:]} per sample, the "
                               f"training targets {train.y.shape[1:]}")
-        if isinstance(m, Network):
-            if train.dim != m.sizes[0]:
-                return ValueError(f"{where}: X has {train.dim} features, the model's first layer takes {m.sizes[0]}")
-            if m.task == "regression" and train.outputs != m.sizes[-1]:
-                return ValueError(f"{where}: y has {train.outputs} target(s) per sample, the model's last layer "
-                                  f"gives {m.sizes[-1]}")
+        if m.n_inputs is not None and train.dim != m.n_inputs:
+            return ValueError(f"{where}: X has {train.dim} features, the model's first layer takes {m.n_inputs}")
+        if m.task == "regression" and m.n_outputs is not None and train.outputs != m.n_outputs:
+            return ValueError(f"{where}: y has {train.outputs} target(s) per sample, the model's last layer "
+                              f"gives {m.n_outputs}")
         if c.batch_size > train.n_global:
             return ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
         if c.batch_size < D:
@@ -549,7 +520,7 @@ class Trainer:
         GEMM on the rank's threads, and nothing is timed: the resume stays
         exact where the thread count is the same.
         """
-        if self.config.gemm_threads == "all" or self.xp is not np or not isinstance(self.model, Network):
+        if self.config.gemm_threads == "all" or self.xp is not np or not self.model.capabilities.gemm_plan:
             return
         mine = _blas.threads() or 1
         root_threads = self.rt.comm.bcast(mine, root=0)
@@ -828,8 +799,8 @@ class Trainer:
             values = self._test_metrics()
         else:
             split = self._arrays(data, "evaluate", sharded, 0)
-            if self.model.task == "classification" and isinstance(self.model, Network):
-                check_labels("evaluate", [split], self.model.sizes[-1], self.groups.data_comm)
+            if self.model.num_classes is not None:
+                check_labels("evaluate", [split], self.model.num_classes, self.groups.data_comm)
             saved = (self.test_split, self._Xt, self._yt, self._sst)
             try:
                 self._test_arrays(split)
@@ -888,15 +859,10 @@ class Trainer:
         if isinstance(X, (str, os.PathLike)):
             path, name = split_spec(os.fspath(X), "/test/X")
             source_path, source_name = path, name
-            X, err = None, None
-            try:
-                X = _HDF5Rows(path, name)
-            except (ValueError, OSError) as e:
-                err = e
-            agree(err, comm=comm)
+            X = agree_call(lambda: _HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
         dtype = self.precision.master
         split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
-        D = self.model.sizes[0] if isinstance(self.model, Network) else split.dim
+        D = self.model.n_inputs if self.model.n_inputs is not None else split.dim
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
         agree(ValueError(f"{named}: X has {split.dim} features, the model's first layer takes {D}")
               if split.dim != D else None, comm=comm)
@@ -930,21 +896,15 @@ class Trainer:
         return full if root is None or comm.rank == root else None
 
     def flops_per_sample(self) -> float:
-        """Floating-point operations of one sample's forward and backward pass (analytic; 0 for a model of one's own).
+        """Floating-point operations of one sample's forward and backward pass, as the model counts them.
 
-        A layer of ``a`` inputs and ``b`` outputs costs ``2ab`` forward,
-        ``2ab`` for its weight gradient and, past the first layer, ``2ab``
-        for its input gradient: ``6 sum(ab) - 2 a_0 b_0`` in all (bias,
-        activation and loss terms left out: O(sum b)).
+        Analytic for the built-in layers (``6 sum(ab) - 2 a_0 b_0``); 0 for a model of one's own. Not collective.
 
         Returns
         -------
         float
         """
-        if not isinstance(self.model, Network):
-            return 0.0
-        pairs = list(itertools.pairwise(self.model.sizes))
-        return float(6 * sum(a * b for a, b in pairs) - 2 * pairs[0][0] * pairs[0][1])
+        return self.model.flops_per_sample()
 
     @classmethod
     def timing_keys(cls) -> tuple:
@@ -1199,9 +1159,6 @@ class Trainer:
         meta, err = None, None
         if self.rt.rank == 0:
             resumer.warn()
-            if state is not None and not state.verified:
-                print(f"hpcgpu.train: warning: checkpoint {resumer.found} has no checksums (an older hpcgpu wrote "
-                      "it): resumed without verifying it", file=sys.stderr, flush=True)
             if state is None:
                 print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
             else:
@@ -1240,22 +1197,6 @@ class Trainer:
         return meta["gemm_threads"], meta["path"], meta["world_size"]
 
     # -- output --------------------------------------------------------------------------------
-    def save(self, path: str | None = None) -> str:
-        """Deprecated name of :meth:`save_results` (beside :meth:`save_checkpoint`, it said too little).
-
-        Collective, as :meth:`save_results`; warns (:class:`DeprecationWarning`). It goes in the next release.
-
-        Parameters
-        ----------
-        path : str, optional
-            As :meth:`save_results`.
-        """
-        import warnings
-
-        warnings.warn("Trainer.save is now Trainer.save_results; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        return self.save_results(path)
-
     def save_results(self, path: str | None = None) -> str:
         """Write metrics, the model and provenance to HDF5, atomically, from rank 0.
 
@@ -1303,8 +1244,8 @@ class Trainer:
                      data=self._data_name(), data_fingerprint=fp, epochs_done=self.epoch, steps_done=self.step,
                      resumed_from=self.resumed_from, blas_threads=rt.blas_threads,
                      gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
-        if m.task == "classification" and isinstance(m, Network):
-            attrs["num_classes"] = m.sizes[-1]
+        if m.num_classes is not None:
+            attrs["num_classes"] = m.num_classes
 
         def write():
             write_results(path, metrics=self.metrics.metrics, history=self.history, params=self._named(params),
@@ -1381,13 +1322,8 @@ class Trainer:
     def _header(self) -> str:
         s, m = self.sampler, self.model
         accum = f", {s.K} micro-batches of {s.B // s.K}" if s.K > 1 else ""
-        if isinstance(m, Network):
-            what = f"model {m.sizes} ({m.n_global} parameters" + (
-                f", {m.n_params} on rank 0" if m.n_params != m.n_global else "") + f"), loss {m.loss.name}"
-        else:
-            what = f"model {type(m.model).__name__} ({m.n_global} parameters)"
-        task = (f"C={m.sizes[-1]}" if m.task == "classification" and isinstance(m, Network)
-                else f"{m.task}")
+        what = m.describe()
+        task = f"C={m.num_classes}" if m.num_classes is not None else m.task
         return (
             f"hpcgpu.train: {self.rt.size} rank(s){self._placement} on {self.rt.summary()}, data {self.data_path}: "
             f"N={s.N} D={self.train_split.dim} {task}, {what}, optimizer {self.optimizer.name}, global batch {s.B} "

@@ -266,7 +266,7 @@ LAUNCHES_GRAPH = 5
 
 @pytest.mark.mpi
 def test_a_step_at_one_rank_never_waits_for_the_gpu(tmp_path):
-    """Issue 24, items 1, 3 and 4: one rank on a GPU: no host synchronization and no copy to the host in a
+    """One rank on a GPU: no host synchronization and no copy to the host in a
     step (the losses are read once, at the epoch's end), and no more launches than the budget: per layer
     without a CUDA graph, a constant with one (every step of the epoch a replay)."""
     X, y = blobs(240, d=10, c=4)
@@ -679,11 +679,8 @@ def test_summa_one_rank_is_cupy_matmul_and_keeps_tf32(load):
     with pytest.raises(ValueError, match="math_mode must be one of"):
         hpcgpu.matmul(a, b, math_mode="half")
     cp._standin.clear_gemm_log()
-    with pytest.warns(DeprecationWarning, match=r"precision=\.\.\.\) is now matmul\(math_mode="):
-        hpcgpu.matmul(a, b, precision="full")  # the old name, for one release
+    hpcgpu.matmul(a, b, math_mode="full")
     assert _compute_types(cp) == [("gemm", "CUBLAS_COMPUTE_32F")], cp._standin.gemm_log()
-    with pytest.raises(ValueError, match="give math_mode only"), pytest.warns(DeprecationWarning):
-        hpcgpu.matmul(a, b, math_mode="tf32", precision="full")
     g.free()
 
 

@@ -1,4 +1,4 @@
-"""Issue 23, item 2: each GEMM of the step on the rank's BLAS threads or on one, as timed; resumes reuse it."""
+"""The GEMM thread plan: each GEMM of the step on the rank's BLAS threads or on one, as timed; a resume reuses it."""
 
 import json
 import shutil
