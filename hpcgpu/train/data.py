@@ -556,13 +556,14 @@ class GlobalBatchSampler:
                  micro_batches: int = 1, replicate: bool = False):
         self.train, self.B, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
         self.K = int(micro_batches)
-        self.N, self.P = train.n_global, comm.size
+        self.N, self.data_parallel_size = train.n_global, comm.size
         self.steps = self.N // self.B
-        self.bounds = [block_range(self.B // self.K, self.P, r) for r in range(self.P)]
+        P = self.data_parallel_size
+        self.bounds = [block_range(self.B // self.K, P, r) for r in range(P)]
         lo, hi = self.bounds[comm.rank]
         self.local_micro_batch = hi - lo
         self.local_batch = self.K * self.local_micro_batch
-        self.shard_starts = np.asarray(train.starts if train.starts is not None else block_starts(self.N, self.P))
+        self.shard_starts = np.asarray(train.starts if train.starts is not None else block_starts(self.N, P))
         self._rowtype = from_numpy_dtype(train.X.dtype).Create_contiguous(train.dim).Commit()
         ytail, ytype = train.y.shape[1:], train.y.dtype
         self._ytype = from_numpy_dtype(ytype).Create_contiguous(max(1, int(np.prod(ytail)))).Commit()
@@ -699,8 +700,8 @@ class GlobalBatchSampler:
             self._set_index(index)
             return
         # What I send: to every other rank, its wanted rows that live in my shard.
-        send_idx, send_counts = [], np.zeros(self.P, dtype=np.int64)
-        for r in range(self.P):
+        send_idx, send_counts = [], np.zeros(self.data_parallel_size, dtype=np.int64)
+        for r in range(self.data_parallel_size):
             if r != me:
                 w = self.wanted(perm, r)
                 send_idx.append(w[self._owner(w) == me] - t.start)
@@ -710,7 +711,7 @@ class GlobalBatchSampler:
         want = self.wanted(perm, me)
         owners = self._owner(want)
         local = owners == me
-        recv_counts = np.bincount(owners[~local], minlength=self.P).astype(np.int64)
+        recv_counts = np.bincount(owners[~local], minlength=self.data_parallel_size).astype(np.int64)
         n_recv = int(recv_counts.sum())
         if self._send[0].shape[0] < send_idx.size:  # grown, with room: counts vary by epoch
             cap = send_idx.size + send_idx.size // 8

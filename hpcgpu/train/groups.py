@@ -42,6 +42,8 @@ class ProcessGroups:
     comm, data_comm : mpi4py.MPI.Intracomm
     tensor_comm : mpi4py.MPI.Intracomm or None
         None without tensor parallelism.
+    tensor_parallel_size : int
+        T: the ranks of a tensor group (1 without tensor parallelism).
     tensor_rank : int
         This rank's place in its tensor group (0 without).
     grid : hpcgpu.ProcessGrid or None
@@ -49,18 +51,19 @@ class ProcessGroups:
     """
 
     def __init__(self, comm, tensor_parallel: int = 1):
-        self.comm, self.T = comm, int(tensor_parallel)
+        self.comm, self.tensor_parallel_size = comm, int(tensor_parallel)
+        T = self.tensor_parallel_size
         self.grid = None
-        if self.T == 1:
+        if T == 1:
             self.data_comm, self.tensor_comm, self.tensor_rank = comm, None, 0
             return
-        self.grid = ProcessGrid((comm.size // self.T, self.T), comm=comm)
+        self.grid = ProcessGrid((comm.size // T, T), comm=comm)
         self.tensor_comm, self.data_comm = self.grid.row_comm, self.grid.col_comm
         self.tensor_rank = self.grid.col
 
     @property
-    def D(self) -> int:  # noqa: N802 - the field's name for the data-parallel degree
-        """The number of data-parallel replicas."""
+    def data_parallel_size(self) -> int:
+        """D: the number of data-parallel replicas (the data communicator's size)."""
         return self.data_comm.size
 
     @staticmethod

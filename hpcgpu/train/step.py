@@ -16,6 +16,16 @@ communication: the reducer posts its buckets from the backward pass's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing is imported at run time
+    from ..nn._protocol import TrainModel
+    from ..optim import LRSchedule, Optimizer
+    from ..timing import PhaseTimer
+    from .cuda_graphs import StepGraph
+    from .groups import ProcessGroups
+    from .precision import Precision
+    from .reducer import GradientReducer
 
 __all__ = ["Step"]
 
@@ -60,22 +70,22 @@ class Step:
         The last step's update was skipped (16-mixed: the gradient overflowed).
     """
 
-    model: object
-    reducer: object
-    optimizer: object
+    model: TrainModel
+    reducer: GradientReducer
+    optimizer: Optimizer
     state: dict
-    params: object
-    precision: object
-    groups: object
+    params: object  # xp.ndarray
+    precision: Precision
+    groups: ProcessGroups
     micro_batches: int
     micro_batch: int
     batch: int
-    schedule: object
-    graph: object = None
+    schedule: LRSchedule
+    graph: StepGraph | None = None
     overlap: bool = False
-    padded_params: object = None
+    padded_params: object = None  # xp.ndarray or None
     updates: int = 0
-    timer: object = field(default=None, repr=False)
+    timer: PhaseTimer | None = field(default=None, repr=False)
     skipped_last: bool = False
 
     def __post_init__(self):

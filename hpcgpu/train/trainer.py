@@ -220,7 +220,7 @@ class Trainer:
         self.watchdog = Watchdog(rt.comm, c.stall_timeout)
         err, n_local, layers = None, 0, None
         try:
-            n_local, layers = plan.size(g.T, g.tensor_rank, c.seed)
+            n_local, layers = plan.size(g.tensor_parallel_size, g.tensor_rank, c.seed)
         except TypeError as e:  # a model of one's own whose init failed: on every rank alike
             err = e
         agree(err, comm=rt.comm)
@@ -228,13 +228,14 @@ class Trainer:
         agree(self._memory_error(plan, n_local, len(optimizer.state_names)), comm=rt.comm)
         self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
                                        watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
-                                       shards=g.D if c.zero_stage == 1 else 1)
+                                       shards=g.data_parallel_size if c.zero_stage == 1 else 1)
         self._params_pad = self.xp.zeros(self.reducer.padded, dtype=master) if c.zero_stage == 1 else None
         buffers = dict(grad=self.reducer.grad, stats=self.reducer.view(stats[0], 2),
                        params=None if self._params_pad is None else self._params_pad[:n_local])
+        T = g.tensor_parallel_size
         self.model: TrainModel = plan.bind(self.xp, master, c.seed, task=c.task or None,
-                                           compute_dtype=self.precision.compute, tensor=(g.T, g.tensor_rank),
-                                           tensor_allreduce=self._tensor_allreduce if g.T > 1 else None, **buffers)
+                                           compute_dtype=self.precision.compute, tensor=(T, g.tensor_rank),
+                                           tensor_allreduce=self._tensor_allreduce if T > 1 else None, **buffers)
         # Same seed gives the same weights everywhere; the Bcast makes sure even with different NumPy builds
         # on different nodes (a tensor slice: over the replicas).
         Bcast(self.model.params, root=0, comm=g.data_comm)
@@ -431,15 +432,17 @@ class Trainer:
         overlap = len(self.reducer.buckets) > 1 and self.rt.size > 1
         graphs, self._graphs_why = graphs_plan(c, self.xp, self.precision.compute, overlap,
                                               capturable=m.capabilities.cuda_graphs)
-        self._step = Step(m, self.reducer, self.optimizer, self.opt_state, self._update_params, self.precision, g,
-                          self.sampler.K, self.sampler.local_micro_batch, self.sampler.B, self.schedule,
+        self._step = Step(model=m, reducer=self.reducer, optimizer=self.optimizer, state=self.opt_state,
+                          params=self._update_params, precision=self.precision, groups=g,
+                          micro_batches=self.sampler.K, micro_batch=self.sampler.local_micro_batch,
+                          batch=self.sampler.B, schedule=self.schedule,
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
                           padded_params=self._params_pad, timer=self.timer)
         self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task)
 
     def _data_error(self, train: Split, test: Split | None, where: str) -> ValueError | None:
         """What is wrong with the data for this model and batch at D data-parallel ranks (None: nothing)."""
-        c, m, D = self.config, self.model, self.groups.D
+        c, m, D = self.config, self.model, self.groups.data_parallel_size  # D: the data-parallel ranks
         ranks = f"number of ranks ({D})" if c.tensor_parallel == 1 else f"number of data-parallel ranks ({D})"
         if test is not None and test.dim != train.dim:
             if where.startswith("--data") and self._validation_from_file:
@@ -616,7 +619,7 @@ class Trainer:
             if data is None and self.config.data is None:
                 raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
             source = data if data is not None else self.config.data
-            train = self._arrays(source, "data", sharded, self.groups.D)
+            train = self._arrays(source, "data", sharded, self.groups.data_parallel_size)
             path = isinstance(source, (str, os.PathLike))
             test_source = validation if validation is not None else (source if path else None)
             test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
@@ -862,10 +865,10 @@ class Trainer:
             X = agree_call(lambda: _HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
         dtype = self.precision.master
         split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
-        D = self.model.n_inputs if self.model.n_inputs is not None else split.dim
+        n_features = self.model.n_inputs if self.model.n_inputs is not None else split.dim
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
-        agree(ValueError(f"{named}: X has {split.dim} features, the model's first layer takes {D}")
-              if split.dim != D else None, comm=comm)
+        agree(ValueError(f"{named}: X has {split.dim} features, the model's first layer takes {n_features}")
+              if split.dim != n_features else None, comm=comm)
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
         k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
         local = local.reshape(local.shape[0], k)
@@ -887,7 +890,7 @@ class Trainer:
             return None
         counts = np.asarray(dcomm.allgather(local.shape[0]), dtype=np.int64) * k
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        droot = None if root is None else root // self.groups.T  # the data rank of global rank root
+        droot = None if root is None else root // self.groups.tensor_parallel_size  # the data rank of global rank root
         full = np.empty((split.n_global, k), dtype) if root is None or dcomm.rank == droot else None
         if root is None:
             dcomm.Allgatherv(local, [full, (counts, displs)])
@@ -1313,7 +1316,7 @@ class Trainer:
             ``optimizer_state_bytes``: the optimizer state this rank holds.
         """
         steps = max(1, self._steps_run)
-        return dict(data_parallel=self.groups.D, tensor_parallel=self.config.tensor_parallel,
+        return dict(data_parallel=self.groups.data_parallel_size, tensor_parallel=self.config.tensor_parallel,
                     zero_stage=self.config.zero_stage, tensor_bytes_per_step=self.tensor_bytes / steps,
                     data_bytes_per_step=self.reducer.bytes_sent / steps,
                     optimizer_state_bytes=int(sum(v.nbytes for v in self.opt_state.values())))
@@ -1331,7 +1334,7 @@ class Trainer:
             + ("CUDA graphs on, " if self._step.graph is not None
                else f"CUDA graphs off ({self._graphs_why}), " if self._graphs_why else "")
             + f"data {'replicated' if s.replicated else 'sharded'}"
-            + (f", {self.groups.D} data x {self.config.tensor_parallel} tensor parallel"
+            + (f", {self.groups.data_parallel_size} data x {self.config.tensor_parallel} tensor parallel"
                if self.config.tensor_parallel > 1 else "")
             + (", ZeRO-1 (optimizer state sharded)" if self.config.zero_stage == 1 else "")
             + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
