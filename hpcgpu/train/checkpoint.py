@@ -122,6 +122,50 @@ class CheckpointState:
     optimizer_config: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
 
+    @classmethod
+    def from_parts(cls, parts: dict, params, optimizer: dict, **about) -> "CheckpointState":
+        """The checkpoint of a trainer's state (:meth:`hpcgpu.Trainer.state_dict`), with the unsplit arrays.
+
+        The one mapping from the trainer's parts to the file's fields; :meth:`parts` is its inverse. Not
+        collective.
+
+        Parameters
+        ----------
+        parts : dict
+            ``progress``, ``precision`` and ``gemm_threads`` of the trainer's ``state_dict``.
+        params : numpy.ndarray, shape (n_params,)
+        optimizer : dict of str to numpy.ndarray
+        **about
+            The fields that describe the run rather than its progress: ``config``, ``world_size``,
+            ``optimizer_name``, ``optimizer_config``, ``data``, ``model``.
+
+        Returns
+        -------
+        CheckpointState
+        """
+        p, prec = parts["progress"], parts["precision"]
+        return cls(params=params, optimizer=optimizer, epoch=p["epoch"], step=p["step"],
+                   step_in_epoch=p["step_in_epoch"], epoch_totals=np.asarray(p["epoch_totals"]),
+                   epoch_seconds=p["epoch_seconds"], history=p["history"], skipped_steps=p["skipped_steps"],
+                   phase_seconds=p["phase_seconds"], updates=p["updates"], loss_scale=prec.get("scale", 1.0),
+                   clean_steps=prec.get("clean_steps", 0), gemm_threads=parts["gemm_threads"], **about)
+
+    def parts(self) -> dict:
+        """The trainer's ``progress`` and ``precision`` parts this checkpoint restores. Not collective.
+
+        The inverse of :meth:`from_parts`; the arrays go separately, split for each rank.
+
+        Returns
+        -------
+        dict
+        """
+        return dict(progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
+                                  epoch_totals=self.epoch_totals.tolist(), epoch_seconds=self.epoch_seconds,
+                                  skipped_steps=self.skipped_steps, history=self.history,
+                                  phase_seconds=self.phase_seconds,
+                                  updates=self.step if self.updates is None else self.updates),
+                    precision=dict(scale=self.loss_scale, clean_steps=self.clean_steps))
+
 
 def digest(a: np.ndarray) -> str:
     """SHA-256 of an array's type, shape and bytes, as hex. Not collective.

@@ -1012,18 +1012,28 @@ class Trainer:
         ValueError
             ``root`` is not 0 with tensor parallelism or ZeRO (every rank).
         """
+        if root != 0 and (self.groups.tensor_comm is not None or self.reducer.shard is not None):
+            raise agreed(ValueError("broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO"))
+        self._sync_state(root)
+
+    def _sync_state(self, root: int = 0, full: tuple | None = None) -> None:
+        """Every rank takes rank ``root``'s state: the one routine for a broadcast and for a resume. Collective.
+
+        The parameters and optimizer state first: ``full``, the unsplit arrays on ``root`` (a checkpoint's;
+        None elsewhere), or else ``root``'s own, by ``Bcast`` where every rank holds the whole model and by
+        gathering and splitting where ranks hold slices (``root`` 0 then). Then the rest of
+        :meth:`state_dict` as one pickled object.
+        """
         comm = self.rt.comm
         small = None
         if self.rt.rank == root:
             small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
-        if self.groups.tensor_comm is None and self.reducer.shard is None:
+        if full is None and self.groups.tensor_comm is None and self.reducer.shard is None:
             Bcast(self.model.params, root=root, comm=comm)
             for k in sorted(self.opt_state):
                 Bcast(self.opt_state[k], root=root, comm=comm)
         else:
-            if root != 0:
-                raise agreed(ValueError("broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO"))
-            self.load_global(*self._bcast(*self.gather_global()))
+            self.load_global(*self._bcast(*(full if full is not None else self.gather_global())))
         small = comm.bcast(small, root=root)
         if self.rt.rank != root:
             self.load_state_dict(small)
@@ -1136,16 +1146,10 @@ class Trainer:
     def _checkpoint_state(self, params, states):
         from .checkpoint import CheckpointState
 
-        st = self.state_dict()
-        p, prec = st["progress"], st["precision"]
-        return CheckpointState(
-            params=params, optimizer=states, optimizer_name=self.optimizer.name, data=self.data_fingerprint(),
-            epoch=p["epoch"], step=p["step"], step_in_epoch=p["step_in_epoch"],
-            epoch_totals=np.asarray(p["epoch_totals"]), epoch_seconds=p["epoch_seconds"], history=p["history"],
-            config=json.loads(self.config.to_json()), world_size=self.rt.size, gemm_threads=st["gemm_threads"],
-            skipped_steps=p["skipped_steps"], loss_scale=prec.get("scale", 1.0), clean_steps=prec.get("clean_steps", 0),
-            phase_seconds=p["phase_seconds"], updates=p["updates"], optimizer_config=self.optimizer.config(),
-            model=self.model.spec())
+        return CheckpointState.from_parts(
+            self.state_dict(), params, states, config=json.loads(self.config.to_json()), world_size=self.rt.size,
+            optimizer_name=self.optimizer.name, optimizer_config=self.optimizer.config(),
+            data=self.data_fingerprint(), model=self.model.spec())
 
     def _resume(self) -> tuple | None:
         """Load the newest good checkpoint on rank 0 and broadcast it. Collective.
@@ -1168,13 +1172,7 @@ class Trainer:
                 meta = dict(path=resumer.found, world_size=state.world_size, gemm_threads=state.gemm_threads,
                             names=sorted(state.optimizer))
                 try:  # a readable file with a malformed field must not leave the other ranks waiting below
-                    self.load_state_dict(dict(
-                        progress=dict(epoch=state.epoch, step=state.step, step_in_epoch=state.step_in_epoch,
-                                      epoch_totals=state.epoch_totals.tolist(), epoch_seconds=state.epoch_seconds,
-                                      skipped_steps=state.skipped_steps, history=state.history,
-                                      phase_seconds=state.phase_seconds,
-                                      updates=state.step if state.updates is None else state.updates),
-                        precision=dict(scale=state.loss_scale, clean_steps=state.clean_steps)))
+                    self.load_state_dict(state.parts())
                     if sorted(state.optimizer) != sorted(self.opt_state):
                         raise ValueError(f"holds optimizer state {sorted(state.optimizer)}, {self.optimizer.name} "
                                          f"has {sorted(self.opt_state)}")
@@ -1184,13 +1182,7 @@ class Trainer:
         meta = comm.bcast(meta, root=0)
         if meta is None:
             return None
-        params = state.params if self.rt.rank == 0 else None
-        states = state.optimizer if self.rt.rank == 0 else None
-        self.load_global(*self._bcast(params, states))
-        small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
-        small = comm.bcast(small if self.rt.rank == 0 else None, root=0)
-        if self.rt.rank != 0:
-            self.load_state_dict(small)
+        self._sync_state(0, full=(state.params, state.optimizer) if self.rt.rank == 0 else (None, None))
         self.resumed_from = meta["path"]
         if self.rt.rank == 0 and self.config.progress != "none":
             where = (f"epoch {self.epoch + 1}, step {self.step}" if self.epoch < self.config.epochs else
