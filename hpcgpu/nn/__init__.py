@@ -7,15 +7,20 @@ Two ways in:
   :class:`Network` (fused kernels on a GPU, CUDA graphs, tensor parallelism, mixed precision);
 - a model of your own (:class:`Model`): ``init(rng)``, ``loss_and_grad(params, x, y)`` returning the SUM of
   per-sample losses and its gradient, ``predict(params, x)``; check its gradient with :func:`check_grad`.
+
+The trainer drives both through one protocol: :func:`plan_model` gives a :class:`ModelPlan` (size, layout,
+:class:`Capabilities`), whose ``bind`` gives a :class:`TrainModel` on the trainer's flat buffers. Another
+framework's model is one more implementation of the two.
 """
 
 from ._layers import ACTIVATIONS, GELU, Activation, Dense, Layer, ReLU, Sequential, Tanh, from_spec, uniform_block
 from ._losses import LOSSES, Huber, Loss, MeanSquaredError, SoftmaxCrossEntropy, loss_by_name, loss_from_spec
 from ._model import FlatModel, Model
-from ._protocol import check_grad
+from ._capabilities import Capabilities
+from ._protocol import ModelPlan, TrainModel, check_grad, plan_error, plan_model
 from ._network import MLP, Network, layer_plan, local_layout, relu_stack
 
 __all__ = ["ACTIVATIONS", "Activation", "Dense", "GELU", "Layer", "ReLU", "Sequential", "Tanh", "from_spec",
            "LOSSES", "Huber", "Loss", "MeanSquaredError", "SoftmaxCrossEntropy", "loss_by_name", "loss_from_spec",
-           "FlatModel", "Model", "check_grad",
+           "FlatModel", "Model", "check_grad", "Capabilities", "ModelPlan", "TrainModel", "plan_model", "plan_error",
            "MLP", "Network", "layer_plan", "local_layout", "relu_stack", "uniform_block"]

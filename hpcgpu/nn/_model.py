@@ -118,7 +118,7 @@ class FlatModel(FlatParams):
     tensor = (1, 0)
     activations: list = []
     capabilities = OWN
-    """None of the optional capabilities (``hpcgpu.nn._capabilities.Capabilities``): the code is the user's;
+    """None of the optional capabilities (:class:`hpcgpu.nn.Capabilities`): the code is the user's;
     the task comes from the data's labels unless given."""
     n_inputs = n_outputs = num_classes = None
     """Not fixed by the model: its own code checks what it takes (None: any)."""

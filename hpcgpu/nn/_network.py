@@ -277,7 +277,7 @@ class Network(FlatParams):
         return local_layout(sizes, tensor, rank)[1], Network.ranges_of(sizes, tensor, rank)
 
     capabilities = BUILT_IN
-    """Everything (``hpcgpu.nn._capabilities.Capabilities``): tensor parallelism, mixed precision, CUDA graphs,
+    """Everything (:class:`hpcgpu.nn.Capabilities`): tensor parallelism, mixed precision, CUDA graphs,
     a GEMM thread plan; the task is the loss's."""
 
     @property

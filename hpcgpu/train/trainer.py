@@ -34,8 +34,7 @@ from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
 from ..io import WRITE_ERRORS, on_root, one_line
-from ..nn import Loss, loss_by_name, relu_stack
-from ..nn._protocol import BUILT_IN, ModelPlan, TrainModel, plan_error, plan_model
+from ..nn import Loss, ModelPlan, Network, TrainModel, loss_by_name, plan_error, plan_model, relu_stack
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, host_memory, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
@@ -324,7 +323,7 @@ class Trainer:
         ``plan`` None: the command line's MLP, built from the data later.
         """
         T, P = c.tensor_parallel, self.rt.size
-        can = plan.capabilities if plan is not None else BUILT_IN
+        can = plan.capabilities if plan is not None else Network.capabilities  # the command line's MLP
         name = type(plan.model).__name__ if plan is not None else ""
         if T > 1 and not can.tensor_parallel:
             return ValueError(f"--tensor-parallel {T}: a model of one's own ({name}) cannot be split "
