@@ -223,7 +223,7 @@ class Trainer:
         except TypeError as e:  # a model of one's own whose init failed: on every rank alike
             err = e
         agree(err, comm=rt.comm)
-        stats = plan.stats
+        stats = self._stat_names = plan.stats  # the loss sum's slot, then the metric's
         agree(self._memory_error(plan, n_local, len(optimizer.state_names)), comm=rt.comm)
         self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
                                        watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
@@ -723,9 +723,9 @@ class Trainer:
         return finished
 
     def _sums(self, slots: dict) -> tuple:
-        """A step's reduced loss sum and metric sum, from the reducer's slots."""
-        names = list(slots)
-        return slots[names[0]], slots[names[1]]
+        """A step's reduced loss sum and metric sum, from the reducer's slots, by the model's slot names."""
+        loss, metric = self._stat_names
+        return slots[loss], slots[metric]
 
     def _drain(self) -> None:
         """Add the steps whose sums are still on the device (one copy to the host), in step order.
