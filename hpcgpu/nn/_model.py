@@ -42,6 +42,10 @@ class Model:
         ``(loss_sum, {name: gradient})``: the SUM over the micro-batch's
         samples of their losses (a float, or a 0-d array), and its gradient
         with respect to each parameter (arrays of the parameters' shapes).
+        It may return the forward pass's outputs third, ``(loss_sum, grads,
+        outputs)`` of n rows, as :meth:`predict` would give them: the
+        training metric (``train_accuracy`` or ``train_rmse``) is then
+        computed from them at no extra pass; without them it is NaN.
         ``params`` holds views into the trainer's flat buffer: read them,
         never write them. ``x`` and ``y`` are this rank's rows of the
         micro-batch, in the array module.
@@ -88,9 +92,9 @@ class FlatModel(FlatParams):
     buffer for the parameters (views by name are what the model sees), the
     gradient copied into the trainer's buffer (added, under gradient
     accumulation; times the loss scale), the loss sum in ``stats[0]``. The
-    metric slot ``stats[1]`` is NaN during training (the contract returns the
-    loss only); evaluation computes the task's metric from
-    :meth:`predict`.
+    metric slot ``stats[1]``: the task's metric sum of the outputs
+    ``loss_and_grad`` returns third, or NaN when it returns the loss and
+    gradient only; evaluation computes the metric from :meth:`predict`.
 
     Parameters
     ----------
@@ -216,7 +220,9 @@ class FlatModel(FlatParams):
             The model's gradient is not a dict with one array of the right
             shape per parameter (checked on the first call).
         """
-        loss, grads = self.model.loss_and_grad(self._p, X, y)
+        got = self.model.loss_and_grad(self._p, X, y)
+        loss, grads = got[0], got[1]
+        outputs = got[2] if len(got) > 2 else None
         if not self._checked:
             err = self._grads_error(grads)
             if err is not None:
@@ -231,11 +237,20 @@ class FlatModel(FlatParams):
                 view += g
             else:
                 view[...] = g
+        metric = self._metric(xp.asarray(outputs), y) if outputs is not None else np.nan
         if accumulate:
             self.stats[0] += loss
+            self.stats[1] += metric
         else:
             self.stats[0] = loss
-            self.stats[1] = np.nan
+            self.stats[1] = metric
+
+    def _metric(self, outputs, y):
+        """The task's metric sum of ``outputs`` against ``y``: labels at the largest output, or squared errors."""
+        if self.task == "classification":
+            return (outputs.reshape(outputs.shape[0], -1).argmax(axis=1) == y).sum()
+        r = outputs.reshape(y.shape[0], -1) - y.reshape(y.shape[0], -1)
+        return (r * r).sum()
 
     def predict(self, X, chunk: int = 8192):
         """The model's ``predict(params, X)``, as an (n, k) array of the model's dtype. Not collective.
@@ -278,12 +293,6 @@ class FlatModel(FlatParams):
         tot = xp.zeros(2, dtype=np.float64)
         for s in range(0, X.shape[0], chunk):
             xs, ys = X[s : s + chunk], y[s : s + chunk]
-            loss, _ = self.model.loss_and_grad(self._p, xs, ys)
-            pred = self.predict(xs, chunk)
-            if self.task == "classification":
-                metric = (pred.argmax(axis=1) == ys).sum()
-            else:
-                r = pred - ys.reshape(pred.shape)
-                metric = (r * r).sum()
-            tot += xp.asarray([float(loss), float(metric)])
+            loss = self.model.loss_and_grad(self._p, xs, ys)[0]
+            tot += xp.asarray([float(loss), float(self._metric(self.predict(xs, chunk), ys))])
         return tot

@@ -289,7 +289,9 @@ class Trainer:
         o, m = self.optimizer, self.model
         return dataclasses.replace(
             c, lr=o.lr, optimizer=o.name, momentum=getattr(o, "momentum", 0.0), weight_decay=o.weight_decay,
-            hidden=tuple(m.hidden), task=m.task, loss=m.loss_name)
+            hidden=tuple(m.hidden), loss=m.loss_name,
+            # a model whose task comes from the data has none yet (the user's, if given): fit's data decide it
+            task=c.task if m.capabilities.task_from_data else m.task)
 
     @staticmethod
     def _outputs(c: TrainConfig) -> list:

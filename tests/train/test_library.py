@@ -351,3 +351,58 @@ def test_broadcast_state_makes_every_rank_the_roots(nprocs, root, zero):
     p = _mpi.run(nprocs, ["-c", BROADCAST, str(root), str(zero)], timeout=120)
     assert p.returncode == 0, p.stderr
     assert "broadcast: ok" in p.stdout, p.stdout
+
+
+class _Softmax:
+    """PyTorch's MyModel shape of a classifier, written by hand: Linear, ReLU, Linear, softmax cross-entropy."""
+
+    def __init__(self, outputs: bool):
+        self.outputs, self.label_types = outputs, set()
+
+    def init(self, rng):
+        return {"w1": rng.normal(0, 0.3, (4, 8)), "b1": np.zeros(8), "w2": rng.normal(0, 0.3, (8, 3)),
+                "b2": np.zeros(3)}
+
+    def _forward(self, p, x):
+        h = np.maximum(x @ p["w1"] + p["b1"], 0)
+        return h, h @ p["w2"] + p["b2"]
+
+    def loss_and_grad(self, p, x, y):
+        self.label_types.add(y.dtype.kind)
+        h, z = self._forward(p, x)
+        e = np.exp(z - z.max(1, keepdims=True))
+        s = e / e.sum(1, keepdims=True)
+        rows = np.arange(len(y))
+        dz = s.copy()
+        dz[rows, y] -= 1  # integer labels index the rows' scores
+        dh = (dz @ p["w2"].T) * (h > 0)
+        grads = {"w1": x.T @ dh, "b1": dh.sum(0), "w2": h.T @ dz, "b2": dz.sum(0)}
+        loss = -np.log(s[rows, y]).sum()
+        return (loss, grads, z) if self.outputs else (loss, grads)
+
+    def predict(self, p, x):
+        return self._forward(p, x)[1]
+
+
+@pytest.mark.parametrize("outputs", [True, False])
+def test_a_classifier_of_ones_own_trains_as_a_classifier_on_integer_labels(outputs):
+    """Integer labels make a model of one's own a classifier (its task from the data, as the built-in layers'):
+    ``y`` reaches its ``loss_and_grad`` as integers, the metric is accuracy; computed from the outputs it
+    returns third, NaN without them."""
+    import hpcgpu
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 4))
+    y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 1)
+    model = _Softmax(outputs)
+    t = hpcgpu.Trainer(model, optimizer=optim.SGD(0.2), batch_size=20, epochs=8, progress="none",
+                       dtype="float64")
+    t.fit((X, y), validation=(X[:30], y[:30]))
+    assert t.model.task == t.config.task == "classification" and model.label_types == {"i"}
+    assert "train_accuracy" in t.history and "train_rmse" not in t.history
+    acc = np.asarray(t.history["train_accuracy"])
+    if outputs:
+        assert np.isfinite(acc).all() and 0 <= acc.min() and acc[-1] > 0.6, acc
+    else:
+        assert np.isnan(acc).all(), acc
+    assert t.history["test_accuracy"][-1] > 0.6
