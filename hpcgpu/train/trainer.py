@@ -53,9 +53,13 @@ from .gemm_threads import GemmPlan, plan_gemm_threads
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
 
-LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0)
+LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0, gemm_threads="all")
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
-unless :meth:`Trainer.save_results` is asked, and the optimizer's learning rate throughout (Keras's and PyTorch's)."""
+unless :meth:`Trainer.save_results` is asked, the optimizer's learning rate throughout (Keras's and PyTorch's),
+and every GEMM on the rank's BLAS threads (``gemm_threads="all"``): the same script and seed give the same bits
+run after run, where a plan chosen by timing (``"auto"``, the command line's) may choose otherwise on a busy
+node, and OpenBLAS's float32 GEMM sums in another order on one thread than on two; no 0.3-2 s of timing at
+each start either."""
 
 
 def _model_error(model, loss) -> Exception | None:

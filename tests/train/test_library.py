@@ -406,3 +406,23 @@ def test_a_classifier_of_ones_own_trains_as_a_classifier_on_integer_labels(outpu
     else:
         assert np.isnan(acc).all(), acc
     assert t.history["test_accuracy"][-1] > 0.6
+
+
+def test_a_library_run_is_the_same_bits_every_time_and_times_nothing():
+    """A Trainer built from a model runs every GEMM on the rank's threads (no plan chosen by timing, which a busy
+    node may choose otherwise): two fits of one script and seed give the same bits; the command line's default
+    stays the timed plan."""
+    import hpcgpu
+    from hpcgpu.train import TrainConfig
+
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(200, 12)), rng.integers(0, 4, 200)
+    params = []
+    for _ in range(2):
+        t = hpcgpu.Trainer(nn.Sequential(nn.Dense(12, 64, "relu"), nn.Dense(64, 4)), nn.SoftmaxCrossEntropy(),
+                           optim.SGD(0.05, momentum=0.9), batch_size=40, epochs=3, seed=7, progress="none")
+        t.fit((X, y))
+        assert t.config.gemm_threads == "all" and t.gemm_plan is None
+        params.append(np.array(t.model.params))
+    np.testing.assert_array_equal(params[0], params[1])
+    assert TrainConfig().gemm_threads == "auto"
