@@ -84,6 +84,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _takes_an_argument(fn) -> bool:
+    """Whether ``fn`` can be called with one positional argument (True when its signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+
+
 def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str = "hpcgpu") -> None:
     """Call ``main(argv)`` under the error contract's guard and exit with its status.
 
@@ -98,14 +109,16 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     Parameters
     ----------
     main : callable
-        ``main(argv) -> int or None``: the exit status (None is 0).
+        ``main(argv) -> int or None``, or ``main() -> int or None`` (a
+        function that takes no argument is called without one): the exit
+        status (None is 0).
     argv : list of str, optional
-        Passed to ``main``.
+        Passed to ``main`` (which must then take it).
     prog : str
         Names the program in the error line.
     """
     try:
-        rc = main(argv)
+        rc = main(argv) if _takes_an_argument(main) or argv is not None else main()
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - the whole point

@@ -140,3 +140,21 @@ def test_two_equal_grids_multiply_and_init_can_leave_the_blas_alone():
     p = _mpi.run(3, ["-c", code], env=_mpi.blas_threads(1), timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "ok"
+
+
+def test_run_guarded_takes_a_main_with_or_without_argv():
+    """``def main():`` and ``def main(argv):`` both run under the guard, and their return value is the exit
+    status (a main without argv was called with one, and every rank aborted on a TypeError)."""
+    import hpcgpu
+
+    def bare():
+        return 3
+
+    def with_argv(argv):
+        return len(argv or [])
+
+    for main, argv, code in [(bare, None, 3), (with_argv, ["a", "b"], 2), (with_argv, None, 0),
+                             (lambda *args: 5, None, 5)]:
+        with pytest.raises(SystemExit) as e:
+            hpcgpu.run_guarded(main, argv)
+        assert e.value.code == code, main
