@@ -728,9 +728,10 @@ FIXES: dict[str, str] = {
         "``(N,)`` against ``(N, 1)``, or another number of regression targets. Give both the same shape "
         "(``y.reshape(len(y), -1)`` for both, or ``y.ravel()`` for a single target)."
     ),
-    "…: X has … features, the model's first layer takes …": (
+    "…: X has … features, the model takes …": (
         "The rows given to ``fit`` or ``predict`` (or ``python -m hpcgpu.train predict``) have another width than "
-        "the model's input, the ``n_in`` of its first ``Dense`` layer: the model was built for other data, the "
+        "the model's input: the ``n_in`` of its first ``Dense`` layer, or for a model of one's own the width of "
+        "the data it was first fit on. The model was built for other data, the "
         "features were prepared differently from the training data, or the wrong dataset was named (``--data "
         "FILE:DATASET``, default ``/test/X``). Build the first layer for the data (``nn.Dense(X.shape[1], "
         "...)``), apply the training data's preprocessing, or name the dataset of features."

@@ -125,7 +125,8 @@ class FlatModel(FlatParams):
     """None of the optional capabilities (:class:`hpcgpu.nn.Capabilities`): the code is the user's;
     the task comes from the data's labels unless given."""
     n_inputs = n_outputs = num_classes = None
-    """Not fixed by the model: its own code checks what it takes (None: any)."""
+    """Not fixed by the model's code (None: any); the trainer sets ``n_inputs`` to the width of the data it is
+    first fit on, so that a later ``fit``, ``evaluate`` or ``predict`` of another width is one line."""
     loss_name = ""
     """The model computes its own loss."""
     hidden: tuple = ()

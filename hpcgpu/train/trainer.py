@@ -414,6 +414,8 @@ class Trainer:
         agree(err, comm=self.rt.comm)
         if m.num_classes is not None:
             check_labels(where, [train, test], m.num_classes, g.data_comm)
+        if m.n_inputs is None:  # a model of one's own takes the width of the data it is first fit on
+            m.n_inputs = train.dim
         if m.capabilities.task_from_data:
             m.task = c.task or train.task
             self.config = dataclasses.replace(self.config, task=m.task)
@@ -457,7 +459,7 @@ class Trainer:
             return ValueError(f"{where}: the validation targets have shape {test.y.shape[1:]} per sample, the "
                               f"training targets {train.y.shape[1:]}")
         if m.n_inputs is not None and train.dim != m.n_inputs:
-            return ValueError(f"{where}: X has {train.dim} features, the model's first layer takes {m.n_inputs}")
+            return ValueError(f"{where}: X has {train.dim} features, the model takes {m.n_inputs}")
         if m.task == "regression" and m.n_outputs is not None and train.outputs != m.n_outputs:
             return ValueError(f"{where}: y has {train.outputs} target(s) per sample, the model's last layer "
                               f"gives {m.n_outputs}")
@@ -807,6 +809,9 @@ class Trainer:
             values = self._test_metrics()
         else:
             split = self._arrays(data, "evaluate", sharded, 0)
+            n, what = self.model.n_inputs, "evaluate"
+            agree(ValueError(f"{what}: X has {split.dim} features, the model takes {n}")
+                  if n is not None and split.dim != n else None, comm=self.rt.comm)
             if self.model.num_classes is not None:
                 check_labels("evaluate", [split], self.model.num_classes, self.groups.data_comm)
             saved = (self.test_split, self._Xt, self._yt, self._sst)
@@ -872,7 +877,7 @@ class Trainer:
         split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
         n_features = self.model.n_inputs if self.model.n_inputs is not None else split.dim
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
-        agree(ValueError(f"{named}: X has {split.dim} features, the model's first layer takes {n_features}")
+        agree(ValueError(f"{named}: X has {split.dim} features, the model takes {n_features}")
               if split.dim != n_features else None, comm=comm)
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
         k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))

@@ -426,3 +426,21 @@ def test_a_library_run_is_the_same_bits_every_time_and_times_nothing():
         params.append(np.array(t.model.params))
     np.testing.assert_array_equal(params[0], params[1])
     assert TrainConfig().gemm_threads == "auto"
+
+
+def test_a_model_of_ones_own_predicts_only_on_the_width_it_was_fit_on():
+    """predict, evaluate and a second fit with another number of features than fit saw: one agreed ValueError
+    naming both widths, not NumPy's matmul error inside the user's code."""
+    import hpcgpu
+    from hpcgpu.errors import AgreedError
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 4)), rng.integers(0, 3, 60)
+    t = hpcgpu.Trainer(_Softmax(True), optimizer=optim.SGD(0.1), batch_size=20, epochs=1, progress="none")
+    t.fit((X, y))
+    assert t.model.n_inputs == 4 and t.predict(X).shape == (60, 3)
+    with pytest.raises(ValueError, match="predict: X has 5 features, the model takes 4") as e:
+        t.predict(rng.normal(size=(10, 5)))
+    assert isinstance(e.value, AgreedError)
+    with pytest.raises(ValueError, match="X has 5 features, the model takes 4"):
+        t.evaluate((rng.normal(size=(10, 5)), y[:10]))
