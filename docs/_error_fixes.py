@@ -514,6 +514,25 @@ FIXES: dict[str, str] = {
         "optimizer state, is no longer read; hpcgpu has had no release that wrote it). The file is skipped as "
         "damaged and an older kept checkpoint is tried; with none, train afresh without ``--resume``."
     ),
+    "fit: epochs=… must be a whole number of epochs in all, at least 1 and the … done": (
+        "``fit(epochs=N)`` trains until N epochs in all (not N more): give a number at least as large as "
+        "``trainer.epoch``, the epochs done (``fit(epochs=trainer.epoch + 5)`` for five more)."
+    ),
+    ("fit: this Trainer trains on the data of its first fit; call fit() without data to go on (fit(epochs=N) to "
+     "train further), or make a new Trainer"): (
+        "A Trainer is bound to the data of its first ``fit`` (its sampler, sizes and checks are built for it). "
+        "To train further on it call ``fit()`` or ``fit(epochs=N)``; to train on other data, make a new "
+        "Trainer for it."
+    ),
+    "hpcgpu.train: fit: the run has done its … epochs: nothing to train (fit(epochs=N) trains on to N)": (
+        "Not an error: a ``fit`` after the run reached its epochs trains nothing and returns the history. "
+        "``fit(epochs=N)`` trains on until N epochs in all."
+    ),
+    "train_epoch: no data yet: call fit(data) first (it runs the epochs, or give it epochs= to stop sooner)": (
+        "``train_epoch`` runs one epoch of a run that has its data: the data come with ``fit(data)`` (or the "
+        "config's ``data``, read at construction). Call ``fit``; to run one epoch at a time, "
+        "``fit(data, epochs=1)`` then ``fit(epochs=2)``..."
+    ),
     "not an hpcgpu checkpoint (no format attribute)": (
         "The file at the checkpoint path is HDF5 but was not written by hpcgpu's trainer (or by an "
         "incompatible version): it lacks the ``format`` attribute. Check ``--checkpoint``: it may name your "

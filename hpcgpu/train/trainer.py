@@ -562,7 +562,7 @@ class Trainer:
         self.groups.free()
 
     # -- training ------------------------------------------------------------------------------
-    def fit(self, data=None, validation=None, *, sharded: bool = False) -> dict[str, list]:
+    def fit(self, data=None, validation=None, *, sharded: bool = False, epochs: int | None = None) -> dict[str, list]:
         """Train until the configured number of epochs, evaluating after each. Collective.
 
         Parameters
@@ -572,7 +572,8 @@ class Trainer:
             datasets: anything with ``len()``, ``shape`` and row slicing), or
             an HDF5 file in the trainer's layout (``/train/X``, ``/train/y``).
             Not needed when the trainer was built from a config with ``data``.
-            Given once: a later ``fit`` continues the same run.
+            Given once: a later ``fit`` continues the same run on the same
+            data (other data is refused: make another Trainer for it).
         validation : (X, y) or str, optional
             Evaluated after every epoch (``test_*`` metrics), as ``data``.
         sharded : bool
@@ -580,6 +581,12 @@ class Trainer:
             ``validation`` (their concatenation in rank order is the set),
             or every rank the whole set (each then takes its block). Nothing
             is ever broadcast from one rank.
+        epochs : int, optional
+            Train until this many epochs in all (the config's ``epochs`` by
+            default): a later ``fit(epochs=20)`` trains on from where the
+            run is (Keras's ``fit`` called again); a learning-rate schedule
+            then spans the new total. A ``fit`` with nothing left to train
+            says so on rank 0's stderr and returns the history.
 
         Returns
         -------
@@ -591,7 +598,8 @@ class Trainer:
         ValueError, TypeError
             Bad data (every rank, one line): see
             :func:`hpcgpu.train.data.from_arrays`; data of another number of
-            features or targets than the model's.
+            features or targets than the model's; data given to a later
+            ``fit``; ``epochs`` fewer than the epochs done.
         FloatingPointError
             Training diverged (every rank): the loss or the parameters are
             not finite; no checkpoint is written after it.
@@ -613,15 +621,16 @@ class Trainer:
             self.stop_request = StopRequest(self.config.stop_file, check_file=self.rt.rank == 0,
                                             prog="hpcgpu.train").install()
         try:
-            self._fit(data, validation, sharded)
+            self._fit(data, validation, sharded, epochs)
         finally:
             if own:
                 self.stop_request.uninstall()
                 self.stop_request = None
         return self.history
 
-    def _fit(self, data, validation, sharded: bool) -> None:
+    def _fit(self, data, validation, sharded: bool, epochs: int | None = None) -> None:
         """:meth:`fit`'s body, under the stop request."""
+        self._go_on(data, validation, epochs)
         if not self._prepared:
             if data is None and self.config.data is None:
                 raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
@@ -640,6 +649,11 @@ class Trainer:
             self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
             self._prepare()
         c, console = self.config, self.console
+        if self.epoch >= c.epochs and self._steps_run > 0:  # every rank alike: this process trained them all
+            if self.rt.rank == 0:
+                print(f"hpcgpu.train: fit: the run has done its {c.epochs} epochs: nothing to train "
+                      f"(fit(epochs=N) trains on to N)", file=sys.stderr, flush=True)
+            return
         console.say(self._header())
         bar = console.open_bar(self.step)
         # Overflow becomes inf/NaN, which the step detects and reports once with
@@ -661,6 +675,25 @@ class Trainer:
         if path and not just_written and not unchanged:
             self.save_checkpoint(path)
         self.checkpoint_file = path
+
+    def _go_on(self, data, validation, epochs: int | None) -> None:
+        """A later ``fit``: no new data; ``epochs``, the new total, for the config, the schedule and the console.
+
+        The arguments are the same on every rank: each raises the same error.
+        """
+        if epochs is not None:
+            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < max(1, self.epoch):
+                raise agreed(ValueError(f"fit: epochs={epochs!r} must be a whole number of epochs in all, at "
+                                        f"least 1 and the {self.epoch} done"))
+            self.config = dataclasses.replace(self.config, epochs=epochs)
+        if not self._prepared:
+            return
+        if data is not None or validation is not None:
+            raise agreed(ValueError("fit: this Trainer trains on the data of its first fit; call fit() without "
+                                    "data to go on (fit(epochs=N) to train further), or make a new Trainer"))
+        if epochs is not None:  # the schedule and the progress span the new total
+            self.schedule.total = self.config.epochs * self.sampler.steps
+            self.console.epochs = self.config.epochs
 
     def train_epoch(self, bar=None) -> bool:
         """Run the rest of the current epoch. Collective.
@@ -690,6 +723,9 @@ class Trainer:
             checkpoint and at a stop, so it is raised then, naming the same
             first step.
         """
+        if not self._prepared:
+            raise agreed(RuntimeError("train_epoch: no data yet: call fit(data) first (it runs the epochs, or give "
+                                      "it epochs= to stop sooner)"))
         sampler, tm, step = self.sampler, self.timer, self._step
         t0 = MPI.Wtime()
         tm.mark("data", f"epoch {self.epoch + 1} start")

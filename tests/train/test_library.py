@@ -444,3 +444,34 @@ def test_a_model_of_ones_own_predicts_only_on_the_width_it_was_fit_on():
     assert isinstance(e.value, AgreedError)
     with pytest.raises(ValueError, match="X has 5 features, the model takes 4"):
         t.evaluate((rng.normal(size=(10, 5)), y[:10]))
+
+
+def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
+    """fit(epochs=5) after a fit of 3 gives the bits of one fit of 5 (constant rate); a fit with nothing left says
+    so and trains nothing; new data, fewer epochs than done, and train_epoch before any data are one line each."""
+    import hpcgpu
+
+    rng = np.random.default_rng(5)
+    X, y = rng.normal(size=(90, 6)), rng.integers(0, 3, 90)
+
+    def trainer(epochs):
+        return hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 10, "tanh"), nn.Dense(10, 3)), nn.SoftmaxCrossEntropy(),
+                              optim.Adam(0.01), batch_size=15, epochs=epochs, seed=2, progress="none",
+                              dtype="float64")
+
+    once = trainer(5)
+    with pytest.raises(RuntimeError, match="train_epoch: no data yet: call fit"):
+        once.train_epoch()
+    once.fit((X, y))
+    twice = trainer(3)
+    twice.fit((X, y))
+    h = twice.fit()
+    assert twice.epoch == 3 and len(h["train_loss"]) == 3
+    assert "the run has done its 3 epochs: nothing to train" in capsys.readouterr().err
+    twice.fit(epochs=5)
+    assert twice.epoch == 5 and twice.history["train_loss"] == once.history["train_loss"]
+    np.testing.assert_array_equal(np.asarray(twice.model.params), np.asarray(once.model.params))
+    with pytest.raises(ValueError, match="trains on the data of its first fit"):
+        twice.fit((X, y), epochs=6)
+    with pytest.raises(ValueError, match="epochs=4 must be a whole number of epochs in all, at least 1 and the 5"):
+        twice.fit(epochs=4)
