@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import h5py
@@ -125,8 +126,10 @@ def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
     """A sweep warned mid-way: the running tasks finish, the results so far are written (exit 3), the job
     requeues itself and the rerun (--resume) runs the rest: every task done once in the final file.
 
-    One worker sleeps 0.1 s a task: warned after 8 tasks, at least 5 s of sleeping is left however fast the
-    machine is, and the signal leaves within 0.1 s of the 8th (the batch shell is found beforehand)."""
+    One worker sleeps 0.1 s a task, and task 8 and later wait until the job's warning shows in its log
+    (``farm_fns.gated``): warned after 8 tasks, the sweep is unfinished however slow the machine is (a fixed
+    margin of 5 s of sleeping was not enough under four suites at once: the whole sweep ran before the batch
+    shell's trap did)."""
     if _mpi.LEAN:
         pytest.skip("HPCGPU_CI_LEAN: the script's warning, requeue and resume are Slurm's and the farm's, the "
                     "same under every MPI (the trainer's requeue test launches under each); the MPICH pass runs it")
@@ -135,9 +138,18 @@ def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
     params.write_text("i,seconds\n" + "".join(f"{i},0.1\n" for i in range(n)))
     log = tmp_path / "ran"
     log.mkdir()
-    fn = os.path.join(_mpi.ROOT, "tests", "tasks", "farm_fns.py") + ":slow"
-    env = dict(slurm.env, **_vars(tmp_path, FUNCTION=fn, PARAMS=params, FARM_LOG=log))
+    fn = os.path.join(_mpi.ROOT, "tests", "tasks", "farm_fns.py") + ":gated"
+    gate = tmp_path / "gate"
+    env = dict(slurm.env, **_vars(tmp_path, FUNCTION=fn, PARAMS=params, FARM_LOG=log, FARM_GATE=gate))
     ran = lambda: sum(len(open(p).read().split()) for p in glob.glob(str(log / "*")))  # noqa: E731
+
+    def open_gate():  # once the warning is in the log (or at the deadline: the assertions below then fail)
+        deadline = time.time() + WAIT_S
+        while time.time() < deadline and "warning signal" not in _log(tmp_path):
+            time.sleep(0.1)
+        gate.touch()
+
+    threading.Thread(target=open_gate, daemon=True).start()
     rc, err = _warned_job(slurm, ["-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "tasks-cpu.sbatch")], env,
                           tmp_path, lambda: ran() >= 8, 300)
     out = _log(tmp_path)

@@ -45,6 +45,17 @@ def slow(i, seconds=0.02):
     return {"twice": 2 * i}
 
 
+def gated(i, seconds=0.1):
+    """``slow``, but task 8 and later first wait for the file ``$FARM_GATE``, which the test makes once the job's
+    warning has been seen: a warning after 8 tasks always finds the sweep unfinished, however slow the machine."""
+    _log(i)
+    gate = os.environ.get("FARM_GATE")
+    while gate and i >= 8 and not os.path.exists(gate):
+        time.sleep(0.05)
+    time.sleep(seconds)
+    return {"twice": 2 * i}
+
+
 def stuck(i, seconds=0.0):
     """Task 2 blocks SIGALRM and sleeps: a native call that no signal interrupts, as far as the farm can tell."""
     import signal
