@@ -25,8 +25,7 @@ from mpi4py import MPI
 
 from ._cli import add_collectives
 from ._gemm import MATH_MODES
-from .errors import agree
-from .errors import agreed
+from .errors import agree, agreed
 from .io import split_spec
 
 

@@ -467,8 +467,7 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
     """
     import h5py
 
-    from .errors import agree
-    from .errors import agreed
+    from .errors import agree, agreed
     from .io import on_root, one_line, publish, shared_dir_error, temp_keeping
 
     def create():

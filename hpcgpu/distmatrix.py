@@ -15,8 +15,7 @@ from ._gemm import bfloat16_dtype
 from ._version import __version__
 from .blocks import remap
 from .comm import movable
-from .errors import agree
-from .errors import agreed
+from .errors import agree, agreed
 from .grid import ProcessGrid, default_grid
 from ._memory import node_memory_error
 from ._outputs import write_dataset

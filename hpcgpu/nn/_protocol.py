@@ -15,11 +15,15 @@ implementation of the same two classes. Nothing else in hpcgpu asks which kind a
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ._capabilities import BUILT_IN, OWN, Capabilities
+from ._layers import Layer, Sequential
+from ._model import FlatModel, contract_error
+from ._network import Network
 
 __all__ = ["Capabilities", "ModelPlan", "TrainModel", "check_grad", "host_reference", "plan_model", "plan_error"]
 
@@ -101,7 +105,7 @@ class TrainModel(Protocol):
     def flops_per_sample(self) -> float: ...
 
 
-class ModelPlan:
+class ModelPlan(ABC):
     """A model before it is bound: its size, layout, capabilities and name, and how to bind it. Not collective.
 
     Made by :func:`plan_model`; the trainer never builds one itself.
@@ -125,6 +129,7 @@ class ModelPlan:
     hidden: list
     stats: tuple
 
+    @abstractmethod
     def size(self, tensor: int, rank: int, seed: int) -> tuple[int, list | None]:
         """``(n_params, layer ranges or None)`` of tensor rank ``rank``'s slice.
 
@@ -145,12 +150,12 @@ class ModelPlan:
         TypeError
             A model of one's own whose ``init`` fails (the message names the model and what it raised).
         """
-        raise NotImplementedError
 
     def memory_hint(self) -> str:
         """A clause that may explain why the model is too large (``""``: none)."""
         return ""
 
+    @abstractmethod
     def bind(self, xp, dtype, seed: int, *, task: str | None, compute_dtype=None, tensor: tuple = (1, 0),
              tensor_allreduce=None, grad=None, stats=None, params=None) -> TrainModel:
         """The model on flat buffers the caller owns (see :class:`~hpcgpu.nn.Network` for each argument).
@@ -172,7 +177,6 @@ class ModelPlan:
         -------
         TrainModel
         """
-        raise NotImplementedError
 
 
 class _BuiltIn(ModelPlan):
@@ -188,8 +192,6 @@ class _BuiltIn(ModelPlan):
         self.stats = tuple(loss.stats)
 
     def size(self, tensor, rank, seed):
-        from ._network import Network
-
         return Network.layout(self.sizes, tensor, rank)
 
     def memory_hint(self):
@@ -200,8 +202,6 @@ class _BuiltIn(ModelPlan):
 
     def bind(self, xp, dtype, seed, *, task, compute_dtype=None, tensor=(1, 0), tensor_allreduce=None, grad=None,
              stats=None, params=None):
-        from ._network import Network
-
         return Network(self.model, self.loss, xp, dtype, seed, compute_dtype=compute_dtype, tensor=tensor,
                        tensor_allreduce=tensor_allreduce, grad=grad, stats=stats, params=params)
 
@@ -226,8 +226,6 @@ class _Own(ModelPlan):
 
     def bind(self, xp, dtype, seed, *, task, compute_dtype=None, tensor=(1, 0), tensor_allreduce=None, grad=None,
              stats=None, params=None):
-        from ._model import FlatModel
-
         return FlatModel(self.model, xp, dtype, seed, task=task or "regression", grad=grad, stats=stats,
                          params=params)
 
@@ -245,9 +243,6 @@ def plan_error(model, loss) -> Exception | None:
     -------
     TypeError or ValueError or None
     """
-    from ._layers import Layer, Sequential
-    from ._model import contract_error
-
     if isinstance(model, Layer) and not isinstance(model, Sequential):
         return TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
                          f"Sequential({type(model).__name__}(...))")
@@ -281,8 +276,6 @@ def plan_model(model, loss=None) -> ModelPlan:
     TypeError, ValueError
         What :func:`plan_error` finds.
     """
-    from ._layers import Sequential
-
     err = plan_error(model, loss)
     if err is not None:
         raise err
@@ -313,8 +306,6 @@ def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
     ValueError
         A Sequential without its loss.
     """
-    from ._layers import Sequential
-
     if isinstance(model, Sequential):
         if loss is None:
             raise ValueError("check_grad of a Sequential needs its loss")

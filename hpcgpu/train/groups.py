@@ -89,7 +89,7 @@ class ProcessGroups:
 
         Parameters
         ----------
-        model : hpcgpu.nn._protocol.TrainModel
+        model : hpcgpu.nn.TrainModel
             Knows the layout (``n_params``, ``global_of``).
         params : xp.ndarray, shape (n_params,)
             This rank's parameters (its tensor slice).

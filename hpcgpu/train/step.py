@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing is imported at run time
-    from ..nn._protocol import TrainModel
+    from ..nn import TrainModel
     from ..optim import LRSchedule, Optimizer
     from ..timing import PhaseTimer
     from .cuda_graphs import StepGraph
@@ -38,7 +38,7 @@ class Step:
 
     Attributes
     ----------
-    model : hpcgpu.nn._protocol.TrainModel
+    model : hpcgpu.nn.TrainModel
         Writes the gradient into ``reducer.grad`` and its statistics into
         the reducer's first two slots.
     reducer : hpcgpu.train.reducer.GradientReducer

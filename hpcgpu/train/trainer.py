@@ -121,7 +121,7 @@ class Trainer:
 
     Attributes
     ----------
-    model : hpcgpu.nn._protocol.TrainModel
+    model : hpcgpu.nn.TrainModel
         The model on its flat buffers (:class:`hpcgpu.nn.Network` for the built-in layers,
         :class:`hpcgpu.nn.FlatModel` for a model of one's own).
     optimizer : hpcgpu.optim.Optimizer
@@ -458,8 +458,9 @@ class Trainer:
         if test is not None and test.y.shape[1:] != train.y.shape[1:]:
             return ValueError(f"{where}: the validation targets have shape {test.y.shape[1:]} per sample, the "
                               f"training targets {train.y.shape[1:]}")
-        if m.n_inputs is not None and train.dim != m.n_inputs:
-            return ValueError(f"{where}: X has {train.dim} features, the model takes {m.n_inputs}")
+        err = self._features_error(where, train.dim)
+        if err is not None:
+            return err
         if m.task == "regression" and m.n_outputs is not None and train.outputs != m.n_outputs:
             return ValueError(f"{where}: y has {train.outputs} target(s) per sample, the model's last layer "
                               f"gives {m.n_outputs}")
@@ -470,6 +471,13 @@ class Trainer:
         if c.batch_size // c.grad_accum_steps < D:
             return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
                               f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
+        return None
+
+    def _features_error(self, where: str, n_features: int) -> ValueError | None:
+        """Data of ``n_features`` columns for a model that takes another number (None: it fits, or takes any)."""
+        n = self.model.n_inputs
+        if n is not None and n_features != n:
+            return ValueError(f"{where}: X has {n_features} features, the model takes {n}")
         return None
 
     def _test_arrays(self, test: Split | None) -> None:
@@ -845,9 +853,7 @@ class Trainer:
             values = self._test_metrics()
         else:
             split = self._arrays(data, "evaluate", sharded, 0)
-            n, what = self.model.n_inputs, "evaluate"
-            agree(ValueError(f"{what}: X has {split.dim} features, the model takes {n}")
-                  if n is not None and split.dim != n else None, comm=self.rt.comm)
+            agree(self._features_error("evaluate", split.dim), comm=self.rt.comm)
             if self.model.num_classes is not None:
                 check_labels("evaluate", [split], self.model.num_classes, self.groups.data_comm)
             saved = (self.test_split, self._Xt, self._yt, self._sst)
@@ -911,10 +917,8 @@ class Trainer:
             X = agree_call(lambda: _HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
         dtype = self.precision.master
         split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
-        n_features = self.model.n_inputs if self.model.n_inputs is not None else split.dim
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
-        agree(ValueError(f"{named}: X has {split.dim} features, the model takes {n_features}")
-              if split.dim != n_features else None, comm=comm)
+        agree(self._features_error(named, split.dim), comm=comm)
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
         k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
         local = local.reshape(local.shape[0], k)
