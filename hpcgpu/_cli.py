@@ -95,6 +95,21 @@ def _takes_an_argument(fn) -> bool:
     return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
+def _print_paths_as_bytes() -> None:
+    """Make stdout and stderr write a path's undecodable bytes back as they were.
+
+    A file name that is not valid UTF-8 reaches Python as lone surrogates
+    (PEP 383). Under a UTF-8 locale Python's stdout encodes strictly, and with
+    ``PYTHONIOENCODING=utf-8`` (set by some images, the GPU node's among them)
+    so does the C locale's: the "wrote ..." line after a finished run then
+    raised ``UnicodeEncodeError`` and aborted the job. ``surrogateescape``
+    writes the name's original bytes, which is what ``ls`` shows.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+
+
 def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str = "hpcgpu") -> None:
     """Call ``main(argv)`` under the error contract's guard and exit with its status.
 
@@ -117,6 +132,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     prog : str
         Names the program in the error line.
     """
+    _print_paths_as_bytes()
     try:
         rc = main(argv) if _takes_an_argument(main) or argv is not None else main()
     except SystemExit:

@@ -123,6 +123,9 @@ class RaplReader:
         return total / 1e6
 
 
+NVML_STILL = "NVML's energy counter did not advance in this period (shorter than the counter's update interval)"
+
+
 class NvmlReader:
     """The total-energy counters of some GPUs of this node (NVML, Volta and newer).
 
@@ -264,8 +267,14 @@ class EnergyMeter:
         Joules
             The same on every rank.
         """
-        mine = (self._sum, self.rapl.reason if self.reader else "", self.nvml.reason if self.reader else "") \
-            if self.reader else None
+        mine = None
+        if self.reader:
+            sums, why_gpu = list(self._sum), self.nvml.reason
+            if self.nvml.handles and sums[1] == 0.0:
+                # NVML's counter moves in steps (the GPU kit's H200: a 2-rank run's short epochs all read 0 J);
+                # a period shorter than a step is not measured, never a zero
+                sums[1], why_gpu = math.nan, NVML_STILL
+            mine = (sums, self.rapl.reason, why_gpu)
         self._sum = [0.0, 0.0]
         got = [g for g in self.comm.allgather(mine) if g is not None]
         cpu = sum(g[0][0] for g in got)  # a node's NaN makes the sum NaN: never a partial count

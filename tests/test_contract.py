@@ -269,7 +269,10 @@ def test_the_output_policy(program, condition, tmp_path, model_file):
     if condition == "a user's file with --overwrite":
         args.append("--overwrite")
     before = _snapshot(tmp_path)
-    p = _mpi.run(ranks, args, timeout=120, cwd=tmp_path)
+    # A UTF-8 locale's strict stdout (PYTHONIOENCODING=utf-8, as the GPU node's image sets) must still print the
+    # undecodable name of a written file: the GPU kit found "wrote ..." aborting the finished run there
+    env = {"PYTHONIOENCODING": "utf-8"} if condition == "a non-UTF-8 directory" else None
+    p = _mpi.run(ranks, args, timeout=120, cwd=tmp_path, env=env)
     after = _snapshot(tmp_path)
     temporaries = [os.fsdecode(k) for k in after if k.endswith(b".tmp") and os.path.isfile(k)]
     if outcome == "refused":

@@ -8,7 +8,7 @@ from _fake_energy import install_fake_nvml, powercap_tree, set_counter, set_gpu_
 from mpi4py import MPI
 
 import _mpi
-from hpcgpu.energy import EnergyMeter, Joules, NvmlReader, RaplReader
+from hpcgpu.energy import NVML_STILL, EnergyMeter, Joules, NvmlReader, RaplReader
 
 
 def test_rapl_two_sockets_and_a_wrap(tmp_path):
@@ -63,6 +63,24 @@ def test_meter_at_one_rank_nan_with_a_reason(tmp_path):
     assert math.isnan(j.cpu) and math.isnan(j.gpu) and math.isnan(j.total)
     assert "no RAPL zones" in j.cpu_reason and "no GPU" in j.gpu_reason
     assert Joules(2.0, math.nan).total == 2.0
+
+
+def test_a_period_the_gpu_counter_did_not_advance_is_not_measured(tmp_path, no_pynvml_after):
+    # NVML's counter moves in steps: on the GPU kit's H200 the short epochs of a 2-rank run read 0 J each, and the
+    # report said 0.000 J/GFLOP; such a period is NaN with the reason, the next one that advanced its joules
+    install_fake_nvml(str(tmp_path))
+    set_gpu_counter(str(tmp_path), "0000:03:00.0", 1000)
+    m = EnergyMeter(MPI.COMM_SELF, "0000:03:00.0", powercap_root=str(tmp_path / "none"))
+    m.start()
+    m.stop()
+    still = m.total()
+    m.start()
+    set_gpu_counter(str(tmp_path), "0000:03:00.0", 1250)
+    m.stop()
+    moved = m.total()
+    m.free()
+    assert math.isnan(still.gpu) and still.gpu_reason == NVML_STILL
+    assert moved.gpu == 0.25 and moved.gpu_reason == ""
 
 
 @pytest.mark.mpi
