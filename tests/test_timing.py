@@ -91,7 +91,9 @@ def test_trainer_timing_adds_up_and_the_trace_has_a_track_per_rank(nprocs, tmp_p
         if nprocs == 1:
             np.testing.assert_allclose(hi, seconds, rtol=0.05)
         assert (lo <= seconds * 1.05).all() and (hi >= seconds * 0.95).all(), (lo, hi, seconds)
-        assert np.isnan(f["metrics/energy_joules"][()]).all() or (f["metrics/energy_joules"][()] > 0).all()
+        # each epoch measured (> 0) or not (NaN: no counter, or NVML's did not advance in an epoch this short)
+        joules = f["metrics/energy_joules"][()]
+        assert (np.isnan(joules) | (joules > 0)).all(), joules
         assert f["metrics/energy_joules_cpu"].attrs["why_nan"] or not np.isnan(f["metrics/energy_joules_cpu"][0])
         assert (f["metrics/gflop"][()] > 0).all()
     ev = json.load(open(trace))["traceEvents"]
