@@ -348,6 +348,8 @@ class Queue:
         self._wids: set[int] = set()
         self.deferred: list = []  # host copies (get(blocking=False)) done at the next sync
         self.syncs = 0
+        self.records = 0  # events recorded on the stream so far
+        self.done_record = -1  # the last of them waited for: every event recorded before it is complete too
 
     def add(self, entries) -> None:
         """Queue writes ``(weakref(alloc), write id)`` (each write once)."""

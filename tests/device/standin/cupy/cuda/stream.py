@@ -264,6 +264,7 @@ class Event:
         self._entries = list(q.pending)
         self._queue = weakref.ref(q)
         self._syncs = q.syncs
+        self._seq, q.records = q.records, q.records + 1
         self._complete = not self._entries
         self._recorded = True
         self._time = time.perf_counter()
@@ -272,7 +273,7 @@ class Event:
         if self._complete:
             return True
         q = self._queue() if self._queue is not None else None
-        return q is not None and q.syncs > self._syncs
+        return q is not None and (q.syncs > self._syncs or q.done_record >= self._seq)
 
     def synchronize(self) -> None:
         """Wait for the event: the work recorded before it lands."""
@@ -282,6 +283,9 @@ class Event:
             if alloc is not None:
                 alloc.land(wid)
         self._complete = True
+        q = self._queue() if self._queue is not None else None
+        if q is not None:  # as on a GPU: the events recorded before it on its stream are complete as well
+            q.done_record = max(q.done_record, self._seq)
 
     @property
     def done(self) -> bool:
