@@ -28,6 +28,10 @@ def _require_sphinx():
             pytest.skip(f"no {m}: pip install -e '.[docs]'")
 
 
+# the tests that read the built site run on one pytest-xdist worker, which builds it once (12 s, not twice)
+ON_THE_SITES_WORKER = pytest.mark.xdist_group("site")
+
+
 @pytest.fixture(scope="module")
 def html(tmp_path_factory):
     """Build the site as ``make docs`` does (-W --keep-going -n) into a temporary directory."""
@@ -40,11 +44,13 @@ def html(tmp_path_factory):
     return out
 
 
+@ON_THE_SITES_WORKER
 def test_the_site_builds_without_a_warning(html):
     for page in ("index", "install", "quickstart", "troubleshooting", "performance", "changelog", "api/index"):
         assert (html / f"{page}.html").is_file(), page
 
 
+@ON_THE_SITES_WORKER
 def test_every_public_name_has_a_page(html):
     import _api
     import hpcgpu
@@ -61,6 +67,7 @@ def test_every_public_name_has_a_page(html):
     assert 'id="hpcgpu.matmul"' in page and "SUMMA" in page
 
 
+@ON_THE_SITES_WORKER
 def test_every_error_message_has_a_troubleshooting_entry(html):
     import _error_fixes
     import _errors
