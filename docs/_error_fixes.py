@@ -838,12 +838,27 @@ FIXES: dict[str, str] = {
         "``Trainer.save_results``), which holds the parameters in ``/model`` and the options in its attributes; this "
         "HDF5 file is something else, often the checkpoint or the data set. Pass the results file."
     ),
-    "… …: holds a model of one's own (…): predict with it from the Python code that defines it (Trainer.predict)": (
-        "``python -m hpcgpu.train predict`` rebuilds the built-in layers from the model description of the "
-        "results file, and this file was written for a model of one's own (its class is named), which only "
-        "its Python code can run. In that code, build the model and a ``Trainer`` as for training, copy the "
-        "arrays of the file's ``/model`` group into ``trainer.params`` (by name), and call "
-        "``trainer.predict(X)`` or ``trainer.predict(X, out=\"FILE:DATASET\")``."
+    "… …: holds a model of one's own (…): build it in the Python code that defines it and call "
+    "Trainer.load_weights on that file": (
+        "``python -m hpcgpu.train predict`` and ``hpcgpu.load_model`` rebuild the built-in layers from the model "
+        "description of the results file, and this file was written for a model of one's own (its class is "
+        "named), which only its Python code can run. In that code, build the model and a ``Trainer`` as for "
+        "training, call ``trainer.load_weights(FILE)`` and then ``trainer.predict(X)``."
+    ),
+    "… …: this model's parameter … is not in the file: the file holds another model's weights": (
+        "``load_weights`` takes parameters by name, and the file's ``/model`` group lacks one of this model's: "
+        "it was written by another model (other layers, or a model of one's own with other names). Load the "
+        "results file the same model wrote, or build the model that wrote it (``hpcgpu.load_model`` does for "
+        "the built-in layers)."
+    ),
+    "… …: the file's parameter … is not in this model: the file holds another model's weights": (
+        "The file's ``/model`` group has a parameter this model lacks (more layers, other names): it was written "
+        "by another model. Load the results file the same model wrote, or build the model that wrote it."
+    ),
+    "… …: parameter … has shape … in the file, … in this model": (
+        "The file holds the same names with other shapes: the layers' widths (or the number of features or "
+        "classes) differ from the model given. Build the model with the widths of the run that wrote the file; "
+        "the shapes are the unsplit ones whatever the tensor-parallel split."
     ),
     "Dense needs positive sizes, got Dense(…, …)": (
         "``nn.Dense(n_in, n_out)`` takes the numbers of input and output features, both at least 1. Give the "

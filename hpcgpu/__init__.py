@@ -41,6 +41,7 @@ from .summa import matmul  # noqa: E402
 # them. hpcgpu.Trainer, hpcgpu.nn, hpcgpu.tasks.map... work as if imported here.
 _LAZY = {"MLP": ("hpcgpu.nn", "MLP"), "SGD": ("hpcgpu.optim", "SGD"), "LRSchedule": ("hpcgpu.optim", "LRSchedule"),
          "TrainConfig": ("hpcgpu.train", "TrainConfig"), "Trainer": ("hpcgpu.train", "Trainer"),
+         "load_model": ("hpcgpu.train", "load_model"),
          "nn": ("hpcgpu.nn", None), "optim": ("hpcgpu.optim", None), "train": ("hpcgpu.train", None),
          "tasks": ("hpcgpu.tasks", None)}
 
@@ -68,5 +69,5 @@ __all__ = [
     "AgreedError", "agreed", "run_guarded",
     "Runtime", "current_runtime", "detect_cuda_aware", "get_runtime", "init",
     "DistMatrix", "ProcessGrid", "default_grid", "matmul",
-    "MLP", "SGD", "LRSchedule", "TrainConfig", "Trainer",
+    "MLP", "SGD", "LRSchedule", "TrainConfig", "Trainer", "load_model",
 ]

@@ -4,7 +4,7 @@ from ..nn import MLP
 from ..optim import SGD, Adam, AdamW, LRSchedule
 from .config import TrainConfig
 from .data import GlobalBatchSampler, Split, from_arrays, load_split
-from .trainer import Trainer
+from .trainer import Trainer, load_model
 
 __all__ = ["Adam", "AdamW", "GlobalBatchSampler", "LRSchedule", "MLP", "SGD", "Split", "TrainConfig", "Trainer",
-           "from_arrays", "load_split"]
+           "from_arrays", "load_model", "load_split"]

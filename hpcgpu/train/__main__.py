@@ -223,11 +223,9 @@ def predict(argv) -> int:
         features of another width than the model's, an unwritable output.
     """
     from .._outputs import Input, Output, claim
-    from ..errors import agree_call
     from ..io import split_spec
-    from ..nn import SoftmaxCrossEntropy, from_spec, loss_from_spec, relu_stack
     from ..runtime import init
-    from .output import read_model
+    from .trainer import load_model
 
     a = predict_parser().parse_args(argv)
     rt = init(a.device)
@@ -236,18 +234,7 @@ def predict(argv) -> int:
     claim([Output(out_path, "-o", dataset=out_name)],
           [Input(a.model, "--model"), Input(data_path, "--data", data_name)], comm=rt.comm,
           overwrite=a.overwrite, prog="hpcgpu.train predict")
-    found = agree_call(lambda: read_model(a.model), catch=(ValueError, OSError), comm=rt.comm)
-    spec, params, config = found
-    if spec.get("mlp"):  # a results file from before models were recorded: the command line's MLP
-        sizes = [params["fc0.weight"].shape[0]] + [params[f"fc{i}.bias"].shape[0] for i in range(len(params) // 2)]
-        net, loss = relu_stack(sizes), SoftmaxCrossEntropy()
-    else:
-        net, loss = from_spec(spec["net"]), loss_from_spec(spec["loss"])
-    trainer = Trainer(net, loss, runtime=rt, dtype=config.get("dtype", "float32"), progress="none",
-                      overwrite=a.overwrite)
-    views = trainer.params
-    for name, value in params.items():
-        views[name][...] = rt.xp.asarray(value.astype(trainer.model.dtype, copy=False))
+    trainer = load_model(a.model, runtime=rt, overwrite=a.overwrite, what="--model")
     trainer.predict(a.data, out=a.out, what="-o")
     if rt.rank == 0:
         print(f"hpcgpu.train predict: {a.model} on {a.data} -> {a.out}", flush=True)

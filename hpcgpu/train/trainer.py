@@ -51,7 +51,7 @@ from .step import Step
 from .._stop import StopRequest
 from .gemm_threads import GemmPlan, plan_gemm_threads
 
-__all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
+__all__ = ["TrainConfig", "Trainer", "StopRequest", "load_model"]  # TrainConfig is config.py's, StopRequest _stop.py's
 
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0, gemm_threads="all")
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
@@ -1105,6 +1105,46 @@ class Trainer:
         """
         return self.groups.gather_global(self.model, self.model.params, self.opt_state, self.reducer.shard is not None)
 
+    def load_weights(self, path: str) -> None:
+        """Set the model's parameters to those a results file holds, by name. Collective.
+
+        Keras's ``model.load_weights``, PyTorch's ``load_state_dict`` for a
+        trained model: the file ``save_results`` (or the command line's
+        ``--out``) wrote, of this model's parameters, at any number of ranks
+        and any tensor-parallel split. Rank 0 reads the file and broadcasts
+        the unsplit parameters; each rank keeps its slice. Works for the
+        built-in layers and a model of one's own alike; the optimizer's
+        state, the step and the epoch are not touched (a checkpoint and
+        ``resume=True`` continue a run). The preprocessing a script applies
+        to its data (standardization) is the script's: apply it again.
+
+        Parameters
+        ----------
+        path : str
+            The results file (HDF5, its ``/model`` group).
+
+        Raises
+        ------
+        FileNotFoundError, ValueError
+            Every rank: no such file, not a results file, or a parameter
+            missing, extra or of another shape (named).
+        """
+        self._load_weights(path, "load_weights")
+
+    def _load_weights(self, path, what: str) -> None:
+        """:meth:`load_weights`, its messages naming the file as ``what`` does."""
+        from .output import read_weights
+
+        m = self.model
+
+        def read():
+            flat = np.zeros(m.n_global, dtype=np.dtype(m.dtype))
+            read_weights(os.fspath(path), m.global_views(flat), what)
+            return flat
+
+        flat = on_root(read, comm=self.rt.comm, catch=(ValueError, OSError), bcast=True)
+        m.load_state_dict({"params": m.local_of(flat)})
+
     def load_global(self, params, states: dict) -> None:
         """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and optimizer state. Not collective.
 
@@ -1432,3 +1472,52 @@ class _Zeros:
 
     def __getitem__(self, key):
         return np.zeros(len(range(*key.indices(self.shape[0]))))
+
+
+def load_model(path: str, *, runtime: Runtime | None = None, what: str = "load_model", **options) -> Trainer:
+    """A :class:`Trainer` holding the built-in model a results file describes, with its trained parameters. Collective.
+
+    Keras's ``load_model``: the layers and loss come from the file's
+    ``model`` attribute, the parameters from its ``/model`` group
+    (:meth:`Trainer.load_weights`), the dtype from its ``config``; then
+    ``predict`` and ``evaluate`` run as on the trainer that wrote it, at any
+    number of ranks. A model of one's own is rebuilt by the code that
+    defines it, then ``Trainer.load_weights(path)``.
+
+    Parameters
+    ----------
+    path : str
+        A results file (``save_results``, the command line's ``--out``).
+    runtime : hpcgpu.Runtime, optional
+        As for :class:`Trainer`.
+    what : str
+        How error messages name the file (the command line says ``--model``).
+    **options
+        :class:`TrainConfig` fields for the new trainer (``device``,
+        ``batch_size``, ``progress`` ...); ``dtype`` defaults to the file's.
+
+    Returns
+    -------
+    Trainer
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        Every rank: no such file, not a results file, a model of one's own
+        (the line says what to do instead).
+    """
+    from ..nn import SoftmaxCrossEntropy, from_spec, loss_from_spec
+    from .output import read_model
+
+    comm = runtime.comm if runtime is not None else MPI.COMM_WORLD
+    spec, params, config = agree_call(lambda: read_model(os.fspath(path), what),
+                                      catch=(ValueError, OSError), comm=comm)
+    if spec.get("mlp"):  # a results file from before models were recorded: the command line's MLP
+        sizes = [params["fc0.weight"].shape[0]] + [params[f"fc{i}.bias"].shape[0] for i in range(len(params) // 2)]
+        net, loss = relu_stack(sizes), SoftmaxCrossEntropy()
+    else:
+        net, loss = from_spec(spec["net"]), loss_from_spec(spec["loss"])
+    options = {"dtype": config.get("dtype", "float32"), "progress": "none", **options}
+    trainer = Trainer(net, loss, runtime=runtime, **options)
+    trainer._load_weights(path, what)
+    return trainer

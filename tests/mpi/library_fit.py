@@ -5,7 +5,8 @@
 CASE: ``seq-sgd``, ``seq-adam``, ``seq-adamw`` (a Sequential of every activation, classification), ``mse``,
 ``huber`` (regression, 2 targets), ``own-sgd``, ``own-adam`` (a model of one's own), ``sharded`` (the same
 data as ``seq-adam``, each rank passing its own rows), ``predict`` (predictions of a fixed model, gathered
-and written to OUT), ``own-tp`` (a model of one's own asked for tensor parallelism: an agreed error).
+and written to OUT), ``own-tp`` (a model of one's own asked for tensor parallelism: an agreed error), ``load``
+(``hpcgpu.load_model(OUT)``, split over every rank by tensor parallelism, predicting ``data``'s 103 rows).
 """
 
 import json
@@ -92,6 +93,14 @@ def main(argv):
         t.close()
         if rt.rank == 0:
             print(json.dumps(out))
+        return 0
+    elif case == "load":
+        X, _ = data("classification", n=103)
+        t = hpcgpu.load_model(argv[1], runtime=rt, tensor_parallel=rt.size)
+        pred = t.predict(X)
+        if rt.rank == 0:
+            print(json.dumps({"pred": pred.tolist(), "shapes": {k: list(v.shape) for k, v in t.params.items()}}))
+        t.close()
         return 0
     else:
         raise SystemExit(f"unknown case {case}")

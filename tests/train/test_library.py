@@ -447,6 +447,43 @@ def test_a_model_of_ones_own_predicts_only_on_the_width_it_was_fit_on():
         t.evaluate((rng.normal(size=(10, 5)), y[:10]))
 
 
+def test_a_saved_model_comes_back_in_python_at_other_ranks_and_splits(tmp_path):
+    """save_results, then hpcgpu.load_model predicts the same bits in process and at 2 ranks split by tensor
+    parallelism; a model of one's own comes back through Trainer.load_weights; another model's file, and a model of
+    one's own given to load_model, are one agreed line each."""
+    import hpcgpu
+    from hpcgpu.errors import AgreedError
+
+    X = np.random.default_rng(7).normal(size=(103, 6))  # library_fit.py's data("classification", 103)
+    y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 1)
+    common = dict(batch_size=20, epochs=2, seed=4, dtype="float64", progress="none")
+    built_in = tmp_path / "built_in.h5"
+    t = hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dense(16, 3)), nn.SoftmaxCrossEntropy(),
+                       optim.Adam(0.02), out=str(built_in), **common)
+    t.fit((X, y))
+    t.save_results()
+    want = t.predict(X)
+    np.testing.assert_array_equal(hpcgpu.load_model(built_in).predict(X), want)
+    got = _fit("load", 2, built_in)
+    assert got["shapes"]["fc0.weight"] == [6, 8]  # each rank holds half the hidden layer
+    np.testing.assert_allclose(np.asarray(got["pred"]), want, rtol=1e-12, atol=1e-13)
+
+    own = tmp_path / "own.h5"
+    first = hpcgpu.Trainer(_Softmax(True), optimizer=optim.SGD(0.2), out=str(own), **common)
+    first.fit((X[:, :4], y))
+    first.save_results()
+    second = hpcgpu.Trainer(_Softmax(True), optimizer=optim.SGD(0.2), **common)
+    second.load_weights(own)
+    np.testing.assert_array_equal(second.predict(X[:, :4]), first.predict(X[:, :4]))
+    with pytest.raises(ValueError, match=r"load_weights .*built_in.h5: this model's parameter w1 is not in the "
+                                         r"file") as e:
+        second.load_weights(built_in)
+    assert isinstance(e.value, AgreedError)
+    with pytest.raises(ValueError, match=r"load_model .*own.h5: holds a model of one's own .* call "
+                                         r"Trainer.load_weights"):
+        hpcgpu.load_model(own)
+
+
 def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
     """fit(epochs=5) after a fit of 3 gives the bits of one fit of 5 (constant rate); a fit with nothing left says
     so and trains nothing; new data, fewer epochs than done, and train_epoch before any data are one line each."""
