@@ -579,6 +579,12 @@ FIXES: dict[str, str] = {
         "follows. Move them aside and start again without ``--resume`` (or with another ``--checkpoint``). "
         "When there is no checkpoint at all, ``--resume`` simply starts from scratch."
     ),
+    "has done … epochs, this run asks for … in all: give at least … to go on from it": (
+        "``--resume`` (``resume=True``) found a checkpoint of a run that has done more epochs than this run's "
+        "``--epochs`` in all. A resumed run may go on to more epochs (the schedule then spans the new total), "
+        "never back to fewer: give ``--epochs`` at least the count named, or point ``--checkpoint`` elsewhere to "
+        "start afresh."
+    ),
     "--resume: … was written with --precision …, this run has …": (
         "A resumed run must keep the precision of the run that wrote the checkpoint. Rerun with the "
         "``--precision`` (or ``--dtype``) named first in the message, or start a new run without "

@@ -48,7 +48,9 @@ LEGACY = {"optimizer": "sgd", "task": "classification", "loss": "cross-entropy"}
 """What a checkpoint that predates an option of ``MUST_MATCH`` was written with."""
 
 MUST_MATCH = ("optimizer", "hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay",
-              "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "epochs", "task", "loss")
+              "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "task", "loss")
+"""``epochs`` is not among them: a resumed run may train on to more epochs than the run that wrote the
+checkpoint (the schedule then spans the new total), never fewer than it has done."""
 
 
 @dataclass

@@ -1265,7 +1265,11 @@ class Trainer:
                 meta = dict(path=resumer.found, world_size=state.world_size, gemm_threads=state.gemm_threads,
                             names=sorted(state.optimizer))
                 try:  # a readable file with a malformed field must not leave the other ranks waiting below
+                    if state.epoch > self.config.epochs:
+                        raise ValueError(f"has done {state.epoch} epochs, this run asks for {self.config.epochs} in "
+                                         f"all: give at least {state.epoch} to go on from it")
                     self.load_state_dict(state.parts())
+                    self.schedule.total = self.config.epochs * self.sampler.steps  # more epochs: the new span
                     if sorted(state.optimizer) != sorted(self.opt_state):
                         raise ValueError(f"holds optimizer state {sorted(state.optimizer)}, {self.optimizer.name} "
                                          f"has {sorted(self.opt_state)}")

@@ -484,6 +484,34 @@ def test_a_saved_model_comes_back_in_python_at_other_ranks_and_splits(tmp_path):
         hpcgpu.load_model(own)
 
 
+def test_a_finished_run_resumed_with_more_epochs_trains_on_as_one_run_would(tmp_path):
+    """resume=True with more epochs than the checkpoint's run goes on to the new total: the bits of one run of that
+    total (a constant rate); fewer epochs than it has done is one agreed line naming both counts."""
+    import hpcgpu
+    from hpcgpu.errors import AgreedError
+
+    rng = np.random.default_rng(8)
+    X, y = rng.normal(size=(80, 5)), rng.integers(0, 3, 80)
+    ck = str(tmp_path / "ck.h5")
+
+    def trainer(epochs, **kw):
+        return hpcgpu.Trainer(nn.Sequential(nn.Dense(5, 9, "tanh"), nn.Dense(9, 3)), nn.SoftmaxCrossEntropy(),
+                              optim.Adam(0.01), batch_size=16, epochs=epochs, seed=6, progress="none",
+                              dtype="float64", **kw)
+
+    once = trainer(5)
+    once.fit((X, y))
+    trainer(3, checkpoint=ck).fit((X, y))
+    more = trainer(5, checkpoint=ck, resume=True)
+    more.fit((X, y))
+    assert more.resumed_from == ck and more.epoch == 5 and more.history["train_loss"] == once.history["train_loss"]
+    np.testing.assert_array_equal(asnumpy(more.model.params), asnumpy(once.model.params))
+    with pytest.raises(ValueError, match=r"ck.h5: has done 5 epochs, this run asks for 4 in all: give at least 5") \
+            as e:
+        trainer(4, checkpoint=ck, resume=True).fit((X, y))
+    assert isinstance(e.value, AgreedError)
+
+
 def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
     """fit(epochs=5) after a fit of 3 gives the bits of one fit of 5 (constant rate); a fit with nothing left says
     so and trains nothing; new data, fewer epochs than done, and train_epoch before any data are one line each."""
