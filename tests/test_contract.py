@@ -552,7 +552,7 @@ def test_the_task_module_is_an_input(tmp_path, model_file):
 
 
 _LIBRARY_FIT = """
-import os, sys
+import os, sys, time
 import numpy as np
 import hpcgpu
 from hpcgpu import nn
@@ -562,8 +562,26 @@ rng = np.random.default_rng(0)
 X = rng.normal(size=(4000, 64))
 y = (X[:, 0] > 0).astype(np.int64)
 net = nn.Sequential(nn.Dense(64, 256, activation="relu"), nn.Dense(256, 2))
-trainer = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), runtime=rt, epochs=400, batch_size=32, progress="none",
-                         checkpoint=sys.argv[1])
+
+
+class Linear(nn.Model):
+    # a model of one's own whose init the trainer calls while it is built: it says so, then takes its time
+    def init(self, rng):
+        if rt.rank == 0:
+            open(sys.argv[3], "w").close()
+        time.sleep(0.5)
+        return {"w": np.zeros((64, 2)), "b": np.zeros(2)}
+
+    def loss_and_grad(self, p, x, y):
+        r = x @ p["w"] + p["b"] - np.eye(2)[y]
+        return (r * r).sum(), {"w": 2 * x.T @ r, "b": 2 * r.sum(0)}
+
+    def predict(self, p, x):
+        return x @ p["w"] + p["b"]
+
+
+model = (Linear(), None) if len(sys.argv) > 3 else (net, nn.SoftmaxCrossEntropy())
+trainer = hpcgpu.Trainer(*model, runtime=rt, epochs=400, batch_size=32, progress="none", checkpoint=sys.argv[1])
 if rt.rank == 0:
     open(sys.argv[2], "w").close()  # fit starts now
 trainer.fit((X, y))
@@ -576,16 +594,19 @@ sys.exit(3 if trainer.stopped_by else 0)
 @pytest.mark.device
 @pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
 def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
-    """From the first instant of fit (its data's checks, the sampler, the first step) to its end, a stop signal
-    ends in a checkpoint and stopped_by, never a killed process or a swallowed signal."""
+    """From the first instant of the Trainer's construction (MPICH swallowed a SIGUSR1 there, SIGTERM killed the
+    rank) through fit (its data's checks, the sampler, the first step) to its end, a stop signal ends in a
+    checkpoint and stopped_by, never a killed process or a swallowed signal."""
     (tmp_path / "fit.py").write_text(_LIBRARY_FIT)
     rng = np.random.default_rng()
-    for delay in (0.0, *rng.uniform(0.05, 1.0, 2)):  # at fit's start, then at random instants in its steps
-        for f in ("ck.h5", "started"):
+    # while the trainer is built, at fit's start, then at a random instant in its steps
+    for mark, delay in (("building", 0.0), ("started", 0.0), ("started", rng.uniform(0.05, 1.0))):
+        for f in ("ck.h5", "started", "building"):
             if (tmp_path / f).exists():
                 os.unlink(tmp_path / f)
-        p, out, err = _signal_when([str(tmp_path / "fit.py"), str(tmp_path / "ck.h5"), str(tmp_path / "started")],
-                                   tmp_path, sig, (tmp_path / "started").exists, delay=delay, timeout=120,
+        building = [str(tmp_path / "building")] if mark == "building" else []  # a model whose init says when
+        p, out, err = _signal_when([str(tmp_path / "fit.py"), str(tmp_path / "ck.h5"), str(tmp_path / "started"),
+                                    *building], tmp_path, sig, (tmp_path / mark).exists, delay=delay, timeout=120,
                                    poll=0.005)
         assert p.returncode == 3, (delay, p.returncode, out, err)
         assert f"stopped_by {sig}" in out and (tmp_path / "ck.h5").exists(), (delay, out, err)

@@ -162,6 +162,29 @@ class Trainer:
 
     def __init__(self, model=None, loss=None, optimizer: Optimizer | None = None, *, config: TrainConfig | None = None,
                  runtime: Runtime | None = None, **options):
+        # The stop policy from the first instant: a signal while the trainer is built (MPI's start, the data's
+        # reading) is kept for fit, not lost to MPICH's SIGUSR1 handler or SIGTERM's default action. The command
+        # line's request, installed before anything else, is taken as it is.
+        self.stop_request = _installed_stop_request()
+        self._stop_owned = self.stop_request is None
+        if self._stop_owned:
+            self.stop_request = StopRequest(prog="hpcgpu.train").install()
+        try:
+            self._build(model, loss, optimizer, config, runtime, options)
+        except BaseException:
+            self._release_stop()
+            raise
+        if self._stop_owned:
+            self.stop_request.stop_file, self.stop_request.check_file = self.config.stop_file, self.rt.rank == 0
+
+    def _release_stop(self) -> None:
+        """Put back the signal handlers this trainer installed (none when the command line's are in force)."""
+        if self._stop_owned:
+            self.stop_request.uninstall()
+            self.stop_request, self._stop_owned = None, False
+
+    def _build(self, model, loss, optimizer, config, runtime, options) -> None:
+        """:meth:`__init__`'s body, under the stop request."""
         if isinstance(model, TrainConfig):  # Trainer(config[, runtime]): the command line's way in
             config, model = model, None
             if isinstance(loss, Runtime):
@@ -261,7 +284,6 @@ class Trainer:
         self.stopped_by: str | None = None
         self.checkpoint_file: str | None = None
         self.resumed_from: str | None = None
-        self.stop_request: StopRequest | None = None
         self.gemm_plan: GemmPlan | None = None
         self._fingerprint: dict | None = None
         self._clock0 = 0.0
@@ -563,6 +585,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective."""
+        self._release_stop()
         self.watchdog.close()
         self.energy.free()
         if getattr(self, "sampler", None) is not None:
@@ -621,19 +644,22 @@ class Trainer:
         ends the job at once (``hpcgpu._stop``). The handlers are those of
         :attr:`stop_request` when set (the command line installs one before
         anything else, so that a signal during start-up is not lost),
-        otherwise installed from the first instant of ``fit`` to its end. With a checkpoint
-        path, a checkpoint is also written at the end.
+        otherwise installed from the first instant of the Trainer's
+        construction to the end of its first ``fit`` (a signal between the
+        two stops that fit after its first step), and from the first instant
+        of each later ``fit`` to its end. With a checkpoint path, a
+        checkpoint is also written at the end.
         """
-        own = self.stop_request is None
-        if own:  # from the first instant of fit: a stop during the data's reading is kept, not lost
+        if self.stop_request is None or _installed_stop_request() is not self.stop_request:
+            # a later fit (the first one's handlers were put back at its end), or another trainer's handlers,
+            # since put back: this fit's own, from its first instant
             self.stop_request = StopRequest(self.config.stop_file, check_file=self.rt.rank == 0,
                                             prog="hpcgpu.train").install()
+            self._stop_owned = True
         try:
             self._fit(data, validation, sharded, epochs)
         finally:
-            if own:
-                self.stop_request.uninstall()
-                self.stop_request = None
+            self._release_stop()
         return self.history
 
     def _fit(self, data, validation, sharded: bool, epochs: int | None = None) -> None:
@@ -1478,6 +1504,15 @@ class _Zeros:
         return np.zeros(len(range(*key.indices(self.shape[0]))))
 
 
+def _installed_stop_request() -> StopRequest | None:
+    """The stop request whose handlers are in force now (the command line's, another trainer's), or None."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)
+    owner = getattr(handler, "__self__", None)
+    return owner if isinstance(owner, StopRequest) else None
+
+
 def load_model(path: str, *, runtime: Runtime | None = None, what: str = "load_model", **options) -> Trainer:
     """A :class:`Trainer` holding the built-in model a results file describes, with its trained parameters. Collective.
 
@@ -1523,5 +1558,6 @@ def load_model(path: str, *, runtime: Runtime | None = None, what: str = "load_m
         net, loss = from_spec(spec["net"]), loss_from_spec(spec["loss"])
     options = {"dtype": config.get("dtype", "float32"), "progress": "none", **options}
     trainer = Trainer(net, loss, runtime=runtime, **options)
+    trainer._release_stop()  # a model to predict with: Ctrl-C keeps its usual meaning until a fit
     trainer._load_weights(path, what)
     return trainer
