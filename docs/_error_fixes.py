@@ -579,6 +579,13 @@ FIXES: dict[str, str] = {
         "follows. Move them aside and start again without ``--resume`` (or with another ``--checkpoint``). "
         "When there is no checkpoint at all, ``--resume`` simply starts from scratch."
     ),
+    "check_grad: the model holds CuPy itself (its attribute …), but check_grad passes it NumPy arrays on the "
+    "host: compute with the module of the arrays given, xp = hpcgpu.nn.array_module(x), and it runs in both": (
+        "The trainer passes a model of one's own the rank's arrays (CuPy arrays on a GPU) and ``check_grad`` "
+        "float64 NumPy arrays on the host, so a model that keeps the runtime's module (``self.xp = rt.xp``) "
+        "works in one and fails in the other. In ``loss_and_grad`` and ``predict``, take the module from the "
+        "arrays: ``xp = hpcgpu.nn.array_module(x)`` (``examples/decay.py`` does)."
+    ),
     "has done … epochs, this run asks for … in all: give at least … to go on from it": (
         "``--resume`` (``resume=True``) found a checkpoint of a run that has done more epochs than this run's "
         "``--epochs`` in all. A resumed run may go on to more epochs (the schedule then spans the new total), "

@@ -15,6 +15,8 @@ implementation of the same two classes. Nothing else in hpcgpu asks which kind a
 
 from __future__ import annotations
 
+import sys
+import types
 from abc import ABC, abstractmethod
 from typing import Any, Protocol, runtime_checkable
 
@@ -323,6 +325,38 @@ def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
             model.loss_and_grad)
 
 
+def array_module(*arrays):
+    """The array module of ``arrays``: CuPy where any is a CuPy array, else NumPy. Not collective.
+
+    What a model of one's own should compute with: the trainer passes it the
+    rank's device arrays (CuPy on a GPU), :func:`check_grad` host arrays in
+    float64, so a model that takes its module from the runtime once
+    (``self.xp = rt.xp``) fails in one of the two. CuPy's
+    ``cupy.get_array_module``, without importing CuPy where it is not loaded.
+
+    Parameters
+    ----------
+    *arrays : array_like
+
+    Returns
+    -------
+    module
+        ``numpy`` or ``cupy``.
+    """
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and hasattr(cupy, "get_array_module"):
+        return cupy.get_array_module(*arrays)
+    return np
+
+
+def _device_module_held(model) -> str | None:
+    """The name of an attribute of ``model`` that holds CuPy itself (``self.xp = rt.xp``), or None."""
+    for name, value in vars(model).items() if hasattr(model, "__dict__") else ():
+        if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] == "cupy":
+            return name
+    return None
+
+
 def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: float = 1e-4,
                seed: int = 0) -> dict:
     """Check a model's gradient against central finite differences, in float64 on the host. Not collective.
@@ -355,8 +389,15 @@ def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: 
     Raises
     ------
     ValueError
-        A parameter's error exceeds ``rtol`` (the message names the worst one).
+        A parameter's error exceeds ``rtol`` (the message names the worst one);
+        the model holds CuPy as an attribute (it would get NumPy arrays here
+        and CuPy arrays in training: :func:`array_module` serves both).
     """
+    held = _device_module_held(model)
+    if held is not None:
+        raise ValueError(f"check_grad: the model holds CuPy itself (its attribute {held}), but check_grad passes it "
+                         f"NumPy arrays on the host: compute with the module of the arrays given, xp = "
+                         f"hpcgpu.nn.array_module(x), and it runs in both")
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y)
     if np.issubdtype(y.dtype, np.floating):
         y = y.astype(np.float64)

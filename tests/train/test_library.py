@@ -39,6 +39,27 @@ def test_every_layer_and_loss_has_the_gradient_of_its_forward_pass(loss):
     assert max(errors.values()) < 1e-5
 
 
+def test_check_grad_refuses_a_model_holding_cupy_and_array_module_serves_both():
+    """A model that keeps the runtime's module (self.xp = rt.xp: CuPy on a GPU) gets NumPy arrays in check_grad
+    and CuPy arrays in training: check_grad says so in one line, naming the attribute, before any call;
+    nn.array_module(x) is the module of the arrays given (NumPy here, without importing CuPy)."""
+    import sys
+    import types
+
+    class Holding(nn.Model):
+        def __init__(self):
+            self.xp = types.ModuleType("cupy")
+
+        def init(self, rng):
+            return {"w": np.zeros(2)}
+
+    with pytest.raises(ValueError, match=r"check_grad: the model holds CuPy itself \(its attribute xp\)"):
+        check_grad(Holding(), np.ones((3, 2)), np.ones(3))
+    loaded = "cupy" in sys.modules
+    assert nn.array_module(np.ones(2)) is np
+    assert ("cupy" in sys.modules) == loaded  # array_module imported nothing
+
+
 def test_check_grad_catches_a_wrong_gradient():
     class Wrong:
         def init(self, rng):
