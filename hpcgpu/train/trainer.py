@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -177,6 +178,22 @@ class Trainer:
         if self._stop_owned:
             self.stop_request.stop_file, self.stop_request.check_file = self.config.stop_file, self.rt.rank == 0
 
+    def _in_words(self, err: BaseException) -> BaseException:
+        """``err`` as the caller would say it, the one place the two vocabularies meet.
+
+        In library mode the command line's flags (``--batch-size``) become the Trainer's arguments
+        (``batch_size``); the command line's own errors are left as they are.
+        """
+        if not getattr(self, "_library", False):
+            return err
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+
+        def word(m):
+            name = m.group(1).replace("-", "_")
+            return name if name in fields else m.group(0)
+
+        return type(err)(re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", word, str(err)))
+
     def _release_stop(self) -> None:
         """Put back the signal handlers this trainer installed (none when the command line's are in force)."""
         if self._stop_owned:
@@ -194,9 +211,10 @@ class Trainer:
             c = dataclasses.replace(base, **options)
         except TypeError as e:
             raise agreed(TypeError(f"Trainer: {e}")) from None
+        self._library = model is not None  # errors then name Trainer's arguments, not the command line's flags
         err = c.validate()
         if err is not None:
-            raise agreed(err)  # the same config on every rank: all raise it
+            raise agreed(self._in_words(err))  # the same config on every rank: all raise it
         self.rt = rt = runtime if runtime is not None else init(c.device, collectives=c.collectives)
         comm, self.xp = rt.comm, rt.xp
         self._claimed: set = set()
@@ -1281,7 +1299,8 @@ class Trainer:
         path, comm = self.config.checkpoint_path, self.rt.comm
         resumer = Resumer(path, self.config, self.precision.name, self.optimizer.config(), self.model.spec(),
                           self.data_fingerprint(), self._data_name())
-        state = on_root(lambda: resumer.newest(self.model.n_global), comm=comm, catch=(ValueError,))
+        state = on_root(lambda: resumer.newest(self.model.n_global), comm=comm, catch=(ValueError,),
+                        error=self._in_words)
         meta, err = None, None
         if self.rt.rank == 0:
             resumer.warn()
@@ -1300,7 +1319,7 @@ class Trainer:
                         raise ValueError(f"holds optimizer state {sorted(state.optimizer)}, {self.optimizer.name} "
                                          f"has {sorted(self.opt_state)}")
                 except (ValueError, TypeError, KeyError) as e:
-                    err = ValueError(f"--resume: {resumer.found}: {e}")
+                    err = self._in_words(ValueError(f"--resume: {resumer.found}: {e}"))
         agree(err, comm=comm)
         meta = comm.bcast(meta, root=0)
         if meta is None:

@@ -531,6 +531,13 @@ def test_a_finished_run_resumed_with_more_epochs_trains_on_as_one_run_would(tmp_
             as e:
         trainer(4, checkpoint=ck, resume=True).fit((X, y))
     assert isinstance(e.value, AgreedError)
+    # in the library's words, not the command line's flags
+    with pytest.raises(ValueError, match=r"^resume: .*ck.h5 was written with batch_size 16, this run has 20$"):
+        hpcgpu.Trainer(nn.Sequential(nn.Dense(5, 9, "tanh"), nn.Dense(9, 3)), nn.SoftmaxCrossEntropy(),
+                       optim.Adam(0.01), batch_size=20, epochs=6, seed=6, progress="none", dtype="float64",
+                       checkpoint=ck, resume=True).fit((X, y))
+    with pytest.raises(ValueError, match=r"^batch_size must be >= 1, got 0$"):
+        hpcgpu.Trainer(nn.Sequential(nn.Dense(5, 3)), nn.SoftmaxCrossEntropy(), batch_size=0)
 
 
 def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
