@@ -70,9 +70,15 @@ test-mpi: $(VENV)/.installed
 
 # The suite twice: as it is here, then as on a GPU node (the CuPy stand-in of
 # tests/device posing as a present GPU, so --device auto takes the device path).
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(VENV)/.autograd
 	$(PY) -m pytest $(XDIST) $(ARGS)
 	$(PY) -m pytest $(XDIST) --device=standin $(ARGS)
+
+# PyTorch and JAX for the autograd adapters' tests (hpcgpu.nn.Torch, hpcgpu.nn.Jax): the suite's environment
+# only, so the main job (make train) does not fetch PyPI's torch and its CUDA libraries (about 5 GB, 70 s here).
+$(VENV)/.autograd: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[autograd]'
+	touch $@
 
 # The documentation site into docs/_build/html (warnings are errors, as in the test command).
 docs: $(VENV)/.installed

@@ -586,6 +586,45 @@ FIXES: dict[str, str] = {
         "works in one and fails in the other. In ``loss_and_grad`` and ``predict``, take the module from the "
         "arrays: ``xp = hpcgpu.nn.array_module(x)`` (``examples/decay.py`` does)."
     ),
+    "Jax: apply must be callable (apply(params, x)), got …": (
+        "``hpcgpu.nn.Jax`` takes the model as a pure function ``apply(params, x) -> outputs`` and its parameters "
+        "as a pytree: ``nn.Jax(apply, params)``, the function first."
+    ),
+    "Jax: loss must be 'cross-entropy', 'mse' or a callable, got …": (
+        "Name a built-in loss (``\"cross-entropy\"`` for integer labels and logits, ``\"mse\"`` for the sum of "
+        "squared errors) or pass ``loss(outputs, y)`` returning the SUM over the samples."
+    ),
+    "Jax: params has no leaves (arrays)": (
+        "The parameter pytree holds no array: pass the initial parameters (dicts, lists or tuples of arrays), "
+        "for example ``{\"w\": w0, \"b\": b0}``."
+    ),
+    "Torch: loss must be callable (loss(outputs, y), the sum), got …": (
+        "Pass a loss module or function, ``torch.nn.CrossEntropyLoss(reduction=\"sum\")`` for integer labels, "
+        "``torch.nn.MSELoss(reduction=\"sum\")`` for targets: ``nn.Torch(module, loss)``."
+    ),
+    "Torch: module must be a torch.nn.Module, got …": (
+        "``hpcgpu.nn.Torch`` adapts a ``torch.nn.Module``; wrap a function in a module (or use ``nn.Jax`` for "
+        "a JAX function)."
+    ),
+    "Torch: the loss must sum over the samples (…(reduction=\"sum\")), got reduction=…: hpcgpu divides by the "
+    "global batch once": (
+        "A mean over each rank's micro-batch would make the gradient, and so the model, depend on the number "
+        "of ranks. Give the loss ``reduction=\"sum\"``: the trainer divides the summed gradient by the global "
+        "batch once, which is the mean over the whole batch at any number of ranks."
+    ),
+    "Torch: … has buffers (…): modules with running statistics (BatchNorm) are not supported yet": (
+        "Buffers (BatchNorm's running mean and variance) change in the forward pass on each rank; keeping them "
+        "alike over ranks, and in checkpoints, is not built yet. Use a normalization without running "
+        "statistics (LayerNorm, GroupNorm), or the built-in layers."
+    ),
+    "Torch: … has no trainable parameter": (
+        "Every parameter of the module has ``requires_grad=False`` (or it has none): there is nothing to train. "
+        "Unfreeze the parameters to train."
+    ),
+    "hpcgpu.nn.… needs …: pip install … (or hpcgpu's … extra)": (
+        "The adapter imports its framework when it is built: install it in the environment the ranks run in, "
+        "``pip install torch`` or ``pip install jax`` (``pip install hpcgpu[torch]``, ``hpcgpu[jax]``)."
+    ),
     "has done … epochs, this run asks for … in all: give at least … to go on from it": (
         "``--resume`` (``resume=True``) found a checkpoint of a run that has done more epochs than this run's "
         "``--epochs`` in all. A resumed run may go on to more epochs (the schedule then spans the new total), "

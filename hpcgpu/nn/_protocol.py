@@ -406,7 +406,7 @@ def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: 
     if params is None:
         params = {k: v + rng.normal(0, 0.05, v.shape) for k, v in init.items()}
     params = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
-    _, analytic = loss_and_grad(params, x, y)
+    analytic = loss_and_grad(params, x, y)[1]  # a model may return its outputs third
     errors = {}
     for k, v in params.items():
         a = np.asarray(analytic[k], dtype=np.float64).reshape(v.shape)

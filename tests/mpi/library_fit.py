@@ -6,7 +6,8 @@ CASE: ``seq-sgd``, ``seq-adam``, ``seq-adamw`` (a Sequential of every activation
 ``huber`` (regression, 2 targets), ``own-sgd``, ``own-adam`` (a model of one's own), ``sharded`` (the same
 data as ``seq-adam``, each rank passing its own rows), ``predict`` (predictions of a fixed model, gathered
 and written to OUT), ``own-tp`` (a model of one's own asked for tensor parallelism: an agreed error), ``load``
-(``hpcgpu.load_model(OUT)``, split over every rank by tensor parallelism, predicting ``data``'s 103 rows).
+(``hpcgpu.load_model(OUT)``, split over every rank by tensor parallelism, predicting ``data``'s 103 rows),
+``autograd DIR`` (the PyTorch and the JAX model of DIR/autograd_models.py, trained).
 """
 
 import json
@@ -91,6 +92,21 @@ def main(argv):
             np.testing.assert_allclose(sharded, full, rtol=1e-12, atol=1e-14)
             out["pred"] = full.tolist()
         t.close()
+        if rt.rank == 0:
+            print(json.dumps(out))
+        return 0
+    elif case == "autograd":  # the PyTorch and JAX adapters (tests/train/test_autograd.py's models)
+        sys.path.insert(0, argv[1])
+        import autograd_models
+
+        X, y = autograd_models.data()
+        for name in ("torch", "jax"):
+            t = hpcgpu.Trainer(autograd_models.model(name), optimizer=optim.SGD(lr=0.05, momentum=0.9),
+                               **autograd_models.COMMON, runtime=rt)
+            t.fit((X, y))
+            out[name] = {k: _device.asnumpy(v).tolist() for k, v in t.params.items()}
+            out[name + "_loss"] = t.history["train_loss"]
+            t.close()
         if rt.rank == 0:
             print(json.dumps(out))
         return 0

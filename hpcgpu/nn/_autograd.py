@@ -1,0 +1,269 @@
+"""Models with autograd: a PyTorch ``nn.Module`` or a JAX function, as models of one's own.
+
+Each adapter implements the model contract (:class:`hpcgpu.nn.Model`: ``init``, ``loss_and_grad``,
+``predict``) with the framework's own automatic differentiation, so the trainer, the reducer, the
+optimizers, checkpoints, ``predict``, ``load_weights`` and the HDF5 results work unchanged, and the same
+seed gives the same model at any number of ranks: the gradient is the framework's gradient of the SUM of
+per-sample losses, which the trainer divides by the global batch once.
+
+What moves per step (host, NumPy):
+
+- :class:`Torch`: the parameters are the trainer's flat buffer itself (``torch.from_numpy`` of its views, no
+  copy), the micro-batch likewise; autograd allocates the gradient, which the trainer copies into its flat
+  gradient buffer (one copy of the parameters' size). On a GPU the arrays cross by DLPack, no copy either.
+- :class:`Jax`: ``jax.jit`` copies the parameters and the micro-batch to JAX's device at the call (on the
+  CPU, one copy each), and the gradient is read back without a copy, then copied into the flat buffer.
+
+Neither splits over ranks (tensor parallelism), runs under mixed precision or in a CUDA graph: those are the
+built-in layers' (the trainer refuses them for these models with one line).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._model import Model
+
+__all__ = ["Torch", "Jax"]
+
+
+def _import(name: str, extra: str):
+    try:
+        return __import__(name)
+    except ImportError:
+        raise ImportError(f"hpcgpu.nn.{extra.capitalize()} needs {name}: pip install {name} (or hpcgpu's "
+                          f"{extra} extra)") from None
+
+
+def _host(a):
+    """``a`` as a NumPy array (a CuPy array is copied to the host)."""
+    from .. import _device
+
+    return _device.asnumpy(a)
+
+
+class Torch(Model):
+    """A PyTorch module trained by hpcgpu: the module's parameters live in the trainer's flat buffer.
+
+    Not collective. The module runs statelessly (``torch.func.functional_call``) on the parameters the
+    trainer hands it, so the module object itself is never changed by training; :meth:`state_dict`
+    gives a trained model back to plain PyTorch from a results file.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Any module of parameters only (``x -> outputs``, outputs of shape (n, k) or (n,)). Modules with
+        buffers (BatchNorm's running statistics) are refused: their consistency across ranks is not built
+        yet.
+    loss : callable
+        ``loss(outputs, y)``, the SUM over the samples: ``torch.nn.CrossEntropyLoss(reduction="sum")`` for
+        integer labels, ``torch.nn.MSELoss(reduction="sum")`` for targets. A loss module with another
+        ``reduction`` is refused (the mean would make the gradient depend on the number of ranks).
+
+    Raises
+    ------
+    ImportError
+        PyTorch is not installed.
+    TypeError
+        ``module`` is not a ``torch.nn.Module``, has buffers or no trainable parameter; ``loss`` is not
+        callable or does not sum.
+
+    Notes
+    -----
+    Dropout and other randomness draw from PyTorch's global generator, seeded with the trainer's seed at
+    construction: a run is the same run after run at one rank, but a resume is not bitwise then.
+    """
+
+    def __init__(self, module, loss):
+        torch = self._torch = _import("torch", "torch")
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"Torch: module must be a torch.nn.Module, got {type(module).__name__}")
+        if not callable(loss):
+            raise TypeError(f"Torch: loss must be callable (loss(outputs, y), the sum), got {type(loss).__name__}")
+        if getattr(loss, "reduction", "sum") != "sum":
+            raise TypeError(f"Torch: the loss must sum over the samples ({type(loss).__name__}(reduction=\"sum\")), "
+                            f"got reduction={loss.reduction!r}: hpcgpu divides by the global batch once")
+        buffers = [n for n, _ in module.named_buffers()]
+        if buffers:
+            raise TypeError(f"Torch: {type(module).__name__} has buffers ({', '.join(buffers[:3])}): modules "
+                            "with running statistics (BatchNorm) are not supported yet")
+        self.names = [n for n, p in module.named_parameters() if p.requires_grad]
+        if not self.names:
+            raise TypeError(f"Torch: {type(module).__name__} has no trainable parameter")
+        self.module, self.loss = module, loss
+
+    def __repr__(self) -> str:
+        return f"Torch({type(self.module).__name__})"
+
+    def init(self, rng):
+        """The module's parameters as it holds them (its own initialization), by name."""
+        params = dict(self.module.named_parameters())
+        return {n: params[n].detach().cpu().numpy().copy() for n in self.names}
+
+    def _tensor(self, a):
+        t = self._torch
+        return t.from_numpy(a) if isinstance(a, np.ndarray) else t.from_dlpack(a)
+
+    def _array(self, tensor, like):
+        if isinstance(like, np.ndarray):
+            return tensor.detach().numpy()
+        import cupy  # a device array: CuPy is there
+
+        return cupy.from_dlpack(tensor.detach())
+
+    def _target(self, y, outputs):
+        t = self._tensor(np.ascontiguousarray(y) if isinstance(y, np.ndarray) else y)
+        if not t.is_floating_point():
+            return t.long()
+        return t.reshape(outputs.shape) if t.numel() == outputs.numel() else t
+
+    def loss_and_grad(self, params, x, y):
+        """The loss sum, its gradient by name (autograd), and the outputs. Not collective."""
+        torch = self._torch
+        ps = {n: self._tensor(params[n]).requires_grad_(True) for n in self.names}
+        self.module.train()
+        with torch.enable_grad():
+            out = torch.func.functional_call(self.module, ps, (self._tensor(x),))
+            loss = self.loss(out, self._target(y, out))
+            grads = torch.autograd.grad(loss, [ps[n] for n in self.names])
+        return (float(loss.detach()), {n: self._array(g, x) for n, g in zip(self.names, grads, strict=True)},
+                self._array(out, x))
+
+    def predict(self, params, x):
+        """The module's outputs for ``x``, in eval mode, without autograd. Not collective."""
+        torch = self._torch
+        ps = {n: self._tensor(params[n]) for n in self.names}
+        was = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad():
+                out = torch.func.functional_call(self.module, ps, (self._tensor(x),))
+        finally:
+            self.module.train(was)
+        return self._array(out, x)
+
+    def state_dict(self, path: str) -> dict:
+        """The module's ``state_dict`` from a results file's ``/model`` group, by name. Not collective.
+
+        Parameters
+        ----------
+        path : str
+            A results file (``Trainer.save_results``).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            For ``module.load_state_dict``.
+
+        Raises
+        ------
+        ValueError
+            Not a results file, or one of another model's parameters.
+        """
+        from ..train.output import read_weights
+
+        into = {n: np.zeros_like(v) for n, v in self.init(None).items()}
+        read_weights(path, into, "Torch.state_dict")
+        return {n: self._torch.from_numpy(v) for n, v in into.items()}
+
+
+class Jax(Model):
+    """A pure JAX function trained by hpcgpu: ``apply(params, x)`` and a parameter pytree.
+
+    Not collective. The gradient is ``jax.value_and_grad`` of the loss sum under ``jax.jit``; the pytree's
+    leaves are the trainer's parameters, named by their paths (``"dense.w"``), so the results file holds
+    them by name and :meth:`tree` gives the pytree back.
+
+    Parameters
+    ----------
+    apply : callable
+        ``apply(params, x) -> outputs`` of shape (n, k) or (n,), pure (jittable).
+    params : pytree
+        The initial parameters (dicts, lists, tuples of arrays).
+    loss : {"cross-entropy", "mse"} or callable
+        ``"cross-entropy"``: softmax cross-entropy of logits against integer labels, summed;
+        ``"mse"``: the sum of squared errors; or ``loss(outputs, y)`` returning the SUM over the samples.
+
+    Raises
+    ------
+    ImportError
+        JAX is not installed.
+    TypeError
+        ``apply`` or ``loss`` not callable, an unknown loss name, a pytree without leaves.
+
+    Notes
+    -----
+    JAX computes in float32 unless ``jax_enable_x64`` is set: a trainer of ``dtype="float64"`` then holds its
+    parameters in float64 and the gradient comes in float32.
+    """
+
+    def __init__(self, apply, params, loss="cross-entropy"):
+        jax = self._jax = _import("jax", "jax")
+        if not callable(apply):
+            raise TypeError(f"Jax: apply must be callable (apply(params, x)), got {type(apply).__name__}")
+        if isinstance(loss, str):
+            if loss not in ("cross-entropy", "mse"):
+                raise TypeError(f"Jax: loss must be 'cross-entropy', 'mse' or a callable, got {loss!r}")
+            loss = _cross_entropy if loss == "cross-entropy" else _squared_errors
+        elif not callable(loss):
+            raise TypeError(f"Jax: loss must be 'cross-entropy', 'mse' or a callable, got {type(loss).__name__}")
+        leaves, self._treedef = jax.tree_util.tree_flatten_with_path(params)
+        if not leaves:
+            raise TypeError("Jax: params has no leaves (arrays)")
+        self.names = [_path_name(path) for path, _ in leaves]
+        self._init = {n: np.array(leaf) for n, (_, leaf) in zip(self.names, leaves, strict=True)}
+        treedef = self._treedef
+
+        def objective(flat, x, y):
+            out = apply(jax.tree_util.tree_unflatten(treedef, flat), x)
+            return loss(out, y), out
+
+        self.apply = apply
+        self._value_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
+        self._predict = jax.jit(lambda flat, x: apply(jax.tree_util.tree_unflatten(treedef, flat), x))
+
+    def __repr__(self) -> str:
+        return f"Jax({getattr(self.apply, '__name__', 'apply')})"
+
+    def init(self, rng):
+        """The pytree's leaves as given, by path."""
+        return {n: v.copy() for n, v in self._init.items()}
+
+    def loss_and_grad(self, params, x, y):
+        """The loss sum, its gradient by name (``jax.value_and_grad`` under ``jax.jit``), the outputs."""
+        flat = [_host(params[n]) for n in self.names]
+        (loss, out), grads = self._value_and_grad(flat, _host(x), _host(y))
+        return float(loss), {n: np.asarray(g) for n, g in zip(self.names, grads, strict=True)}, np.asarray(out)
+
+    def predict(self, params, x):
+        """``apply(params, x)`` under ``jax.jit``, as a NumPy array."""
+        return np.asarray(self._predict([_host(params[n]) for n in self.names], _host(x)))
+
+    def tree(self, params: dict):
+        """The pytree of ``params`` (by name, as ``Trainer.params`` or a results file's ``/model`` hold them)."""
+        return self._jax.tree_util.tree_unflatten(self._treedef, [np.asarray(params[n]) for n in self.names])
+
+
+def _path_name(path) -> str:
+    parts = []
+    for k in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return ".".join(parts) or "params"
+
+
+def _cross_entropy(out, y):
+    import jax
+    import jax.numpy as jnp
+
+    logp = jax.nn.log_softmax(out.reshape(out.shape[0], -1), axis=1)
+    return -jnp.take_along_axis(logp, y.astype(jnp.int32).reshape(-1, 1), axis=1).sum()
+
+
+def _squared_errors(out, y):
+    r = out.reshape(out.shape[0], -1) - y.reshape(y.shape[0], -1)
+    return (r * r).sum()

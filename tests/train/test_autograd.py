@@ -1,0 +1,109 @@
+"""Models with autograd: a PyTorch module (nn.Torch) and a JAX function (nn.Jax) train through the same trainer as
+the built-in layers: the same model as the built-in MLP of the same weights, the same at 1 and 3 ranks, their
+gradient autograd's of the loss sum, a trained module back into plain PyTorch from the results file."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import _mpi
+import autograd_models as am
+from hpcgpu import nn, optim
+from hpcgpu._device import asnumpy
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+
+
+def _built_in_run():
+    """The built-in layers' run of the MLP from the same weights: what each adapter must give."""
+    import hpcgpu
+
+    t = hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dense(16, 3)), nn.SoftmaxCrossEntropy(),
+                       optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
+    for view, w in zip(t.params.values(), am.weights(), strict=True):
+        view[...] = t.xp.asarray(w)
+    t.fit(am.data())
+    return t
+
+
+@pytest.mark.parametrize("kind", ["torch", "jax"])
+def test_an_autograd_model_trains_the_built_in_layers_model(kind):
+    """The same MLP from the same weights: the adapter's run is the built-in layers' run, loss for loss and
+    parameter for parameter (float64, up to the order of summation), and predicts the same outputs."""
+    import hpcgpu
+
+    want = _built_in_run()
+    X, y = am.data()
+    t = hpcgpu.Trainer(am.model(kind), optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
+    t.fit((X, y))
+    assert t.model.task == "classification" and np.isfinite(t.history["train_accuracy"]).all()
+    np.testing.assert_allclose(t.history["train_loss"], want.history["train_loss"], rtol=1e-10)
+    ours = np.concatenate([asnumpy(v).ravel() for v in want.params.values()])
+    # the same parameters in each layout: torch holds (out, in) weights
+    theirs = {k: asnumpy(v) for k, v in t.params.items()}
+    if kind == "torch":
+        got = np.concatenate([theirs["0.weight"].T.ravel(), theirs["0.bias"], theirs["2.weight"].T.ravel(),
+                              theirs["2.bias"]])
+    else:
+        got = np.concatenate([theirs[k].ravel() for k in ("fc0.w", "fc0.b", "fc1.w", "fc1.b")])
+    np.testing.assert_allclose(got, ours, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(t.predict(X), want.predict(X), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.mpi
+def test_autograd_models_give_the_same_model_at_1_and_3_ranks(tmp_path):
+    """Both adapters at 3 ranks (one launch) against 1 rank in process: the gradient is the SUM's, the trainer
+    divides by the global batch once, so the model does not depend on the number of ranks."""
+    import hpcgpu
+
+    p = _mpi.run(3, [os.path.join(_mpi.SCRIPTS, "library_fit.py"), "autograd", os.path.dirname(__file__)],
+                 timeout=240)
+    assert p.returncode == 0, p.stderr
+    three = json.loads(p.stdout.strip().splitlines()[-1])
+    X, y = am.data()
+    for kind in ("torch", "jax"):
+        t = hpcgpu.Trainer(am.model(kind), optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
+        t.fit((X, y))
+        np.testing.assert_allclose(three[kind + "_loss"], t.history["train_loss"], rtol=1e-10)
+        for k, v in t.params.items():
+            np.testing.assert_allclose(np.asarray(three[kind][k]), asnumpy(v), rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_the_gradient_is_autograds_and_the_contract_is_checked():
+    """check_grad (finite differences in float64) passes for both adapters; a mean loss, a module with buffers
+    and an unknown loss name are refused with one line each."""
+    X, y = am.data(12)
+    for kind in ("torch", "jax"):
+        errors = nn.check_grad(am.model(kind), X, y)
+        assert max(errors.values()) < 1e-6, errors
+    with pytest.raises(TypeError, match=r"the loss must sum over the samples .*reduction='mean'"):
+        nn.Torch(torch.nn.Linear(6, 3), torch.nn.CrossEntropyLoss())
+    with pytest.raises(TypeError, match=r"has buffers \(running_mean"):
+        nn.Torch(torch.nn.BatchNorm1d(6), torch.nn.MSELoss(reduction="sum"))
+    with pytest.raises(TypeError, match=r"Jax: loss must be 'cross-entropy', 'mse' or a callable, got 'l1'"):
+        nn.Jax(lambda p, x: x, {"w": np.zeros(2)}, loss="l1")
+
+
+def test_a_trained_module_goes_back_to_plain_pytorch(tmp_path):
+    """save_results, then Torch.state_dict(path) into a fresh module of the same shape: plain PyTorch gives the
+    trainer's predictions; JAX's tree() gives the pytree back by path."""
+    import hpcgpu
+
+    X, y = am.data()
+    model = am.model("torch")
+    t = hpcgpu.Trainer(model, optimizer=optim.Adam(0.01), out=str(tmp_path / "r.h5"), **am.COMMON)
+    t.fit((X, y))
+    t.save_results()
+    fresh = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).double()
+    fresh.load_state_dict(model.state_dict(str(tmp_path / "r.h5")))
+    with torch.no_grad():
+        plain = fresh(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(plain, t.predict(X), rtol=1e-12, atol=1e-12)
+
+    jm = am.model("jax")
+    tree = jm.tree({k: asnumpy(v) for k, v in hpcgpu.Trainer(jm, optimizer=optim.SGD(0.1), **am.COMMON)
+                    .params.items()})
+    np.testing.assert_array_equal(tree["fc1"]["w"], am.weights()[2])
