@@ -70,6 +70,10 @@ class Torch(Model):
 
     Notes
     -----
+    PyTorch runs the module on the rank's threads (those :func:`hpcgpu.init` gave NumPy's BLAS: the Slurm CPU
+    set, ``OMP_NUM_THREADS``), and NumPy's BLAS then runs one thread in this process: two thread pools
+    spinning on the same cores made a step 30 times slower (2 cores, measured).
+
     Dropout and other randomness draw from PyTorch's global generator, seeded with the trainer's seed at
     construction: a run is the same run after run at one rank, but a resume is not bitwise then.
     """
@@ -91,9 +95,27 @@ class Torch(Model):
         if not self.names:
             raise TypeError(f"Torch: {type(module).__name__} has no trainable parameter")
         self.module, self.loss = module, loss
+        self._threads_set = False
 
     def __repr__(self) -> str:
         return f"Torch({type(self.module).__name__})"
+
+    def _take_threads(self) -> None:
+        """PyTorch computes on the rank's threads; NumPy's BLAS, idle meanwhile, on one (first call only).
+
+        The rank's count is what :func:`hpcgpu.init` gave NumPy's BLAS (the Slurm CPU set, OMP_NUM_THREADS),
+        not PyTorch's default of every core of the node. Two pools spinning on the same cores (PyTorch's
+        OpenMP threads and OpenBLAS's after the optimizer's axpy) made a step 30 times slower on 2 cores.
+        """
+        if self._threads_set:
+            return
+        from .. import _blas
+
+        n = _blas.threads()
+        if n:
+            self._torch.set_num_threads(n)
+            _blas.set_threads(1)
+        self._threads_set = True
 
     def init(self, rng):
         """The module's parameters as it holds them (its own initialization), by name."""
@@ -120,6 +142,7 @@ class Torch(Model):
     def loss_and_grad(self, params, x, y):
         """The loss sum, its gradient by name (autograd), and the outputs. Not collective."""
         torch = self._torch
+        self._take_threads()
         ps = {n: self._tensor(params[n]).requires_grad_(True) for n in self.names}
         self.module.train()
         with torch.enable_grad():
@@ -132,6 +155,7 @@ class Torch(Model):
     def predict(self, params, x):
         """The module's outputs for ``x``, in eval mode, without autograd. Not collective."""
         torch = self._torch
+        self._take_threads()
         ps = {n: self._tensor(params[n]) for n in self.names}
         was = self.module.training
         self.module.eval()
