@@ -107,3 +107,21 @@ def test_a_trained_module_goes_back_to_plain_pytorch(tmp_path):
     tree = jm.tree({k: asnumpy(v) for k, v in hpcgpu.Trainer(jm, optimizer=optim.SGD(0.1), **am.COMMON)
                     .params.items()})
     np.testing.assert_array_equal(tree["fc1"]["w"], am.weights()[2])
+
+
+@pytest.mark.parametrize("kind", ["torch", "jax"])
+def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path):
+    """Checkpoints hold an adapter's parameters as any model's: 2 epochs, then resume=True to 4, is bitwise the
+    run of 4."""
+    import hpcgpu
+
+    X, y = am.data()
+    opts = dict(am.COMMON, epochs=4)
+    whole = hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **opts)
+    whole.fit((X, y))
+    ck = str(tmp_path / "ck.h5")
+    hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **dict(opts, epochs=2), checkpoint=ck).fit((X, y))
+    resumed = hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **opts, checkpoint=ck, resume=True)
+    resumed.fit((X, y))
+    assert resumed.resumed_from == ck and resumed.history["train_loss"] == whole.history["train_loss"]
+    np.testing.assert_array_equal(asnumpy(resumed.model.params), asnumpy(whole.model.params))
