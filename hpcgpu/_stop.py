@@ -95,6 +95,7 @@ class StopRequest:
         self._restore: dict = {}  # what uninstall puts back
         self._watcher = None
         self._sigints = 0
+        self.trainers = False  # a Trainer's own (hpcgpu.train.trainer): another Trainer never adopts it
 
     def _handler(self, signum, frame):
         import signal

@@ -166,10 +166,11 @@ class Trainer:
         # The stop policy from the first instant: a signal while the trainer is built (MPI's start, the data's
         # reading) is kept for fit, not lost to MPICH's SIGUSR1 handler or SIGTERM's default action. The command
         # line's request, installed before anything else, is taken as it is.
-        self.stop_request = _installed_stop_request()
+        installed = _installed_stop_request()
+        self.stop_request = installed if installed is not None and not installed.trainers else None
         self._stop_owned = self.stop_request is None
-        if self._stop_owned:
-            self.stop_request = StopRequest(prog="hpcgpu.train").install()
+        if self._stop_owned:  # nested over another trainer's, whose state (a stop it saw) is not this one's
+            self.stop_request = _trainers_request()
         try:
             self._build(model, loss, optimizer, config, runtime, options)
         except BaseException:
@@ -671,8 +672,7 @@ class Trainer:
         if self.stop_request is None or _installed_stop_request() is not self.stop_request:
             # a later fit (the first one's handlers were put back at its end), or another trainer's handlers,
             # since put back: this fit's own, from its first instant
-            self.stop_request = StopRequest(self.config.stop_file, check_file=self.rt.rank == 0,
-                                            prog="hpcgpu.train").install()
+            self.stop_request = _trainers_request(self.config.stop_file, self.rt.rank == 0)
             self._stop_owned = True
         try:
             self._fit(data, validation, sharded, epochs)
@@ -1521,6 +1521,13 @@ class _Zeros:
 
     def __getitem__(self, key):
         return np.zeros(len(range(*key.indices(self.shape[0]))))
+
+
+def _trainers_request(stop_file: str | None = None, check_file: bool = False) -> StopRequest:
+    """A stop request a trainer installs for itself (marked ``trainers``: no other trainer adopts it)."""
+    request = StopRequest(stop_file, check_file=check_file, prog="hpcgpu.train")
+    request.trainers = True
+    return request.install()
 
 
 def _installed_stop_request() -> StopRequest | None:
