@@ -569,3 +569,27 @@ def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
         twice.fit((X, y), epochs=6)
     with pytest.raises(ValueError, match="epochs=4 must be a whole number of epochs in all, at least 1 and the 5"):
         twice.fit(epochs=4)
+
+
+def test_two_trainers_keep_their_own_stops_and_put_the_handlers_back():
+    """Two trainers built one after the other: a SIGUSR1 before their fits stops the innermost (the last built)
+    after its first step, not the other; once both have fit, SIGTERM's handler is what it was before them."""
+    import signal
+
+    import hpcgpu
+
+    before = signal.getsignal(signal.SIGTERM)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 4)), rng.integers(0, 2, 200)
+
+    def trainer():
+        return hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                              batch_size=20, epochs=3, progress="none")
+
+    first, second = trainer(), trainer()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    second.fit((X, y))
+    first.fit((X, y))
+    assert (second.stopped_by, second.step) == ("SIGUSR1", 1)
+    assert (first.stopped_by, first.step) == (None, 30)
+    assert signal.getsignal(signal.SIGTERM) == before
