@@ -625,6 +625,20 @@ FIXES: dict[str, str] = {
         "The adapter imports its framework when it is built: install it in the environment the ranks run in, "
         "``pip install torch`` or ``pip install jax`` (``pip install hpcgpu[torch]``, ``hpcgpu[jax]``)."
     ),
+    "--resume: … was written for --epochs … of a cosine schedule, which spans the run's epochs: this run has "
+    "…; only a constant or step schedule can be extended": (
+        "A cosine schedule decays to zero at the run's last epoch, so the epochs decide every step's rate: a "
+        "run resumed with other epochs would not be the run it continues. Give the checkpoint's ``--epochs``, "
+        "or train with ``--schedule constant`` or ``step`` (whose rates do not depend on the total) to be able "
+        "to extend a run."
+    ),
+    "fit: epochs=…: a cosine schedule spans the run's … epochs and cannot be extended; a constant or step "
+    "schedule can": (
+        "``fit(epochs=N)`` trains on to N epochs in all, which a cosine schedule (decaying to zero at the run's "
+        "last epoch) cannot do without changing the rates already used. Build the Trainer with "
+        "``schedule=\"constant\"`` (the library's default) or ``\"step\"``, or give ``epochs=`` its final "
+        "value from the start."
+    ),
     "has done … epochs, this run asks for … in all: give at least … to go on from it": (
         "``--resume`` (``resume=True``) found a checkpoint of a run that has done more epochs than this run's "
         "``--epochs`` in all. A resumed run may go on to more epochs (the schedule then spans the new total), "

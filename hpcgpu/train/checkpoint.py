@@ -49,8 +49,9 @@ LEGACY = {"optimizer": "sgd", "task": "classification", "loss": "cross-entropy"}
 
 MUST_MATCH = ("optimizer", "hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay",
               "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "task", "loss")
-"""``epochs`` is not among them: a resumed run may train on to more epochs than the run that wrote the
-checkpoint (the schedule then spans the new total), never fewer than it has done."""
+"""``epochs`` is not among them: a resumed run of a constant or step schedule may train on to more epochs than
+the run that wrote the checkpoint, never fewer than it has done; a cosine schedule spans the run's epochs, so
+there they must match."""
 
 
 @dataclass
@@ -558,6 +559,10 @@ class Resumer:
         if their_precision != self.precision:
             return ValueError(f"--resume: {p} was written with --precision {their_precision}, this run has "
                               f"{self.precision}")
+        if config.get("epochs") != mine["epochs"] and mine["schedule"] == "cosine":
+            return ValueError(f"--resume: {p} was written for --epochs {config.get('epochs')} of a cosine schedule, "
+                              f"which spans the run's epochs: this run has {mine['epochs']}; only a constant or "
+                              f"step schedule can be extended")
         for k in MUST_MATCH:
             if config.get(k, LEGACY.get(k)) != mine[k]:
                 return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "

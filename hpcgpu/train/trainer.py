@@ -737,6 +737,10 @@ class Trainer:
             if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < max(1, self.epoch):
                 raise agreed(ValueError(f"fit: epochs={epochs!r} must be a whole number of epochs in all, at "
                                         f"least 1 and the {self.epoch} done"))
+            if self.config.schedule == "cosine" and epochs != self.config.epochs:
+                raise agreed(ValueError(f"fit: epochs={epochs}: a cosine schedule spans the run's "
+                                        f"{self.config.epochs} epochs and cannot be extended; a constant or step "
+                                        f"schedule can"))
             self.config = dataclasses.replace(self.config, epochs=epochs)
         if not self._prepared:
             return
