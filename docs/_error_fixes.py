@@ -639,6 +639,19 @@ FIXES: dict[str, str] = {
         "``schedule=\"constant\"`` (the library's default) or ``\"step\"``, or give ``epochs=`` its final "
         "value from the start."
     ),
+    "fit: validation_split=… must be a fraction of the rows, between 0 and 1": (
+        "``validation_split`` is the fraction of the rows held out for validation, as in Keras: 0.1 holds out "
+        "the last tenth. Give a number strictly between 0 and 1."
+    ),
+    "fit: validation_split=… takes the whole set's arrays, fit((X, y), validation_split=...), without "
+    "validation= or sharded=True": (
+        "The split holds out the last rows of the whole set, which only arrays given whole on every rank have. "
+        "Give ``validation=`` instead where you have a validation set (or each rank its own rows), and a file's "
+        "``/test`` split is its validation set."
+    ),
+    "fit: validation_split=… of … rows leaves no row for training or none for validation": (
+        "The fraction of so few rows rounds to all of them (or none): give a smaller fraction, or more rows."
+    ),
     "has done … epochs, this run asks for … in all: give at least … to go on from it": (
         "``--resume`` (``resume=True``) found a checkpoint of a run that has done more epochs than this run's "
         "``--epochs`` in all. A resumed run may go on to more epochs (the schedule then spans the new total), "

@@ -612,7 +612,8 @@ class Trainer:
         self.groups.free()
 
     # -- training ------------------------------------------------------------------------------
-    def fit(self, data=None, validation=None, *, sharded: bool = False, epochs: int | None = None) -> dict[str, list]:
+    def fit(self, data=None, validation=None, *, sharded: bool = False, epochs: int | None = None,
+            validation_split: float | None = None) -> dict[str, list]:
         """Train until the configured number of epochs, evaluating after each. Collective.
 
         Parameters
@@ -637,6 +638,10 @@ class Trainer:
             run is (Keras's ``fit`` called again); a learning-rate schedule
             then spans the new total. A ``fit`` with nothing left to train
             says so on rank 0's stderr and returns the history.
+        validation_split : float, optional
+            Keras's: the last fraction of the rows of ``data`` (arrays given
+            whole on every rank), before any shuffling, is held out as the
+            validation set instead of a ``validation`` argument.
 
         Returns
         -------
@@ -649,7 +654,9 @@ class Trainer:
             Bad data (every rank, one line): see
             :func:`hpcgpu.train.data.from_arrays`; data of another number of
             features or targets than the model's; data given to a later
-            ``fit``; ``epochs`` fewer than the epochs done.
+            ``fit``; ``epochs`` fewer than the epochs done; a
+            ``validation_split`` outside (0, 1), with ``validation``, with
+            ``sharded`` or a file, or leaving no row on either side.
         FloatingPointError
             Training diverged (every rank): the loss or the parameters are
             not finite; no checkpoint is written after it.
@@ -675,6 +682,8 @@ class Trainer:
             self.stop_request = _trainers_request(self.config.stop_file, self.rt.rank == 0)
             self._stop_owned = True
         try:
+            if validation_split is not None:
+                data, validation = _split_off(data, validation, validation_split, sharded)
             self._fit(data, validation, sharded, epochs)
         finally:
             self._release_stop()
@@ -1525,6 +1534,25 @@ class _Zeros:
 
     def __getitem__(self, key):
         return np.zeros(len(range(*key.indices(self.shape[0]))))
+
+
+def _split_off(data, validation, fraction, sharded: bool) -> tuple:
+    """``(train, validation)``: the last ``fraction`` of the rows of the arrays ``data`` held out.
+
+    Keras's ``validation_split``. The arguments are the same on every rank, so each raises the same error.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise agreed(ValueError(f"fit: validation_split={fraction!r} must be a fraction of the rows, between 0 and 1"))
+    if validation is not None or sharded or not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise agreed(ValueError(f"fit: validation_split={fraction!r} takes the whole set's arrays, fit((X, y), "
+                                f"validation_split=...), without validation= or sharded=True"))
+    X, y = data
+    n = len(X)
+    cut = n - int(math.ceil(n * fraction))
+    if cut < 1 or cut >= n:
+        raise agreed(ValueError(f"fit: validation_split={fraction!r} of {n} rows leaves no row for training or "
+                                f"none for validation"))
+    return (X[:cut], y[:cut]), (X[cut:], y[cut:])
 
 
 def _trainers_request(stop_file: str | None = None, check_file: bool = False) -> StopRequest:

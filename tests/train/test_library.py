@@ -601,3 +601,30 @@ def test_two_trainers_keep_their_own_stops_and_put_the_handlers_back():
     assert (second.stopped_by, second.step) == ("SIGUSR1", 1)
     assert (first.stopped_by, first.step) == (None, 30)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_validation_split_holds_out_the_last_rows_as_keras_does():
+    """fit((X, y), validation_split=0.25) is fit on the first 75% with the last 25% as validation, to the bit; a
+    split with validation=, of a file, or leaving no row is one agreed line."""
+    import hpcgpu
+    from hpcgpu.errors import AgreedError
+
+    rng = np.random.default_rng(4)
+    X, y = rng.normal(size=(80, 5)), rng.integers(0, 3, 80)
+
+    def trainer():
+        return hpcgpu.Trainer(nn.Sequential(nn.Dense(5, 3)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                              batch_size=20, epochs=2, seed=3, progress="none", dtype="float64")
+
+    split = trainer()
+    split.fit((X, y), validation_split=0.25)
+    whole = trainer()
+    whole.fit((X[:60], y[:60]), validation=(X[60:], y[60:]))
+    assert split.history["test_loss"] == whole.history["test_loss"]
+    np.testing.assert_array_equal(asnumpy(split.model.params), asnumpy(whole.model.params))
+    for kwargs, words in (({"validation_split": 0.25, "validation": (X, y)}, "without validation="),
+                          ({"validation_split": 1.5}, "between 0 and 1"),
+                          ({"validation_split": 0.999}, "leaves no row")):
+        with pytest.raises(ValueError, match=words) as e:
+            trainer().fit((X, y), **kwargs)
+        assert isinstance(e.value, AgreedError)
