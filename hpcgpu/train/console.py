@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import sys
 
 __all__ = ["Console"]
@@ -81,8 +83,9 @@ class Console:
         """
         test = (f"test_accuracy {row['test_accuracy']:.4f}" if self.task == "classification"
                 else f"test_rmse {row['test_rmse']:.4g}  test_r2 {row['test_r2']:.4f}")
+        # without a validation set the test metrics are NaN: the line shows only the metrics that exist
+        test = f"test_loss {row['test_loss']:.4f}  {test}  " if not math.isnan(row["test_loss"]) else ""
         self.say(
-            f"epoch {row['epoch']:>3}/{self.epochs}  train_loss {row['train_loss']:.4f}  "
-            f"test_loss {row['test_loss']:.4f}  {test}  "
+            f"epoch {row['epoch']:>3}/{self.epochs}  train_loss {row['train_loss']:.4f}  {test}"
             f"{row['seconds']:.2f} s  {row['samples_per_second']:.0f} samples/s"
         )

@@ -628,3 +628,16 @@ def test_validation_split_holds_out_the_last_rows_as_keras_does():
         with pytest.raises(ValueError, match=words) as e:
             trainer().fit((X, y), **kwargs)
         assert isinstance(e.value, AgreedError)
+
+
+def test_an_epoch_line_shows_only_the_metrics_that_exist(capsys):
+    """Without a validation set the epoch line has no test_* (they would be NaN); with one, it has them."""
+    import hpcgpu
+
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(60, 4)), rng.integers(0, 2, 60)
+    for kwargs, shown in (({}, False), ({"validation_split": 0.5}, True)):
+        hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1), batch_size=10,
+                       epochs=1, progress="lines").fit((X, y), **kwargs)
+        line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch")][-1]
+        assert ("test_loss" in line and "test_accuracy" in line) == shown and "nan" not in line, line
