@@ -652,6 +652,16 @@ FIXES: dict[str, str] = {
     "fit: validation_split=… of … rows leaves no row for training or none for validation": (
         "The fraction of so few rows rounds to all of them (or none): give a smaller fraction, or more rows."
     ),
+    "EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience=…, mode=…": (
+        "``patience`` is the number of epochs without improvement before the training ends (0: at the first "
+        "one); ``mode`` says whether smaller (``min``) or larger (``max``) is better, ``auto`` deciding by the "
+        "metric's name."
+    ),
+    "EarlyStopping: the epochs have no … (…): monitor one of …": (
+        "The monitored metric is not in the epochs' rows, or is NaN there: ``test_*`` metrics need a validation "
+        "set (``fit(..., validation=(X, y))`` or ``validation_split=``), and a classifier has no ``test_rmse``. "
+        "Monitor one of the metrics the message lists."
+    ),
     "has done … epochs, this run asks for … in all: give at least … to go on from it": (
         "``--resume`` (``resume=True``) found a checkpoint of a run that has done more epochs than this run's "
         "``--epochs`` in all. A resumed run may go on to more epochs (the schedule then spans the new total), "

@@ -2,9 +2,10 @@
 
 from ..nn import MLP
 from ..optim import SGD, Adam, AdamW, LRSchedule
+from .callbacks import Callback, EarlyStopping
 from .config import TrainConfig
 from .data import GlobalBatchSampler, Split, from_arrays, load_split
 from .trainer import Trainer, load_model
 
-__all__ = ["Adam", "AdamW", "GlobalBatchSampler", "LRSchedule", "MLP", "SGD", "Split", "TrainConfig", "Trainer",
-           "from_arrays", "load_model", "load_split"]
+__all__ = ["Adam", "AdamW", "Callback", "EarlyStopping", "GlobalBatchSampler", "LRSchedule", "MLP", "SGD", "Split",
+           "TrainConfig", "Trainer", "from_arrays", "load_model", "load_split"]

@@ -613,7 +613,7 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------------
     def fit(self, data=None, validation=None, *, sharded: bool = False, epochs: int | None = None,
-            validation_split: float | None = None) -> dict[str, list]:
+            validation_split: float | None = None, callbacks=()) -> dict[str, list]:
         """Train until the configured number of epochs, evaluating after each. Collective.
 
         Parameters
@@ -642,6 +642,11 @@ class Trainer:
             Keras's: the last fraction of the rows of ``data`` (arrays given
             whole on every rank), before any shuffling, is held out as the
             validation set instead of a ``validation`` argument.
+        callbacks : list of hpcgpu.train.callbacks.Callback, optional
+            Called on every rank with rank 0's epoch row (one broadcast an
+            epoch), so their decisions agree: ``EarlyStopping(monitor=...,
+            patience=...)`` ends the training when a metric stops improving
+            and puts back the best epoch's parameters.
 
         Returns
         -------
@@ -684,31 +689,16 @@ class Trainer:
         try:
             if validation_split is not None:
                 data, validation = _split_off(data, validation, validation_split, sharded)
-            self._fit(data, validation, sharded, epochs)
+            self._fit(data, validation, sharded, epochs, list(callbacks))
         finally:
             self._release_stop()
         return self.history
 
-    def _fit(self, data, validation, sharded: bool, epochs: int | None = None) -> None:
+    def _fit(self, data, validation, sharded: bool, epochs: int | None = None, callbacks=()) -> None:
         """:meth:`fit`'s body, under the stop request."""
         self._go_on(data, validation, epochs)
         if not self._prepared:
-            if data is None and self.config.data is None:
-                raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
-            source = data if data is not None else self.config.data
-            train = self._arrays(source, "data", sharded, self.groups.data_parallel_size)
-            path = isinstance(source, (str, os.PathLike))
-            test_source = validation if validation is not None else (source if path else None)
-            test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
-                                                                 task=train.task)
-            self._validation_from_file = isinstance(test_source, (str, os.PathLike))
-            files = [Input(os.fspath(s), n) for s, n in ((source, "data"), (validation, "validation"))
-                     if isinstance(s, (str, os.PathLike))]
-            if files:  # the data given to fit is an input: never one of this trainer's outputs
-                self._claim(self._outputs(self.config), files)
-            self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
-            self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
-            self._prepare()
+            self._first_data(data, validation, sharded)
         c, console = self.config, self.console
         if self.epoch >= c.epochs and self._steps_run > 0:  # every rank alike: this process trained them all
             if self.rt.rank == 0:
@@ -716,6 +706,20 @@ class Trainer:
                       f"(fit(epochs=N) trains on to N)", file=sys.stderr, flush=True)
             return
         console.say(self._header())
+        self._run_epochs(callbacks)
+        just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
+        unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
+        # A stop always leaves a checkpoint: the one asked for, or beside the output (where --resume looks).
+        path = c.checkpoint_path or (c.default_checkpoint if self.stopped_by else None)
+        if path and not just_written and not unchanged:
+            self.save_checkpoint(path)
+        self.checkpoint_file = path
+
+    def _run_epochs(self, callbacks) -> None:
+        """The epochs up to the config's, or to a stop (a signal, a callback's). Collective."""
+        c, console = self.config, self.console
+        for cb in callbacks:
+            cb.on_fit_start(self)
         bar = console.open_bar(self.step)
         # Overflow becomes inf/NaN, which the step detects and reports once with
         # its epoch and step; NumPy's per-operation warnings would only add noise.
@@ -726,16 +730,36 @@ class Trainer:
                     if not self.train_epoch(bar):
                         self.stopped_by = self.stop_request.reason or "a stop request on another rank"
                         break
-                    console.epoch(self._finish_epoch(lr))
+                    row = self._finish_epoch(lr)
+                    console.epoch(row)
+                    if callbacks:  # rank 0's row on every rank: the callbacks' decisions agree by construction
+                        row = self.rt.comm.bcast(row, root=0)
+                        if any([bool(cb.on_epoch_end(self, row)) for cb in callbacks]):  # each sees the epoch
+                            break
         finally:
             console.close_bar()
-        just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
-        unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
-        # A stop always leaves a checkpoint: the one asked for, or beside the output (where --resume looks).
-        path = c.checkpoint_path or (c.default_checkpoint if self.stopped_by else None)
-        if path and not just_written and not unchanged:
-            self.save_checkpoint(path)
-        self.checkpoint_file = path
+        if not self.stopped_by:
+            for cb in callbacks:
+                cb.on_fit_end(self)
+
+    def _first_data(self, data, validation, sharded: bool) -> None:
+        """The first ``fit``'s data: read, checked, claimed as inputs, bound to the sampler. Collective."""
+        if data is None and self.config.data is None:
+            raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
+        source = data if data is not None else self.config.data
+        train = self._arrays(source, "data", sharded, self.groups.data_parallel_size)
+        path = isinstance(source, (str, os.PathLike))
+        test_source = validation if validation is not None else (source if path else None)
+        test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
+                                                             task=train.task)
+        self._validation_from_file = isinstance(test_source, (str, os.PathLike))
+        files = [Input(os.fspath(s), n) for s, n in ((source, "data"), (validation, "validation"))
+                 if isinstance(s, (str, os.PathLike))]
+        if files:  # the data given to fit is an input: never one of this trainer's outputs
+            self._claim(self._outputs(self.config), files)
+        self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
+        self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
+        self._prepare()
 
     def _go_on(self, data, validation, epochs: int | None) -> None:
         """A later ``fit``: no new data; ``epochs``, the new total, for the config, the schedule and the console.

@@ -110,6 +110,18 @@ def main(argv):
         if rt.rank == 0:
             print(json.dumps(out))
         return 0
+    elif case in ("early", "early-bad"):  # EarlyStopping: the good run's epochs, or the agreed refusal
+        from hpcgpu.train import EarlyStopping
+
+        X, y = data("classification")
+        t = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.05), **{**common, "epochs": 12})
+        stop = EarlyStopping(monitor="train_loss", mode="max", patience=2) if case == "early" else EarlyStopping()
+        t.fit((X[:250], y[:250]), callbacks=[stop])
+        out.update(epoch=t.epoch, params={k: _device.asnumpy(v).tolist() for k, v in t.params.items()})
+        t.close()
+        if rt.rank == 0:
+            print(json.dumps(out))
+        return 0
     elif case == "load":
         X, _ = data("classification", n=103)
         t = hpcgpu.load_model(argv[1], runtime=rt, tensor_parallel=rt.size)

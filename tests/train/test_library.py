@@ -641,3 +641,45 @@ def test_an_epoch_line_shows_only_the_metrics_that_exist(capsys):
                        epochs=1, progress="lines").fit((X, y), **kwargs)
         line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch")][-1]
         assert ("test_loss" in line and "test_accuracy" in line) == shown and "nan" not in line, line
+
+
+def test_early_stopping_ends_after_patience_and_restores_the_best_epoch():
+    """EarlyStopping on a metric that never improves after epoch 1 (train_loss watched as if larger were better):
+    the training ends after epoch 1 + patience, and the parameters are epoch 1's, bitwise a 1-epoch run's; a
+    test_* monitor without a validation set is one agreed line."""
+    import hpcgpu
+    from hpcgpu.errors import AgreedError
+    from hpcgpu.train import EarlyStopping
+
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(90, 5)), rng.integers(0, 3, 90)
+
+    def trainer(epochs):
+        return hpcgpu.Trainer(nn.Sequential(nn.Dense(5, 8, "relu"), nn.Dense(8, 3)), nn.SoftmaxCrossEntropy(),
+                              optim.SGD(0.1), batch_size=30, epochs=epochs, seed=9, progress="none",
+                              dtype="float64")
+
+    stop = EarlyStopping(monitor="train_loss", mode="max", patience=2)
+    t = trainer(10)
+    t.fit((X, y), callbacks=[stop])
+    assert t.epoch == 3 and len(t.history["train_loss"]) == 3 and (stop.best_epoch, stop.stopped_epoch) == (1, 3)
+    one = trainer(1)
+    one.fit((X, y))
+    np.testing.assert_array_equal(asnumpy(t.model.params), asnumpy(one.model.params))
+    with pytest.raises(ValueError, match="EarlyStopping: the epochs have no test_loss \\(no validation set\\)") as e:
+        trainer(3).fit((X, y), callbacks=[EarlyStopping()])
+    assert isinstance(e.value, AgreedError)
+
+
+@pytest.mark.mpi
+def test_early_stopping_agrees_at_3_ranks():
+    """At 3 ranks the callbacks see rank 0's row: every rank stops after the same epoch with the same best
+    parameters as at 1 rank; a monitor the epochs lack is one line and exit 2, never a hang."""
+    one, three = _fit("early", 1), _fit("early", 3)
+    assert one["epoch"] == three["epoch"] == 3
+    for k, v in one["params"].items():
+        np.testing.assert_allclose(three["params"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+    p = _mpi.run(3, [SCRIPT, "early-bad"], timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "EarlyStopping: the epochs have no test_loss (no validation set)" in lines[0], p.stderr

@@ -1,0 +1,107 @@
+"""Callbacks of ``hpcgpu.Trainer.fit``: a user's hook at each epoch's end, and early stopping.
+
+Every rank calls each callback with the same epoch row, rank 0's (broadcast once an epoch), so the
+decisions they take (stop now, this epoch is the best) are the same on every rank by construction: no rank
+goes on training while another has stopped. Keras's ``Callback`` and ``EarlyStopping``, in that shape.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["Callback", "EarlyStopping"]
+
+
+class Callback:
+    """A hook into ``hpcgpu.Trainer.fit``; subclass it and override what you need. Not collective.
+
+    Each method is called on every rank with the same arguments; a callback must not communicate.
+    """
+
+    def on_fit_start(self, trainer) -> None:
+        """Before the first epoch of this ``fit``."""
+
+    def on_epoch_end(self, trainer, row: dict) -> bool | None:
+        """After each epoch; True ends the training after it.
+
+        ``row`` holds the epoch's metrics by :attr:`hpcgpu.Trainer.history`'s names (``epoch``,
+        ``train_loss``, ``test_loss``...), rank 0's on every rank.
+        """
+        return None
+
+    def on_fit_end(self, trainer) -> None:
+        """After the last epoch of this ``fit`` (also after an early stop, not after a stop signal)."""
+
+
+class EarlyStopping(Callback):
+    """End the training when a metric has stopped improving (Keras's ``EarlyStopping``). Not collective.
+
+    Parameters
+    ----------
+    monitor : str
+        A metric of the epoch rows: ``"test_loss"`` (the validation set's loss, the default),
+        ``"test_accuracy"``, ``"train_loss"``...
+    patience : int
+        Epochs without improvement before the training ends.
+    min_delta : float
+        The least change that counts as an improvement.
+    mode : {"auto", "min", "max"}
+        Whether smaller or larger is better; ``"auto"``: larger for accuracy and R^2, smaller otherwise.
+    restore_best : bool
+        At the end, put back the parameters of the best epoch (each rank its own slice of them).
+
+    Attributes
+    ----------
+    best : float
+        The best value seen (NaN before any).
+    best_epoch : int
+        The epoch it was seen in (1-based; 0 before any).
+    stopped_epoch : int
+        The epoch after which the training ended early (0 if it did not).
+
+    Raises
+    ------
+    ValueError
+        ``patience`` below 0, an unknown ``mode``; at the first epoch, a ``monitor`` the rows do not have or
+        that is NaN (no validation set for ``test_*``).
+    """
+
+    def __init__(self, monitor: str = "test_loss", patience: int = 5, min_delta: float = 0.0, mode: str = "auto",
+                 restore_best: bool = True):
+        if patience < 0 or mode not in ("auto", "min", "max"):
+            raise ValueError(f"EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience="
+                             f"{patience!r}, mode={mode!r}")
+        self.monitor, self.patience, self.min_delta, self.restore_best = monitor, int(patience), min_delta, restore_best
+        self.larger = mode == "max" or (mode == "auto" and monitor.endswith(("accuracy", "_r2")))
+        self._best_params = None
+        self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
+
+    def on_fit_start(self, trainer) -> None:
+        """Forget the previous fit's best."""
+        self._best_params = None
+        self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
+
+    def on_epoch_end(self, trainer, row: dict) -> bool:
+        """Keep the best value (and parameters); True after ``patience`` epochs without improvement."""
+        value = row.get(self.monitor)
+        if value is None or math.isnan(value):
+            from ..errors import agreed
+
+            raise agreed(ValueError(f"EarlyStopping: the epochs have no {self.monitor} "
+                                    f"({'no validation set' if self.monitor.startswith('test_') else 'not a metric'}"
+                                    f"): monitor one of {', '.join(k for k, v in row.items() if k != 'epoch')}"))
+        better = (value > self.best + self.min_delta) if self.larger else (value < self.best - self.min_delta)
+        if self.best_epoch == 0 or better:
+            self.best, self.best_epoch = float(value), int(row["epoch"])
+            if self.restore_best:
+                self._best_params = trainer.model.params.copy()
+            return False
+        if row["epoch"] - self.best_epoch >= self.patience:
+            self.stopped_epoch = int(row["epoch"])
+            return True
+        return False
+
+    def on_fit_end(self, trainer) -> None:
+        """Put back the best epoch's parameters (``restore_best``)."""
+        if self.restore_best and self._best_params is not None:
+            trainer.model.params[...] = self._best_params
