@@ -24,7 +24,9 @@ def test_phases_tile_the_loop_on_the_host():
     t.mark(None)
     wall = time.perf_counter() - t0
     got = t.collect()
-    assert got["a"] == pytest.approx(0.03, rel=0.5) and got["b"] == pytest.approx(0.015, rel=0.8)
+    # each phase holds at least its sleeps (a sleep never ends early; under load it may end much later: two
+    # suites at once once measured 82 ms for a's 30), and together they tile the loop
+    assert got["a"] >= 0.0299 and got["b"] >= 0.0149, got
     assert sum(got.values()) == pytest.approx(wall, rel=0.02)
     assert [e[0] for e in t.events] == ["a", "b"] * 3 and t.collect() == {"a": 0.0, "b": 0.0}
 
