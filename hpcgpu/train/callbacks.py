@@ -19,18 +19,36 @@ class Callback:
     """
 
     def on_fit_start(self, trainer) -> None:
-        """Before the first epoch of this ``fit``."""
+        """Before the first epoch of this ``fit``.
+
+        Parameters
+        ----------
+        trainer : hpcgpu.Trainer
+        """
 
     def on_epoch_end(self, trainer, row: dict) -> bool | None:
         """After each epoch; True ends the training after it.
 
-        ``row`` holds the epoch's metrics by :attr:`hpcgpu.Trainer.history`'s names (``epoch``,
-        ``train_loss``, ``test_loss``...), rank 0's on every rank.
+        Parameters
+        ----------
+        trainer : hpcgpu.Trainer
+        row : dict
+            The epoch's metrics by :attr:`hpcgpu.Trainer.history`'s names, rank 0's on every rank.
+
+        Returns
+        -------
+        bool or None
+            True to end the training after this epoch.
         """
         return None
 
     def on_fit_end(self, trainer) -> None:
-        """After the last epoch of this ``fit`` (also after an early stop, not after a stop signal)."""
+        """After the last epoch of this ``fit`` (also after an early stop, not after a stop signal).
+
+        Parameters
+        ----------
+        trainer : hpcgpu.Trainer
+        """
 
 
 class EarlyStopping(Callback):
@@ -77,12 +95,28 @@ class EarlyStopping(Callback):
         self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
 
     def on_fit_start(self, trainer) -> None:
-        """Forget the previous fit's best."""
+        """Forget the previous fit's best.
+
+        Parameters
+        ----------
+        trainer : hpcgpu.Trainer
+        """
         self._best_params = None
         self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
 
     def on_epoch_end(self, trainer, row: dict) -> bool:
-        """Keep the best value (and parameters); True after ``patience`` epochs without improvement."""
+        """Keep the best value (and parameters); True after ``patience`` epochs without improvement.
+
+        Parameters
+        ----------
+        trainer : hpcgpu.Trainer
+        row : dict
+            The epoch's metrics by :attr:`hpcgpu.Trainer.history`'s names, rank 0's on every rank.
+
+        Returns
+        -------
+        bool
+        """
         value = row.get(self.monitor)
         if value is None or math.isnan(value):
             from ..errors import agreed
@@ -102,6 +136,11 @@ class EarlyStopping(Callback):
         return False
 
     def on_fit_end(self, trainer) -> None:
-        """Put back the best epoch's parameters (``restore_best``)."""
+        """Put back the best epoch's parameters (``restore_best``).
+
+        Parameters
+        ----------
+        trainer : hpcgpu.Trainer
+        """
         if self.restore_best and self._best_params is not None:
             trainer.model.params[...] = self._best_params
