@@ -468,6 +468,7 @@ def test_a_model_of_ones_own_predicts_only_on_the_width_it_was_fit_on():
         t.evaluate((rng.normal(size=(10, 5)), y[:10]))
 
 
+@pytest.mark.mpi
 def test_a_saved_model_comes_back_in_python_at_other_ranks_and_splits(tmp_path):
     """save_results, then hpcgpu.load_model predicts the same bits in process and at 2 ranks split by tensor
     parallelism; a model of one's own comes back through Trainer.load_weights; another model's file, and a model of
