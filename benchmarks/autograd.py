@@ -11,6 +11,8 @@ hpcgpu, ``functional_call``'s dispatch; for JAX the copies at each ``jit`` call)
 """
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
@@ -46,15 +48,11 @@ def plain_torch(X, y, hidden, batch, epochs, lr):
 
 
 def _module(hidden):
-    import torch
+    """The peer loop's MLP (benchmarks/peers/torch_mlp.py), 64 features in, 10 classes out."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    from torch_mlp import mlp
 
-    sizes = [64, *hidden, 10]
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        if i:
-            layers.append(torch.nn.ReLU())
-        layers.append(torch.nn.Linear(a, b))
-    return torch.nn.Sequential(*layers)
+    return mlp([64, *hidden, 10])
 
 
 def _jax_model(hidden):
