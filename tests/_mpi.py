@@ -222,6 +222,31 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
     return p
 
 
+def cli_rows(nprocs: int, module: str, prog: str, rows: dict, timeout: float = 120) -> dict:
+    """Run each of ``rows`` (``{case: argv}``) of ``python -m MODULE``'s ``main`` in one launch of ``nprocs`` ranks
+    (``tests/mpi/cli_rows.py``, under ``run_guarded(main, argv, prog=PROG)`` as the console script runs it).
+
+    One launch for a table of refusals instead of one each (a rank start is 0.3 s of CPU). Returns ``{case:
+    SimpleNamespace(returncode, stdout, stderr, others)}``, ``stdout``/``stderr`` rank 0's and ``others`` what the
+    other ranks wrote; fails the test when the launch did not finish every row.
+    """
+    import json
+    import tempfile
+    import types
+
+    with tempfile.TemporaryDirectory(prefix="hpcgpu-rows-") as d:
+        rows_path, results_path = os.path.join(d, "rows.json"), os.path.join(d, "results.json")
+        with open(rows_path, "w", encoding="utf-8") as f:
+            json.dump({case: [str(a) for a in argv] for case, argv in rows.items()}, f)
+        p = run(nprocs, [os.path.join(SCRIPTS, "cli_rows.py"), module, prog, rows_path, results_path],
+                timeout=timeout)
+        if p.returncode != 0 or not os.path.exists(results_path):
+            pytest.fail(f"the launch of {len(rows)} rows of {module} exited {p.returncode}\nstdout:\n{p.stdout}\n"
+                        f"stderr:\n{p.stderr}")
+        with open(results_path, encoding="utf-8") as f:
+            return {case: types.SimpleNamespace(**r) for case, r in json.load(f).items()}
+
+
 def script(nprocs: int, name: str, *args, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``tests/mpi/NAME`` on ``nprocs`` ranks; it must exit 0."""
     return run(nprocs, [os.path.join(SCRIPTS, name), *map(str, args)], timeout=timeout, check=True)

@@ -28,9 +28,9 @@ NP = 2
 
 # -- the inputs every program needs ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model_file(tmp_path_factory):
-    """A results file of the trainer, for predict (one training run for the whole module)."""
+    """A results file of the trainer, for predict (one training run a pytest-xdist worker; each test copies it)."""
     d = tmp_path_factory.mktemp("model")
     X, y = blobs(64, d=4)
     data = write_h5(d / "d.h5", train__X=X, train__y=y)

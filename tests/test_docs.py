@@ -32,9 +32,11 @@ def _require_sphinx():
 ON_THE_SITES_WORKER = pytest.mark.xdist_group("site")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def html(tmp_path_factory):
-    """Build the site as ``make docs`` does (-W --keep-going -n) into a temporary directory."""
+    """Build the site as ``make docs`` does (-W --keep-going -n) into a temporary directory, once a session: a
+    module's fixture is set up again whenever another module's test ran between two of its users (the tests of
+    the ``site`` group share one pytest-xdist worker, not an uninterrupted turn), and the build is 12 s."""
     _require_sphinx()
     out = tmp_path_factory.mktemp("html")
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html",

@@ -266,17 +266,26 @@ BAD = {
 }
 
 
+@pytest.fixture(scope="session")
+def bad_cli_runs(tmp_path_factory):
+    """Every row of :data:`BAD` at 3 ranks, in one launch (``_mpi.cli_rows``): ``{case: (result, directory)}``."""
+    rows, dirs = {}, {}
+    for case, (args, _) in BAD.items():
+        t = dirs[case] = tmp_path_factory.mktemp("bad")
+        _mk(t)
+        args = [a.replace("{tmp}", str(t)) if "{tmp}" in a else (str(t / a) if ".h5" in a else a) for a in args]
+        rows[case] = ["matmul", *args, *([] if "-o" in args else ["-o", str(t / "c.h5")])]
+    runs = _mpi.cli_rows(3, "hpcgpu.__main__", "hpcgpu", rows, timeout=180)
+    return {case: (runs[case], dirs[case]) for case in rows}
+
+
 @pytest.mark.mpi
+@pytest.mark.xdist_group("matmul-bad-input")  # one worker, one launch for the table
 @pytest.mark.parametrize("case", list(BAD))
-def test_cli_bad_input_exits_2_with_one_line(case, tmp_path):
-    _mk(tmp_path)
-    args, message = BAD[case]
-    args = [a.replace("{tmp}", str(tmp_path)) if "{tmp}" in a else (str(tmp_path / a) if ".h5" in a else a)
-            for a in args]
-    if "-o" not in args:
-        args += ["-o", str(tmp_path / "c.h5")]
-    p = _cli(3, *args, timeout=60)
+def test_cli_bad_input_exits_2_with_one_line(case, bad_cli_runs):
+    p, t = bad_cli_runs[case]
     assert p.returncode == 2, (p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], p.stderr
-    assert not (tmp_path / "c.h5").exists()
+    assert len(lines) == 1 and BAD[case][1] in lines[0], p.stderr
+    assert not p.others, p.others
+    assert not (t / "c.h5").exists()

@@ -253,20 +253,31 @@ BAD_INPUTS = {
 }
 
 
+@pytest.fixture(scope="session")
+def bad_input_runs(tmp_path_factory):
+    """Every row of :data:`BAD_INPUTS` at 3 ranks, in one launch (``_mpi.cli_rows``): ``{case: (result, out)}``."""
+    rows, outs = {}, {}
+    for case, (make, extra, _) in BAD_INPUTS.items():
+        t = tmp_path_factory.mktemp("bad")
+        (t / "afile").write_text("a file, not a directory")
+        outs[case] = t / "out" / "train.h5"
+        rows[case] = ["--data", make(t), "--out", outs[case], "--progress", "lines", "--epochs", "1",
+                      "--batch-size", "8", *(e.replace("{tmp}", str(t)) for e in extra)]
+    runs = _mpi.cli_rows(3, "hpcgpu.train.__main__", "hpcgpu.train", rows, timeout=180)
+    return {case: (runs[case], outs[case]) for case in rows}
+
+
 @pytest.mark.mpi
-# The checks are the same code under every MPI; under LEAN one case in three still proves the agreed exit.
-@pytest.mark.parametrize("case", _mpi.cases(list(BAD_INPUTS), list(BAD_INPUTS)[::3]))
-def test_bad_input_exits_2_with_one_line(case, tmp_path):
-    make, extra, message = BAD_INPUTS[case]
-    (tmp_path / "afile").write_text("a file, not a directory")
-    data = make(tmp_path)
-    out = tmp_path / "out" / "train.h5"
-    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
-    p = _train_cli(3, data, str(out), "--epochs", "1", "--batch-size", "8", *extra, timeout=60)
+@pytest.mark.xdist_group("trainer-bad-input")  # one worker, one launch for the table
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_exits_2_with_one_line(case, bad_input_runs):
+    p, out = bad_input_runs[case]
     assert p.returncode == 2, (p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
-    assert message in lines[0] and lines[0].startswith(("hpcgpu.train: error:", "python -m hpcgpu.train: error:"))
+    assert BAD_INPUTS[case][2] in lines[0]
+    assert lines[0].startswith(("hpcgpu.train: error:", "python -m hpcgpu.train: error:"))
+    assert not p.others, p.others  # one line from rank 0, nothing from the others
     assert not out.exists()
 
 
