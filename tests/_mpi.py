@@ -222,9 +222,10 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
     return p
 
 
-def cli_rows(nprocs: int, module: str, prog: str, rows: dict, timeout: float = 120) -> dict:
-    """Run each of ``rows`` (``{case: argv}``) of ``python -m MODULE``'s ``main`` in one launch of ``nprocs`` ranks
-    (``tests/mpi/cli_rows.py``, under ``run_guarded(main, argv, prog=PROG)`` as the console script runs it).
+def cli_rows(nprocs: int, rows: dict, timeout: float = 120) -> dict:
+    """Run each of ``rows`` (``{case: ["-m", MODULE, *argv]}``, the arguments :func:`run` takes) in one launch of
+    ``nprocs`` ranks (``tests/mpi/cli_rows.py``: the module's ``main(argv)`` under ``run_guarded`` as ``python -m``
+    runs it), one after the other.
 
     One launch for a table of refusals instead of one each (a rank start is 0.3 s of CPU). Returns ``{case:
     SimpleNamespace(returncode, stdout, stderr, others)}``, ``stdout``/``stderr`` rank 0's and ``others`` what the
@@ -238,10 +239,9 @@ def cli_rows(nprocs: int, module: str, prog: str, rows: dict, timeout: float = 1
         rows_path, results_path = os.path.join(d, "rows.json"), os.path.join(d, "results.json")
         with open(rows_path, "w", encoding="utf-8") as f:
             json.dump({case: [str(a) for a in argv] for case, argv in rows.items()}, f)
-        p = run(nprocs, [os.path.join(SCRIPTS, "cli_rows.py"), module, prog, rows_path, results_path],
-                timeout=timeout)
+        p = run(nprocs, [os.path.join(SCRIPTS, "cli_rows.py"), rows_path, results_path], timeout=timeout)
         if p.returncode != 0 or not os.path.exists(results_path):
-            pytest.fail(f"the launch of {len(rows)} rows of {module} exited {p.returncode}\nstdout:\n{p.stdout}\n"
+            pytest.fail(f"the launch of {len(rows)} rows exited {p.returncode}\nstdout:\n{p.stdout}\n"
                         f"stderr:\n{p.stderr}")
         with open(results_path, encoding="utf-8") as f:
             return {case: types.SimpleNamespace(**r) for case, r in json.load(f).items()}

@@ -227,7 +227,8 @@ def _rows():
             progs = into if cond == "under a dataset" else [whole[c % len(whole)], into[c % len(into)]]
         else:
             progs = list(PROGRAMS)
-        rows += [pytest.param(prog, cond, id=f"{prog}-{cond}") for prog in progs]
+        marks = [pytest.mark.xdist_group("output-refusals")] if cond in IN_ONE_LAUNCH else []
+        rows += [pytest.param(prog, cond, id=f"{prog}-{cond}", marks=marks) for prog in progs]
     return rows
 
 
@@ -255,19 +256,65 @@ def test_the_policy_judges_each_path_condition_alone(condition, dataset, tmp_pat
     assert _snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("program, condition", _rows())
-def test_the_output_policy(program, condition, tmp_path, model_file):
+def _output_case(t, program, condition, model_file):
+    """Lay out ``program``'s inputs and ``condition``'s output in directory ``t``: ``(argv, out, outcome, words)``,
+    or None when the condition does not apply to the program."""
     ranks, argv, ds, reads = PROGRAMS[program]
-    i = _inputs(tmp_path, model_file)
+    i = _inputs(t, model_file)
     i["kind"] = "json" if program == "train --trace" else "hdf5"
     make = CONDITIONS[condition]
-    made = make(tmp_path, i, ds, reads) if make is _an_input else make(tmp_path, i, ds)
+    made = make(t, i, ds, reads) if make is _an_input else make(t, i, ds)
     if made is None or made[0] is None:
-        pytest.skip(f"{condition} does not apply to {program}")
+        return None
     out, (outcome, words) = made
-    args = argv(i, out, tmp_path)
+    args = argv(i, out, t)
     if condition == "a user's file with --overwrite":
         args.append("--overwrite")
+    return args, out, outcome, words
+
+
+IN_ONE_LAUNCH = {c for c in CONDITIONS if c not in ("a full disk", "a killed writer's temporary",
+                                                     "a non-UTF-8 directory", "a user's file with --overwrite")}
+"""The conditions a program refuses before any work: their rows run in one launch of ranks for each rank count
+(``_mpi.cli_rows``), the others (a run that writes, or fails writing) in a launch each."""
+
+
+@pytest.fixture(scope="session")
+def refusals(tmp_path_factory, model_file):
+    """The rows of :func:`test_the_output_policy` under :data:`IN_ONE_LAUNCH`, each in its own directory, run in one
+    launch a rank count: ``{(program, condition): (result, argv, out, words, before, after)}``."""
+    cases, by_ranks = {}, {}
+    for row in _rows():
+        program, condition = row.values
+        t = tmp_path_factory.mktemp("refusal")
+        made = _output_case(t, program, condition, model_file) if condition in IN_ONE_LAUNCH else None
+        if made is not None:
+            assert made[2] == "refused", (program, condition, made)
+            cases[program, condition] = (t, made, _snapshot(t))
+            by_ranks.setdefault(PROGRAMS[program][0], {})[f"{program} | {condition}"] = made[0]
+    runs = {}
+    for ranks, rows in by_ranks.items():
+        runs.update(_mpi.cli_rows(ranks, rows, timeout=240))
+    return {key: (runs[" | ".join(key)], args, out, words, before, _snapshot(t))
+            for key, (t, (args, out, _, words), before) in cases.items()}
+
+
+@pytest.mark.parametrize("program, condition", _rows())
+def test_the_output_policy(program, condition, tmp_path, model_file, request):
+    if condition in IN_ONE_LAUNCH:
+        # a refusal before any work: this row's launch was shared with the other rows that refuse (one worker)
+        got = request.getfixturevalue("refusals").get((program, condition))
+        if got is None:
+            pytest.skip(f"{condition} does not apply to {program}")
+        p, args, out, words, before, after = got
+        _refused(p, args, out, words, before, after)
+        assert not p.others, p.others
+        return
+    made = _output_case(tmp_path, program, condition, model_file)
+    if made is None:
+        pytest.skip(f"{condition} does not apply to {program}")
+    args, out, outcome, words = made
+    ranks, _, ds, _ = PROGRAMS[program]
     before = _snapshot(tmp_path)
     # A UTF-8 locale's strict stdout (PYTHONIOENCODING=utf-8, as the GPU node's image sets) must still print the
     # undecodable name of a written file: the GPU kit found "wrote ..." aborting the finished run there
@@ -276,12 +323,7 @@ def test_the_output_policy(program, condition, tmp_path, model_file):
     after = _snapshot(tmp_path)
     temporaries = [os.fsdecode(k) for k in after if k.endswith(b".tmp") and os.path.isfile(k)]
     if outcome == "refused":
-        assert p.returncode == 2, (p.returncode, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1, p.stderr
-        option = args[len(args) - 2 - args[::-1].index(out)]  # the option before the last mention of out
-        assert f"{option} {out}" in lines[0] and words in lines[0], lines[0]
-        assert after == before  # nothing touched, nothing added
+        _refused(p, args, out, words, before, after)
     else:
         assert p.returncode == 0, (p.returncode, p.stderr)
         path = out.rsplit(":", 1)[0] if ds else out
@@ -296,6 +338,16 @@ def test_the_output_policy(program, condition, tmp_path, model_file):
             assert not os.path.exists(tmp_path / words)
             assert "removed" in p.stderr and words in p.stderr
     assert not temporaries, temporaries
+
+
+def _refused(p, args, out, words, before, after):
+    """A refusal: exit 2, one line naming the option, the path and the condition's words; nothing touched or added."""
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    option = args[len(args) - 2 - args[::-1].index(out)]  # the option before the last mention of out
+    assert f"{option} {out}" in lines[0] and words in lines[0], lines[0]
+    assert after == before  # nothing touched, nothing added
 
 
 # -- two outputs of one run on one file --------------------------------------------------------------
@@ -495,24 +547,52 @@ INPUT_CONDITIONS = {"a virtual dataset with a missing source": _vds_missing, "a 
                     "a dangling link": _input_dangling, "a directory": _input_directory}
 
 
-@pytest.mark.parametrize("program, condition", [
-    pytest.param(p, c, id=f"{p}-{c}") for p in INPUTS
-    for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])])
-def test_a_hostile_input_is_one_line_before_any_work(program, condition, tmp_path, model_file):
+def _hostile_case(t, program, condition, model_file):
+    """Lay out ``program``'s inputs in ``t`` with ``condition`` in place of one: ``(argv, path, words)`` or None."""
     ranks, argv, key = INPUTS[program]
-    i = _inputs(tmp_path, model_file)
+    i = _inputs(t, model_file)
     i["abB"] = i["ab"]
-    made = INPUT_CONDITIONS[condition](tmp_path, key)
+    made = INPUT_CONDITIONS[condition](t, key)
     if made is None:
-        pytest.skip(f"{condition} does not apply to {program}")
+        return None
     i[key], words = made
-    out = str(tmp_path / "out.h5")
-    before = _snapshot(tmp_path)
-    p = _mpi.run(ranks, argv(i, out), timeout=120, cwd=tmp_path)
+    return argv(i, str(t / "out.h5")), i[key], words
+
+
+HOSTILE_ROWS = [(p, c) for p in INPUTS
+                for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])]
+
+
+@pytest.fixture(scope="session")
+def hostile_runs(tmp_path_factory, model_file):
+    """Every row of :func:`test_a_hostile_input_is_one_line_before_any_work`, each in its own directory, in one
+    launch of ranks (``_mpi.cli_rows``; every program here runs at ``NP``): ``{row: (result, path, words, before,
+    after)}``, None for a condition that does not apply."""
+    assert {INPUTS[p][0] for p, _ in HOSTILE_ROWS} == {NP}
+    cases, rows = {}, {}
+    for program, condition in HOSTILE_ROWS:
+        t = tmp_path_factory.mktemp("hostile")
+        made = _hostile_case(t, program, condition, model_file)
+        cases[program, condition] = None if made is None else (t, made, _snapshot(t))
+        if made is not None:
+            rows[f"{program} | {condition}"] = made[0]
+    runs = _mpi.cli_rows(NP, rows, timeout=240)
+    return {key: None if c is None else (runs[" | ".join(key)], c[1][1], c[1][2], c[2], _snapshot(c[0]))
+            for key, c in cases.items()}
+
+
+@pytest.mark.xdist_group("hostile-inputs")  # one worker, one launch for the table
+@pytest.mark.parametrize("program, condition", [pytest.param(p, c, id=f"{p}-{c}") for p, c in HOSTILE_ROWS])
+def test_a_hostile_input_is_one_line_before_any_work(program, condition, hostile_runs):
+    got = hostile_runs[program, condition]
+    if got is None:
+        pytest.skip(f"{condition} does not apply to {program}")
+    p, path, words, before, after = got
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and words in lines[0] and os.path.basename(i[key]) in lines[0], p.stderr
-    assert _snapshot(tmp_path) == before
+    assert len(lines) == 1 and words in lines[0] and os.path.basename(path) in lines[0], p.stderr
+    assert not p.others, p.others
+    assert after == before
 
 
 @pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM"], ["SIGINT"]))

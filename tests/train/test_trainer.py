@@ -261,9 +261,9 @@ def bad_input_runs(tmp_path_factory):
         t = tmp_path_factory.mktemp("bad")
         (t / "afile").write_text("a file, not a directory")
         outs[case] = t / "out" / "train.h5"
-        rows[case] = ["--data", make(t), "--out", outs[case], "--progress", "lines", "--epochs", "1",
-                      "--batch-size", "8", *(e.replace("{tmp}", str(t)) for e in extra)]
-    runs = _mpi.cli_rows(3, "hpcgpu.train.__main__", "hpcgpu.train", rows, timeout=180)
+        rows[case] = ["-m", "hpcgpu.train", "--data", make(t), "--out", outs[case], "--progress", "lines",
+                      "--epochs", "1", "--batch-size", "8", *(e.replace("{tmp}", str(t)) for e in extra)]
+    runs = _mpi.cli_rows(3, rows, timeout=180)
     return {case: (runs[case], outs[case]) for case in rows}
 
 
