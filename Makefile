@@ -23,14 +23,15 @@ EXTRAS  ?= $(if $(filter system,$(MPI)),data,$(MPI),data),test$(if $(filter mpic
 HDF5_DIR ?= /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 NP      ?= 8
 ARGS    ?=
-# Two pytest workers (pytest-xdist): on 2 cores the suite's ranks leave a third of the CPU idle while they
-# start, wait and poll; two workers took the host pass from 482 s to 435 s. The tests of tests/slurm and
-# tests/cluster run on one worker (tests/conftest.py). WORKERS=0: one process. test-mpi (the other stacks'
-# CI passes) runs on two workers too under Open MPI 5 and Intel MPI (CI on a clean clone: 319 s and 320 s). The
-# system's Open MPI 4 stays on one: on two workers a clean clone's CI pass failed 224 tests in 137 s, every
-# launch "orte_init failed: getting local rank failed", reported by a worker's singleton orted (two workers'
-# singleton MPI_Inits at once, presumably), though a pass in this checkout had been green.
-WORKERS ?= 2
+# Three pytest workers (pytest-xdist) on this 2-core machine: the suite's ranks start, wait (yielding, not
+# spinning: tests/conftest.py) and poll, and a third worker fills that time. The host pass took 312 s on three, 354 s
+# on two (the previous measure: 482 s on one). The tests of tests/slurm and tests/cluster run on one worker
+# (tests/conftest.py); so do each table of refusals that runs in one launch. WORKERS=0: one process. test-mpi (the
+# other stacks' CI passes) runs on as many. The system's Open MPI 4 stays on one: on two workers a clean clone's CI
+# pass failed 224 tests in 137 s, every launch "orte_init failed: getting local rank failed", reported by a worker's
+# singleton orted (two workers' singleton MPI_Inits at once, presumably), though a pass in this checkout had been
+# green.
+WORKERS ?= 3
 XDIST   := $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadgroup)
 MPI_XDIST := $(if $(filter system,$(MPI)),,$(XDIST))
 PY      := $(VENV)/bin/python

@@ -12,7 +12,8 @@ from .errors import agree
 
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error",
            "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "one_line",
-           "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS", "source_error", "MARK_ATTR"]
+           "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS", "source_error", "MARK_ATTR",
+           "read_weights"]
 
 MARK_ATTR = "hpcgpu_version"
 """The root attribute of every HDF5 file hpcgpu writes (and the attribute of a dataset it adds to a file): the
@@ -661,3 +662,52 @@ def _storable(text: str) -> str | bytes:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogateescape")
+
+
+def read_weights(path: str, into: dict, what: str = "load_weights") -> None:
+    """A results file's parameters, by name, into the arrays ``into``. Not collective.
+
+    Parameters
+    ----------
+    path : str
+        A results file (:func:`hpcgpu.train.output.write_results`): its ``/model`` group.
+    into : dict of str to numpy.ndarray
+        The model's unsplit parameters by name (views of one flat buffer);
+        each is filled from the dataset of its name.
+    what : str
+        How messages name the call.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file.
+    ValueError
+        Not a results file; a parameter the model has and the file lacks,
+        one the file has and the model lacks, or one of another shape (the
+        first of them, by name).
+    """
+    import h5py
+
+    f, err = open_hdf5(path, what)
+    if err is not None:
+        raise err
+    try:
+        with f:
+            if "model" not in f or not isinstance(f["model"], h5py.Group):
+                raise ValueError(f"{what} {path}: not a results file of python -m hpcgpu.train (no /model)")
+            g = f["model"]
+            missing = [k for k in into if k not in g]
+            if missing:
+                raise ValueError(f"{what} {path}: this model's parameter {missing[0]} is not in the file: the "
+                                 f"file holds another model's weights")
+            extra = [k for k in g if k not in into]
+            if extra:
+                raise ValueError(f"{what} {path}: the file's parameter {extra[0]} is not in this model: the file "
+                                 f"holds another model's weights")
+            for name, dst in into.items():
+                if g[name].shape != dst.shape:
+                    raise ValueError(f"{what} {path}: parameter {name} has shape {g[name].shape} in the file, "
+                                     f"{dst.shape} in this model")
+                dst[...] = g[name][()]
+    except OSError as e:
+        raise ValueError(f"{what} {path}: not a readable HDF5 file ({one_line(e)})") from None

@@ -27,6 +27,9 @@ __all__ = ["Runtime", "init", "get_runtime", "current_runtime", "detect_cuda_awa
            "check_launch", "placement", "host_memory"]
 
 _RUNTIME: Runtime | None = None
+_PINNED: Runtime | None = None
+"""A task process's one-rank runtime (``hpcgpu.tasks``, isolated tasks): :func:`init` returns it whatever it is
+asked, since a task does not communicate."""
 
 
 
@@ -234,6 +237,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     here once, see :func:`detect_cuda_aware`.
     """
     global _RUNTIME
+    if _PINNED is not None:
+        return _PINNED
     _check_init_args(device, blas_threads, collectives)
     check_launch()
     base = MPI.COMM_WORLD if comm is None else comm

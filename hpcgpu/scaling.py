@@ -155,10 +155,10 @@ def _child_allreduce(sizes: list[int], repeat: int) -> None:
     """Under mpiexec: the median over repeats of the slowest rank's Allreduce time, per size (JSON on rank 0)."""
     from mpi4py import MPI
 
-    import hpcgpu
-    from hpcgpu.comm import Allreduce
+    from .comm import Allreduce
+    from .runtime import init
 
-    rt = hpcgpu.init("cpu")
+    rt = init("cpu")
     comm = rt.comm
     out = []
     for n in sizes:
@@ -184,11 +184,11 @@ def _child_compute(args) -> None:
     """
     from mpi4py import MPI
 
-    import hpcgpu
-    from hpcgpu.train import TrainConfig, Trainer
+    from .runtime import init
+    from .train import TrainConfig, Trainer
 
     world = MPI.COMM_WORLD
-    rt = hpcgpu.init("cpu" if args.device == "auto" else args.device, comm=MPI.COMM_SELF)
+    rt = init("cpu" if args.device == "auto" else args.device, comm=MPI.COMM_SELF)
     cfg = TrainConfig(data=args.data, out=None, hidden=tuple(int(h) for h in args.hidden.split(",")),
                       batch_size=max(1, args.batch_size // world.size), epochs=args.epochs, progress="none",
                       schedule="constant", warmup_epochs=0, timing=False)

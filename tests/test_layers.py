@@ -2,6 +2,7 @@
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -70,14 +71,59 @@ def _cycles(edges: dict) -> list:
     return out
 
 
-def test_the_import_graph_has_no_cycle_and_the_runtime_is_on_top():
+LAYOUT = os.path.join(_mpi.ROOT, "docs", "layout.rst")
+
+
+def _layers() -> list:
+    """docs/layout.rst's layers, bottom first: each the module names of one entry of its "Layers" section."""
+    text = open(LAYOUT, encoding="utf-8").read()
+    section = text.split("\nLayers\n------\n", 1)[1].split("\n----", 1)[0]
+    return [re.findall(r"``(hpcgpu[\w.]*)``", line) for line in section.splitlines() if line.startswith("``hpcgpu")]
+
+
+def _layer_of(module: str, layers: list) -> int | None:
+    """The index of the entry that names ``module``, or its nearest package (the longest name wins; ``hpcgpu``
+    itself stands for its ``__init__`` only)."""
+    best = None
+    for i, names in enumerate(layers):
+        for n in names:
+            inside = module == n or (n != "hpcgpu" and module.startswith(n + "."))
+            if inside and (best is None or len(n) > len(best[1])):
+                best = (i, n)
+    return None if best is None else best[0]
+
+
+def _layer_errors(edges: dict, layers: list) -> list:
+    """What breaks the map: a module it misses, a name that is no module, an import that goes up."""
+    errors = [f"{m} is in no layer of docs/layout.rst" for m in sorted(edges) if _layer_of(m, layers) is None]
+    errors += [f"docs/layout.rst names {n}, which is no module of hpcgpu" for names in layers for n in names
+               if n not in edges]
+    for m, deps in sorted(edges.items()):
+        here = _layer_of(m, layers)
+        errors += [f"{m} imports {d}, a layer above it" for d in sorted(deps)
+                   if here is not None and (_layer_of(d, layers) or 0) > here]
+    return errors
+
+
+def test_the_import_graph_has_no_cycle_and_follows_the_map_of_layers():
     edges = _import_graph()
     assert _cycles(edges) == []
-    below = ("hpcgpu.comm", "hpcgpu.errors", "hpcgpu.grid", "hpcgpu.blocks", "hpcgpu.summa", "hpcgpu.distmatrix",
-             "hpcgpu._context", "hpcgpu.io", "hpcgpu.watchdog", "hpcgpu.timing")
-    for m in below:
-        assert "hpcgpu.runtime" not in edges[m], f"{m} reaches up to the runtime"
+    layers = _layers()
+    assert len(layers) >= 8 and ["hpcgpu.runtime"] in layers, layers
+    assert _layer_errors(edges, layers) == []
     assert "hpcgpu.distmatrix" not in edges["hpcgpu.summa"]  # SUMMA works on blocks; the matrix type is above it
+
+
+def test_the_map_of_layers_catches_an_upward_import_a_missing_module_and_a_stale_name():
+    edges = {m: set(d) for m, d in _import_graph().items()}
+    layers = _layers()
+    edges["hpcgpu.grid"].add("hpcgpu.runtime")  # the grid reaching up to the runtime
+    edges["hpcgpu.train.newpart"] = set()  # a module the map does not name (under hpcgpu.train: it does)
+    edges["hpcgpu.newtop"] = set()
+    stale = [*layers[:1], [*layers[1], "hpcgpu.gone"], *layers[2:]]
+    assert _layer_errors(edges, stale) == ["hpcgpu.newtop is in no layer of docs/layout.rst",
+                                           "docs/layout.rst names hpcgpu.gone, which is no module of hpcgpu",
+                                           "hpcgpu.grid imports hpcgpu.runtime, a layer above it"]
 
 
 def test_import_hpcgpu_loads_neither_the_trainer_nor_the_task_farm():

@@ -184,7 +184,7 @@ class Torch(Model):
         ValueError
             Not a results file, or one of another model's parameters.
         """
-        from ..train.output import read_weights
+        from ..io import read_weights
 
         into = {n: np.zeros_like(v) for n, v in self.init(None).items()}
         read_weights(path, into, "Torch.state_dict")

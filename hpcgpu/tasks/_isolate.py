@@ -482,7 +482,6 @@ def _one_rank_runtime(gpu: bool, reason: str) -> None:
     import numpy
     from mpi4py import MPI
 
-    import hpcgpu
     from .. import runtime
 
     xp = numpy
@@ -496,10 +495,4 @@ def _one_rank_runtime(gpu: bool, reason: str) -> None:
                          device_reason=f"the rank's ({reason})" if gpu else "the rank's",
                          binding=f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}" if gpu else "",
                          _owns_comm=False)
-    runtime._RUNTIME = rt
-
-    def init(*args, **kwargs):
-        """In a task process: the task process's one-rank runtime (tasks do not communicate)."""
-        return rt
-
-    runtime.init = hpcgpu.init = init
+    runtime._RUNTIME = runtime._PINNED = rt  # init() gives it, whatever it is asked: tasks do not communicate

@@ -1214,7 +1214,7 @@ class Trainer:
 
     def _load_weights(self, path, what: str) -> None:
         """:meth:`load_weights`, its messages naming the file as ``what`` does."""
-        from .output import read_weights
+        from ..io import read_weights
 
         m = self.model
 
