@@ -602,6 +602,12 @@ FIXES: dict[str, str] = {
         "Pass a loss module or function, ``torch.nn.CrossEntropyLoss(reduction=\"sum\")`` for integer labels, "
         "``torch.nn.MSELoss(reduction=\"sum\")`` for targets: ``nn.Torch(module, loss)``."
     ),
+    "Torch: autograd replaced the gradient view of … instead of adding into it": (
+        "The adapter gives each parameter a ``.grad`` that is a view of the trainer's gradient buffer, and "
+        "autograd adds into it in place; this PyTorch put a new tensor there instead (a sparse gradient, or a "
+        "hook that assigns ``.grad``). Use dense gradients and leave ``.grad`` to autograd; report the PyTorch "
+        "version if it persists."
+    ),
     "Torch: module must be a torch.nn.Module, got …": (
         "``hpcgpu.nn.Torch`` adapts a ``torch.nn.Module``; wrap a function in a module (or use ``nn.Jax`` for "
         "a JAX function)."
@@ -792,6 +798,19 @@ FIXES: dict[str, str] = {
         "after another activation or after a ``Dense`` that has one, or a nested ``Sequential``. Give each "
         "``Dense`` its activation (``nn.Dense(64, 128, activation=\"relu\")``) and flatten nested "
         "``Sequential`` models into one; for other computations write a model of one's own."
+    ),
+    "model …: ready(…) before forward_done": (
+        "A model's ``loss_and_grad_into`` must call ``forward_done(loss_sum, outputs)`` after its forward pass "
+        "and before it says any parameter's gradient is final: the loss rides in the first bucket the reducer "
+        "sends (see ``hpcgpu.nn.Model``)."
+    ),
+    "model …: loss_and_grad_into never called forward_done": (
+        "A model's ``loss_and_grad_into`` must call ``forward_done(loss_sum, outputs)`` once, after its forward "
+        "pass (see ``hpcgpu.nn.Model``)."
+    ),
+    "model …: a loss scale needs the built-in layers": (
+        "Mixed precision (a loss scale) is the built-in layers' capability; a model of one's own, the PyTorch "
+        "and JAX adapters included, trains in its own dtype: leave ``precision`` at its default."
     ),
     "model …: init(rng) failed (…: …)": (
         "The trainer calls a model of one's own's ``init(rng)`` (a ``numpy.random.Generator``) to learn its "

@@ -16,6 +16,7 @@ record stop signals from their first instant: :mod:`hpcgpu._early`).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -245,3 +246,17 @@ class StopRequest:
 
     def __exit__(self, *exc) -> None:
         self.uninstall()
+
+
+def trainers_request(stop_file: str | None = None, check_file: bool = False) -> StopRequest:
+    """A stop request a trainer installs for itself (marked ``trainers``: no other trainer adopts it)."""
+    request = StopRequest(stop_file, check_file=check_file, prog="hpcgpu.train")
+    request.trainers = True
+    return request.install()
+
+
+def installed_request() -> StopRequest | None:
+    """The stop request whose handlers are in force now (the command line's, another trainer's), or None."""
+    handler = signal.getsignal(signal.SIGTERM)
+    owner = getattr(handler, "__self__", None)
+    return owner if isinstance(owner, StopRequest) else None

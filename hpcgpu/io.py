@@ -670,7 +670,7 @@ def read_weights(path: str, into: dict, what: str = "load_weights") -> None:
     Parameters
     ----------
     path : str
-        A results file (:func:`hpcgpu.train.output.write_results`): its ``/model`` group.
+        A results file (``Trainer.save_results``, the command line's ``--out``): its ``/model`` group.
     into : dict of str to numpy.ndarray
         The model's unsplit parameters by name (views of one flat buffer);
         each is filled from the dataset of its name.

@@ -9,8 +9,11 @@ per-sample losses, which the trainer divides by the global batch once.
 What moves per step (host, NumPy):
 
 - :class:`Torch`: the parameters are the trainer's flat buffer itself (``torch.from_numpy`` of its views, no
-  copy), the micro-batch likewise; autograd allocates the gradient, which the trainer copies into its flat
-  gradient buffer (one copy of the parameters' size). On a GPU the arrays cross by DLPack, no copy either.
+  copy), the micro-batch likewise, and each parameter's ``.grad`` a view of the trainer's flat gradient buffer,
+  into which autograd adds in place (DDP's ``gradient_as_bucket_view``): no copy. Each parameter's gradient,
+  when final, lets the reducer post its bucket's Allreduce during the backward pass (the
+  ``register_post_accumulate_grad_hook`` of each parameter). On a GPU the arrays cross by DLPack, no copy
+  either.
 - :class:`Jax`: ``jax.jit`` copies the parameters and the micro-batch to JAX's device at the call (on the
   CPU, one copy each), and the gradient is read back without a copy, then copied into the flat buffer.
 
@@ -151,6 +154,50 @@ class Torch(Model):
             grads = torch.autograd.grad(loss, [ps[n] for n in self.names])
         return (float(loss.detach()), {n: self._array(g, x) for n, g in zip(self.names, grads, strict=True)},
                 self._array(out, x))
+
+    def loss_and_grad_into(self, params, grads, x, y, forward_done, ready):
+        """The loss sum's gradient added into ``grads``, the trainer's flat gradient buffer. Not collective.
+
+        Calls ``forward_done(loss_sum, outputs)`` after the forward pass, then ``ready(name)`` as autograd
+        finishes each parameter. Each
+        parameter's ``.grad`` is a view of the buffer (``torch.from_numpy``; DLPack on a GPU), so autograd
+        accumulates into it in place, as DDP's ``gradient_as_bucket_view``: no copy of the gradient. A
+        post-accumulate-grad hook on each parameter tells the trainer its gradient is final, so the reducer posts
+        a bucket's Allreduce while the backward pass goes on (:class:`hpcgpu.nn.Model`).
+
+        Parameters
+        ----------
+        params, grads : dict of str to array
+            Views of the trainer's flat parameter and gradient buffers, by name.
+        x, y : array
+            The micro-batch's rows on this rank.
+        forward_done : callable
+            ``forward_done(loss_sum, outputs)``: the forward pass's loss sum (a float) and outputs.
+        ready : callable
+            ``ready(name)``: the gradient of parameter ``name`` is final.
+
+        Raises
+        ------
+        RuntimeError
+            Autograd put a new gradient tensor in place of a view (it did not add into the buffer).
+        """
+        torch = self._torch
+        self._take_threads()
+        ps = {}
+        for n in self.names:
+            p = self._tensor(params[n]).requires_grad_(True)
+            p.grad = self._tensor(grads[n])
+            p.register_post_accumulate_grad_hook(lambda _, n=n: ready(n))
+            ps[n] = p
+        self.module.train()
+        with torch.enable_grad():
+            out = torch.func.functional_call(self.module, ps, (self._tensor(x),))
+            loss = self.loss(out, self._target(y, out))
+            forward_done(float(loss.detach()), self._array(out, x))
+            loss.backward()
+        for n in self.names:  # autograd kept adding into the buffer's views: the same memory
+            if ps[n].grad.data_ptr() != self._tensor(grads[n]).data_ptr():
+                raise RuntimeError(f"Torch: autograd replaced the gradient view of {n} instead of adding into it")
 
     def predict(self, params, x):
         """The module's outputs for ``x``, in eval mode, without autograd. Not collective."""

@@ -51,6 +51,18 @@ class Model:
         micro-batch, in the array module.
     predict(params, x)
         The model's outputs for ``x`` (n rows): an array of n rows.
+    loss_and_grad_into(params, grads, x, y, forward_done, ready), optional
+        What an adapter of a framework with autograd defines instead of
+        computing the gradient itself (:class:`hpcgpu.nn.Torch`): after the
+        forward pass call ``forward_done(loss_sum, outputs)`` (before any
+        gradient is final: the loss rides in the first bucket reduced), then
+        ADD the gradient of the loss sum into ``grads``, views of the
+        trainer's flat gradient buffer by name (zeroed before a step's first
+        micro-batch), calling ``ready(name)`` as each parameter's gradient
+        is final. The gradient then needs no copy, and the reducer posts each
+        bucket's Allreduce while the backward pass goes on (DDP's overlap).
+        ``loss_and_grad`` is still the contract's (the gradient check calls
+        it).
     """
 
     def init(self, rng):
@@ -153,6 +165,7 @@ class FlatModel(FlatParams):
         self.gemm_threads = None
         self.sizes = None
         self._checked = False
+        self.into = callable(getattr(model, "loss_and_grad_into", None))
 
     def spec(self) -> dict:
         """``{"model": the class's qualified name, "parameters": {name: shape}}``. Not collective."""
@@ -167,10 +180,6 @@ class FlatModel(FlatParams):
     def flops_per_sample(self) -> float:
         """0.0: the model's own code is not known to hpcgpu (the GFLOP/s figures leave it out)."""
         return 0.0
-
-    def layer_ranges(self):
-        """None: the gradient arrives whole, when ``loss_and_grad`` returns (one bucket)."""
-        return None
 
     def local_of(self, full):
         """``full`` itself: a model of one's own is never split over ranks."""
@@ -221,6 +230,9 @@ class FlatModel(FlatParams):
             The model's gradient is not a dict with one array of the right
             shape per parameter (checked on the first call).
         """
+        if self.into:
+            self._loss_and_grad_into(X, y, accumulate, loss_scale, on_layer)
+            return
         got = self.model.loss_and_grad(self._p, X, y)
         loss, grads = got[0], got[1]
         outputs = got[2] if len(got) > 2 else None
@@ -245,6 +257,62 @@ class FlatModel(FlatParams):
         else:
             self.stats[0] = loss
             self.stats[1] = metric
+
+    def _loss_and_grad_into(self, X, y, accumulate: bool, loss_scale: float, on_layer) -> None:
+        """:meth:`loss_and_grad` through the model's ``loss_and_grad_into``: no copy of the gradient.
+
+        Autograd adds into the flat buffer's views, and ``on_layer(i)`` follows each parameter's ``ready`` in
+        reverse order (the reducer's rule: a layer's call means every later layer's gradient is final), whatever
+        order the backward pass takes.
+        """
+        if loss_scale != 1:  # mixed precision is refused for a model of one's own (capabilities)
+            raise ValueError(f"model {type(self.model).__name__}: a loss scale needs the built-in layers")
+        if not accumulate:
+            self.grad[...] = 0
+        index = {k: i for i, (k, _) in enumerate(self.shapes)}
+        done = [False] * len(self.shapes)
+        nxt = [len(self.shapes) - 1]
+        forward = []
+
+        def forward_done(loss, outputs):
+            metric = self._metric(self.xp.asarray(outputs), y) if outputs is not None else np.nan
+            if accumulate:
+                self.stats[0] += loss
+                self.stats[1] += metric
+            else:
+                self.stats[0] = loss
+                self.stats[1] = metric
+            forward.append(True)
+
+        def ready(name):
+            if not forward:
+                raise RuntimeError(f"model {type(self.model).__name__}: ready({name!r}) before forward_done")
+            done[index[name]] = True
+            while nxt[0] >= 0 and done[nxt[0]]:
+                if on_layer is not None:
+                    on_layer(nxt[0])
+                nxt[0] -= 1
+
+        self.model.loss_and_grad_into(self._p, self._g, X, y, forward_done, ready)
+        if not forward:
+            raise RuntimeError(f"model {type(self.model).__name__}: loss_and_grad_into never called forward_done")
+        for k, _ in self.shapes[: nxt[0] + 1][::-1]:  # parameters the loss does not reach: zero, final now
+            ready(k)
+
+    def layer_ranges(self):
+        """Each parameter's ``[lo, hi)`` in the flat buffers, or None (one bucket). Not collective.
+
+        Per parameter when the model adds its gradient into them (``loss_and_grad_into``: buckets of
+        parameters overlap the backward pass); None when the gradient arrives whole, as ``loss_and_grad``
+        returns.
+        """
+        if not self.into:
+            return None
+        ranges, lo = [], 0
+        for _, shape in self.shapes:
+            ranges.append((lo, lo + math.prod(shape)))
+            lo += math.prod(shape)
+        return ranges
 
     def _metric(self, outputs, y):
         """The task's metric sum of ``outputs`` against ``y``: labels at the largest output, or squared errors."""

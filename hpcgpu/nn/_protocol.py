@@ -222,7 +222,11 @@ class _Own(ModelPlan):
     def size(self, tensor, rank, seed):
         try:
             init = self.model.init(np.random.default_rng(seed))
-            return sum(int(np.size(v)) for v in init.values()), None
+            sizes = [int(np.size(v)) for v in init.values()]
+            if not callable(getattr(self.model, "loss_and_grad_into", None)):
+                return sum(sizes), None  # the gradient arrives whole: one bucket
+            starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+            return starts[-1], list(zip(starts[:-1], starts[1:], strict=True))  # a bucket boundary per parameter
         except Exception as e:  # noqa: BLE001 - the user's code: say what it raised
             raise TypeError(f"model {type(self.model).__name__}: init(rng) failed ({type(e).__name__}: {e})") from None
 

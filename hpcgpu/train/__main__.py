@@ -225,7 +225,7 @@ def predict(argv) -> int:
     from .._outputs import Input, Output, claim
     from ..io import split_spec
     from ..runtime import init
-    from .trainer import load_model
+    from .saved import load_model
 
     a = predict_parser().parse_args(argv)
     rt = init(a.device)

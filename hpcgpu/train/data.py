@@ -18,6 +18,7 @@ rank holds at most 2N/P rows) and the file is read once, not every epoch.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
 from .._partition import block_range, block_starts
-from ..errors import agree
+from ..errors import agree, agreed
 from ..io import one_line, open_hdf5, source_error
 
 __all__ = ["Split", "load_split", "from_arrays", "GlobalBatchSampler", "fingerprint", "task_of"]
@@ -780,3 +781,68 @@ def _displs(counts: np.ndarray) -> np.ndarray:
     d = np.zeros_like(counts)
     np.cumsum(counts[:-1], out=d[1:])
     return d
+
+
+class HDF5Rows:
+    """Rows of an HDF5 dataset, read on demand (``len``, ``shape``, slicing): predict's input from a file.
+
+    Raises ValueError (not agreed: the caller agrees) when the dataset cannot be read.
+    """
+
+    def __init__(self, path: str, name: str):
+        f, err = open_hdf5(path, "predict")
+        if err is not None:
+            raise err
+        try:
+            with f:
+                ds = f[name]
+                err = source_error(path, ds, f"predict {path}:{name}")
+                self.shape, self.dtype = tuple(ds.shape), ds.dtype
+        except (OSError, KeyError, TypeError) as e:
+            raise ValueError(f"predict {path}:{name}: cannot be read ({one_line(e)})") from None
+        if err is not None:
+            raise err
+        self.path, self.name = path, name
+
+    def __len__(self):
+        return self.shape[0] if self.shape else 0
+
+    def __getitem__(self, key):
+        import h5py
+
+        with h5py.File(self.path, "r") as f:
+            return f[self.name][key]
+
+
+class ZeroTargets:
+    """Float targets of zeros that ``predict``'s rows are checked with (its inputs have no targets)."""
+
+    dtype = np.dtype("float64")
+
+    def __init__(self, n: int):
+        self.shape = (int(n),)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        return np.zeros(len(range(*key.indices(self.shape[0]))))
+
+
+def split_off(data, validation, fraction, sharded: bool) -> tuple:
+    """``(train, validation)``: the last ``fraction`` of the rows of the arrays ``data`` held out.
+
+    Keras's ``validation_split``. The arguments are the same on every rank, so each raises the same error.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise agreed(ValueError(f"fit: validation_split={fraction!r} must be a fraction of the rows, between 0 and 1"))
+    if validation is not None or sharded or not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise agreed(ValueError(f"fit: validation_split={fraction!r} takes the whole set's arrays, fit((X, y), "
+                                f"validation_split=...), without validation= or sharded=True"))
+    X, y = data
+    n = len(X)
+    cut = n - int(math.ceil(n * fraction))
+    if cut < 1 or cut >= n:
+        raise agreed(ValueError(f"fit: validation_split={fraction!r} of {n} rows leaves no row for training or "
+                                f"none for validation"))
+    return (X[:cut], y[:cut]), (X[cut:], y[cut:])

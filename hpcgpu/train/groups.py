@@ -148,6 +148,37 @@ class ProcessGroups:
             Bcast(b, root=0, comm=self.comm)
         return bufs[0], dict(zip(names, bufs[1:], strict=True))
 
+    def gather_rows(self, local, n_global: int, root: int | None = 0):
+        """Every data-parallel rank's block of rows, in rank order, on global rank ``root``. Collective.
+
+        ``Gatherv`` over the data group to the data rank of ``root`` (``Allgatherv`` to every rank with ``root``
+        None); each tensor column gathers its replicas' rows (every column holds the same rows).
+
+        Parameters
+        ----------
+        local : numpy.ndarray, shape (n_local, k)
+            This rank's rows (contiguous), the same ``k`` and dtype on every rank.
+        n_global : int
+            The rows of all the blocks together.
+        root : int or None
+            The global rank that receives the rows; None: every rank.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_global, k), or None
+            On ``root`` (every rank with ``root=None``); None elsewhere.
+        """
+        dcomm, k = self.data_comm, local.shape[1]
+        counts = np.asarray(dcomm.allgather(local.shape[0]), dtype=np.int64) * k
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        droot = None if root is None else root // self.tensor_parallel_size  # the data rank of global rank root
+        full = np.empty((n_global, k), local.dtype) if root is None or dcomm.rank == droot else None
+        if root is None:
+            dcomm.Allgatherv(local, [full, (counts, displs)])
+        else:
+            dcomm.Gatherv(local, [full, (counts, displs)] if dcomm.rank == droot else None, root=droot)
+        return full if root is None or self.comm.rank == root else None
+
     def free(self) -> None:
         """Free the grid's communicators (not collective beyond MPI's own rules)."""
         if self.grid is not None:

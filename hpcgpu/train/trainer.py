@@ -41,7 +41,8 @@ from ..runtime import Runtime, host_memory, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
 from ..watchdog import Watchdog
 from .config import TrainConfig
-from .data import GlobalBatchSampler, Split, check_labels, fingerprint, from_arrays, load_split
+from .data import (GlobalBatchSampler, HDF5Rows, Split, ZeroTargets, check_labels, fingerprint, from_arrays,
+                   load_split, split_off)
 from .cuda_graphs import StepGraph, graphs_plan
 from .groups import ProcessGroups
 from .metrics import EpochMetrics
@@ -49,10 +50,10 @@ from .precision import Precision, ScaledMixedPrecision, policy
 from .reducer import GradientReducer
 from .console import Console
 from .step import Step
-from .._stop import StopRequest
+from .._stop import StopRequest, installed_request, trainers_request
 from .gemm_threads import GemmPlan, plan_gemm_threads
 
-__all__ = ["TrainConfig", "Trainer", "StopRequest", "load_model"]  # TrainConfig is config.py's, StopRequest _stop.py's
+__all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
 
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0, gemm_threads="all")
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
@@ -166,11 +167,11 @@ class Trainer:
         # The stop policy from the first instant: a signal while the trainer is built (MPI's start, the data's
         # reading) is kept for fit, not lost to MPICH's SIGUSR1 handler or SIGTERM's default action. The command
         # line's request, installed before anything else, is taken as it is.
-        installed = _installed_stop_request()
+        installed = installed_request()
         self.stop_request = installed if installed is not None and not installed.trainers else None
         self._stop_owned = self.stop_request is None
         if self._stop_owned:  # nested over another trainer's, whose state (a stop it saw) is not this one's
-            self.stop_request = _trainers_request()
+            self.stop_request = trainers_request()
         try:
             self._build(model, loss, optimizer, config, runtime, options)
         except BaseException:
@@ -681,14 +682,14 @@ class Trainer:
         of each later ``fit`` to its end. With a checkpoint path, a
         checkpoint is also written at the end.
         """
-        if self.stop_request is None or _installed_stop_request() is not self.stop_request:
+        if self.stop_request is None or installed_request() is not self.stop_request:
             # a later fit (the first one's handlers were put back at its end), or another trainer's handlers,
             # since put back: this fit's own, from its first instant
-            self.stop_request = _trainers_request(self.config.stop_file, self.rt.rank == 0)
+            self.stop_request = trainers_request(self.config.stop_file, self.rt.rank == 0)
             self._stop_owned = True
         try:
             if validation_split is not None:
-                data, validation = _split_off(data, validation, validation_split, sharded)
+                data, validation = split_off(data, validation, validation_split, sharded)
             self._fit(data, validation, sharded, epochs, list(callbacks))
         finally:
             self._release_stop()
@@ -998,9 +999,9 @@ class Trainer:
         if isinstance(X, (str, os.PathLike)):
             path, name = split_spec(os.fspath(X), "/test/X")
             source_path, source_name = path, name
-            X = agree_call(lambda: _HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
+            X = agree_call(lambda: HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
         dtype = self.precision.master
-        split = self._arrays((X, _Zeros(len(X))), "predict", sharded, 0, task="regression")
+        split = self._arrays((X, ZeroTargets(len(X))), "predict", sharded, 0, task="regression")
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
         agree(self._features_error(named, split.dim), comm=comm)
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
@@ -1022,15 +1023,7 @@ class Trainer:
             if err is not None:
                 raise agreed(OSError(err))
             return None
-        counts = np.asarray(dcomm.allgather(local.shape[0]), dtype=np.int64) * k
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        droot = None if root is None else root // self.groups.tensor_parallel_size  # the data rank of global rank root
-        full = np.empty((split.n_global, k), dtype) if root is None or dcomm.rank == droot else None
-        if root is None:
-            dcomm.Allgatherv(local, [full, (counts, displs)])
-        else:
-            dcomm.Gatherv(local, [full, (counts, displs)] if dcomm.rank == droot else None, root=droot)
-        return full if root is None or comm.rank == root else None
+        return self.groups.gather_rows(np.ascontiguousarray(local), split.n_global, root)
 
     def flops_per_sample(self) -> float:
         """Floating-point operations of one sample's forward and backward pass, as the model counts them.
@@ -1510,136 +1503,3 @@ class Trainer:
             + (", ZeRO-1 (optimizer state sharded)" if self.config.zero_stage == 1 else "")
             + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
         )
-
-
-class _HDF5Rows:
-    """Rows of an HDF5 dataset, read on demand (``len``, ``shape``, slicing): predict's input from a file.
-
-    Raises ValueError (not agreed: the caller agrees) when the dataset cannot be read.
-    """
-
-    def __init__(self, path: str, name: str):
-        from ..io import one_line, open_hdf5, source_error
-
-        f, err = open_hdf5(path, "predict")
-        if err is not None:
-            raise err
-        try:
-            with f:
-                ds = f[name]
-                err = source_error(path, ds, f"predict {path}:{name}")
-                self.shape, self.dtype = tuple(ds.shape), ds.dtype
-        except (OSError, KeyError, TypeError) as e:
-            raise ValueError(f"predict {path}:{name}: cannot be read ({one_line(e)})") from None
-        if err is not None:
-            raise err
-        self.path, self.name = path, name
-
-    def __len__(self):
-        return self.shape[0] if self.shape else 0
-
-    def __getitem__(self, key):
-        import h5py
-
-        with h5py.File(self.path, "r") as f:
-            return f[self.name][key]
-
-
-class _Zeros:
-    """Float targets of zeros that ``predict``'s rows are checked with (its inputs have no targets)."""
-
-    dtype = np.dtype("float64")
-
-    def __init__(self, n: int):
-        self.shape = (int(n),)
-
-    def __len__(self):
-        return self.shape[0]
-
-    def __getitem__(self, key):
-        return np.zeros(len(range(*key.indices(self.shape[0]))))
-
-
-def _split_off(data, validation, fraction, sharded: bool) -> tuple:
-    """``(train, validation)``: the last ``fraction`` of the rows of the arrays ``data`` held out.
-
-    Keras's ``validation_split``. The arguments are the same on every rank, so each raises the same error.
-    """
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise agreed(ValueError(f"fit: validation_split={fraction!r} must be a fraction of the rows, between 0 and 1"))
-    if validation is not None or sharded or not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise agreed(ValueError(f"fit: validation_split={fraction!r} takes the whole set's arrays, fit((X, y), "
-                                f"validation_split=...), without validation= or sharded=True"))
-    X, y = data
-    n = len(X)
-    cut = n - int(math.ceil(n * fraction))
-    if cut < 1 or cut >= n:
-        raise agreed(ValueError(f"fit: validation_split={fraction!r} of {n} rows leaves no row for training or "
-                                f"none for validation"))
-    return (X[:cut], y[:cut]), (X[cut:], y[cut:])
-
-
-def _trainers_request(stop_file: str | None = None, check_file: bool = False) -> StopRequest:
-    """A stop request a trainer installs for itself (marked ``trainers``: no other trainer adopts it)."""
-    request = StopRequest(stop_file, check_file=check_file, prog="hpcgpu.train")
-    request.trainers = True
-    return request.install()
-
-
-def _installed_stop_request() -> StopRequest | None:
-    """The stop request whose handlers are in force now (the command line's, another trainer's), or None."""
-    import signal
-
-    handler = signal.getsignal(signal.SIGTERM)
-    owner = getattr(handler, "__self__", None)
-    return owner if isinstance(owner, StopRequest) else None
-
-
-def load_model(path: str, *, runtime: Runtime | None = None, what: str = "load_model", **options) -> Trainer:
-    """A :class:`Trainer` holding the built-in model a results file describes, with its trained parameters. Collective.
-
-    Keras's ``load_model``: the layers and loss come from the file's
-    ``model`` attribute, the parameters from its ``/model`` group
-    (:meth:`Trainer.load_weights`), the dtype from its ``config``; then
-    ``predict`` and ``evaluate`` run as on the trainer that wrote it, at any
-    number of ranks. A model of one's own is rebuilt by the code that
-    defines it, then ``Trainer.load_weights(path)``.
-
-    Parameters
-    ----------
-    path : str
-        A results file (``save_results``, the command line's ``--out``).
-    runtime : hpcgpu.Runtime, optional
-        As for :class:`Trainer`.
-    what : str
-        How error messages name the file (the command line says ``--model``).
-    **options
-        :class:`TrainConfig` fields for the new trainer (``device``,
-        ``batch_size``, ``progress`` ...); ``dtype`` defaults to the file's.
-
-    Returns
-    -------
-    Trainer
-
-    Raises
-    ------
-    FileNotFoundError, ValueError
-        Every rank: no such file, not a results file, a model of one's own
-        (the line says what to do instead).
-    """
-    from ..nn import SoftmaxCrossEntropy, from_spec, loss_from_spec
-    from .output import read_model
-
-    comm = runtime.comm if runtime is not None else MPI.COMM_WORLD
-    spec, params, config = agree_call(lambda: read_model(os.fspath(path), what),
-                                      catch=(ValueError, OSError), comm=comm)
-    if spec.get("mlp"):  # a results file from before models were recorded: the command line's MLP
-        sizes = [params["fc0.weight"].shape[0]] + [params[f"fc{i}.bias"].shape[0] for i in range(len(params) // 2)]
-        net, loss = relu_stack(sizes), SoftmaxCrossEntropy()
-    else:
-        net, loss = from_spec(spec["net"]), loss_from_spec(spec["loss"])
-    options = {"dtype": config.get("dtype", "float32"), "progress": "none", **options}
-    trainer = Trainer(net, loss, runtime=runtime, **options)
-    trainer._release_stop()  # a model to predict with: Ctrl-C keeps its usual meaning until a fit
-    trainer._load_weights(path, what)
-    return trainer

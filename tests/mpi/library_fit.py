@@ -100,9 +100,12 @@ def main(argv):
         import autograd_models
 
         X, y = autograd_models.data()
-        for name in ("torch", "jax"):
-            t = hpcgpu.Trainer(autograd_models.model(name), optimizer=optim.SGD(lr=0.05, momentum=0.9),
-                               **autograd_models.COMMON, runtime=rt)
+        # torch_per_parameter: a bucket per parameter (bucket_mb of 100 bytes), each Allreduce posted as autograd
+        # finishes its parameter, during the backward pass
+        for name, extra in (("torch", {}), ("torch_per_parameter", {"bucket_mb": 1e-4}), ("jax", {})):
+            t = hpcgpu.Trainer(autograd_models.model(name.split("_")[0]), optimizer=optim.SGD(lr=0.05, momentum=0.9),
+                               **autograd_models.COMMON, **extra, runtime=rt)
+            out[name + "_nbuckets"] = len(t.reducer.buckets)
             t.fit((X, y))
             out[name] = {k: _device.asnumpy(v).tolist() for k, v in t.params.items()}
             out[name + "_loss"] = t.history["train_loss"]

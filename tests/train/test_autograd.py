@@ -63,13 +63,48 @@ def test_autograd_models_give_the_same_model_at_1_and_3_ranks(tmp_path):
                  timeout=240)
     assert p.returncode == 0, p.stderr
     three = json.loads(p.stdout.strip().splitlines()[-1])
+    # 100-byte buckets close at parameter boundaries: the last two parameters (24 + 384 bytes) make one
+    assert three["torch_nbuckets"] == 1 and three["torch_per_parameter_nbuckets"] == 3
     X, y = am.data()
-    for kind in ("torch", "jax"):
-        t = hpcgpu.Trainer(am.model(kind), optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
+    for kind in ("torch", "torch_per_parameter", "jax"):
+        t = hpcgpu.Trainer(am.model(kind.split("_")[0]), optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
         t.fit((X, y))
         np.testing.assert_allclose(three[kind + "_loss"], t.history["train_loss"], rtol=1e-10)
         for k, v in t.params.items():
             np.testing.assert_allclose(np.asarray(three[kind][k]), asnumpy(v), rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_torch_adds_its_gradient_into_the_trainers_buffer_as_each_parameter_finishes():
+    """nn.Torch's parameters' .grad are views of the trainer's flat gradient buffer: autograd adds into it (no
+    copy; the adapter checks the memory is the same), each parameter says when its gradient is final, and the
+    trainer passes that on in reverse order (the reducer's rule), a parameter the loss never reaches included."""
+    import hpcgpu
+
+    class TwoHeads(torch.nn.Module):  # "unused" takes no part in the loss: autograd never finishes it
+        def __init__(self):
+            super().__init__()
+            self.body, self.unused = torch.nn.Linear(6, 3).double(), torch.nn.Linear(6, 2).double()
+
+        def forward(self, x):
+            return self.body(x)
+
+    t = hpcgpu.Trainer(nn.Torch(TwoHeads(), torch.nn.CrossEntropyLoss(reduction="sum")),
+                       optimizer=optim.SGD(lr=0.05), **am.COMMON)
+    assert t.model.layer_ranges() == [(0, 18), (18, 21), (21, 33), (33, 35)]
+    X, y = am.data()
+    X, y = X[:30], np.minimum(y[:30], 2)
+    calls = []
+    t.model.grad[...] = 7.0  # a step's first micro-batch starts from zero, whatever the buffer held
+    t.model.loss_and_grad(t.xp.asarray(X), y, on_layer=calls.append)
+    assert calls == [3, 2, 1, 0]
+    ps = {n: torch.from_numpy(v.copy()).requires_grad_(True) for n, v in t.model._p.items()}
+    out = torch.func.functional_call(TwoHeads(), ps, (torch.from_numpy(X),))
+    loss = torch.nn.CrossEntropyLoss(reduction="sum")(out, torch.from_numpy(y))
+    want = np.concatenate([g.numpy().ravel() for g in torch.autograd.grad(loss, list(ps.values())[:2])])
+    np.testing.assert_allclose(asnumpy(t.model.grad[:21]), want, rtol=1e-12)
+    assert not asnumpy(t.model.grad[21:]).any()  # the unused head: zero
+    t.model.loss_and_grad(t.xp.asarray(X), y, accumulate=True)  # a second micro-batch adds to the first
+    np.testing.assert_allclose(asnumpy(t.model.grad[:21]), 2 * want, rtol=1e-12)
 
 
 def test_the_gradient_is_autograds_and_the_contract_is_checked():

@@ -211,3 +211,43 @@ def test_only_the_protocols_module_asks_which_kind_a_model_is():
                     if names & MODEL_CLASSES:
                         found.append(f"{rel}:{node.lineno}")
     assert not found, found
+
+
+def test_a_model_adding_into_the_buffer_gives_its_loss_before_any_gradient_is_final():
+    """A model's ``loss_and_grad_into`` (the autograd adapters' path): the loss and metric reach the stats before
+    the first ``on_layer`` (they ride in the first bucket reduced), the calls come in reverse order whatever order
+    the model finishes its parameters in, and a model that says a gradient is final before its loss is refused."""
+    from hpcgpu.nn import FlatModel
+
+    class Linear:
+        def __init__(self, order, loss_first=True):
+            self.order, self.loss_first = order, loss_first
+
+        def init(self, rng):
+            return {"w": np.ones(3), "b": np.zeros(1), "c": np.zeros(2)}
+
+        def loss_and_grad(self, p, x, y):
+            raise AssertionError("loss_and_grad_into is the path")
+
+        def predict(self, p, x):
+            return x @ p["w"] + p["b"]
+
+        def loss_and_grad_into(self, p, g, x, y, forward_done, ready):
+            r = x @ p["w"] + p["b"] - y
+            if self.loss_first:
+                forward_done(float((r * r).sum()), x @ p["w"] + p["b"])
+            g["w"] += 2 * (x.T @ r)
+            g["b"] += 2 * r.sum()
+            for name in self.order:  # "c" never: the loss does not reach it
+                ready(name)
+
+    x, y = np.arange(12.0).reshape(4, 3), np.ones(4)
+    for order in (["b", "w"], ["w", "b"]):
+        m = FlatModel(Linear(order), task="regression")
+        seen = []
+        m.loss_and_grad(x, y, on_layer=lambda i, m=m, seen=seen: seen.append((i, float(m.stats[0]))))
+        r = x @ np.ones(3) - y
+        assert seen == [(2, (r * r).sum()), (1, (r * r).sum()), (0, (r * r).sum())], seen
+        np.testing.assert_array_equal(m.grad, np.concatenate([2 * (x.T @ r), [2 * r.sum()], [0, 0]]))
+    with pytest.raises(RuntimeError, match="ready\\('b'\\) before forward_done"):
+        FlatModel(Linear(["b"], loss_first=False), task="regression").loss_and_grad(x, y)
