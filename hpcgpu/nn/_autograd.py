@@ -77,8 +77,11 @@ class Torch(Model):
     set, ``OMP_NUM_THREADS``), and NumPy's BLAS then runs one thread in this process: two thread pools
     spinning on the same cores made a step 30 times slower (2 cores, measured).
 
-    Dropout and other randomness draw from PyTorch's global generator, seeded with the trainer's seed at
-    construction: a run is the same run after run at one rank, but a resume is not bitwise then.
+    Dropout and other randomness in a training step draw from PyTorch's generator seeded for that step,
+    micro-batch and data-parallel rank (:meth:`set_rng_key`, called by the trainer), the process's own
+    generator forked around the step and left as it was: each rank draws its own masks, the same run after
+    run, and a resumed run draws what the uninterrupted one did (bitwise). On a GPU the device's generator
+    is forked and seeded alike.
     """
 
     def __init__(self, module, loss):
@@ -99,6 +102,7 @@ class Torch(Model):
             raise TypeError(f"Torch: {type(module).__name__} has no trainable parameter")
         self.module, self.loss = module, loss
         self._threads_set = False
+        self._key = None
 
     def __repr__(self) -> str:
         return f"Torch({type(self.module).__name__})"
@@ -119,6 +123,38 @@ class Torch(Model):
             self._torch.set_num_threads(n)
             _blas.set_threads(1)
         self._threads_set = True
+
+    def set_rng_key(self, key) -> None:
+        """Seed the next micro-batch's random draws (dropout) from ``key``. Not collective.
+
+        Parameters
+        ----------
+        key : tuple of int
+            ``(seed, step, micro_batch, data-parallel rank)``, from the trainer before each micro-batch.
+        """
+        self._key = tuple(int(k) for k in key)
+
+    def _seeded(self, device):
+        """A context in which PyTorch's generators draw from the current key, put back as they were after it.
+
+        The host's generator, and ``device``'s when it is a GPU; no context without a key (``check_grad``, a
+        step outside the trainer).
+        """
+        import contextlib
+
+        if self._key is None:
+            return contextlib.nullcontext()
+        torch = self._torch
+        seed = int(np.random.SeedSequence(self._key).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        devices = [device] if device.type == "cuda" else []
+
+        @contextlib.contextmanager
+        def forked():
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(seed)
+                yield
+
+        return forked()
 
     def init(self, rng):
         """The module's parameters as it holds them (its own initialization), by name."""
@@ -148,8 +184,9 @@ class Torch(Model):
         self._take_threads()
         ps = {n: self._tensor(params[n]).requires_grad_(True) for n in self.names}
         self.module.train()
-        with torch.enable_grad():
-            out = torch.func.functional_call(self.module, ps, (self._tensor(x),))
+        xt = self._tensor(x)
+        with torch.enable_grad(), self._seeded(xt.device):
+            out = torch.func.functional_call(self.module, ps, (xt,))
             loss = self.loss(out, self._target(y, out))
             grads = torch.autograd.grad(loss, [ps[n] for n in self.names])
         return (float(loss.detach()), {n: self._array(g, x) for n, g in zip(self.names, grads, strict=True)},
@@ -190,8 +227,9 @@ class Torch(Model):
             p.register_post_accumulate_grad_hook(lambda _, n=n: ready(n))
             ps[n] = p
         self.module.train()
-        with torch.enable_grad():
-            out = torch.func.functional_call(self.module, ps, (self._tensor(x),))
+        xt = self._tensor(x)
+        with torch.enable_grad(), self._seeded(xt.device):
+            out = torch.func.functional_call(self.module, ps, (xt,))
             loss = self.loss(out, self._target(y, out))
             forward_done(float(loss.detach()), self._array(out, x))
             loss.backward()

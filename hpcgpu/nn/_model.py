@@ -51,6 +51,11 @@ class Model:
         micro-batch, in the array module.
     predict(params, x)
         The model's outputs for ``x`` (n rows): an array of n rows.
+    set_rng_key(key), optional
+        Called before each micro-batch with ``key = (seed, step,
+        micro_batch, data-parallel rank)``: seed the model's own random
+        draws (dropout) from it, and a resumed run draws what the
+        uninterrupted one did.
     loss_and_grad_into(params, grads, x, y, forward_done, ready), optional
         What an adapter of a framework with autograd defines instead of
         computing the gradient itself (:class:`hpcgpu.nn.Torch`): after the
@@ -148,7 +153,7 @@ class FlatModel(FlatParams):
         err = contract_error(model)
         if err is not None:
             raise err
-        self.model, self.xp, self.dtype, self.task = model, xp, np.dtype(dtype), task
+        self.model, self.xp, self.dtype, self.task, self.seed = model, xp, np.dtype(dtype), task, int(seed)
         init = model.init(np.random.default_rng(seed))
         if not isinstance(init, dict) or not init:
             raise TypeError(f"model {type(model).__name__}: init(rng) must return a non-empty dict of arrays, got "
@@ -257,6 +262,22 @@ class FlatModel(FlatParams):
         else:
             self.stats[0] = loss
             self.stats[1] = metric
+
+    def randomness(self, step: int, micro_batch: int, rank: int) -> None:
+        """Seed the model's randomness (dropout) for one micro-batch of one step on one rank. Not collective.
+
+        A model that defines ``set_rng_key(key)`` (:class:`hpcgpu.nn.Torch`) gets ``key = (seed, step,
+        micro_batch, rank)``: its draws depend on where the run is, never on what ran before in the process,
+        so a resumed run draws what the uninterrupted one did, and each rank its own masks.
+
+        Parameters
+        ----------
+        step, micro_batch, rank : int
+            The global step, the micro-batch in it and the data-parallel rank about to compute.
+        """
+        set_key = getattr(self.model, "set_rng_key", None)
+        if callable(set_key):
+            set_key((self.seed, int(step), int(micro_batch), int(rank)))
 
     def _loss_and_grad_into(self, X, y, accumulate: bool, loss_scale: float, on_layer) -> None:
         """:meth:`loss_and_grad` through the model's ``loss_and_grad_into``: no copy of the gradient.

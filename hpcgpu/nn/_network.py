@@ -491,6 +491,15 @@ class Network(FlatParams):
             z += self._p[f"fc{self.n_layers - 1}.bias"]
         return z
 
+    def randomness(self, step: int, micro_batch: int, rank: int) -> None:
+        """Nothing: the built-in layers draw no random numbers in a step. Not collective.
+
+        Parameters
+        ----------
+        step, micro_batch, rank : int
+            The global step, the micro-batch in it and the data-parallel rank about to compute.
+        """
+
     def predict(self, X, chunk: int = 8192):
         """:meth:`forward` in chunks of ``chunk`` rows (bounded temporaries). Not collective.
 

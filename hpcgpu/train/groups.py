@@ -62,6 +62,11 @@ class ProcessGroups:
         self.tensor_rank = self.grid.col
 
     @property
+    def data_rank(self) -> int:
+        """This rank's place among the data-parallel replicas (0 .. data_parallel_size - 1)."""
+        return self.data_comm.rank
+
+    @property
     def data_parallel_size(self) -> int:
         """D: the number of data-parallel replicas (the data communicator's size)."""
         return self.data_comm.size

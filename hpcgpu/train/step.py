@@ -126,9 +126,11 @@ class Step:
         if self.graph is not None:  # K == 1, no hook: see graphs_plan
             self.graph.step(X, y, scale)
         elif K == 1:
+            model.randomness(step, 0, self.groups.data_rank)
             model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook)
         else:  # gradient accumulation: one reduction per step, not per micro-batch
             for k in range(K):
+                model.randomness(step, k, self.groups.data_rank)
                 model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0,
                                     loss_scale=scale, on_layer=hook if k == K - 1 else None)
         slots = None

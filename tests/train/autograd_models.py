@@ -22,12 +22,13 @@ def model(kind):
     from hpcgpu import nn
 
     w1, b1, w2, b2 = weights()
-    if kind == "torch":
+    if kind in ("torch", "torch-dropout"):  # torch-dropout: a Dropout(0.3) after the ReLU
         import torch
 
-        m = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).double()
+        drop = [torch.nn.Dropout(0.3)] if kind == "torch-dropout" else []
+        m = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), *drop, torch.nn.Linear(16, 3)).double()
         with torch.no_grad():
-            for layer, w, b in ((m[0], w1, b1), (m[2], w2, b2)):
+            for layer, w, b in ((m[0], w1, b1), (m[-1], w2, b2)):
                 layer.weight.copy_(torch.from_numpy(w.T))
                 layer.bias.copy_(torch.from_numpy(b))
         return nn.Torch(m, torch.nn.CrossEntropyLoss(reduction="sum"))

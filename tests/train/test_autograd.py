@@ -144,10 +144,10 @@ def test_a_trained_module_goes_back_to_plain_pytorch(tmp_path):
     np.testing.assert_array_equal(tree["fc1"]["w"], am.weights()[2])
 
 
-@pytest.mark.parametrize("kind", ["torch", "jax"])
+@pytest.mark.parametrize("kind", ["torch", "torch-dropout", "jax"])
 def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path):
     """Checkpoints hold an adapter's parameters as any model's: 2 epochs, then resume=True to 4, is bitwise the
-    run of 4."""
+    run of 4; with dropout too (its masks are drawn from the step's key, not from what ran before)."""
     import hpcgpu
 
     X, y = am.data()
@@ -160,3 +160,38 @@ def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path)
     resumed.fit((X, y))
     assert resumed.resumed_from == ck and resumed.history["train_loss"] == whole.history["train_loss"]
     np.testing.assert_array_equal(asnumpy(resumed.model.params), asnumpy(whole.model.params))
+
+
+def test_dropout_draws_from_the_step_and_rank_not_from_the_process():
+    """nn.Torch's dropout in training: active (another loss than without it), the same run after run whatever
+    the process drew before, a mask of its own for each step and each data-parallel rank; PyTorch's own
+    generator is left as it was."""
+    import hpcgpu
+
+    X, y = am.data()
+
+    def run(model):
+        t = hpcgpu.Trainer(model, optimizer=optim.SGD(lr=0.05), **am.COMMON)
+        t.fit((X, y))
+        return t.history["train_loss"], asnumpy(t.model.params)
+
+    first = run(am.model("torch-dropout"))
+    model = am.model("torch-dropout")  # (building a module draws from PyTorch's generator)
+    torch.manual_seed(123)
+    torch.rand(1000)  # the process draws something else in between
+    state = torch.get_rng_state()
+    again = run(model)
+    assert torch.equal(torch.get_rng_state(), state)  # the trainer's draws came from forks of it
+    assert first[0] == again[0]
+    np.testing.assert_array_equal(first[1], again[1])
+    assert run(am.model("torch"))[0] != first[0]  # the dropout is there
+    m = am.model("torch-dropout")
+    t = hpcgpu.Trainer(m, optimizer=optim.SGD(lr=0.05), **am.COMMON)
+    Xb = t.xp.asarray(X[:30])
+    losses = {}
+    for key in [(5, 0, 0, 0), (5, 0, 0, 0), (5, 1, 0, 0), (5, 0, 0, 1)]:
+        m.set_rng_key(key)
+        t.model.loss_and_grad(Xb, y[:30])
+        losses.setdefault(key, []).append(float(t.model.stats[0]))
+    assert losses[(5, 0, 0, 0)][0] == losses[(5, 0, 0, 0)][1]  # the same key, the same masks
+    assert len({v[0] for v in losses.values()}) == 3  # another step, another rank: other masks
