@@ -618,11 +618,6 @@ FIXES: dict[str, str] = {
         "of ranks. Give the loss ``reduction=\"sum\"``: the trainer divides the summed gradient by the global "
         "batch once, which is the mean over the whole batch at any number of ranks."
     ),
-    "Torch: … has buffers (…): modules with running statistics (BatchNorm) are not supported yet": (
-        "Buffers (BatchNorm's running mean and variance) change in the forward pass on each rank; keeping them "
-        "alike over ranks, and in checkpoints, is not built yet. Use a normalization without running "
-        "statistics (LayerNorm, GroupNorm), or the built-in layers."
-    ),
     "Torch: … has no trainable parameter": (
         "Every parameter of the module has ``requires_grad=False`` (or it has none): there is nothing to train. "
         "Unfreeze the parameters to train."
@@ -754,6 +749,15 @@ FIXES: dict[str, str] = {
         "``m`` and ``v``), although its recorded configuration matched: an optimizer of your own with the "
         "``name`` of another but other ``state_names``, or a damaged file. Resume with the optimizer that "
         "wrote it, or start a new run without resuming."
+    ),
+    "buffers … for the model's …": (
+        "A checkpoint (or a state given to ``load_state_dict``) holds other buffers than the model's: it was "
+        "written by another module (with or without BatchNorm, or other layers). Resume from a checkpoint the "
+        "same model wrote."
+    ),
+    "buffer … of shape … for the model's …": (
+        "A checkpoint's buffer has another shape than the model's (BatchNorm of another width): it was written "
+        "by another model. Resume from a checkpoint the same model wrote."
     ),
     "optimizer state … for …'s …": (
         "``Trainer.load_state_dict(state)`` was given optimizer state arrays under other names than this "
@@ -953,20 +957,27 @@ FIXES: dict[str, str] = {
         "named), which only its Python code can run. In that code, build the model and a ``Trainer`` as for "
         "training, call ``trainer.load_weights(FILE)`` and then ``trainer.predict(X)``."
     ),
-    "… …: this model's parameter … is not in the file: the file holds another model's weights": (
-        "``load_weights`` takes parameters by name, and the file's ``/model`` group lacks one of this model's: "
+    "… …: this model's … … is not in the file: the file holds another model's weights": (
+        "``load_weights`` takes parameters (and buffers) by name, and the file's ``/model`` (or ``/buffers``) "
+        "group lacks one of this model's: "
         "it was written by another model (other layers, or a model of one's own with other names). Load the "
         "results file the same model wrote, or build the model that wrote it (``hpcgpu.load_model`` does for "
         "the built-in layers)."
     ),
-    "… …: the file's parameter … is not in this model: the file holds another model's weights": (
-        "The file's ``/model`` group has a parameter this model lacks (more layers, other names): it was written "
+    "… …: the file's … … is not in this model: the file holds another model's weights": (
+        "The file's ``/model`` (or ``/buffers``) group has a parameter (or buffer) this model lacks (more layers, "
+        "other names): it was written "
         "by another model. Load the results file the same model wrote, or build the model that wrote it."
     ),
-    "… …: parameter … has shape … in the file, … in this model": (
+    "… …: … … has shape … in the file, … in this model": (
         "The file holds the same names with other shapes: the layers' widths (or the number of features or "
         "classes) differ from the model given. Build the model with the widths of the run that wrote the file; "
         "the shapes are the unsplit ones whatever the tensor-parallel split."
+    ),
+    "… …: no /buffers: the file holds no buffer of the model's (…)": (
+        "The model has buffers (BatchNorm's running statistics) and the results file has no ``/buffers`` group: "
+        "it was written by a model without them (or by an hpcgpu before buffers were kept). Load the results "
+        "file the same model wrote."
     ),
     "Dense needs positive sizes, got Dense(…, …)": (
         "``nn.Dense(n_in, n_out)`` takes the numbers of input and output features, both at least 1. Give the "

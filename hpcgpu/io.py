@@ -664,7 +664,7 @@ def _storable(text: str) -> str | bytes:
         return text.encode("utf-8", "surrogateescape")
 
 
-def read_weights(path: str, into: dict, what: str = "load_weights") -> None:
+def read_weights(path: str, into: dict, what: str = "load_weights", buffers: dict | None = None) -> None:
     """A results file's parameters, by name, into the arrays ``into``. Not collective.
 
     Parameters
@@ -676,15 +676,18 @@ def read_weights(path: str, into: dict, what: str = "load_weights") -> None:
         each is filled from the dataset of its name.
     what : str
         How messages name the call.
+    buffers : dict of str to array, optional
+        The model's buffers (BatchNorm's running statistics) by name, each
+        filled from the file's ``/buffers`` group, which must hold them all.
 
     Raises
     ------
     FileNotFoundError
         No file.
     ValueError
-        Not a results file; a parameter the model has and the file lacks,
-        one the file has and the model lacks, or one of another shape (the
-        first of them, by name).
+        Not a results file; a parameter (or buffer) the model has and the
+        file lacks, one the file has and the model lacks, or one of another
+        shape (the first of them, by name).
     """
     import h5py
 
@@ -695,19 +698,25 @@ def read_weights(path: str, into: dict, what: str = "load_weights") -> None:
         with f:
             if "model" not in f or not isinstance(f["model"], h5py.Group):
                 raise ValueError(f"{what} {path}: not a results file of python -m hpcgpu.train (no /model)")
-            g = f["model"]
-            missing = [k for k in into if k not in g]
-            if missing:
-                raise ValueError(f"{what} {path}: this model's parameter {missing[0]} is not in the file: the "
-                                 f"file holds another model's weights")
-            extra = [k for k in g if k not in into]
-            if extra:
-                raise ValueError(f"{what} {path}: the file's parameter {extra[0]} is not in this model: the file "
-                                 f"holds another model's weights")
-            for name, dst in into.items():
-                if g[name].shape != dst.shape:
-                    raise ValueError(f"{what} {path}: parameter {name} has shape {g[name].shape} in the file, "
-                                     f"{dst.shape} in this model")
-                dst[...] = g[name][()]
+            groups = [("parameter", f["model"], into)]
+            if buffers:
+                if "buffers" not in f or not isinstance(f["buffers"], h5py.Group):
+                    raise ValueError(f"{what} {path}: no /buffers: the file holds no buffer of the model's "
+                                     f"({', '.join(list(buffers)[:3])})")
+                groups.append(("buffer", f["buffers"], buffers))
+            for kind, g, arrays in groups:
+                missing = [k for k in arrays if k not in g]
+                if missing:
+                    raise ValueError(f"{what} {path}: this model's {kind} {missing[0]} is not in the file: the "
+                                     f"file holds another model's weights")
+                extra = [k for k in g if k not in arrays]
+                if extra:
+                    raise ValueError(f"{what} {path}: the file's {kind} {extra[0]} is not in this model: the "
+                                     f"file holds another model's weights")
+                for name, dst in arrays.items():
+                    if g[name].shape != dst.shape:
+                        raise ValueError(f"{what} {path}: {kind} {name} has shape {g[name].shape} in the file, "
+                                         f"{dst.shape} in this model")
+                    dst[...] = g[name][()]
     except OSError as e:
         raise ValueError(f"{what} {path}: not a readable HDF5 file ({one_line(e)})") from None

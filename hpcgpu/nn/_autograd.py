@@ -55,9 +55,10 @@ class Torch(Model):
     Parameters
     ----------
     module : torch.nn.Module
-        Any module of parameters only (``x -> outputs``, outputs of shape (n, k) or (n,)). Modules with
-        buffers (BatchNorm's running statistics) are refused: their consistency across ranks is not built
-        yet.
+        Any module (``x -> outputs``, outputs of shape (n, k) or (n,)). Its buffers (BatchNorm's running
+        statistics) stay in the module and are updated there in training; the trainer makes every
+        data-parallel rank's those of data rank 0 before each step (DDP's ``broadcast_buffers``), and keeps
+        them in checkpoints and the results file (``/buffers``).
     loss : callable
         ``loss(outputs, y)``, the SUM over the samples: ``torch.nn.CrossEntropyLoss(reduction="sum")`` for
         integer labels, ``torch.nn.MSELoss(reduction="sum")`` for targets. A loss module with another
@@ -68,8 +69,8 @@ class Torch(Model):
     ImportError
         PyTorch is not installed.
     TypeError
-        ``module`` is not a ``torch.nn.Module``, has buffers or no trainable parameter; ``loss`` is not
-        callable or does not sum.
+        ``module`` is not a ``torch.nn.Module`` or has no trainable parameter; ``loss`` is not callable or
+        does not sum.
 
     Notes
     -----
@@ -93,10 +94,6 @@ class Torch(Model):
         if getattr(loss, "reduction", "sum") != "sum":
             raise TypeError(f"Torch: the loss must sum over the samples ({type(loss).__name__}(reduction=\"sum\")), "
                             f"got reduction={loss.reduction!r}: hpcgpu divides by the global batch once")
-        buffers = [n for n, _ in module.named_buffers()]
-        if buffers:
-            raise TypeError(f"Torch: {type(module).__name__} has buffers ({', '.join(buffers[:3])}): modules "
-                            "with running statistics (BatchNorm) are not supported yet")
         self.names = [n for n, p in module.named_parameters() if p.requires_grad]
         if not self.names:
             raise TypeError(f"Torch: {type(module).__name__} has no trainable parameter")
@@ -123,6 +120,25 @@ class Torch(Model):
             self._torch.set_num_threads(n)
             _blas.set_threads(1)
         self._threads_set = True
+
+    def buffers(self) -> dict:
+        """The module's buffers by name, as live arrays (NumPy views of its tensors; CuPy's on a GPU).
+
+        Not collective. The trainer writes into them (rank 0's, on every rank) and reads them for checkpoints.
+
+        Returns
+        -------
+        dict of str to array
+        """
+        out = {}
+        for n, b in self.module.named_buffers():
+            if b.device.type == "cpu":
+                out[n] = b.detach().numpy()
+            else:
+                import cupy
+
+                out[n] = cupy.from_dlpack(b.detach())
+        return out
 
     def set_rng_key(self, key) -> None:
         """Seed the next micro-batch's random draws (dropout) from ``key``. Not collective.
@@ -252,7 +268,9 @@ class Torch(Model):
         return self._array(out, x)
 
     def state_dict(self, path: str) -> dict:
-        """The module's ``state_dict`` from a results file's ``/model`` group, by name. Not collective.
+        """The module's ``state_dict`` from a results file's ``/model`` (and ``/buffers``) group, by name.
+
+        Not collective.
 
         Parameters
         ----------
@@ -272,8 +290,9 @@ class Torch(Model):
         from ..io import read_weights
 
         into = {n: np.zeros_like(v) for n, v in self.init(None).items()}
-        read_weights(path, into, "Torch.state_dict")
-        return {n: self._torch.from_numpy(v) for n, v in into.items()}
+        buffers = {n: np.zeros_like(_host(v)) for n, v in self.buffers().items()}
+        read_weights(path, into, "Torch.state_dict", buffers=buffers)
+        return {n: self._torch.from_numpy(v) for n, v in {**into, **buffers}.items()}
 
 
 class Jax(Model):

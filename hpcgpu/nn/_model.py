@@ -51,6 +51,12 @@ class Model:
         micro-batch, in the array module.
     predict(params, x)
         The model's outputs for ``x`` (n rows): an array of n rows.
+    buffers(), optional
+        ``{name: array}``: the model's state that is not trained
+        (BatchNorm's running statistics), live arrays the model updates in
+        place; the trainer keeps them alike on every data-parallel rank
+        (data rank 0's before each step), in checkpoints and in the
+        results file.
     set_rng_key(key), optional
         Called before each micro-batch with ``key = (seed, step,
         micro_batch, data-parallel rank)``: seed the model's own random
@@ -262,6 +268,22 @@ class FlatModel(FlatParams):
         else:
             self.stats[0] = loss
             self.stats[1] = metric
+
+    def buffers(self) -> dict:
+        """The model's buffers by name: live arrays (views) of state that is not trained. Not collective.
+
+        A model that defines ``buffers()`` (:class:`hpcgpu.nn.Torch`: BatchNorm's running statistics) gives
+        them; the trainer makes every data-parallel rank's those of data rank 0 before each step (as DDP's
+        ``broadcast_buffers``), keeps rank 0's in checkpoints and the results file, and puts them back on
+        resume and ``load_weights``.
+
+        Returns
+        -------
+        dict of str to xp.ndarray
+            Empty for a model without buffers.
+        """
+        get = getattr(self.model, "buffers", None)
+        return dict(get()) if callable(get) else {}
 
     def randomness(self, step: int, micro_batch: int, rank: int) -> None:
         """Seed the model's randomness (dropout) for one micro-batch of one step on one rank. Not collective.

@@ -491,6 +491,16 @@ class Network(FlatParams):
             z += self._p[f"fc{self.n_layers - 1}.bias"]
         return z
 
+    def buffers(self) -> dict:
+        """Nothing: the built-in layers hold no state but their parameters. Not collective.
+
+        Returns
+        -------
+        dict
+            Empty.
+        """
+        return {}
+
     def randomness(self, step: int, micro_batch: int, rank: int) -> None:
         """Nothing: the built-in layers draw no random numbers in a step. Not collective.
 

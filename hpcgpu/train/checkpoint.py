@@ -102,6 +102,9 @@ class CheckpointState:
         The optimizer's name and hyperparameters (:meth:`hpcgpu.optim.Optimizer.config`).
     model : dict
         The model's description (its layers and loss, or its class and parameter shapes).
+    buffers : dict of str to numpy.ndarray
+        The model's buffers (state that is not trained: BatchNorm's running statistics), rank 0's, by name;
+        empty for a model without any.
     """
 
     params: np.ndarray
@@ -124,6 +127,7 @@ class CheckpointState:
     updates: int | None = None
     optimizer_config: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
+    buffers: dict = field(default_factory=dict)
 
     @classmethod
     def from_parts(cls, parts: dict, params, optimizer: dict, **about) -> "CheckpointState":
@@ -135,7 +139,7 @@ class CheckpointState:
         Parameters
         ----------
         parts : dict
-            ``progress``, ``precision`` and ``gemm_threads`` of the trainer's ``state_dict``.
+            ``progress``, ``precision``, ``gemm_threads`` and ``buffers`` of the trainer's ``state_dict``.
         params : numpy.ndarray, shape (n_params,)
         optimizer : dict of str to numpy.ndarray
         **about
@@ -151,10 +155,11 @@ class CheckpointState:
                    step_in_epoch=p["step_in_epoch"], epoch_totals=np.asarray(p["epoch_totals"]),
                    epoch_seconds=p["epoch_seconds"], history=p["history"], skipped_steps=p["skipped_steps"],
                    phase_seconds=p["phase_seconds"], updates=p["updates"], loss_scale=prec.get("scale", 1.0),
-                   clean_steps=prec.get("clean_steps", 0), gemm_threads=parts["gemm_threads"], **about)
+                   clean_steps=prec.get("clean_steps", 0), gemm_threads=parts["gemm_threads"],
+                   buffers=dict(parts.get("buffers", {})), **about)
 
     def parts(self) -> dict:
-        """The trainer's ``progress`` and ``precision`` parts this checkpoint restores. Not collective.
+        """The trainer's ``progress``, ``precision`` and ``buffers`` parts this checkpoint restores. Not collective.
 
         The inverse of :meth:`from_parts`; the arrays go separately, split for each rank.
 
@@ -167,7 +172,7 @@ class CheckpointState:
                                   skipped_steps=self.skipped_steps, history=self.history,
                                   phase_seconds=self.phase_seconds,
                                   updates=self.step if self.updates is None else self.updates),
-                    precision=dict(scale=self.loss_scale, clean_steps=self.clean_steps))
+                    precision=dict(scale=self.loss_scale, clean_steps=self.clean_steps), buffers=dict(self.buffers))
 
 
 def digest(a: np.ndarray) -> str:
@@ -302,6 +307,8 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
             _dataset(f, "params", state.params)
             for name, value in state.optimizer.items():
                 _dataset(f, f"optimizer/{name}", value)
+            for name, value in state.buffers.items():
+                _dataset(f, f"buffers/{name}", np.asarray(value))
             _dataset(f, "epoch_totals", np.asarray(state.epoch_totals, dtype=np.float64))
             f.create_group("history")
             for k, v in state.history.items():
@@ -451,6 +458,7 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 data=json.loads(a.get("data_fingerprint", "{}")),
                 updates=int(a["updates"]) if "updates" in a else None,
                 optimizer_config=json.loads(a.get("optimizer_config", "{}")), model=json.loads(a.get("model", "{}")),
+                buffers={k: f["buffers"][k][()] for k in f["buffers"]} if "buffers" in f else {},
             )
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None

@@ -153,6 +153,23 @@ class ProcessGroups:
             Bcast(b, root=0, comm=self.comm)
         return bufs[0], dict(zip(names, bufs[1:], strict=True))
 
+    def share_buffers(self, buffers: dict) -> None:
+        """Make every data-parallel rank's buffers those of data rank 0, in place. Collective over the data group.
+
+        PyTorch DDP's ``broadcast_buffers``: a model's state that is not trained (BatchNorm's running
+        statistics, which each rank updates from its own rows) is rank 0's before each step. Nothing to do at
+        one data-parallel rank or without buffers.
+
+        Parameters
+        ----------
+        buffers : dict of str to xp.ndarray
+            The model's buffers by name (the same names and shapes on every rank), written in place.
+        """
+        if self.data_parallel_size == 1:
+            return
+        for name in sorted(buffers):
+            Bcast(buffers[name], root=0, comm=self.data_comm)
+
     def gather_rows(self, local, n_global: int, root: int | None = 0):
         """Every data-parallel rank's block of rows, in rank order, on global rank ``root``. Collective.
 

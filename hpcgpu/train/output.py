@@ -24,7 +24,8 @@ _ENERGY_SOURCE = {"cpu": "RAPL package and DRAM counters, one reader per node",
 
 
 def write_results(path: str, *, metrics: tuple, history: dict, params: dict, attrs: dict, comm_stats: dict,
-                  energy_reasons: dict, phases: tuple = (), clock: str = "host") -> None:
+                  energy_reasons: dict, buffers: dict | None = None, phases: tuple = (),
+                  clock: str = "host") -> None:
     """Write a run's results to ``path``, atomically. Not collective: rank 0 calls it.
 
     Parameters
@@ -41,6 +42,9 @@ def write_results(path: str, *, metrics: tuple, history: dict, params: dict, att
         Root attributes (``config``, ``model``, provenance).
     comm_stats : dict
         ``/comm``'s attributes.
+    buffers : dict of str to numpy.ndarray, optional
+        The model's buffers (state that is not trained: BatchNorm's running statistics) by name, into
+        ``/buffers``.
     energy_reasons : dict
         Why the CPU's and the GPU's energy are NaN (``""`` when they are not).
     phases : tuple of str
@@ -77,6 +81,10 @@ def write_results(path: str, *, metrics: tuple, history: dict, params: dict, att
         g = f.create_group("model")
         for name, value in params.items():
             g.create_dataset(name, data=value)
+        if buffers:  # a module's state that is not trained (BatchNorm's running statistics), rank 0's
+            g = f.create_group("buffers")
+            for name, value in buffers.items():
+                g.create_dataset(name, data=value)
         write_attrs(f.create_group("comm"), comm_stats)
         write_attrs(f, attrs)
 

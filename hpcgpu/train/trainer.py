@@ -912,6 +912,7 @@ class Trainer:
 
     def _test_metrics(self) -> dict:
         """The test split's metrics (NaN without one, or an empty one). Collective."""
+        self.groups.share_buffers(self.model.buffers())  # every rank evaluates with data rank 0's statistics
         test = self.test_split
         if test is None or test.n_global == 0:
             return self.metrics.test_values([math.nan, math.nan], 0, math.nan)
@@ -1001,6 +1002,7 @@ class Trainer:
             source_path, source_name = path, name
             X = agree_call(lambda: HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
         dtype = self.precision.master
+        self.groups.share_buffers(self.model.buffers())  # every rank predicts with data rank 0's statistics
         split = self._arrays((X, ZeroTargets(len(X))), "predict", sharded, 0, task="regression")
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
         agree(self._features_error(named, split.dim), comm=comm)
@@ -1063,8 +1065,10 @@ class Trainer:
             ``schedule``, ``sampler``, ``precision`` (each part's own
             ``state_dict()``), ``progress`` (``epoch``, ``step``,
             ``step_in_epoch``, ``updates``, the metrics' state, and the
-            unfinished epoch's ``phase_seconds`` as last collected) and
-            ``gemm_threads`` (the :class:`GemmPlan` as JSON, or "").
+            unfinished epoch's ``phase_seconds`` as last collected),
+            ``gemm_threads`` (the :class:`GemmPlan` as JSON, or "") and
+            ``buffers`` (the model's state that is not trained, BatchNorm's
+            running statistics, by name; empty for most models).
         """
         return dict(
             model=self.model.state_dict(), optimizer={k: _device.asnumpy(v).copy() for k, v in self.opt_state.items()},
@@ -1073,7 +1077,8 @@ class Trainer:
             progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
                           updates=self._step.updates, phase_seconds=dict(self._phase_carry),
                           **self.metrics.state_dict()),
-            gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
+            gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "",
+            buffers={k: _device.asnumpy(v).copy() for k, v in self.model.buffers().items()})
 
     def load_state_dict(self, state: dict) -> None:
         """Take the parts of ``state`` (as :meth:`state_dict` gives them) that it has. Not collective.
@@ -1094,6 +1099,8 @@ class Trainer:
         """
         if "model" in state:
             self.model.load_state_dict(state["model"])
+        if state.get("buffers"):
+            self._load_buffers(state["buffers"])
         if "optimizer" in state:
             self._load_opt_state(state["optimizer"])
         if "schedule" in state:
@@ -1109,6 +1116,17 @@ class Trainer:
             self.metrics.load_state_dict(p)
             self._phase_carry = {k: float(p.get("phase_seconds", {}).get(k, 0.0)) for k in self.PHASES}
             self._drained = self.step_in_epoch
+
+    def _load_buffers(self, arrays: dict) -> None:
+        """Copy the model's buffers in place (the names and shapes must be the model's)."""
+        mine = self.model.buffers()
+        if set(arrays) != set(mine):
+            raise ValueError(f"buffers {sorted(arrays)} for the model's {sorted(mine)}")
+        for k, v in arrays.items():
+            v = np.asarray(v)
+            if v.shape != mine[k].shape:
+                raise ValueError(f"buffer {k} of shape {v.shape} for the model's {mine[k].shape}")
+            mine[k][...] = self.xp.asarray(v.astype(mine[k].dtype, copy=False)) if self.xp is not np else v
 
     def _load_opt_state(self, arrays: dict) -> None:
         """Copy this rank's optimizer state arrays in place (the names and shapes must be this optimizer's)."""
@@ -1213,11 +1231,14 @@ class Trainer:
 
         def read():
             flat = np.zeros(m.n_global, dtype=np.dtype(m.dtype))
-            read_weights(os.fspath(path), m.global_views(flat), what)
-            return flat
+            buffers = {k: np.zeros_like(_device.asnumpy(v)) for k, v in m.buffers().items()}
+            read_weights(os.fspath(path), m.global_views(flat), what, buffers=buffers)
+            return flat, buffers
 
-        flat = on_root(read, comm=self.rt.comm, catch=(ValueError, OSError), bcast=True)
+        flat, buffers = on_root(read, comm=self.rt.comm, catch=(ValueError, OSError), bcast=True)
         m.load_state_dict({"params": m.local_of(flat)})
+        if buffers:
+            self._load_buffers(buffers)
 
     def load_global(self, params, states: dict) -> None:
         """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and optimizer state. Not collective.
@@ -1413,10 +1434,11 @@ class Trainer:
                      gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
         if m.num_classes is not None:
             attrs["num_classes"] = m.num_classes
+        buffers = {k: _device.asnumpy(v) for k, v in m.buffers().items()}  # rank 0's, as a step would share them
 
         def write():
             write_results(path, metrics=self.metrics.metrics, history=self.history, params=self._named(params),
-                          attrs=attrs, comm_stats=comm_stats, energy_reasons=self._energy_reasons,
+                          attrs=attrs, comm_stats=comm_stats, energy_reasons=self._energy_reasons, buffers=buffers,
                           phases=self.PHASES if c.timing else (),
                           clock="cuda events" if self.xp is not np else "host")
 

@@ -110,6 +110,15 @@ def main(argv):
             out[name] = {k: _device.asnumpy(v).tolist() for k, v in t.params.items()}
             out[name + "_loss"] = t.history["train_loss"]
             t.close()
+        # BatchNorm: each rank's statistics move with its own rows, and are data rank 0's after fit
+        t = hpcgpu.Trainer(autograd_models.model("torch-bn"), optimizer=optim.SGD(lr=0.05, momentum=0.9),
+                           **autograd_models.COMMON, runtime=rt)
+        t.fit((X, y))
+        mine = {k: _device.asnumpy(v).tolist() for k, v in t.model.buffers().items()}
+        every = rt.comm.allgather(mine)
+        out["bn_alike"] = all(b == every[0] for b in every)
+        out["bn_moved"] = any(v != 0 for v in every[0]["1.running_mean"])
+        t.close()
         if rt.rank == 0:
             print(json.dumps(out))
         return 0

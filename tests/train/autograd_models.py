@@ -22,11 +22,12 @@ def model(kind):
     from hpcgpu import nn
 
     w1, b1, w2, b2 = weights()
-    if kind in ("torch", "torch-dropout"):  # torch-dropout: a Dropout(0.3) after the ReLU
+    if kind.startswith("torch"):  # torch-dropout: a Dropout(0.3) after the ReLU; torch-bn: a BatchNorm1d before it
         import torch
 
         drop = [torch.nn.Dropout(0.3)] if kind == "torch-dropout" else []
-        m = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), *drop, torch.nn.Linear(16, 3)).double()
+        bn = [torch.nn.BatchNorm1d(16)] if kind == "torch-bn" else []
+        m = torch.nn.Sequential(torch.nn.Linear(6, 16), *bn, torch.nn.ReLU(), *drop, torch.nn.Linear(16, 3)).double()
         with torch.no_grad():
             for layer, w, b in ((m[0], w1, b1), (m[-1], w2, b2)):
                 layer.weight.copy_(torch.from_numpy(w.T))

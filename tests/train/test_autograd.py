@@ -65,6 +65,7 @@ def test_autograd_models_give_the_same_model_at_1_and_3_ranks(tmp_path):
     three = json.loads(p.stdout.strip().splitlines()[-1])
     # 100-byte buckets close at parameter boundaries: the last two parameters (24 + 384 bytes) make one
     assert three["torch_nbuckets"] == 1 and three["torch_per_parameter_nbuckets"] == 3
+    assert three["bn_alike"] and three["bn_moved"]  # BatchNorm's statistics: data rank 0's on every rank
     X, y = am.data()
     for kind in ("torch", "torch_per_parameter", "jax"):
         t = hpcgpu.Trainer(am.model(kind.split("_")[0]), optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
@@ -108,16 +109,14 @@ def test_torch_adds_its_gradient_into_the_trainers_buffer_as_each_parameter_fini
 
 
 def test_the_gradient_is_autograds_and_the_contract_is_checked():
-    """check_grad (finite differences in float64) passes for both adapters; a mean loss, a module with buffers
-    and an unknown loss name are refused with one line each."""
+    """check_grad (finite differences in float64) passes for both adapters; a mean loss and an unknown loss name
+    are refused with one line each."""
     X, y = am.data(12)
     for kind in ("torch", "jax"):
         errors = nn.check_grad(am.model(kind), X, y)
         assert max(errors.values()) < 1e-6, errors
     with pytest.raises(TypeError, match=r"the loss must sum over the samples .*reduction='mean'"):
         nn.Torch(torch.nn.Linear(6, 3), torch.nn.CrossEntropyLoss())
-    with pytest.raises(TypeError, match=r"has buffers \(running_mean"):
-        nn.Torch(torch.nn.BatchNorm1d(6), torch.nn.MSELoss(reduction="sum"))
     with pytest.raises(TypeError, match=r"Jax: loss must be 'cross-entropy', 'mse' or a callable, got 'l1'"):
         nn.Jax(lambda p, x: x, {"w": np.zeros(2)}, loss="l1")
 
@@ -144,10 +143,11 @@ def test_a_trained_module_goes_back_to_plain_pytorch(tmp_path):
     np.testing.assert_array_equal(tree["fc1"]["w"], am.weights()[2])
 
 
-@pytest.mark.parametrize("kind", ["torch", "torch-dropout", "jax"])
+@pytest.mark.parametrize("kind", ["torch", "torch-dropout", "torch-bn", "jax"])
 def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path):
     """Checkpoints hold an adapter's parameters as any model's: 2 epochs, then resume=True to 4, is bitwise the
-    run of 4; with dropout too (its masks are drawn from the step's key, not from what ran before)."""
+    run of 4; with dropout too (its masks are drawn from the step's key, not from what ran before), and with
+    BatchNorm's running statistics (the checkpoint's /buffers)."""
     import hpcgpu
 
     X, y = am.data()
@@ -160,6 +160,8 @@ def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path)
     resumed.fit((X, y))
     assert resumed.resumed_from == ck and resumed.history["train_loss"] == whole.history["train_loss"]
     np.testing.assert_array_equal(asnumpy(resumed.model.params), asnumpy(whole.model.params))
+    for k, v in whole.model.buffers().items():
+        np.testing.assert_array_equal(asnumpy(resumed.model.buffers()[k]), asnumpy(v), err_msg=k)
 
 
 def test_dropout_draws_from_the_step_and_rank_not_from_the_process():
@@ -195,3 +197,34 @@ def test_dropout_draws_from_the_step_and_rank_not_from_the_process():
         losses.setdefault(key, []).append(float(t.model.stats[0]))
     assert losses[(5, 0, 0, 0)][0] == losses[(5, 0, 0, 0)][1]  # the same key, the same masks
     assert len({v[0] for v in losses.values()}) == 3  # another step, another rank: other masks
+
+
+def test_batchnorm_statistics_are_trained_kept_and_go_back_to_plain_pytorch(tmp_path):
+    """A module with BatchNorm: its running statistics move in training, are written to the results file
+    (/buffers), and a fresh module given Torch.state_dict(path) (strict) predicts in eval mode what the trainer
+    predicts; load_weights puts them back in another trainer too."""
+    import hpcgpu
+
+    X, y = am.data()
+    model = am.model("torch-bn")
+    t = hpcgpu.Trainer(model, optimizer=optim.Adam(0.01), out=str(tmp_path / "r.h5"), **am.COMMON)
+    t.fit((X, y))
+    t.save_results()
+    stats = {k: asnumpy(v).copy() for k, v in t.model.buffers().items()}
+    assert set(stats) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
+    assert np.abs(stats["1.running_mean"]).max() > 0 and int(stats["1.num_batches_tracked"]) == 4 * 8
+    fresh = am.model("torch-bn").module
+    fresh.load_state_dict(model.state_dict(str(tmp_path / "r.h5")))  # strict: parameters and buffers
+    fresh.eval()
+    with torch.no_grad():
+        plain = fresh(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(plain, t.predict(X), rtol=1e-12, atol=1e-12)
+    other = hpcgpu.Trainer(am.model("torch-bn"), optimizer=optim.Adam(0.01), **am.COMMON)
+    other.load_weights(str(tmp_path / "r.h5"))
+    np.testing.assert_array_equal(other.predict(X), t.predict(X))
+    import h5py
+
+    with h5py.File(tmp_path / "r.h5", "a") as f:  # a file without the statistics: refused, by name
+        del f["buffers"]
+    with pytest.raises(ValueError, match=r"r\.h5: no /buffers: the file holds no buffer of the model's"):
+        other.load_weights(str(tmp_path / "r.h5"))
