@@ -979,6 +979,29 @@ FIXES: dict[str, str] = {
         "it was written by a model without them (or by an hpcgpu before buffers were kept). Load the results "
         "file the same model wrote."
     ),
+    "Standardize takes both mean and std, or neither (the trainer computes them)": (
+        "Give ``nn.Standardize(mean, std)`` (one value a feature each), or ``nn.Standardize()`` for the trainer "
+        "to compute them from the training rows at the first ``fit``."
+    ),
+    "Standardize: mean and std must have one value a feature, got … and …": (
+        "``mean`` and ``std`` are 1-D, of the number of input features each."
+    ),
+    "Standardize: mean must be finite and std finite and positive": (
+        "A feature's standard deviation of 0 (a constant feature) cannot divide: give 1 for it (the trainer "
+        "does so when it computes the statistics), and no NaN or infinity."
+    ),
+    "Standardize of … features before a layer of … inputs": (
+        "The statistics' length is the number of input features: the first Dense layer's ``n_in``."
+    ),
+    "Standardize must be the first layer of a Sequential (the inputs' own)": (
+        "``nn.Standardize`` standardizes the model's inputs: put it first, ``Sequential(Standardize(), "
+        "Dense(D, ...), ...)``."
+    ),
+    "Standardize has no statistics yet: fit the model first (the trainer computes them from the training rows), "
+    "or give mean and std": (
+        "An ``nn.Standardize()`` without statistics gets them at the model's first ``fit``; before it (a "
+        "gradient check, a forward pass of the layers alone) give ``Standardize(mean, std)``."
+    ),
     "Dense needs positive sizes, got Dense(…, …)": (
         "``nn.Dense(n_in, n_out)`` takes the numbers of input and output features, both at least 1. Give the "
         "data's number of features as the first layer's ``n_in`` and, for the last layer, the number of "

@@ -25,8 +25,8 @@ import numpy as np
 from .. import _device
 from ..errors import agreed
 
-__all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "ACTIVATIONS",
-           "activation_forward", "activation_backward"]
+__all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "Standardize",
+           "ACTIVATIONS", "activation_forward", "activation_backward"]
 
 ACTIVATIONS = ("relu", "tanh", "gelu")
 """The activations a :class:`Dense` layer can apply to its output (``None``: linear)."""
@@ -339,6 +339,100 @@ class Dense(Layer):
         return f"Dense({self.n_in}, {self.n_out_}{act})"
 
 
+class Standardize(Layer):
+    """The inputs' standardization ``(x - mean) / std`` per feature, part of the model (Keras's ``Normalization``).
+
+    The first layer of a :class:`Sequential`. Without statistics, the trainer computes them from the
+    training rows at the first ``fit`` (Keras's ``adapt``): the global mean and standard deviation of each
+    feature over every rank's rows (float64, two passes, summed over the data-parallel ranks); a feature of
+    zero deviation is only shifted. The statistics are saved with the model (its description in the results
+    file), so ``load_model`` and ``predict`` standardize as training did: the preprocessing travels with the
+    model.
+
+    Parameters
+    ----------
+    mean, std : array_like of shape (D,), optional
+        The statistics, both or neither; ``std`` positive.
+
+    Raises
+    ------
+    ValueError
+        One of the two given, lengths that differ, a ``std`` not positive or not finite values.
+    """
+
+    def __init__(self, mean=None, std=None):
+        if (mean is None) != (std is None):
+            raise agreed(ValueError("Standardize takes both mean and std, or neither (the trainer computes them)"))
+        self.mean = self.std = None
+        if mean is not None:
+            self.set(mean, std)
+
+    def set(self, mean, std) -> None:
+        """Take the statistics (float64 copies).
+
+        Parameters
+        ----------
+        mean, std : array_like of shape (D,)
+
+        Raises
+        ------
+        ValueError
+            Lengths that differ, a ``std`` not positive, or values not finite.
+        """
+        m, s = np.asarray(mean, dtype=np.float64).ravel(), np.asarray(std, dtype=np.float64).ravel()
+        if m.shape != s.shape or not m.size:
+            raise agreed(ValueError(f"Standardize: mean and std must have one value a feature, got {m.size} and "
+                                    f"{s.size}"))
+        if not (np.isfinite(m).all() and np.isfinite(s).all() and (s > 0).all()):
+            raise agreed(ValueError("Standardize: mean must be finite and std finite and positive"))
+        self.mean, self.std = m, s
+
+    @property
+    def adapted(self) -> bool:
+        """Whether the statistics are known."""
+        return self.mean is not None
+
+    def n_out(self, n_in: int) -> int:
+        """``n_in``: one output a feature (the statistics' length must be ``n_in`` when known).
+
+        Raises
+        ------
+        ValueError
+            Statistics of another length.
+        """
+        if self.adapted and self.mean.size != n_in:
+            raise agreed(ValueError(f"Standardize of {self.mean.size} features before a layer of {n_in} inputs"))
+        return n_in
+
+    def forward(self, params: dict, grads: dict, x):
+        """``((x - mean) / std, backprop)``, ``backprop(dy) = dy / std``.
+
+        Parameters
+        ----------
+        params, grads : dict
+            Empty: nothing is trained.
+        x : xp.ndarray, shape (n, D)
+
+        Returns
+        -------
+        (xp.ndarray of shape (n, D), callable)
+        """
+        if not self.adapted:
+            raise agreed(ValueError("Standardize has no statistics yet: fit the model first (the trainer computes "
+                                    "them from the training rows), or give mean and std"))
+        xp = _xp(x)
+        mean, std = xp.asarray(self.mean, dtype=x.dtype), xp.asarray(self.std, dtype=x.dtype)
+        return (x - mean) / std, (lambda dy: dy / std)
+
+    def spec(self) -> dict:
+        """``{"type": "Standardize", "mean": [...], "std": [...]}`` (None before the statistics are known)."""
+        return {"type": "Standardize", "mean": None if self.mean is None else self.mean.tolist(),
+                "std": None if self.std is None else self.std.tolist()}
+
+    def __repr__(self):
+        return f"Standardize({'' if self.adapted else 'not adapted'}{self.mean.size if self.adapted else ''})"
+
+
 class Sequential(Layer):
     """Layers applied one after the other; an activation layer is folded into the :class:`Dense` before it.
 
@@ -373,6 +467,9 @@ class Sequential(Layer):
         for lay in layers:
             if not isinstance(lay, Layer):
                 raise agreed(TypeError(f"Sequential takes hpcgpu.nn layers, got {type(lay).__name__}"))
+        for i, lay in enumerate(layers):
+            if isinstance(lay, Standardize) and i != 0:
+                raise agreed(ValueError("Standardize must be the first layer of a Sequential (the inputs' own)"))
         folded: list[Layer] = []
         for lay in layers:
             prev = folded[-1] if folded else None
@@ -388,8 +485,12 @@ class Sequential(Layer):
         for lay in folded:
             n = lay.n_out(n)
         self.n_in_, self.n_out_ = first.n_in, n
-        dense = all(isinstance(lay, Dense) for lay in folded)
-        self.sizes = [folded[0].n_in] + [lay.n_out_ for lay in folded] if dense else None
+        self.standardize = folded[0] if isinstance(folded[0], Standardize) else None
+        body = folded[1:] if self.standardize is not None else folded
+        if self.standardize is not None:
+            self.standardize.n_out(first.n_in)
+        dense = all(isinstance(lay, Dense) for lay in body)
+        self.sizes = [body[0].n_in] + [lay.n_out_ for lay in body] if dense else None
         self.activations = [lay.activation for lay in folded if isinstance(lay, Dense)]
 
     def named(self) -> list:
@@ -482,6 +583,8 @@ def from_spec(spec: dict) -> Layer:
         return Sequential([from_spec(s) for s in spec["layers"]])
     if kind == "Dense":
         return Dense(spec["n_in"], spec["n_out"], spec.get("activation"))
+    if kind == "Standardize":
+        return Standardize(spec.get("mean"), spec.get("std"))
     known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU}
     if kind in known:
         return known[kind]()

@@ -285,6 +285,15 @@ class FlatModel(FlatParams):
         get = getattr(self.model, "buffers", None)
         return dict(get()) if callable(get) else {}
 
+    def adapt_inputs(self, X, comm) -> None:
+        """Nothing: a model of one's own standardizes its inputs itself, if it does. Not collective.
+
+        Parameters
+        ----------
+        X : array, shape (n_local, D)
+        comm : mpi4py.MPI.Intracomm
+        """
+
     def randomness(self, step: int, micro_batch: int, rank: int) -> None:
         """Seed the model's randomness (dropout) for one micro-batch of one step on one rank. Not collective.
 

@@ -255,6 +255,8 @@ class Network(FlatParams):
         self._fused = _fused(xp)  # one kernel where CuPy's form takes several; None on NumPy
         # The loss kernel adds the last layer's bias (softmax cross-entropy on a GPU): one launch fewer.
         self._bias_in_loss = self.activations[-1] is None and loss.takes_bias(xp)
+        self._shift = self._std = None  # the inputs' standardization (a leading Standardize), once known
+        self._take_standardization()
         self.reset(seed)
 
     @staticmethod
@@ -526,13 +528,53 @@ class Network(FlatParams):
             return self.forward(X)
         return self.xp.concatenate([self.forward(X[s : s + chunk]) for s in range(0, X.shape[0], chunk)])
 
+    def _take_standardization(self) -> None:
+        """The leading Standardize's statistics as arrays of the model's dtype on its device (when known)."""
+        std = getattr(self.net, "standardize", None)
+        if std is not None and std.adapted:
+            self._shift = self.xp.asarray(std.mean, dtype=self.dtype)
+            self._std = self.xp.asarray(std.std, dtype=self.dtype)
+
+    def adapt_inputs(self, X, comm) -> None:
+        """A leading Standardize's statistics from the training rows, if it has none. Collective over ``comm``.
+
+        Keras's ``Normalization.adapt``, over every rank's rows: the global mean of each feature, then the
+        global standard deviation about it (two passes, float64 sums over ``comm``); a feature of zero deviation
+        is only shifted (its deviation taken as 1). Nothing to do (and no communication) for a model without
+        a Standardize or one whose statistics are known.
+
+        Parameters
+        ----------
+        X : numpy.ndarray, shape (n_local, D)
+            This rank's training rows.
+        comm : mpi4py.MPI.Intracomm
+            The data-parallel ranks, whose rows together are the training set.
+        """
+        std = getattr(self.net, "standardize", None)
+        if std is None or std.adapted:
+            return
+        from mpi4py import MPI
+
+        X = np.asarray(X, dtype=np.float64)
+        n = comm.allreduce(X.shape[0], op=MPI.SUM)
+        total = np.empty(X.shape[1])
+        comm.Allreduce(X.sum(axis=0), total, op=MPI.SUM)
+        mean = total / max(n, 1)
+        comm.Allreduce(((X - mean) ** 2).sum(axis=0), total, op=MPI.SUM)
+        dev = np.sqrt(total / max(n, 1))
+        std.set(mean, np.where(dev > 0, dev, 1.0))
+        self._take_standardization()
+
     def _forward(self, X, acts=None, pres=None, threads=None):
         """The last layer's output of ``X`` (without its bias where the loss adds it).
 
         Each layer's input is appended to ``acts`` (16-bit under mixed
         precision: the GEMMs' and the activations' operand in the backward
-        pass), each GELU's input to ``pres`` (None for the others).
+        pass), each GELU's input to ``pres`` (None for the others). A
+        leading Standardize's ``(X - mean) / std`` comes first.
         """
+        if self._shift is not None:
+            X = (X - self._shift) / self._std
         mixed = self.compute_dtype is not None
         weights = self._p16 if mixed else self._p
         a, L = (X.astype(self.compute_dtype) if mixed else X), self.n_layers

@@ -462,6 +462,7 @@ class Trainer:
             m.task = c.task or train.task
             self.config = dataclasses.replace(self.config, task=m.task)
         self.train_split, self.test_split = train, test
+        m.adapt_inputs(train.X, g.data_comm)  # a leading Standardize's statistics, from every rank's rows
         self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, g.data_comm, self.xp, c.grad_accum_steps,
                                           replicate=self._replicate(train, self.rt.comm))
         steps = self.sampler.steps

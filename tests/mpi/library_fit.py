@@ -46,6 +46,11 @@ def data(task, n=301):
     return X, X @ W + 0.1 * rng.normal(size=(n, 2))
 
 
+def standardized_net():
+    """Standardize before the MLP: its statistics from the training rows at the first fit."""
+    return nn.Sequential(nn.Standardize(), nn.Dense(6, 16, "relu"), nn.Dense(16, 3))
+
+
 def main(argv):
     case = argv[0]
     rt = hpcgpu.init()
@@ -134,6 +139,15 @@ def main(argv):
         if rt.rank == 0:
             print(json.dumps(out))
         return 0
+    elif case == "standardize":  # Standardize's statistics from each rank's own uneven rows (sharded)
+        X, y = data("classification")
+        X = X * np.array([1.0, 100.0, 0.01, 5.0, 1e3, 1.0]) + np.array([0.0, 50.0, -3.0, 0.0, 1e4, 7.0])
+        t = hpcgpu.Trainer(standardized_net(), nn.SoftmaxCrossEntropy(), optim.Adam(lr=1e-2), **common)
+        cut = np.linspace(0, 250, rt.size + 1).astype(int) ** 2 // 250
+        lo, hi = cut[rt.rank], cut[rt.rank + 1]
+        t.fit((X[lo:hi], y[lo:hi]), sharded=True)
+        s = t.model.spec()["net"]["layers"][0]
+        out.update(mean=s["mean"], std=s["std"])
     elif case == "load":
         X, _ = data("classification", n=103)
         t = hpcgpu.load_model(argv[1], runtime=rt, tensor_parallel=rt.size)

@@ -684,3 +684,46 @@ def test_early_stopping_agrees_at_3_ranks():
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "EarlyStopping: the epochs have no test_loss (no validation set)" in lines[0], p.stderr
+
+
+@pytest.mark.mpi
+def test_standardize_takes_the_training_rows_statistics_and_travels_with_the_model(tmp_path):
+    """nn.Standardize without statistics: the first fit computes every feature's mean and standard deviation
+    over all the ranks' rows (3 ranks, each its own uneven rows, as 1 rank with them all; numpy's); the model
+    trains on the standardized inputs, and the statistics are saved with it: load_model predicts the same bits."""
+    import importlib.util
+
+    import hpcgpu
+
+    spec = importlib.util.spec_from_file_location("library_fit", os.path.join(_mpi.SCRIPTS, "library_fit.py"))
+    library_fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(library_fit)
+    p = _mpi.run(3, [os.path.join(_mpi.SCRIPTS, "library_fit.py"), "standardize"], timeout=240)
+    assert p.returncode == 0, p.stderr
+    three = json.loads(p.stdout.strip().splitlines()[-1])
+    X, y = library_fit.data("classification")
+    X = X * np.array([1.0, 100.0, 0.01, 5.0, 1e3, 1.0]) + np.array([0.0, 50.0, -3.0, 0.0, 1e4, 7.0])
+    t = hpcgpu.Trainer(library_fit.standardized_net(), nn.SoftmaxCrossEntropy(), optim.Adam(lr=1e-2),
+                       batch_size=24, epochs=3, seed=3, dtype="float64", progress="none", out=str(tmp_path / "r.h5"))
+    t.fit((X[:250], y[:250]))
+    layer = t.model.net.standardize
+    np.testing.assert_allclose(layer.mean, X[:250].mean(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(layer.std, X[:250].std(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(three["mean"], layer.mean, rtol=1e-14)
+    np.testing.assert_allclose(three["std"], layer.std, rtol=1e-13)
+    for k, v in t.params.items():
+        np.testing.assert_allclose(three["params"][k], asnumpy(v), rtol=1e-6, atol=1e-9, err_msg=k)
+    raw = hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dense(16, 3)), nn.SoftmaxCrossEntropy(),
+                         optim.Adam(lr=1e-2), batch_size=24, epochs=3, seed=3, dtype="float64", progress="none")
+    raw.fit((X[:250], y[:250]))  # the same layers on the raw features (scales 0.01 to 1e3, offsets to 1e4)
+    assert t.history["train_loss"][-1] < 0.8 * raw.history["train_loss"][-1]
+    assert t.history["train_accuracy"][-1] > raw.history["train_accuracy"][-1] + 0.1
+    views = {k: asnumpy(v) for k, v in t.params.items()}  # the engine standardizes as the layers compose
+    want, _ = t.model.net.forward(views, {k: np.zeros_like(v) for k, v in views.items()}, X[250:])
+    np.testing.assert_allclose(t.predict(X[250:]), want, rtol=1e-12, atol=1e-12)
+    t.save_results()
+    back = hpcgpu.load_model(str(tmp_path / "r.h5"))
+    np.testing.assert_array_equal(back.model.net.standardize.std, layer.std)
+    np.testing.assert_array_equal(back.predict(X[250:]), t.predict(X[250:]))
+    with pytest.raises(ValueError, match="Standardize must be the first layer"):
+        nn.Sequential(nn.Dense(6, 4), nn.Standardize())
