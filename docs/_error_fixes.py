@@ -1002,6 +1002,14 @@ FIXES: dict[str, str] = {
         "An ``nn.Standardize()`` without statistics gets them at the model's first ``fit``; before it (a "
         "gradient check, a forward pass of the layers alone) give ``Standardize(mean, std)``."
     ),
+    "--precision …: … computes … only": (
+        "The model takes only the mixed precision it names: ``nn.Torch`` runs ``bf16-mixed`` (``torch.autocast`` "
+        "to bfloat16 on float32 weights); ``16-mixed`` needs a loss scale inside autograd, not built. Use "
+        "``precision=\"bf16-mixed\"`` or leave it at its default."
+    ),
+    "Torch: mixed precision computes in bfloat16, not …": (
+        "``nn.Torch`` runs ``bf16-mixed`` only: ``precision=\"bf16-mixed\"``."
+    ),
     "Dense needs positive sizes, got Dense(…, …)": (
         "``nn.Dense(n_in, n_out)`` takes the numbers of input and output features, both at least 1. Give the "
         "data's number of features as the first layer's ``n_in`` and, for the last layer, the number of "

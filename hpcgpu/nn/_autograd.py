@@ -17,8 +17,9 @@ What moves per step (host, NumPy):
 - :class:`Jax`: ``jax.jit`` copies the parameters and the micro-batch to JAX's device at the call (on the
   CPU, one copy each), and the gradient is read back without a copy, then copied into the flat buffer.
 
-Neither splits over ranks (tensor parallelism), runs under mixed precision or in a CUDA graph: those are the
-built-in layers' (the trainer refuses them for these models with one line).
+Neither splits over ranks (tensor parallelism) or runs in a CUDA graph: those are the built-in layers' (the
+trainer refuses them for these models with one line). :class:`Torch` runs ``bf16-mixed`` (``torch.autocast``);
+:class:`Jax` computes in its parameters' type.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Torch(Model):
         self.module, self.loss = module, loss
         self._threads_set = False
         self._key = None
+        self._autocast = None  # torch's 16-bit type of the forward pass under mixed precision
 
     def __repr__(self) -> str:
         return f"Torch({type(self.module).__name__})"
@@ -139,6 +141,39 @@ class Torch(Model):
 
                 out[n] = cupy.from_dlpack(b.detach())
         return out
+
+    precisions = ("bf16-mixed",)
+    """The mixed precision it takes: ``bf16-mixed`` (``torch.autocast`` to bfloat16 on float32 master weights).
+    ``16-mixed`` would need its loss scale inside autograd (``torch.amp.GradScaler``'s part): not built."""
+
+    def set_compute_dtype(self, name: str) -> None:
+        """Run the forward pass (and the loss) under ``torch.autocast`` to ``name``. Not collective.
+
+        Called by the trainer under ``precision="bf16-mixed"``: the parameters stay float32 (the trainer's
+        master weights, the optimizer's and the gradient's type), PyTorch's autocast computes the matrix
+        products in bfloat16, and the backward pass gives float32 gradients.
+
+        Parameters
+        ----------
+        name : {"bfloat16"}
+            The compute type.
+
+        Raises
+        ------
+        ValueError
+            Another type.
+        """
+        if name != "bfloat16":
+            raise ValueError(f"Torch: mixed precision computes in bfloat16, not {name}")
+        self._autocast = self._torch.bfloat16
+
+    def _autocasting(self, device):
+        """``torch.autocast`` to the compute type on ``device``'s kind, or no context without mixed precision."""
+        import contextlib
+
+        if self._autocast is None:
+            return contextlib.nullcontext()
+        return self._torch.autocast(device_type=device.type, dtype=self._autocast)
 
     def set_rng_key(self, key) -> None:
         """Seed the next micro-batch's random draws (dropout) from ``key``. Not collective.
@@ -202,8 +237,9 @@ class Torch(Model):
         self.module.train()
         xt = self._tensor(x)
         with torch.enable_grad(), self._seeded(xt.device):
-            out = torch.func.functional_call(self.module, ps, (xt,))
-            loss = self.loss(out, self._target(y, out))
+            with self._autocasting(xt.device):
+                out = torch.func.functional_call(self.module, ps, (xt,))
+                loss = self.loss(out, self._target(y, out))
             grads = torch.autograd.grad(loss, [ps[n] for n in self.names])
         return (float(loss.detach()), {n: self._array(g, x) for n, g in zip(self.names, grads, strict=True)},
                 self._array(out, x))
@@ -245,9 +281,10 @@ class Torch(Model):
         self.module.train()
         xt = self._tensor(x)
         with torch.enable_grad(), self._seeded(xt.device):
-            out = torch.func.functional_call(self.module, ps, (xt,))
-            loss = self.loss(out, self._target(y, out))
-            forward_done(float(loss.detach()), self._array(out, x))
+            with self._autocasting(xt.device):  # the backward pass outside it, as PyTorch's AMP recipe has it
+                out = torch.func.functional_call(self.module, ps, (xt,))
+                loss = self.loss(out, self._target(y, out))
+            forward_done(float(loss.detach()), self._array(out.float() if self._autocast is not None else out, x))
             loss.backward()
         for n in self.names:  # autograd kept adding into the buffer's views: the same memory
             if ps[n].grad.data_ptr() != self._tensor(grads[n]).data_ptr():
@@ -261,11 +298,12 @@ class Torch(Model):
         was = self.module.training
         self.module.eval()
         try:
-            with torch.no_grad():
-                out = torch.func.functional_call(self.module, ps, (self._tensor(x),))
+            xt = self._tensor(x)
+            with torch.no_grad(), self._autocasting(xt.device):
+                out = torch.func.functional_call(self.module, ps, (xt,))
         finally:
             self.module.train(was)
-        return self._array(out, x)
+        return self._array(out.float() if self._autocast is not None else out, x)
 
     def state_dict(self, path: str) -> dict:
         """The module's ``state_dict`` from a results file's ``/model`` (and ``/buffers``) group, by name.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import types
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -224,6 +225,8 @@ class _Own(ModelPlan):
     def __init__(self, model):
         self.model = model
         self.name = f"model {type(model).__name__}"
+        if getattr(model, "precisions", ()):  # it computes in 16 bits itself (nn.Torch: torch.autocast)
+            self.capabilities = replace(OWN, mixed_precision=True)
 
     def size(self, tensor, rank, seed):
         try:
@@ -238,8 +241,11 @@ class _Own(ModelPlan):
 
     def bind(self, xp, dtype, seed, *, task, compute_dtype=None, tensor=(1, 0), tensor_allreduce=None, grad=None,
              stats=None, params=None):
-        return FlatModel(self.model, xp, dtype, seed, task=task or "regression", grad=grad, stats=stats,
-                         params=params)
+        model = FlatModel(self.model, xp, dtype, seed, task=task or "regression", grad=grad, stats=stats,
+                          params=params)
+        if compute_dtype is not None:  # mixed precision: the model computes in 16 bits itself (its precisions)
+            self.model.set_compute_dtype(np.dtype(compute_dtype).name)
+        return model
 
 
 def plan_error(model, loss) -> Exception | None:

@@ -229,7 +229,8 @@ class Trainer:
         if model is not None:
             agree(_model_error(model, loss), comm=comm)
             plan = plan_model(model, loss)
-        agree(self._layout_error(c, plan), comm=comm)
+        err = self._layout_error(c, plan)
+        agree(None if err is None else self._in_words(err), comm=comm)
         self.groups = ProcessGroups(comm, c.tensor_parallel)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
@@ -379,6 +380,11 @@ class Trainer:
         if self.precision.compute is not None and not can.mixed_precision:
             return ValueError(f"--precision {self.precision.name}: a model of one's own ({name}) "
                               "computes in its parameters' type; mixed precision needs the built-in layers")
+        own = getattr(plan, "model", None) if plan is not None and not can.tensor_parallel else None
+        if self.precision.compute is not None and own is not None and \
+                self.precision.name not in getattr(own, "precisions", ()):
+            return ValueError(f"--precision {self.precision.name}: {name} computes "
+                              f"{', '.join(getattr(own, 'precisions', ()))} only")
         if P % T:
             return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
         hidden = list(c.hidden) if plan is None else list(plan.hidden)

@@ -228,3 +228,29 @@ def test_batchnorm_statistics_are_trained_kept_and_go_back_to_plain_pytorch(tmp_
         del f["buffers"]
     with pytest.raises(ValueError, match=r"r\.h5: no /buffers: the file holds no buffer of the model's"):
         other.load_weights(str(tmp_path / "r.h5"))
+
+
+def test_bf16_mixed_runs_the_module_under_autocast_on_float32_weights():
+    """precision="bf16-mixed" with nn.Torch: torch.autocast to bfloat16 in the forward pass, float32 master
+    weights and gradients; the losses follow the float32 run's closely but not bitwise (the products are
+    bfloat16's); "16-mixed" is one line (its loss scale would belong inside autograd)."""
+    import hpcgpu
+
+    X, y = am.data()
+
+    def module():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+    runs = {}
+    for precision in ("32-true", "bf16-mixed"):
+        t = hpcgpu.Trainer(nn.Torch(module(), torch.nn.CrossEntropyLoss(reduction="sum")), optimizer=optim.SGD(0.05),
+                           **dict(am.COMMON, dtype="float32"), precision=precision)
+        t.fit((X.astype(np.float32), y))
+        assert t.model.params.dtype == np.float32 and t.model.grad.dtype == np.float32
+        runs[precision] = t.history["train_loss"]
+    np.testing.assert_allclose(runs["bf16-mixed"], runs["32-true"], rtol=2e-2)
+    assert runs["bf16-mixed"] != runs["32-true"]
+    with pytest.raises(ValueError, match=r"^precision 16-mixed: Torch computes bf16-mixed only$"):
+        hpcgpu.Trainer(nn.Torch(module(), torch.nn.CrossEntropyLoss(reduction="sum")), optimizer=optim.SGD(0.05),
+                       **dict(am.COMMON, dtype="float32"), precision="16-mixed")

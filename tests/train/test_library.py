@@ -218,7 +218,7 @@ def test_a_model_of_ones_own_asked_for_tensor_parallelism_is_one_line_and_exit_2
     p = _mpi.run(2, [SCRIPT, "own-tp"], timeout=60)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines() == [
-        "library_fit.py: error: --tensor-parallel 2: a model of one's own (Quadratic) cannot be split over ranks; "
+        "library_fit.py: error: tensor_parallel 2: a model of one's own (Quadratic) cannot be split over ranks; "
         "tensor parallelism needs the built-in Dense layers (hpcgpu.nn.Sequential)"]
 
 
