@@ -261,7 +261,11 @@ class FlatModel(FlatParams):
                 view += g
             else:
                 view[...] = g
-        metric = self._metric(xp.asarray(outputs), y) if outputs is not None else np.nan
+        self._record(loss, outputs, y, accumulate)
+
+    def _record(self, loss, outputs, y, accumulate: bool) -> None:
+        """The micro-batch's loss sum and metric sum into :attr:`stats` (added with ``accumulate``)."""
+        metric = self._metric(self.xp.asarray(outputs), y) if outputs is not None else np.nan
         if accumulate:
             self.stats[0] += loss
             self.stats[1] += metric
@@ -327,13 +331,7 @@ class FlatModel(FlatParams):
         forward = []
 
         def forward_done(loss, outputs):
-            metric = self._metric(self.xp.asarray(outputs), y) if outputs is not None else np.nan
-            if accumulate:
-                self.stats[0] += loss
-                self.stats[1] += metric
-            else:
-                self.stats[0] = loss
-                self.stats[1] = metric
+            self._record(loss, outputs, y, accumulate)
             forward.append(True)
 
         def ready(name):
