@@ -73,7 +73,7 @@ def _loadgroup_error(config) -> str | None:
     its scheduler in the node ID (``...@group``); pytest 9.2's structured node IDs drop the suffix silently
     (pytest-xdist issue 1386, unfixed in 3.8): the tests of tests/slurm would start their shared Slurm nodes on every
     worker and the site would be built on each."""
-    if config.getvalue("dist") != "loadgroup":
+    if config.getoption("dist", default=None) != "loadgroup":  # (no such option without pytest-xdist)
         return None
     from importlib.metadata import version
 
