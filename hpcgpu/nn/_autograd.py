@@ -30,6 +30,10 @@ from ._model import Model
 
 __all__ = ["Torch", "Jax"]
 
+_RANK_THREADS: int | None = None
+"""The rank's thread count (what :func:`hpcgpu.init` gave NumPy's BLAS), taken by the first adapter of the process
+for PyTorch; 0 when unknown."""
+
 
 def _import(name: str, extra: str):
     try:
@@ -113,14 +117,17 @@ class Torch(Model):
         not PyTorch's default of every core of the node. Two pools spinning on the same cores (PyTorch's
         OpenMP threads and OpenBLAS's after the optimizer's axpy) made a step 30 times slower on 2 cores.
         """
+        global _RANK_THREADS
         if self._threads_set:
             return
         from .. import _blas
 
-        n = _blas.threads()
-        if n:
-            self._torch.set_num_threads(n)
-            _blas.set_threads(1)
+        if _RANK_THREADS is None:  # once a process: after it NumPy's BLAS runs one thread, which is not the rank's
+            _RANK_THREADS = _blas.threads() or 0
+            if _RANK_THREADS:
+                _blas.set_threads(1)
+        if _RANK_THREADS:  # every adapter alike: another thread count would sum in another order
+            self._torch.set_num_threads(_RANK_THREADS)
         self._threads_set = True
 
     def buffers(self) -> dict:
