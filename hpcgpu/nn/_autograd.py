@@ -196,7 +196,8 @@ class Torch(Model):
         """A context in which PyTorch's generators draw from the current key, put back as they were after it.
 
         The host's generator, and ``device``'s when it is a GPU; no context without a key (``check_grad``, a
-        step outside the trainer).
+        step outside the trainer). The generators are seeded directly: ``torch.manual_seed`` also queues a
+        seed for every CUDA device with a formatted stack trace each call (0.2 ms a step, measured).
         """
         import contextlib
 
@@ -204,13 +205,21 @@ class Torch(Model):
             return contextlib.nullcontext()
         torch = self._torch
         seed = int(np.random.SeedSequence(self._key).generate_state(1, np.uint64)[0] >> np.uint64(1))
-        devices = [device] if device.type == "cuda" else []
+        gens = [torch.default_generator]
+        if device.type == "cuda":
+            gens.append(torch.cuda.default_generators[device.index if device.index is not None
+                                                      else torch.cuda.current_device()])
 
         @contextlib.contextmanager
         def forked():
-            with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(seed)
+            states = [g.get_state() for g in gens]
+            try:
+                for g in gens:
+                    g.manual_seed(seed)
                 yield
+            finally:
+                for g, state in zip(gens, states, strict=True):
+                    g.set_state(state)
 
         return forked()
 
