@@ -177,6 +177,7 @@ class FlatModel(FlatParams):
         self.sizes = None
         self._checked = False
         self.into = callable(getattr(model, "loss_and_grad_into", None))
+        self._index = {k: i for i, (k, _) in enumerate(self.shapes)}  # a parameter's place, by name
 
     def spec(self) -> dict:
         """``{"model": the class's qualified name, "parameters": {name: shape}}``. Not collective."""
@@ -325,7 +326,7 @@ class FlatModel(FlatParams):
             raise ValueError(f"model {type(self.model).__name__}: a loss scale needs the built-in layers")
         if not accumulate:
             self.grad[...] = 0
-        index = {k: i for i, (k, _) in enumerate(self.shapes)}
+        index = self._index
         done = [False] * len(self.shapes)
         nxt = [len(self.shapes) - 1]
         forward = []

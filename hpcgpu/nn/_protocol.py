@@ -130,6 +130,9 @@ class ModelPlan(ABC):
         Hidden widths where the model is a stack of layers (``[]`` otherwise).
     stats : tuple of str
         The names of its two reduced statistics (the loss sum first).
+    precisions : tuple of str or None
+        The mixed precisions it takes, where it names them (``nn.Torch``: ``("bf16-mixed",)``); None: every
+        one its capabilities allow.
     """
 
     model: Any
@@ -137,6 +140,7 @@ class ModelPlan(ABC):
     name: str
     hidden: list
     stats: tuple
+    precisions: tuple | None = None
 
     @abstractmethod
     def size(self, tensor: int, rank: int, seed: int) -> tuple[int, list | None]:
@@ -225,7 +229,8 @@ class _Own(ModelPlan):
     def __init__(self, model):
         self.model = model
         self.name = f"model {type(model).__name__}"
-        if getattr(model, "precisions", ()):  # it computes in 16 bits itself (nn.Torch: torch.autocast)
+        self.precisions = tuple(getattr(model, "precisions", ()))
+        if self.precisions:  # it computes in 16 bits itself (nn.Torch: torch.autocast)
             self.capabilities = replace(OWN, mixed_precision=True)
 
     def size(self, tensor, rank, seed):

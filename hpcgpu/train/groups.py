@@ -153,7 +153,7 @@ class ProcessGroups:
             Bcast(b, root=0, comm=self.comm)
         return bufs[0], dict(zip(names, bufs[1:], strict=True))
 
-    def share_buffers(self, buffers: dict) -> None:
+    def share_buffers(self, model) -> None:
         """Make every data-parallel rank's buffers those of data rank 0, in place. Collective over the data group.
 
         PyTorch DDP's ``broadcast_buffers``: a model's state that is not trained (BatchNorm's running
@@ -162,11 +162,13 @@ class ProcessGroups:
 
         Parameters
         ----------
-        buffers : dict of str to xp.ndarray
-            The model's buffers by name (the same names and shapes on every rank), written in place.
+        model : hpcgpu.nn.TrainModel
+            Its ``buffers()`` by name (the same names and shapes on every rank), written in place; not asked for
+            at one data-parallel rank (a step's hot path).
         """
         if self.data_parallel_size == 1:
             return
+        buffers = model.buffers()
         for name in sorted(buffers):
             Bcast(buffers[name], root=0, comm=self.data_comm)
 

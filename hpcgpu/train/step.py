@@ -123,7 +123,7 @@ class Step:
         if reduce:
             red.set("stop", 1.0 if stop else 0.0)  # before the backward pass posts the bucket that holds it
         hook = red.ready if self.overlap else None
-        self.groups.share_buffers(model.buffers())  # data rank 0's running statistics (DDP's broadcast_buffers)
+        self.groups.share_buffers(model)  # data rank 0's running statistics (DDP's broadcast_buffers)
         if self.graph is not None:  # K == 1, no hook: see graphs_plan
             self.graph.step(X, y, scale)
         elif K == 1:

@@ -380,11 +380,9 @@ class Trainer:
         if self.precision.compute is not None and not can.mixed_precision:
             return ValueError(f"--precision {self.precision.name}: a model of one's own ({name}) "
                               "computes in its parameters' type; mixed precision needs the built-in layers")
-        own = getattr(plan, "model", None) if plan is not None and not can.tensor_parallel else None
-        if self.precision.compute is not None and own is not None and \
-                self.precision.name not in getattr(own, "precisions", ()):
-            return ValueError(f"--precision {self.precision.name}: {name} computes "
-                              f"{', '.join(getattr(own, 'precisions', ()))} only")
+        allowed = plan.precisions if plan is not None else None
+        if self.precision.compute is not None and allowed is not None and self.precision.name not in allowed:
+            return ValueError(f"--precision {self.precision.name}: {name} computes {', '.join(allowed)} only")
         if P % T:
             return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
         hidden = list(c.hidden) if plan is None else list(plan.hidden)
@@ -919,7 +917,7 @@ class Trainer:
 
     def _test_metrics(self) -> dict:
         """The test split's metrics (NaN without one, or an empty one). Collective."""
-        self.groups.share_buffers(self.model.buffers())  # every rank evaluates with data rank 0's statistics
+        self.groups.share_buffers(self.model)  # every rank evaluates with data rank 0's statistics
         test = self.test_split
         if test is None or test.n_global == 0:
             return self.metrics.test_values([math.nan, math.nan], 0, math.nan)
@@ -1009,7 +1007,7 @@ class Trainer:
             source_path, source_name = path, name
             X = agree_call(lambda: HDF5Rows(path, name), catch=(ValueError, OSError), comm=comm)
         dtype = self.precision.master
-        self.groups.share_buffers(self.model.buffers())  # every rank predicts with data rank 0's statistics
+        self.groups.share_buffers(self.model)  # every rank predicts with data rank 0's statistics
         split = self._arrays((X, ZeroTargets(len(X))), "predict", sharded, 0, task="regression")
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
         agree(self._features_error(named, split.dim), comm=comm)
