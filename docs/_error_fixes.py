@@ -1057,13 +1057,6 @@ FIXES: dict[str, str] = {
         "not have: the file was written by a newer hpcgpu, or the attribute was edited. Predict with the "
         "hpcgpu version that trained the model."
     ),
-    "… does not define forward": (
-        "Raised by the base class ``hpcgpu.nn.Layer`` when a subclass does not implement ``forward``. A layer "
-        "of your own must define ``forward(params, grads, x)`` returning ``(y, backprop)``, where "
-        "``backprop(dy)`` writes its parameters' gradients into ``grads`` and returns ``dx``; with "
-        "parameters, also ``shapes()`` and ``init(seed, stream)``. The trainer runs ``Dense`` layers only: "
-        "for another computation, write a model of one's own (``init``, ``loss_and_grad``, ``predict``)."
-    ),
     "loss must be one of …, got …": (
         "``hpcgpu.nn.loss_by_name(name)`` was given a name it does not know (the command line's ``--loss`` "
         "choices catch it earlier). Use ``\"cross-entropy\"``, ``\"mse\"`` or ``\"huber\"``, or construct "

@@ -1,19 +1,10 @@
-"""Layers that carry their own backward pass: Dense, ReLU, Tanh, GELU and a sequential container.
+"""The layers of the built-in models: Dense, ReLU, Tanh, GELU, Standardize and a sequential container.
 
-There is no autograd on CuPy to depend on, so each layer's ``forward``
-returns its output and a callback that maps the output's gradient to the
-input's, writing its parameters' gradients into views it was given (Thinc's
-layers: ``thinc/layers/relu.py``, ``thinc/model.py``). A container composes
-the callbacks. Layers hold no arrays: parameters and gradients live in the
-flat buffers of whoever runs them (the trainer's), handed in as dicts of
-views, so the same layer object serves NumPy and CuPy, one rank or many.
-
-The trainer runs a :class:`Sequential` of :class:`Dense` layers through
-:class:`hpcgpu.nn.Network`, which keeps these semantics but fuses a Dense
-layer's bias and activation into one kernel on a GPU, splits layers for
-tensor parallelism, multiplies in 16 bits for mixed precision and can be
-captured in a CUDA graph; :meth:`Sequential.forward` is the plain reference
-composition, which the tests compare it with.
+A layer is a description: its parameters' names and shapes, its initializer and its spec (what a results
+file records). It holds no arrays and runs nothing: the one engine that computes a :class:`Sequential` of
+:class:`Dense` layers is :class:`hpcgpu.nn.Network` (the trainer's, on NumPy or CuPy, fused, split for tensor
+parallelism, in 16 bits under mixed precision, captured in a CUDA graph), and :func:`hpcgpu.nn.check_grad`
+checks that engine itself. This module also holds the activations' kernels the engine applies.
 """
 
 from __future__ import annotations
@@ -123,24 +114,6 @@ def activation_backward(name: str | None, out, pre, d) -> None:
         d *= g
 
 
-def _saved(name: str | None, out):
-    """What an activation's backward pass needs of its output, kept apart from it: ReLU's mask, tanh's values.
-
-    Callers may overwrite the output in place (a loss writes its gradient there).
-    """
-    if name == "relu":
-        return out > 0
-    return out.copy() if name == "tanh" else None
-
-
-def _back(name: str | None, saved, pre, d) -> None:
-    """:func:`activation_backward` from :func:`_saved`'s copy."""
-    if name == "relu":
-        d *= saved
-    else:
-        activation_backward(name, saved, pre, d)
-
-
 def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np.ndarray:
     """Block ``[rows, cols]`` of a ``shape`` matrix of U(-bound, bound) draws, made alone. Not collective.
 
@@ -177,12 +150,11 @@ def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np
 
 
 class Layer:
-    """The layer protocol: named parameter shapes, an initializer, and a forward pass with its backward.
+    """What a layer says of itself: its parameters' names and shapes, its output width, its initializer, its spec.
 
-    A layer holds no arrays. :meth:`forward` takes dicts of the layer's
-    parameter views and gradient views (by the names of :meth:`shapes`) and
-    returns ``(y, backprop)``; ``backprop(dy)`` returns ``dx`` and writes
-    (overwrites) the parameters' gradients into the gradient views.
+    A layer holds no arrays and computes nothing: :class:`hpcgpu.nn.Network` runs a :class:`Sequential` of
+    :class:`Dense` layers. For another computation, write a model of one's own (:class:`hpcgpu.nn.Model`) or
+    wrap a PyTorch module or JAX function (:class:`hpcgpu.nn.Torch`, :class:`hpcgpu.nn.Jax`).
     """
 
     def shapes(self) -> list:
@@ -204,10 +176,6 @@ class Layer:
         """
         return {}
 
-    def forward(self, params: dict, grads: dict, x):
-        """``(y, backprop)`` of a batch ``x`` (n, n_in); ``backprop(dy) -> dx``. Not collective."""
-        raise NotImplementedError(f"{type(self).__name__} does not define forward")
-
     def spec(self) -> dict:
         """The layer as a JSON-able dict (results files record the model; :func:`from_spec` rebuilds it)."""
         return {"type": type(self).__name__}
@@ -217,19 +185,6 @@ class Activation(Layer):
     """An elementwise activation layer (its ``name`` says which); no parameters."""
 
     name: str | None = None
-
-    def forward(self, params, grads, x):
-        """``(act(x), backprop)``; no parameters. Not collective."""
-        y = x.copy()
-        pre = activation_forward(self.name, y, keep_input=True)
-        saved = _saved(self.name, y)
-
-        def backprop(dy):
-            dx = dy.copy()
-            _back(self.name, saved, pre, dx)
-            return dx
-
-        return y, backprop
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -301,34 +256,6 @@ class Dense(Layer):
         shape = (self.n_in, self.n_out_)
         w = uniform_block(seed, stream, shape, (0, self.n_in), (0, self.n_out_), math.sqrt(6.0 / self.n_in))
         return {"weight": w, "bias": np.zeros(self.n_out_)}
-
-    def forward(self, params: dict, grads: dict, x):
-        """``(act(x @ W + b), backprop)``; ``backprop(dy)`` writes ``grads["weight"]``, ``grads["bias"]``.
-
-        Parameters
-        ----------
-        params, grads : dict
-            ``weight`` (n_in, n_out) and ``bias`` (n_out,) views.
-        x : xp.ndarray, shape (n, n_in)
-
-        Returns
-        -------
-        (xp.ndarray of shape (n, n_out), callable)
-        """
-        w, b = params["weight"], params["bias"]
-        y = x @ w
-        y += b
-        pre = activation_forward(self.activation, y, keep_input=True)
-        saved = _saved(self.activation, y)
-
-        def backprop(dy):
-            dz = dy.copy()
-            _back(self.activation, saved, pre, dz)
-            grads["weight"][...] = x.T @ dz
-            dz.sum(axis=0, out=grads["bias"])
-            return dz @ w.T
-
-        return y, backprop
 
     def spec(self) -> dict:
         """``{"type": "Dense", "n_in", "n_out", "activation"}``."""
@@ -403,26 +330,6 @@ class Standardize(Layer):
         if self.adapted and self.mean.size != n_in:
             raise agreed(ValueError(f"Standardize of {self.mean.size} features before a layer of {n_in} inputs"))
         return n_in
-
-    def forward(self, params: dict, grads: dict, x):
-        """``((x - mean) / std, backprop)``, ``backprop(dy) = dy / std``.
-
-        Parameters
-        ----------
-        params, grads : dict
-            Empty: nothing is trained.
-        x : xp.ndarray, shape (n, D)
-
-        Returns
-        -------
-        (xp.ndarray of shape (n, D), callable)
-        """
-        if not self.adapted:
-            raise agreed(ValueError("Standardize has no statistics yet: fit the model first (the trainer computes "
-                                    "them from the training rows), or give mean and std"))
-        xp = _xp(x)
-        mean, std = xp.asarray(self.mean, dtype=x.dtype), xp.asarray(self.std, dtype=x.dtype)
-        return (x - mean) / std, (lambda dy: dy / std)
 
     def spec(self) -> dict:
         """``{"type": "Standardize", "mean": [...], "std": [...]}`` (None before the statistics are known)."""
@@ -526,33 +433,6 @@ class Sequential(Layer):
         for i, (p, lay) in enumerate((p, lay) for p, lay in self.named() if lay.shapes()):
             out.update({f"{p}.{n}": v for n, v in lay.init(seed, i).items()})
         return out
-
-    def forward(self, params: dict, grads: dict, x):
-        """The composition of the layers' forward passes, and of their backward passes in reverse.
-
-        Parameters
-        ----------
-        params, grads : dict
-            Views by the names of :meth:`shapes`.
-        x : xp.ndarray, shape (n, n_in)
-
-        Returns
-        -------
-        (xp.ndarray of shape (n, n_out), callable)
-        """
-        backs = []
-        for p, lay in self.named():
-            mine = {n: params[f"{p}.{n}"] for n, _ in lay.shapes()}
-            gmine = {n: grads[f"{p}.{n}"] for n, _ in lay.shapes()}
-            x, back = lay.forward(mine, gmine, x)
-            backs.append(back)
-
-        def backprop(dy):
-            for back in reversed(backs):
-                dy = back(dy)
-            return dy
-
-        return x, backprop
 
     def spec(self) -> dict:
         """``{"type": "Sequential", "layers": [each layer's spec]}``."""

@@ -308,9 +308,9 @@ def plan_model(model, loss=None) -> ModelPlan:
 def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
     """A model's initial parameters and its loss and gradient, in float64 on the host, for a gradient check.
 
-    Not collective. For the built-in layers the layers' own forward and backward passes (each layer's
-    ``forward`` returns its backward callback), so :func:`hpcgpu.nn.check_grad` checks the layers
-    against finite differences; for a model of one's own, its ``init`` and ``loss_and_grad``.
+    Not collective. For the built-in layers the engine the trainer runs (:class:`~hpcgpu.nn.Network`,
+    bound in float64 on NumPy), so :func:`hpcgpu.nn.check_grad` checks the code that trains against finite
+    differences; for a model of one's own, its ``init`` and ``loss_and_grad``.
 
     Parameters
     ----------
@@ -327,21 +327,22 @@ def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
     Raises
     ------
     ValueError
-        A Sequential without its loss.
+        A Sequential without its loss, or with layers the trainer does not run.
     """
     if isinstance(model, Sequential):
         if loss is None:
             raise ValueError("check_grad of a Sequential needs its loss")
-        net = model
+        net = Network(model, loss, xp=np, dtype="float64", seed=seed)
+        names = [name for name, _ in net.shapes]
+        weights, grads = net._views(net.params), net._views(net.grad)
 
         def loss_and_grad(p, xb, yb):
-            grads = {k: np.zeros_like(v) for k, v in p.items()}
-            out, back = net.forward(p, grads, xb.copy())
-            slots = np.zeros(2)
-            back(loss.terms(out, yb, slots))
-            return slots[0], grads
+            for name in names:
+                weights[name][...] = p[name]
+            net.loss_and_grad(np.array(xb, dtype=np.float64), np.asarray(yb))
+            return float(net.stats[0]), {name: grads[name].copy() for name in names}
 
-        return {k: np.asarray(v, np.float64) for k, v in net.init(seed).items()}, loss_and_grad
+        return {name: weights[name].copy() for name in names}, loss_and_grad
     return ({k: np.asarray(v, np.float64) for k, v in model.init(np.random.default_rng(seed)).items()},
             model.loss_and_grad)
 
