@@ -997,11 +997,6 @@ FIXES: dict[str, str] = {
         "``nn.Standardize`` standardizes the model's inputs: put it first, ``Sequential(Standardize(), "
         "Dense(D, ...), ...)``."
     ),
-    "Standardize has no statistics yet: fit the model first (the trainer computes them from the training rows), "
-    "or give mean and std": (
-        "An ``nn.Standardize()`` without statistics gets them at the model's first ``fit``; before it (a "
-        "gradient check, a forward pass of the layers alone) give ``Standardize(mean, std)``."
-    ),
     "--precision …: … computes … only": (
         "The model takes only the mixed precision it names: ``nn.Torch`` runs ``bf16-mixed`` (``torch.autocast`` "
         "to bfloat16 on float32 weights); ``16-mixed`` needs a loss scale inside autograd, not built. Use "
@@ -1636,6 +1631,14 @@ FIXES: dict[str, str] = {
     "module 'hpcgpu' has no attribute …": (
         "The name is not part of hpcgpu (a typo, or a name of another version). ``dir(hpcgpu)`` lists the names, "
         "the trainer's and the task farm's among them (they are imported on first use)."
+    ),
+    "module 'hpcgpu.train' has no attribute …": (
+        "The name is not part of ``hpcgpu.train`` (a typo, or a name of another version). ``dir(hpcgpu.train)`` "
+        "lists its names (each is imported on first use)."
+    ),
+    "module 'hpcgpu.tasks' has no attribute …": (
+        "The name is not part of ``hpcgpu.tasks`` (a typo, or a name of another version). ``dir(hpcgpu.tasks)`` "
+        "lists its names (each is imported on first use)."
     ),
     (
         "hpcgpu: stall: … (…) has waited … s (stall timeout … s); ranks … have not arrived, ranks … are "

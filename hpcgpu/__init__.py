@@ -16,11 +16,7 @@ Importing hpcgpu chooses a GPU from the launcher's node-local rank before
 it before ``mpi4py.MPI`` on a CUDA-aware MPI. ``HPCGPU_DEVICE=cpu`` skips that.
 """
 
-from . import _early
-
-_early.catch()  # the trainer's command line only: a stop signal during start-up is kept, not fatal
-
-from . import _yield  # noqa: E402
+from . import _yield
 
 _yield.when_oversubscribed()  # MPICH reads it at MPI_Init: more ranks than cores wait without spinning
 
@@ -29,32 +25,40 @@ from . import _device  # noqa: E402
 _device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
 
 from ._version import __version__  # noqa: E402
-from .comm import Allgather, Allreduce, Bcast, Iallreduce, Ibcast  # noqa: E402
-from .distmatrix import DistMatrix  # noqa: E402
-from .errors import AgreedError, agree, agreed  # noqa: E402
-from ._cli import run as run_guarded  # noqa: E402
-from .grid import ProcessGrid, default_grid  # noqa: E402
-from .runtime import Runtime, current_runtime, detect_cuda_aware, get_runtime, init  # noqa: E402
-from .summa import matmul  # noqa: E402
 
-# The trainer and the task farm load on first use (PEP 562): a code that multiplies matrices does not pay for
-# them. hpcgpu.Trainer, hpcgpu.nn, hpcgpu.tasks.map... work as if imported here.
-_LAZY = {"MLP": ("hpcgpu.nn", "MLP"), "SGD": ("hpcgpu.optim", "SGD"), "LRSchedule": ("hpcgpu.optim", "LRSchedule"),
+# Every name loads on first use (PEP 562): importing hpcgpu initializes no MPI (a program's __main__ records stop
+# signals first: hpcgpu._early), and a code that multiplies matrices does not pay for the trainer or the task farm.
+# hpcgpu.Trainer, hpcgpu.nn, hpcgpu.tasks.map... work as if imported here.
+_LAZY = {"Allgather": ("hpcgpu.comm", "Allgather"), "Allreduce": ("hpcgpu.comm", "Allreduce"),
+         "Bcast": ("hpcgpu.comm", "Bcast"), "Iallreduce": ("hpcgpu.comm", "Iallreduce"),
+         "Ibcast": ("hpcgpu.comm", "Ibcast"), "DistMatrix": ("hpcgpu.distmatrix", "DistMatrix"),
+         "AgreedError": ("hpcgpu.errors", "AgreedError"), "agree": ("hpcgpu.errors", "agree"),
+         "agreed": ("hpcgpu.errors", "agreed"), "run_guarded": ("hpcgpu._cli", "run"),
+         "ProcessGrid": ("hpcgpu.grid", "ProcessGrid"), "default_grid": ("hpcgpu.grid", "default_grid"),
+         "Runtime": ("hpcgpu.runtime", "Runtime"), "current_runtime": ("hpcgpu.runtime", "current_runtime"),
+         "detect_cuda_aware": ("hpcgpu.runtime", "detect_cuda_aware"), "get_runtime": ("hpcgpu.runtime", "get_runtime"),
+         "init": ("hpcgpu.runtime", "init"), "matmul": ("hpcgpu.summa", "matmul"),
+         "MLP": ("hpcgpu.nn", "MLP"), "SGD": ("hpcgpu.optim", "SGD"), "LRSchedule": ("hpcgpu.optim", "LRSchedule"),
          "TrainConfig": ("hpcgpu.train", "TrainConfig"), "Trainer": ("hpcgpu.train", "Trainer"),
          "load_model": ("hpcgpu.train", "load_model"),
-         "nn": ("hpcgpu.nn", None), "optim": ("hpcgpu.optim", None), "train": ("hpcgpu.train", None),
-         "tasks": ("hpcgpu.tasks", None)}
+         "comm": ("hpcgpu.comm", None), "errors": ("hpcgpu.errors", None), "io": ("hpcgpu.io", None),
+         "runtime": ("hpcgpu.runtime", None), "nn": ("hpcgpu.nn", None), "optim": ("hpcgpu.optim", None),
+         "train": ("hpcgpu.train", None), "tasks": ("hpcgpu.tasks", None)}
 
 
 def __getattr__(name: str):
-    """The trainer's and the task farm's names, imported on first use."""
+    """The package's names and submodules, imported on first use."""
     import importlib
+    import importlib.util
 
-    if name not in _LAZY:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = importlib.import_module(module)
+        value = value if attr is None else getattr(value, attr)
+    elif not name.startswith("__") and importlib.util.find_spec(f"hpcgpu.{name}") is not None:
+        value = importlib.import_module(f"hpcgpu.{name}")  # hpcgpu.grid, hpcgpu.summa... as an import left them
+    else:
         raise AttributeError(f"module 'hpcgpu' has no attribute {name!r}")
-    module, attr = _LAZY[name]
-    value = importlib.import_module(module)
-    value = value if attr is None else getattr(value, attr)
     globals()[name] = value
     return value
 

@@ -11,6 +11,11 @@ is ``python -m hpcgpu.train``.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the program: stop signals are recorded from here on, before MPI_Init (hpcgpu._early)
+    from . import _early
+
+    _early.catch("hpcgpu")
+
 import argparse
 
 import numpy as np

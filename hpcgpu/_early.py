@@ -6,10 +6,12 @@ before ``hpcgpu._stop.StopRequest`` installs its handlers; a SIGTERM,
 SIGUSR1 or SIGINT then (a preemption, Slurm's warning signal to a job that
 just started, a Ctrl-C) would end the process with no word or a traceback,
 and a job script waiting for exit 3 would not requeue. So the first thing
-``import hpcgpu`` does, in those programs only, is to record those signals;
-the stop request takes the record over, and the run stops at its first safe
-point, with its checkpoint and the usual line. A library import changes no
-signal handler.
+each program's ``__main__`` does, before any import that initializes MPI, is
+:func:`catch`: it records those signals; the stop request takes the record
+over, and the run stops at its first safe point, with its checkpoint and the
+usual line. ``import hpcgpu`` itself changes no signal handler and reads no
+command line (its packages load their names on first use, so nothing
+initializes MPI before a program's ``__main__`` runs).
 """
 
 from __future__ import annotations
@@ -17,37 +19,44 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+import time
 
-__all__ = ["catch", "received", "received_all", "release"]
+__all__ = ["catch", "end_now", "received", "received_all", "release"]
+
+EXIT_INTERRUPTED = 130
+"""The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
-PROGRAMS = ("hpcgpu", "hpcgpu.train", "hpcgpu.tasks")
 _received: list[str] = []
 _installed: dict = {}
-
-
-def _is_program() -> bool:
-    """Whether this process is one of hpcgpu's command lines (``python -m hpcgpu[.train|.tasks]``, ``hpcgpu-train``)."""
-    argv = getattr(sys, "orig_argv", None) or []
-    if any(a == "-m" and b in PROGRAMS for a, b in zip(argv, argv[1:], strict=False)):
-        return True
-    return bool(argv) and any(os.path.basename(a) == "hpcgpu-train" for a in argv[1:3])
+_prog = "hpcgpu"
+_ENDING = threading.Lock()
 
 
 def _record(signum, frame) -> None:
     name = signal.Signals(signum).name
     if name == "SIGINT" and name in _received:  # Ctrl-C twice while starting: end now, as the stop policy does
-        os._exit(130)
+        end_now(_prog)
     if name not in _received:
         _received.append(name)
 
 
-def catch() -> None:
-    """In hpcgpu's command lines only: record SIGTERM, SIGUSR1 and SIGINT instead of dying (main thread only)."""
-    import threading
+def catch(prog: str) -> None:
+    """Record SIGTERM, SIGUSR1 and SIGINT instead of dying (main thread only); a signal with a handler is left.
 
-    if not _is_program() or threading.current_thread() is not threading.main_thread():
+    Called by hpcgpu's programs first (their ``__main__``, and ``hpcgpu._scripts`` for the console script
+    ``hpcgpu-train``), never by an import.
+
+    Parameters
+    ----------
+    prog : str
+        The program's name, as its lines begin (``"hpcgpu.train"``).
+    """
+    global _prog
+    if threading.current_thread() is not threading.main_thread():
         return
+    _prog = prog
     for name in SIGNALS:
         sig = getattr(signal, name)
         if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
@@ -71,3 +80,47 @@ def release() -> None:
     _installed.clear()
     if _received:
         signal.raise_signal(getattr(signal, _received[0]))
+
+
+
+def world_rank() -> int:
+    """This process's rank in the job, without initializing MPI (a signal may come before MPI_Init)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            return mpi.COMM_WORLD.Get_rank()
+    except Exception:  # noqa: BLE001 - a signal handler must not raise
+        pass
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def end_now(prog: str) -> None:
+    """A second SIGINT: one line from rank 0, then this process ends with :data:`EXIT_INTERRUPTED`.
+
+    Every rank got the signal (the launcher forwards a Ctrl-C to all). Rank 0 writes the line and goes; the
+    others give it the first turn, since a launcher ends the whole job as soon as any rank exits non-zero, and
+    under load a rank 0 not yet scheduled was killed before its line (two suites at once found it, with 2 s
+    given). Bounded: a rank 0 that is gone or stuck costs the others 6 s; where the launcher ends the job when
+    rank 0 exits (Hydra, Open MPI), they go with it at once.
+
+    Parameters
+    ----------
+    prog : str
+        The program's name, which begins the line.
+    """
+    if not _ENDING.acquire(blocking=False):  # the watcher and the handler both saw it: one line
+        while True:
+            time.sleep(1)
+    if world_rank() == 0:
+        line = f"{prog}: second SIGINT: ending the job now, without saving (exit {EXIT_INTERRUPTED})\n"
+        try:
+            os.write(2, line.encode("utf-8", "replace"))
+        except OSError:
+            pass
+        time.sleep(0.2)  # let the launcher pass the line on before the job goes
+    else:
+        time.sleep(6.0)
+    os._exit(EXIT_INTERRUPTED)

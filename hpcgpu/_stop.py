@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -25,23 +24,7 @@ __all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED"]
 
 EXIT_STOPPED = 3
 """A program's exit status after a clean stop: what was done is saved; rerun with ``--resume``."""
-EXIT_INTERRUPTED = 130
-"""The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
-_ENDING = threading.Lock()
-
-
-def _world_rank() -> int:
-    """This process's rank in the job, without initializing MPI (a signal may come before MPI_Init)."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    try:
-        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-            return mpi.COMM_WORLD.Get_rank()
-    except Exception:  # noqa: BLE001 - a signal handler must not raise
-        pass
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
+from ._early import EXIT_INTERRUPTED  # noqa: E402 - 130: a second SIGINT ended the job at once
 
 
 class StopRequest:
@@ -113,23 +96,10 @@ class StopRequest:
         self.reason = self.reason or name
 
     def _end_now(self) -> None:
-        """A second SIGINT: one line from rank 0, then this process ends (every rank got the signal)."""
-        if not _ENDING.acquire(blocking=False):  # the watcher and the handler both saw it: one line
-            while True:
-                time.sleep(1)
-        if _world_rank() == 0:
-            line = f"{self.prog}: second SIGINT: ending the job now, without saving (exit {EXIT_INTERRUPTED})\n"
-            try:
-                os.write(2, line.encode("utf-8", "replace"))
-            except OSError:
-                pass
-            time.sleep(0.2)  # let the launcher pass the line on before the job goes
-        else:
-            # Rank 0 first: a launcher ends the whole job as soon as any rank exits non-zero, and under load rank 0
-            # (its handler or watcher not yet scheduled) was killed before its line, leaving none (found by two
-            # suites at once). Bounded: a rank 0 that is gone or stuck costs these ranks 2 s, no more.
-            time.sleep(2.0)
-        os._exit(EXIT_INTERRUPTED)
+        """A second SIGINT: one line from rank 0, then this process ends (:func:`hpcgpu._early.end_now`)."""
+        from . import _early
+
+        _early.end_now(self.prog)
 
     def _watch_sigints(self) -> None:
         """A thread that counts SIGINTs as they arrive, so a second one ends the job while the main thread waits.

@@ -137,6 +137,24 @@ def test_import_hpcgpu_loads_neither_the_trainer_nor_the_task_farm():
     assert p.stdout.splitlines() == ["[]", "hpcgpu.train.trainer hpcgpu.tasks Dense"]
 
 
+def test_import_hpcgpu_changes_no_signal_handler_reads_no_command_line_and_starts_no_mpi(tmp_path):
+    """Whatever the command line looks like (here a script named like the console script ``hpcgpu-train``), an
+    import of hpcgpu, hpcgpu.train and hpcgpu.tasks leaves every signal handler as it was and MPI uninitialized:
+    the programs record stop signals themselves, first thing in their ``__main__`` (hpcgpu._early)."""
+    script = tmp_path / "hpcgpu-train"
+    script.write_text("import signal, sys\n"
+                      "before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)]\n"
+                      "import hpcgpu, hpcgpu.train, hpcgpu.tasks\n"
+                      "after = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)]\n"
+                      "print(before == after, 'mpi4py.MPI' in sys.modules)\n"
+                      "hpcgpu.Allreduce, hpcgpu.tasks.map, hpcgpu.train.Trainer, hpcgpu.grid.ProcessGrid\n"
+                      "print('mpi4py.MPI' in sys.modules)\n")
+    p = subprocess.run([sys.executable, str(script), "--data", "x.h5"], capture_output=True, text=True, timeout=120,
+                       env=_mpi.environment())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "False", "True"]
+
+
 def test_import_star_of_the_task_farm_leaves_the_builtin_map():
     namespace = {}
     exec("from hpcgpu.tasks import *", namespace)

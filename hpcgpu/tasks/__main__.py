@@ -14,6 +14,11 @@ RESULTS.h5; with one rank, that rank runs them.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the program: stop signals are recorded from here on, before MPI_Init (hpcgpu._early)
+    from .. import _early
+
+    _early.catch("hpcgpu.tasks")
+
 import importlib
 import importlib.util
 import os

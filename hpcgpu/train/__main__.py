@@ -17,6 +17,11 @@ writes the predictions (logits for classification) beside them.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the program: stop signals are recorded from here on, before MPI_Init (hpcgpu._early)
+    from .. import _early
+
+    _early.catch("hpcgpu.train")
+
 
 import sys
 
