@@ -993,9 +993,24 @@ FIXES: dict[str, str] = {
     "Standardize of … features before a layer of … inputs": (
         "The statistics' length is the number of input features: the first Dense layer's ``n_in``."
     ),
-    "Standardize must be the first layer of a Sequential (the inputs' own)": (
+    "Standardize must be the first layer of a Sequential (the inputs' own), or the second after Flatten": (
         "``nn.Standardize`` standardizes the model's inputs: put it first, ``Sequential(Standardize(), "
-        "Dense(D, ...), ...)``."
+        "Dense(D, ...), ...)``, or right after ``Flatten()``."
+    ),
+    "Flatten must be the first layer of a Sequential (the samples' own)": (
+        "``nn.Flatten`` turns samples of any shape into rows as the trainer takes them in: "
+        "``Sequential(Flatten(), Dense(d1 * d2 * ..., ...), ...)``."
+    ),
+    "the model takes rows of features (n, D), got samples of shape …: put nn.Flatten() first (Keras's Flatten), "
+    "or reshape the features to (n, …)": (
+        "The built-in layers take rows of features. Features with more than one axis a sample (images) need "
+        "``nn.Flatten()`` as the first layer, and a first Dense layer of ``d1 * d2 * ...`` inputs; or pass "
+        "``X.reshape(len(X), -1)``. An HDF5 data set is rows already (``N x D``)."
+    ),
+    "model … takes samples of shape …, got …": (
+        "A model of one's own gets the trainer's rows back in the samples' shape, the one its first data had "
+        "(``fit``'s ``X.shape[1:]``); ``predict`` or ``evaluate`` was given samples of another shape. Pass them "
+        "as the model was trained on them."
     ),
     "--precision …: … computes … only": (
         "The model takes only the mixed precision it names: ``nn.Torch`` runs ``bf16-mixed`` (``torch.autocast`` "

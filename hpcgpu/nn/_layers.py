@@ -17,7 +17,7 @@ from .. import _device
 from ..errors import agreed
 
 __all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "Standardize",
-           "ACTIVATIONS", "activation_forward", "activation_backward"]
+           "Flatten", "ACTIVATIONS", "activation_forward", "activation_backward"]
 
 ACTIVATIONS = ("relu", "tanh", "gelu")
 """The activations a :class:`Dense` layer can apply to its output (``None``: linear)."""
@@ -266,6 +266,23 @@ class Dense(Layer):
         return f"Dense({self.n_in}, {self.n_out_}{act})"
 
 
+class Flatten(Layer):
+    """Samples of any shape as rows of features: ``(n, d1, d2, ...)`` to ``(n, d1 * d2 * ...)`` (Keras's ``Flatten``).
+
+    The first layer of a :class:`Sequential`, for features given as arrays of more than two axes (images, say):
+    the trainer takes them as rows (a view, C order), so the Dense layer after it has ``d1 * d2 * ...`` inputs.
+    Without it, such features are one line naming the shape. Nothing is trained; in-memory arrays only (an
+    HDF5 data set is rows: ``N x D``).
+    """
+
+    def spec(self) -> dict:
+        """``{"type": "Flatten"}``."""
+        return {"type": "Flatten"}
+
+    def __repr__(self):
+        return "Flatten()"
+
+
 class Standardize(Layer):
     """The inputs' standardization ``(x - mean) / std`` per feature, part of the model (Keras's ``Normalization``).
 
@@ -340,6 +357,17 @@ class Standardize(Layer):
         return f"Standardize({'' if self.adapted else 'not adapted'}{self.mean.size if self.adapted else ''})"
 
 
+def _check_order(layers) -> None:
+    """Flatten first, Standardize first or right after it: the layers that act on the samples as given."""
+    lead = 1 if isinstance(layers[0], Flatten) else 0
+    for i, lay in enumerate(layers):
+        if isinstance(lay, Flatten) and i != 0:
+            raise agreed(ValueError("Flatten must be the first layer of a Sequential (the samples' own)"))
+        if isinstance(lay, Standardize) and i != lead:
+            raise agreed(ValueError("Standardize must be the first layer of a Sequential (the inputs' own), "
+                                    "or the second after Flatten"))
+
+
 class Sequential(Layer):
     """Layers applied one after the other; an activation layer is folded into the :class:`Dense` before it.
 
@@ -357,6 +385,8 @@ class Sequential(Layer):
     sizes : list of int or None
         ``[n_in, n_out of each layer]`` when every layer is Dense (what
         :class:`hpcgpu.nn.Network` runs), else None.
+    flatten : bool
+        The first layer is :class:`Flatten`: the model takes samples of any shape.
     activations : list
         Each Dense layer's activation (``None``: linear).
 
@@ -374,9 +404,7 @@ class Sequential(Layer):
         for lay in layers:
             if not isinstance(lay, Layer):
                 raise agreed(TypeError(f"Sequential takes hpcgpu.nn layers, got {type(lay).__name__}"))
-        for i, lay in enumerate(layers):
-            if isinstance(lay, Standardize) and i != 0:
-                raise agreed(ValueError("Standardize must be the first layer of a Sequential (the inputs' own)"))
+        _check_order(layers)
         folded: list[Layer] = []
         for lay in layers:
             prev = folded[-1] if folded else None
@@ -392,8 +420,10 @@ class Sequential(Layer):
         for lay in folded:
             n = lay.n_out(n)
         self.n_in_, self.n_out_ = first.n_in, n
-        self.standardize = folded[0] if isinstance(folded[0], Standardize) else None
-        body = folded[1:] if self.standardize is not None else folded
+        self.flatten = isinstance(folded[0], Flatten)
+        rest = folded[1:] if self.flatten else folded
+        self.standardize = rest[0] if rest and isinstance(rest[0], Standardize) else None
+        body = rest[1:] if self.standardize is not None else rest
         if self.standardize is not None:
             self.standardize.n_out(first.n_in)
         dense = all(isinstance(lay, Dense) for lay in body)
@@ -465,7 +495,7 @@ def from_spec(spec: dict) -> Layer:
         return Dense(spec["n_in"], spec["n_out"], spec.get("activation"))
     if kind == "Standardize":
         return Standardize(spec.get("mean"), spec.get("std"))
-    known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU}
+    known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU, "Flatten": Flatten}
     if kind in known:
         return known[kind]()
     raise agreed(ValueError(f"unknown layer type {kind!r} in a model description"))

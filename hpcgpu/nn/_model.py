@@ -177,6 +177,7 @@ class FlatModel(FlatParams):
         self.sizes = None
         self._checked = False
         self.into = callable(getattr(model, "loss_and_grad_into", None))
+        self.sample_shape: tuple | None = None  # the samples' shape where they have more than one axis
         self._index = {k: i for i, (k, _) in enumerate(self.shapes)}  # a parameter's place, by name
 
     def spec(self) -> dict:
@@ -245,7 +246,7 @@ class FlatModel(FlatParams):
         if self.into:
             self._loss_and_grad_into(X, y, accumulate, loss_scale, on_layer)
             return
-        got = self.model.loss_and_grad(self._p, X, y)
+        got = self.model.loss_and_grad(self._p, self._samples(X), y)
         loss, grads = got[0], got[1]
         outputs = got[2] if len(got) > 2 else None
         if not self._checked:
@@ -289,6 +290,33 @@ class FlatModel(FlatParams):
         """
         get = getattr(self.model, "buffers", None)
         return dict(get()) if callable(get) else {}
+
+    def set_sample_shape(self, shape: tuple) -> None:
+        """Take the shape of one sample: the trainer's rows reach the model as ``(n, *shape)``. Not collective.
+
+        The trainer holds features as rows (``(n, D)``); a model of one's own (a convolutional
+        :class:`~hpcgpu.nn.Torch` module, say) gets each batch back in the samples' shape. Set once, by the first
+        data with more than one axis a sample; rows of the same width are taken as such samples from then on.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            One sample's shape (``X.shape[1:]``).
+
+        Raises
+        ------
+        ValueError
+            Another shape than the one taken before.
+        """
+        shape = tuple(int(s) for s in shape)
+        if self.sample_shape is not None and shape != self.sample_shape:
+            raise ValueError(f"model {type(self.model).__name__} takes samples of shape {self.sample_shape}, "
+                             f"got {shape}")
+        self.sample_shape = shape
+
+    def _samples(self, X):
+        """``X``'s rows in the samples' shape (a view), where the samples have one."""
+        return X if self.sample_shape is None else X.reshape(X.shape[0], *self.sample_shape)
 
     def adapt_inputs(self, X, comm) -> None:
         """Nothing: a model of one's own standardizes its inputs itself, if it does. Not collective.
@@ -344,7 +372,7 @@ class FlatModel(FlatParams):
                     on_layer(nxt[0])
                 nxt[0] -= 1
 
-        self.model.loss_and_grad_into(self._p, self._g, X, y, forward_done, ready)
+        self.model.loss_and_grad_into(self._p, self._g, self._samples(X), y, forward_done, ready)
         if not forward:
             raise RuntimeError(f"model {type(self.model).__name__}: loss_and_grad_into never called forward_done")
         for k, _ in self.shapes[: nxt[0] + 1][::-1]:  # parameters the loss does not reach: zero, final now
@@ -388,7 +416,7 @@ class FlatModel(FlatParams):
         xp = self.xp
         parts = []
         for s in range(0, X.shape[0], chunk):
-            out = xp.asarray(self.model.predict(self._p, X[s : s + chunk]))
+            out = xp.asarray(self.model.predict(self._p, self._samples(X[s : s + chunk])))
             parts.append(out.reshape(out.shape[0], -1) if out.ndim != 2 else out)
         if not parts:
             return xp.zeros((0, 1), dtype=self.dtype)
@@ -413,6 +441,6 @@ class FlatModel(FlatParams):
         tot = xp.zeros(2, dtype=np.float64)
         for s in range(0, X.shape[0], chunk):
             xs, ys = X[s : s + chunk], y[s : s + chunk]
-            loss = self.model.loss_and_grad(self._p, xs, ys)[0]
+            loss = self.model.loss_and_grad(self._p, self._samples(xs), ys)[0]
             tot += xp.asarray([float(loss), float(self._metric(self.predict(xs, chunk), ys))])
         return tot

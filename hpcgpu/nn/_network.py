@@ -535,6 +535,24 @@ class Network(FlatParams):
             self._shift = self.xp.asarray(std.mean, dtype=self.dtype)
             self._std = self.xp.asarray(std.std, dtype=self.dtype)
 
+    def set_sample_shape(self, shape: tuple) -> None:
+        """Accept samples of ``shape`` where the first layer is :class:`~hpcgpu.nn.Flatten`. Not collective.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            One sample's shape (``X.shape[1:]``), of more than one axis.
+
+        Raises
+        ------
+        ValueError
+            The model takes rows of features (no Flatten first).
+        """
+        if len(shape) > 1 and not getattr(self.net, "flatten", False):
+            raise ValueError(f"the model takes rows of features (n, D), got samples of shape {tuple(shape)}: put "
+                             f"nn.Flatten() first (Keras's Flatten), or reshape the features to (n, "
+                             f"{math.prod(shape)})")
+
     def adapt_inputs(self, X, comm) -> None:
         """A leading Standardize's statistics from the training rows, if it has none. Collective over ``comm``.
 

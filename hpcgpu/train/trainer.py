@@ -449,9 +449,26 @@ class Trainer:
         if not (isinstance(data, (tuple, list)) and len(data) == 2):
             err = TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}")
         agree(err, comm=self.rt.comm)
-        return agree_call(lambda: from_arrays(data[0], data[1], dcomm, sharded=sharded, dtype=dtype, task=task,
+        X = self._rows(data[0])
+        return agree_call(lambda: from_arrays(X, data[1], dcomm, sharded=sharded, dtype=dtype, task=task,
                                               what=what, min_rows=required_rows),
                           catch=(AgreedError,), comm=self.rt.comm)
+
+    def _rows(self, X):
+        """Features of samples with more than one axis (images) as rows ``(n, prod(sample))``. Collective.
+
+        The model is told the samples' shape first (``set_sample_shape``); other features are left as they are.
+        """
+        shape = getattr(X, "shape", None)
+        multi = shape is not None and len(shape) > 2
+        err = None
+        if multi:
+            try:
+                self.model.set_sample_shape(tuple(shape[1:]))
+            except ValueError as e:
+                err = e
+        agree(err, comm=self.rt.comm)
+        return np.asarray(X).reshape(shape[0], -1) if multi else X
 
     def _set_data(self, train: Split, test: Split | None, where: str) -> None:
         """The data's checks against the model and the batch, the sampler, the step. Collective."""

@@ -254,3 +254,29 @@ def test_bf16_mixed_runs_the_module_under_autocast_on_float32_weights():
     with pytest.raises(ValueError, match=r"^precision 16-mixed: Torch computes bf16-mixed only$"):
         hpcgpu.Trainer(nn.Torch(module(), torch.nn.CrossEntropyLoss(reduction="sum")), optimizer=optim.SGD(0.05),
                        **dict(am.COMMON, dtype="float32"), precision="16-mixed")
+
+
+def test_a_convolutional_module_takes_the_images_as_given():
+    """Images (n, 1, 8, 8) reach a PyTorch module with a Conv2d in that shape, batch by batch: the trainer holds
+    them as rows and gives each batch back in the samples' shape; it learns digits, and predicts in input order
+    what the module itself gives."""
+    import hpcgpu
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    images = (X[:400] / 16.0).reshape(-1, 1, 8, 8)
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                 torch.nn.Linear(4 * 6 * 6, 10)).double()
+    t = hpcgpu.Trainer(nn.Torch(module, loss=torch.nn.CrossEntropyLoss(reduction="sum")), optimizer=optim.Adam(lr=1e-2),
+                       batch_size=32, epochs=4, seed=1, dtype="float64", progress="none")
+    t.fit((images, y[:400]))
+    assert t.history["train_loss"][-1] < 0.5 * t.history["train_loss"][0]
+    assert t.history["train_accuracy"][-1] > 0.8
+    got = t.predict(images[:50])
+    with torch.no_grad():
+        want = torch.func.functional_call(module, {k: torch.from_numpy(asnumpy(v)) for k, v in t.params.items()},
+                                          (torch.from_numpy(images[:50]),)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"takes samples of shape \(1, 8, 8\), got \(64,\)"):
+        t.model.set_sample_shape((64,))

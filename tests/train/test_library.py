@@ -731,3 +731,38 @@ def test_standardize_takes_the_training_rows_statistics_and_travels_with_the_mod
     np.testing.assert_array_equal(back.predict(X[250:]), t.predict(X[250:]))
     with pytest.raises(ValueError, match="Standardize must be the first layer"):
         nn.Sequential(nn.Dense(6, 4), nn.Standardize())
+
+
+def test_flatten_takes_samples_of_any_shape_as_the_rows_they_hold(tmp_path):
+    """Features given as 8 x 8 images train through nn.Flatten() as the same 64 features given as rows (the same
+    bits); the flattened model saves, loads and predicts images; without Flatten, images are one line naming the
+    shape and the cure; Flatten anywhere but first is refused."""
+    import hpcgpu
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300] / 16.0, y[:300]
+    images = X.reshape(-1, 8, 8)
+
+    def trainer(net, out=None):
+        return hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), optim.Adam(lr=1e-2), batch_size=32, epochs=2, seed=5,
+                              dtype="float64", progress="none", out=out)
+
+    rows = trainer(nn.Sequential(nn.Dense(64, 16, "relu"), nn.Dense(16, 10)))
+    rows.fit((X, y))
+    flat = trainer(nn.Sequential(nn.Flatten(), nn.Dense(64, 16, "relu"), nn.Dense(16, 10)), str(tmp_path / "f.h5"))
+    flat.fit((images, y), validation=(images[:50], y[:50]))
+    for k, v in rows.params.items():
+        np.testing.assert_array_equal(asnumpy(flat.params[k]), asnumpy(v), err_msg=k)
+    np.testing.assert_array_equal(flat.predict(images), rows.predict(X))
+    assert flat.evaluate((images, y))["accuracy"] == rows.evaluate((X, y))["accuracy"]
+    flat.save_results()
+    back = hpcgpu.load_model(str(tmp_path / "f.h5"))
+    assert back.model.net.flatten
+    np.testing.assert_array_equal(back.predict(images), flat.predict(images))
+    with pytest.raises(ValueError, match=r"samples of shape \(8, 8\): put nn.Flatten\(\) first .* \(n, 64\)"):
+        trainer(nn.Sequential(nn.Dense(64, 10))).fit((images, y))
+    with pytest.raises(ValueError, match="Flatten must be the first layer"):
+        nn.Sequential(nn.Dense(64, 10), nn.Flatten())
+    std = nn.Sequential(nn.Flatten(), nn.Standardize(), nn.Dense(64, 10))  # Standardize right after Flatten
+    assert std.flatten and std.standardize is not None and std.sizes == [64, 10]
