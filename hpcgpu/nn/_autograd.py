@@ -394,15 +394,53 @@ class Jax(Model):
             raise TypeError("Jax: params has no leaves (arrays)")
         self.names = [_path_name(path) for path, _ in leaves]
         self._init = {n: np.array(leaf) for n, (_, leaf) in zip(self.names, leaves, strict=True)}
-        treedef = self._treedef
+        self.apply, self._loss = apply, loss
+        self._compile(None)
+
+    def _compile(self, compute) -> None:
+        """The jitted value-and-gradient and prediction; with ``compute`` (a 16-bit type), under its policy."""
+        jax, treedef, apply, loss = self._jax, self._treedef, self.apply, self._loss
+
+        def forward(flat, x):
+            if compute is None:
+                return apply(jax.tree_util.tree_unflatten(treedef, flat), x)
+            # jmp's mixed policy: the float32 parameters and the inputs cast to the compute type for the
+            # function, its outputs back to float32 for the loss; the gradient flows back through the casts.
+            params = jax.tree_util.tree_unflatten(treedef, [p.astype(compute) for p in flat])
+            out = apply(params, x.astype(compute) if x.dtype.kind == "f" else x)
+            return out.astype(flat[0].dtype)
 
         def objective(flat, x, y):
-            out = apply(jax.tree_util.tree_unflatten(treedef, flat), x)
+            out = forward(flat, x)
             return loss(out, y), out
 
-        self.apply = apply
         self._value_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
-        self._predict = jax.jit(lambda flat, x: apply(jax.tree_util.tree_unflatten(treedef, flat), x))
+        self._predict = jax.jit(forward)
+
+    precisions = ("bf16-mixed",)
+    """The mixed precision it takes: ``bf16-mixed`` (the function in bfloat16 on float32 master weights, as
+    jmp's mixed policy: parameters and inputs cast at the call, outputs back to float32 for the loss)."""
+
+    def set_compute_dtype(self, name: str) -> None:
+        """Compute the function in ``name`` on the float32 parameters (jmp's mixed policy). Not collective.
+
+        Called by the trainer under ``precision="bf16-mixed"``: the parameters stay float32 (the trainer's
+        master weights), ``apply`` gets them and the inputs cast to bfloat16, its outputs are cast back to
+        float32 for the loss, and the gradient (through the casts) is float32.
+
+        Parameters
+        ----------
+        name : {"bfloat16"}
+            The compute type.
+
+        Raises
+        ------
+        ValueError
+            Another type.
+        """
+        if name != "bfloat16":
+            raise ValueError(f"Jax: mixed precision computes in bfloat16, not {name}")
+        self._compile(self._jax.numpy.bfloat16)
 
     def __repr__(self) -> str:
         return f"Jax({getattr(self.apply, '__name__', 'apply')})"

@@ -280,3 +280,32 @@ def test_a_convolutional_module_takes_the_images_as_given():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match=r"takes samples of shape \(1, 8, 8\), got \(64,\)"):
         t.model.set_sample_shape((64,))
+
+
+def test_bf16_mixed_runs_a_jax_function_in_bfloat16_on_float32_weights():
+    """precision="bf16-mixed" with nn.Jax: the function gets bfloat16 parameters and inputs (jmp's mixed policy),
+    the loss and the gradient are float32; the losses follow the float32 run's closely, not bitwise; 16-mixed is
+    one line."""
+    import hpcgpu
+
+    X, y = am.data()
+    runs = {}
+    for precision in ("32-true", "bf16-mixed"):
+        t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(0.05), **dict(am.COMMON, dtype="float32"),
+                           precision=precision)
+        t.fit((X.astype(np.float32), y))
+        assert t.model.params.dtype == np.float32 and t.model.grad.dtype == np.float32
+        runs[precision] = t.history["train_loss"]
+    np.testing.assert_allclose(runs["bf16-mixed"], runs["32-true"], rtol=2e-2)
+    assert runs["bf16-mixed"] != runs["32-true"]
+    seen = []
+    model = am.model("jax")
+    apply = model.apply
+    model.apply = lambda p, x: (seen.append((p["fc0"]["w"].dtype, x.dtype)), apply(p, x))[1]
+    model._compile(None)
+    model.set_compute_dtype("bfloat16")
+    model.predict({k: v.astype(np.float32) for k, v in model.init(None).items()}, X[:4].astype(np.float32))
+    assert [(str(a), str(b)) for a, b in seen] == [("bfloat16", "bfloat16")]
+    with pytest.raises(ValueError, match=r"^precision 16-mixed: Jax computes bf16-mixed only$"):
+        hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(0.05), **dict(am.COMMON, dtype="float32"),
+                       precision="16-mixed")
