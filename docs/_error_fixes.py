@@ -1020,6 +1020,9 @@ FIXES: dict[str, str] = {
     "Torch: mixed precision computes in bfloat16, not …": (
         "``nn.Torch`` runs ``bf16-mixed`` only: ``precision=\"bf16-mixed\"``."
     ),
+    "Jax: mixed precision computes in bfloat16, not …": (
+        "``nn.Jax`` runs ``bf16-mixed`` only: ``precision=\"bf16-mixed\"``."
+    ),
     "Dense needs positive sizes, got Dense(…, …)": (
         "``nn.Dense(n_in, n_out)`` takes the numbers of input and output features, both at least 1. Give the "
         "data's number of features as the first layer's ``n_in`` and, for the last layer, the number of "
