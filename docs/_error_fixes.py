@@ -997,6 +997,25 @@ FIXES: dict[str, str] = {
         "``nn.Standardize`` standardizes the model's inputs: put it first, ``Sequential(Standardize(), "
         "Dense(D, ...), ...)``, or right after ``Flatten()``."
     ),
+    "'Trainer' object has no attribute …": (
+        "The name is not one of ``hpcgpu.Trainer``'s (a typo, or a name of another version): its attributes and "
+        "methods are listed in the API reference (``help(hpcgpu.Trainer)``)."
+    ),
+    "Trainer: the model takes its input features from the first fit's data (its first layer is Dense(units)): "
+    "call fit first": (
+        "A first layer written ``Dense(units)`` (Keras's way) gets its input features from the data at the first "
+        "``fit``: until then the model has no parameters to show, predict with or load into. Call ``fit`` first, "
+        "or give the widths, ``Dense(n_in, n_out)``."
+    ),
+    "…: the first Dense layer's input features are not known: give them, Dense(n_in, n_out), or let "
+    "Trainer.fit take them from the data": (
+        "``plan_model`` (or ``check_grad``, ``Network``) needs every width; a ``Trainer`` takes the first layer's "
+        "from the data at its first ``fit``, or call ``Sequential.build(n_features)``."
+    ),
+    "fit: … takes its input features from the data, which gives none: give them, Dense(n_in, n_out)": (
+        "The first fit's features have no width to take (not ``(N, D)`` arrays, or an HDF5 file without a readable "
+        "``/train/X``): give the data as rows of features, or the widths in the first layer."
+    ),
     "Flatten must be the first layer of a Sequential (the samples' own)": (
         "``nn.Flatten`` turns samples of any shape into rows as the trainer takes them in: "
         "``Sequential(Flatten(), Dense(d1 * d2 * ..., ...), ...)``."

@@ -18,7 +18,7 @@ from ._layers import (ACTIVATIONS, GELU, Activation, Dense, Flatten, Layer, ReLU
 from ._losses import LOSSES, Huber, Loss, MeanSquaredError, SoftmaxCrossEntropy, loss_by_name, loss_from_spec
 from ._model import FlatModel, Model
 from ._capabilities import Capabilities
-from ._protocol import ModelPlan, TrainModel, array_module, check_grad, plan_error, plan_model
+from ._protocol import ModelPlan, TrainModel, array_module, awaits_data, check_grad, plan_error, plan_model
 from ._network import MLP, Network, layer_plan, local_layout, relu_stack
 from ._autograd import Jax, Torch
 
@@ -26,5 +26,5 @@ __all__ = ["ACTIVATIONS", "Activation", "Dense", "Flatten", "GELU", "Layer", "Re
            "Tanh", "from_spec",
            "LOSSES", "Huber", "Loss", "MeanSquaredError", "SoftmaxCrossEntropy", "loss_by_name", "loss_from_spec",
            "FlatModel", "Model", "array_module", "check_grad", "Capabilities", "ModelPlan", "TrainModel",
-           "plan_model", "plan_error",
+           "awaits_data", "plan_model", "plan_error",
            "MLP", "Network", "layer_plan", "local_layout", "relu_stack", "uniform_block", "Torch", "Jax"]

@@ -216,8 +216,13 @@ class Dense(Layer):
     n_in, n_out : int
         Input and output features: ``W`` is ``(n_in, n_out)`` (input-major,
         as the trainer's results files store it), ``b`` is ``(n_out,)``.
+        One number alone is the output features, Keras's ``Dense(units)``:
+        the input features are the previous Dense layer's outputs in a
+        :class:`Sequential`, and for the first, the data's features, taken
+        by the trainer at the first ``fit``.
     activation : {"relu", "tanh", "gelu"} or None
-        Applied to the output (Keras's ``Dense(units, activation=...)``);
+        Applied to the output (Keras's ``Dense(units, activation=...)``, also
+        as the second argument after ``units``, ``Dense(64, "relu")``);
         ``Sequential([Dense(a, b), ReLU()])`` is the same layer.
 
     Notes
@@ -228,12 +233,17 @@ class Dense(Layer):
     device and tensor-parallel split.
     """
 
-    def __init__(self, n_in: int, n_out: int, activation: str | None = None):
-        if int(n_in) < 1 or int(n_out) < 1:
+    def __init__(self, n_in: int | None, n_out: int | str | None = None, activation: str | None = None):
+        if isinstance(n_out, str) and activation is None:  # Keras's Dense(units, activation)
+            n_out, activation = None, n_out
+        if n_out is None:  # Dense(units): the input width comes from the layer before, or the data
+            n_in, n_out = None, n_in
+        if (n_in is not None and int(n_in) < 1) or int(n_out) < 1:
             raise agreed(ValueError(f"Dense needs positive sizes, got Dense({n_in}, {n_out})"))
         if activation is not None and activation not in ACTIVATIONS:
             raise agreed(ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}"))
-        self.n_in, self.n_out_, self.activation = int(n_in), int(n_out), activation
+        self.n_in = None if n_in is None else int(n_in)
+        self.n_out_, self.activation = int(n_out), activation
 
     def shapes(self) -> list:
         """``[("weight", (n_in, n_out)), ("bias", (n_out,))]``."""
@@ -247,7 +257,7 @@ class Dense(Layer):
         ValueError
             ``n_in`` differs from the layer's input size.
         """
-        if n_in != self.n_in:
+        if n_in != self.n_in and self.n_in is not None and n_in is not None:
             raise agreed(ValueError(f"Dense({self.n_in}, {self.n_out_}) follows a layer of {n_in} outputs"))
         return self.n_out_
 
@@ -263,7 +273,7 @@ class Dense(Layer):
 
     def __repr__(self):
         act = f", activation={self.activation!r}" if self.activation else ""
-        return f"Dense({self.n_in}, {self.n_out_}{act})"
+        return f"Dense({self.n_out_}{act})" if self.n_in is None else f"Dense({self.n_in}, {self.n_out_}{act})"
 
 
 class Flatten(Layer):
@@ -344,7 +354,7 @@ class Standardize(Layer):
         ValueError
             Statistics of another length.
         """
-        if self.adapted and self.mean.size != n_in:
+        if self.adapted and n_in is not None and self.mean.size != n_in:
             raise agreed(ValueError(f"Standardize of {self.mean.size} features before a layer of {n_in} inputs"))
         return n_in
 
@@ -368,6 +378,27 @@ def _check_order(layers) -> None:
                                     "or the second after Flatten"))
 
 
+def _fold(layers) -> list:
+    """The layers with each activation folded into the Dense layer before it.
+
+    A ``Dense(units)`` after a Dense layer takes the latter's outputs as its inputs.
+    """
+    folded: list[Layer] = []
+    for lay in layers:
+        prev = folded[-1] if folded else None
+        if isinstance(lay, Activation) and isinstance(prev, Dense) and prev.activation is None:
+            folded[-1] = Dense(prev.n_in, prev.n_out_, lay.name)
+        else:
+            folded.append(lay)
+    width = None
+    for i, lay in enumerate(folded):
+        if isinstance(lay, Dense):
+            if lay.n_in is None and width is not None:
+                folded[i] = lay = Dense(width, lay.n_out_, lay.activation)
+            width = lay.n_out_
+    return folded
+
+
 class Sequential(Layer):
     """Layers applied one after the other; an activation layer is folded into the :class:`Dense` before it.
 
@@ -384,7 +415,13 @@ class Sequential(Layer):
         After folding: ``Dense(64, 128, activation="relu"), Dense(128, 10)``.
     sizes : list of int or None
         ``[n_in, n_out of each layer]`` when every layer is Dense (what
-        :class:`hpcgpu.nn.Network` runs), else None.
+        :class:`hpcgpu.nn.Network` runs) and the input features are known,
+        else None.
+    built : bool
+        The input features are known: the first Dense layer was given them,
+        or :meth:`build` was called (the trainer's first ``fit``).
+    dense : bool
+        Every layer after Flatten and Standardize is Dense.
     flatten : bool
         The first layer is :class:`Flatten`: the model takes samples of any shape.
     activations : list
@@ -405,17 +442,11 @@ class Sequential(Layer):
             if not isinstance(lay, Layer):
                 raise agreed(TypeError(f"Sequential takes hpcgpu.nn layers, got {type(lay).__name__}"))
         _check_order(layers)
-        folded: list[Layer] = []
-        for lay in layers:
-            prev = folded[-1] if folded else None
-            if isinstance(lay, Activation) and isinstance(prev, Dense) and prev.activation is None:
-                folded[-1] = Dense(prev.n_in, prev.n_out_, lay.name)
-            else:
-                folded.append(lay)
-        self.layers = folded
+        self.layers = folded = _fold(layers)
         first = next((lay for lay in folded if isinstance(lay, Dense)), None)
         if first is None:
             raise agreed(ValueError("Sequential needs at least one Dense layer"))
+        self.built = first.n_in is not None  # else the data's features decide it (build)
         n = first.n_in
         for lay in folded:
             n = lay.n_out(n)
@@ -426,9 +457,31 @@ class Sequential(Layer):
         body = rest[1:] if self.standardize is not None else rest
         if self.standardize is not None:
             self.standardize.n_out(first.n_in)
-        dense = all(isinstance(lay, Dense) for lay in body)
-        self.sizes = [body[0].n_in] + [lay.n_out_ for lay in body] if dense else None
+        self.dense = all(isinstance(lay, Dense) for lay in body)
+        self.sizes = [body[0].n_in] + [lay.n_out_ for lay in body] if self.dense and self.built else None
         self.activations = [lay.activation for lay in folded if isinstance(lay, Dense)]
+
+    def build(self, n_in: int) -> Sequential:
+        """Give the first Dense layer, made as ``Dense(units)``, its input features. Not collective.
+
+        What the trainer does at the first ``fit``, with the data's features (Keras's ``build``).
+
+        Parameters
+        ----------
+        n_in : int
+            The input features (after :class:`Flatten`, the product of a sample's axes).
+
+        Returns
+        -------
+        Sequential
+            This one, built.
+        """
+        if not self.built:
+            layers = list(self.layers)
+            i = next(i for i, lay in enumerate(layers) if isinstance(lay, Dense))
+            layers[i] = Dense(int(n_in), layers[i].n_out_, layers[i].activation)
+            self.__init__(*layers)
+        return self
 
     def named(self) -> list:
         """``[(prefix, layer)]``: ``("fc{i}", Dense)`` by Dense index, ``("act{j}", layer)`` for the others."""

@@ -28,7 +28,8 @@ from ._layers import Layer, Sequential
 from ._model import FlatModel, contract_error
 from ._network import Network
 
-__all__ = ["Capabilities", "ModelPlan", "TrainModel", "check_grad", "host_reference", "plan_model", "plan_error"]
+__all__ = ["Capabilities", "ModelPlan", "TrainModel", "awaits_data", "check_grad", "host_reference", "plan_model",
+           "plan_error"]
 
 
 @runtime_checkable
@@ -255,7 +256,23 @@ class _Own(ModelPlan):
         return model
 
 
-def plan_error(model, loss) -> Exception | None:
+def awaits_data(model) -> bool:
+    """Whether ``model`` takes its input features from the data: a Sequential whose first layer is ``Dense(units)``.
+
+    The trainer then builds it (``Sequential.build``) at the first ``fit``. Not collective.
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
+    return isinstance(model, Sequential) and not model.built
+
+
+def plan_error(model, loss, built: bool = True) -> Exception | None:
     """What keeps ``model`` (with ``loss``) from being trained, as a one-line error, or None. Not collective.
 
     Parameters
@@ -263,6 +280,8 @@ def plan_error(model, loss) -> Exception | None:
     model : hpcgpu.nn.Sequential, or an object of the hpcgpu.nn.Model contract
     loss : hpcgpu.nn.Loss or None
         Required with a Sequential, refused with a model of one's own (it computes its own loss).
+    built : bool
+        A Sequential must know its input features (False: the trainer builds it from the data).
 
     Returns
     -------
@@ -275,8 +294,11 @@ def plan_error(model, loss) -> Exception | None:
         if loss is None:
             return ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), "
                               "nn.MeanSquaredError() or nn.Huber())")
-        if model.sizes is None:
+        if not model.dense:
             return ValueError(f"the trainer runs Dense layers with their activations; {model} has other layers")
+        if built and not model.built:
+            return ValueError(f"{model}: the first Dense layer's input features are not known: give them, "
+                              "Dense(n_in, n_out), or let Trainer.fit take them from the data")
         return None
     if loss is not None:
         return ValueError(f"model {type(model).__name__} computes its own loss in loss_and_grad: give loss= with "

@@ -35,7 +35,8 @@ from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
 from ..io import WRITE_ERRORS, on_root, one_line
-from ..nn import Loss, ModelPlan, Network, TrainModel, loss_by_name, plan_error, plan_model, relu_stack
+from ..nn import (Loss, ModelPlan, Network, TrainModel, awaits_data, loss_by_name, plan_error, plan_model,
+                  relu_stack)
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, host_memory, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
@@ -64,13 +65,13 @@ node, and OpenBLAS's float32 GEMM sums in another order on one thread than on tw
 each start either."""
 
 
-def _model_error(model, loss) -> Exception | None:
+def _model_error(model, loss, built: bool = True) -> Exception | None:
     """What is wrong with a Trainer's model and loss (the same on every rank), or None."""
     if loss is not None and not isinstance(loss, Loss):
         return TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
                          f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
                              loss, Optimizer) else ""))
-    return plan_error(model, loss)
+    return plan_error(model, loss, built)
 
 
 def _optimizer_error(optimizer) -> TypeError | None:
@@ -226,11 +227,13 @@ class Trainer:
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(self._compute_dtype_error(self.precision.compute), comm=comm)
         plan = None
+        pending = awaits_data(model)
         if model is not None:
-            agree(_model_error(model, loss), comm=comm)
-            plan = plan_model(model, loss)
-        err = self._layout_error(c, plan)
-        agree(None if err is None else self._in_words(err), comm=comm)
+            agree(_model_error(model, loss, built=not pending), comm=comm)
+            plan = None if pending else plan_model(model, loss)
+        if not pending:  # else at the first fit, with the model (_build_model)
+            err = self._layout_error(c, plan)
+            agree(None if err is None else self._in_words(err), comm=comm)
         self.groups = ProcessGroups(comm, c.tensor_parallel)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
@@ -251,6 +254,9 @@ class Trainer:
         else:
             optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
+        if pending:
+            self._pending = (model, loss, optimizer)
+            return
         self._bind(plan, optimizer)
         self.config = self._described(c)
         if self.data_path is not None:
@@ -628,8 +634,9 @@ class Trainer:
     def close(self) -> None:
         """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective."""
         self._release_stop()
-        self.watchdog.close()
-        self.energy.free()
+        if "_pending" not in self.__dict__:  # else the model, and with it these, were never bound
+            self.watchdog.close()
+            self.energy.free()
         if getattr(self, "sampler", None) is not None:
             self.sampler.free()
         self.groups.free()
@@ -719,6 +726,8 @@ class Trainer:
 
     def _fit(self, data, validation, sharded: bool, epochs: int | None = None, callbacks=()) -> None:
         """:meth:`fit`'s body, under the stop request."""
+        if "_pending" in self.__dict__:
+            self._build_model(data)
         self._go_on(data, validation, epochs)
         if not self._prepared:
             self._first_data(data, validation, sharded)
@@ -737,6 +746,46 @@ class Trainer:
         if path and not just_written and not unchanged:
             self.save_checkpoint(path)
         self.checkpoint_file = path
+
+    def _build_model(self, data) -> None:
+        """The first fit of a model whose first layer is ``Dense(units)``: its features, then its binding. Collective.
+
+        The input features come from ``data`` (an HDF5 file's ``/train/X``, or the in-memory features, a sample's
+        axes multiplied); then the model is planned, checked and bound as at construction.
+        """
+        model, loss, optimizer = self._pending
+        source = data if data is not None else self.config.data
+        comm, width = self.rt.comm, 0
+        if isinstance(source, (str, os.PathLike)):
+            if self.rt.rank == 0:
+                try:
+                    import h5py
+
+                    with h5py.File(os.fspath(source), "r") as f:
+                        width = math.prod(f["train/X"].shape[1:])
+                except Exception:  # noqa: BLE001 - the data's own checks name what is wrong, below
+                    width = 0
+            width = comm.bcast(width, root=0)
+        elif isinstance(source, (tuple, list)) and len(source) == 2:
+            shape = np.shape(source[0])
+            width = math.prod(shape[1:]) if len(shape) >= 2 else 0
+        width = comm.allreduce(width, op=MPI.MAX)  # sharded: a rank without rows still has the others' width
+        if width < 1:
+            raise agreed(ValueError(f"fit: {model} takes its input features from the data, which gives none: "
+                                    "give them, Dense(n_in, n_out)"))
+        plan = plan_model(model.build(width), loss)
+        err = self._layout_error(self.config, plan)
+        agree(None if err is None else self._in_words(err), comm=comm)
+        del self._pending
+        self._bind(plan, optimizer)
+        self.config = self._described(self.config)
+
+    def __getattr__(self, name: str):
+        """A model still waiting for the data's features (``Dense(units)`` first): one line saying so."""
+        if name in ("model", "reducer", "opt_state", "epoch", "step") and "_pending" in self.__dict__:
+            raise agreed(ValueError("Trainer: the model takes its input features from the first fit's data (its "
+                                    "first layer is Dense(units)): call fit first"))
+        raise AttributeError(f"'Trainer' object has no attribute {name!r}")
 
     def _run_epochs(self, callbacks) -> None:
         """The epochs up to the config's, or to a stop (a signal, a callback's). Collective."""

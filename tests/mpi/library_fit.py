@@ -63,6 +63,9 @@ def main(argv):
         opt = {"seq-sgd": optim.SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
                "seq-adam": optim.Adam(lr=1e-2, weight_decay=1e-3), "sharded": optim.Adam(lr=1e-2, weight_decay=1e-3),
                "seq-adamw": optim.AdamW(lr=1e-2)}[case]
+        if case == "sharded":  # the same layers as Keras writes them: each Dense's inputs from before it
+            net = nn.Sequential(nn.Dense(16, "relu"), nn.Dense(12), nn.Tanh(), nn.Dense(8, activation="gelu"),
+                                nn.Dense(3))
         t = hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), opt, **common)
         if case == "sharded":  # each rank its own rows: an uneven split of the same set
             cut = np.linspace(0, 250, rt.size + 1).astype(int) ** 2 // 250

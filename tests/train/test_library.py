@@ -197,7 +197,8 @@ def test_the_same_seed_gives_the_same_model_at_1_2_and_3_ranks(case):
 @pytest.mark.mpi
 def test_each_ranks_own_rows_give_the_model_of_the_whole_set():
     """sharded=True with uneven shards (27, 84, 139 rows at 3 ranks) trains the same model as every rank
-    passing the whole set."""
+    passing the whole set; the sharded run's layers are written Keras's way (Dense(units), the first one's
+    inputs from the ranks' data) and are the same layers."""
     whole, own = _fit("seq-adam", 3), _fit("sharded", 3)
     np.testing.assert_allclose(own["train_loss"], whole["train_loss"], rtol=1e-10)
     for k, v in whole["params"].items():
@@ -766,3 +767,41 @@ def test_flatten_takes_samples_of_any_shape_as_the_rows_they_hold(tmp_path):
         nn.Sequential(nn.Dense(64, 10), nn.Flatten())
     std = nn.Sequential(nn.Flatten(), nn.Standardize(), nn.Dense(64, 10))  # Standardize right after Flatten
     assert std.flatten and std.standardize is not None and std.sizes == [64, 10]
+
+
+def test_dense_units_takes_its_inputs_from_the_layer_before_and_the_first_from_the_data(tmp_path):
+    """Keras's Dense(units): the first layer's input features come from the first fit's data (arrays, images
+    through Flatten, an HDF5 file), the others' from the layer before; the model is bitwise the one written with
+    every width. Before that fit, what needs the model is one line saying to fit first."""
+    import hpcgpu
+
+    X, y = blobs(240, 5, 3, seed=4, dtype=np.float64)
+
+    def trainer(net, **kw):
+        return hpcgpu.Trainer(net, nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.1, momentum=0.9), batch_size=24,
+                              epochs=2, seed=2, dtype="float64", progress="none", **kw)
+
+    full = trainer(nn.Sequential(nn.Dense(5, 8, "relu"), nn.Dense(8, 3)))
+    full.fit((X, y))
+    units = trainer(nn.Sequential(nn.Dense(8, activation="relu"), nn.Dense(3)), out=str(tmp_path / "u.h5"))
+    with pytest.raises(ValueError, match=r"^Trainer: the model takes its input features from the first "
+                                         r"fit's data \(its first layer is Dense\(units\)\): call fit first$"):
+        _ = units.params
+    with pytest.raises(ValueError, match="call fit first"):
+        units.predict(X)
+    units.fit((X, y))
+    assert repr(units.model.net) == "Sequential(Dense(5, 8, activation='relu'), Dense(8, 3))"
+    for k, v in full.params.items():
+        np.testing.assert_array_equal(asnumpy(units.params[k]), asnumpy(v), err_msg=k)
+    units.save_results()
+    np.testing.assert_array_equal(hpcgpu.load_model(str(tmp_path / "u.h5")).predict(X), full.predict(X))
+    images = trainer(nn.Sequential(nn.Flatten(), nn.Dense(8, "relu"), nn.Dense(3)))
+    images.fit((X[:, :4].reshape(-1, 2, 2), y))
+    assert images.model.net.sizes == [4, 8, 3]
+    path = tmp_path / "d.h5"
+    write_h5(str(path), **{"train/X": X[:200], "train/y": y[:200], "test/X": X[200:], "test/y": y[200:]})
+    from_file = trainer(nn.Sequential(nn.Dense(8, "relu"), nn.Dense(3)))
+    from_file.fit(str(path))
+    assert from_file.model.net.sizes == [5, 8, 3]
+    with pytest.raises(ValueError, match="first Dense layer's input features are not known"):
+        nn.plan_model(nn.Sequential(nn.Dense(4), nn.Dense(2)), nn.SoftmaxCrossEntropy())
