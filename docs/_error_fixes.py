@@ -1039,6 +1039,28 @@ FIXES: dict[str, str] = {
     "Torch: mixed precision computes in bfloat16, not …": (
         "``nn.Torch`` runs ``bf16-mixed`` only: ``precision=\"bf16-mixed\"``."
     ),
+    "Keras: the model runs on Keras's … backend; hpcgpu takes the JAX backend (KERAS_BACKEND=jax before keras is "
+    "imported)": (
+        "``nn.Keras`` runs the model as a JAX function: set ``KERAS_BACKEND=jax`` in the environment (or "
+        "``os.environ[\"KERAS_BACKEND\"] = \"jax\"`` before the first ``import keras``), with JAX installed."
+    ),
+    "Keras: the model is not built: give its input shape, keras.Input(shape) as its first layer, or call "
+    "model.build(input_shape)": (
+        "A Keras model has variables only once its input shape is known; ``nn.Keras`` takes them at its "
+        "construction."
+    ),
+    "Keras: the model has non-trainable variables (…): BatchNorm's statistics and a Dropout's seed state are not "
+    "carried across steps; use nn.Torch for such a model": (
+        "``nn.Keras`` passes the trainable variables through ``stateless_call`` and keeps no other state between "
+        "steps: a model with BatchNormalization or Dropout would lose its statistics or repeat its masks. "
+        "``nn.Torch`` carries buffers and seeds dropout per step and rank."
+    ),
+    "Keras: the last layer applies a softmax; \"cross-entropy\" takes logits (Keras's from_logits=True): leave the "
+    "softmax out": (
+        "hpcgpu's cross-entropy takes the model's logits (Keras's ``from_logits=True``), as the built-in layers "
+        "give them: end the model with a linear layer; ``predict`` gives logits (``softmax`` them for "
+        "probabilities)."
+    ),
     "Jax: mixed precision computes in bfloat16, not …": (
         "``nn.Jax`` runs ``bf16-mixed`` only: ``precision=\"bf16-mixed\"``."
     ),

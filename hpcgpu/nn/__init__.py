@@ -20,11 +20,11 @@ from ._model import FlatModel, Model
 from ._capabilities import Capabilities
 from ._protocol import ModelPlan, TrainModel, array_module, awaits_data, check_grad, plan_error, plan_model
 from ._network import MLP, Network, layer_plan, local_layout, relu_stack
-from ._autograd import Jax, Torch
+from ._autograd import Jax, Keras, Torch
 
 __all__ = ["ACTIVATIONS", "Activation", "Dense", "Flatten", "GELU", "Layer", "ReLU", "Sequential", "Standardize",
            "Tanh", "from_spec",
            "LOSSES", "Huber", "Loss", "MeanSquaredError", "SoftmaxCrossEntropy", "loss_by_name", "loss_from_spec",
            "FlatModel", "Model", "array_module", "check_grad", "Capabilities", "ModelPlan", "TrainModel",
            "awaits_data", "plan_model", "plan_error",
-           "MLP", "Network", "layer_plan", "local_layout", "relu_stack", "uniform_block", "Torch", "Jax"]
+           "MLP", "Network", "layer_plan", "local_layout", "relu_stack", "uniform_block", "Torch", "Jax", "Keras"]

@@ -1,4 +1,4 @@
-"""Models with autograd: a PyTorch ``nn.Module`` or a JAX function, as models of one's own.
+"""Models with autograd: a PyTorch ``nn.Module``, a JAX function or a Keras 3 model, as models of one's own.
 
 Each adapter implements the model contract (:class:`hpcgpu.nn.Model`: ``init``, ``loss_and_grad``,
 ``predict``) with the framework's own automatic differentiation, so the trainer, the reducer, the
@@ -16,6 +16,8 @@ What moves per step (host, NumPy):
   either.
 - :class:`Jax`: ``jax.jit`` copies the parameters and the micro-batch to JAX's device at the call (on the
   CPU, one copy each), and the gradient is read back without a copy, then copied into the flat buffer.
+- :class:`Keras`: a Keras 3 model on the JAX backend, run as :class:`Jax` runs a function, through the model's
+  ``stateless_call`` (its variables as arguments): what moves is :class:`Jax`'s.
 
 Neither splits over ranks (tensor parallelism) or runs in a CUDA graph: those are the built-in layers' (the
 trainer refuses them for these models with one line). :class:`Torch` runs ``bf16-mixed`` (``torch.autocast``);
@@ -28,7 +30,7 @@ import numpy as np
 
 from ._model import Model
 
-__all__ = ["Torch", "Jax"]
+__all__ = ["Torch", "Jax", "Keras"]
 
 _RANK_THREADS: int | None = None
 """The rank's thread count (what :func:`hpcgpu.init` gave NumPy's BLAS), taken by the first adapter of the process
@@ -462,6 +464,76 @@ class Jax(Model):
     def tree(self, params: dict):
         """The pytree of ``params`` (by name, as ``Trainer.params`` or a results file's ``/model`` hold them)."""
         return self._jax.tree_util.tree_unflatten(self._treedef, [np.asarray(params[n]) for n in self.names])
+
+
+class Keras(Jax):
+    """A Keras 3 model trained by hpcgpu, on Keras's JAX backend (``KERAS_BACKEND=jax``).
+
+    Not collective. The model runs as a pure JAX function of its variables (``model.stateless_call``), so
+    everything :class:`Jax` does holds: ``jax.value_and_grad`` of the loss sum under ``jax.jit``, parameters
+    named by the variables' paths (``"sequential.dense.kernel"``), ``bf16-mixed``. Keras's ``compile`` and
+    ``fit`` are not used: the trainer, its optimizer and its reducer take their place; :meth:`assign` writes
+    trained parameters back into the model's variables (then ``model.save`` or ``model.predict`` as usual).
+
+    Parameters
+    ----------
+    model : keras.Model
+        Built (its input shape known: ``keras.Input(shape)`` first, or ``model.build``), with trainable
+        variables only, and outputs before any softmax (logits) under ``"cross-entropy"``.
+    loss : {"cross-entropy", "mse"} or callable
+        As :class:`Jax`'s.
+
+    Raises
+    ------
+    ImportError
+        Keras or JAX is not installed.
+    TypeError
+        Keras on another backend; a model not built; non-trainable variables (BatchNorm's statistics, a
+        Dropout's seed state: not carried across steps here); a last softmax under ``"cross-entropy"``.
+    """
+
+    def __init__(self, model, loss="cross-entropy"):
+        keras = _import("keras", "keras")
+        if keras.backend.backend() != "jax":
+            raise TypeError(f"Keras: the model runs on Keras's {keras.backend.backend()} backend; hpcgpu takes the "
+                            "JAX backend (KERAS_BACKEND=jax before keras is imported)")
+        if not getattr(model, "built", False) or not model.trainable_variables:
+            raise TypeError("Keras: the model is not built: give its input shape, keras.Input(shape) as its first "
+                            "layer, or call model.build(input_shape)")
+        if model.non_trainable_variables:
+            names = ", ".join(v.path for v in model.non_trainable_variables[:3])
+            raise TypeError(f"Keras: the model has non-trainable variables ({names}): BatchNorm's statistics and "
+                            "a Dropout's seed state are not carried across steps; use nn.Torch for such a model")
+        last = getattr(model.layers[-1], "activation", None) if model.layers else None
+        if loss == "cross-entropy" and last is keras.activations.softmax:
+            raise TypeError("Keras: the last layer applies a softmax; \"cross-entropy\" takes logits (Keras's "
+                            "from_logits=True): leave the softmax out")
+        self.keras_model = model
+        variables = list(model.trainable_variables)
+        self._paths = [v.path.replace("/", ".") for v in variables]
+        order = self._paths
+
+        def apply(params, x):
+            out, _ = model.stateless_call([params[k] for k in order], [], x)
+            return out
+
+        apply.__name__ = model.name
+        super().__init__(apply, {k: np.asarray(v.value) for k, v in zip(order, variables, strict=True)}, loss)
+
+    def __repr__(self) -> str:
+        return f"Keras({self.keras_model.name})"
+
+    def assign(self, params: dict) -> None:
+        """Write ``params`` (by name: ``Trainer.params``, or a results file's ``/model``) into the model's variables.
+
+        Not collective.
+
+        Parameters
+        ----------
+        params : dict of str to array
+        """
+        for v, k in zip(self.keras_model.trainable_variables, self._paths, strict=True):
+            v.assign(np.asarray(params[k]).astype(v.dtype))
 
 
 def _path_name(path) -> str:

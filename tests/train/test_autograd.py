@@ -309,3 +309,40 @@ def test_bf16_mixed_runs_a_jax_function_in_bfloat16_on_float32_weights():
     with pytest.raises(ValueError, match=r"^precision 16-mixed: Jax computes bf16-mixed only$"):
         hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(0.05), **dict(am.COMMON, dtype="float32"),
                        precision="16-mixed")
+
+
+def test_a_keras_model_on_the_jax_backend_trains_the_built_in_layers_model(monkeypatch):
+    """A Keras 3 model (Keras's JAX backend) from the MLP's weights trains as the built-in layers do, loss for
+    loss (float64); assign writes the trained parameters back, so Keras's own predict gives the trainer's; a
+    last softmax and non-trainable variables are one line each."""
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "jax":
+        pytest.skip("keras was imported with another backend in this process")
+    import hpcgpu
+
+    am.model("jax")  # jax_enable_x64, as the built-in run
+    keras.config.set_floatx("float64")
+    try:
+        want = _built_in_run()
+        X, y = am.data()
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(3)])
+        model.set_weights(am.weights())  # kernels are (in, out), as the built-in layers hold them
+        km = nn.Keras(model)
+        t = hpcgpu.Trainer(km, optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
+        t.fit((X, y))
+        np.testing.assert_allclose(t.history["train_loss"], want.history["train_loss"], rtol=1e-10)
+        assert list(t.params) == ["sequential.dense.bias", "sequential.dense.kernel", "sequential.dense_1.bias",
+                                  "sequential.dense_1.kernel"]
+        km.assign(t.params)
+        np.testing.assert_allclose(model.predict(X, verbose=0), t.predict(X), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(t.predict(X), want.predict(X), rtol=1e-9, atol=1e-12)
+        soft = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")])
+        with pytest.raises(TypeError, match="the last layer applies a softmax"):
+            nn.Keras(soft)
+        bn = keras.Sequential([keras.Input((6,)), keras.layers.BatchNormalization(), keras.layers.Dense(3)])
+        with pytest.raises(TypeError, match="non-trainable variables"):
+            nn.Keras(bn)
+    finally:
+        keras.config.set_floatx("float32")
