@@ -1012,6 +1012,14 @@ FIXES: dict[str, str] = {
         "``plan_model`` (or ``check_grad``, ``Network``) needs every width; a ``Trainer`` takes the first layer's "
         "from the data at its first ``fit``, or call ``Sequential.build(n_features)``."
     ),
+    "check_grad: …: the first Dense layer's input features are not known: model.build(n_features) first": (
+        "A ``Sequential`` whose first layer is ``Dense(units)`` gets its input features at a Trainer's first "
+        "``fit``; a gradient check before it needs them given: ``model.build(n_features)``."
+    ),
+    "the ranks' features have samples of different shapes: …": (
+        "Each rank passed its own rows (``sharded=True``) with samples of different shapes: give every rank "
+        "samples of one shape (or rows of one width)."
+    ),
     "fit: … takes its input features from the data, which gives none: give them, Dense(n_in, n_out)": (
         "The first fit's features have no width to take (not ``(N, D)`` arrays, or an HDF5 file without a readable "
         "``/train/X``): give the data as rows of features, or the widths in the first layer."

@@ -11,7 +11,10 @@ each program's ``__main__`` does, before any import that initializes MPI, is
 over, and the run stops at its first safe point, with its checkpoint and the
 usual line. ``import hpcgpu`` itself changes no signal handler and reads no
 command line (its packages load their names on first use, so nothing
-initializes MPI before a program's ``__main__`` runs).
+initializes MPI before a program's ``__main__`` runs). Left open: the GPU's
+binding at ``import hpcgpu`` (``hpcgpu._device.bind_early``, CuPy's start on a
+GPU node, which can take seconds) comes before the program's ``catch``; a stop
+signal in it has its default effect.
 """
 
 from __future__ import annotations

@@ -471,7 +471,8 @@ class Keras(Jax):
 
     Not collective. The model runs as a pure JAX function of its variables (``model.stateless_call``), so
     everything :class:`Jax` does holds: ``jax.value_and_grad`` of the loss sum under ``jax.jit``, parameters
-    named by the variables' paths (``"sequential.dense.kernel"``), ``bf16-mixed``. Keras's ``compile`` and
+    named by the variables' paths (``"sequential.dense.kernel"``); not ``bf16-mixed``, which is refused with one
+    line (Keras casts what ``stateless_call`` is given back to the variables' type). Keras's ``compile`` and
     ``fit`` are not used: the trainer, its optimizer and its reducer take their place; :meth:`assign` writes
     trained parameters back into the model's variables (then ``model.save`` or ``model.predict`` as usual).
 
@@ -504,8 +505,9 @@ class Keras(Jax):
             names = ", ".join(v.path for v in model.non_trainable_variables[:3])
             raise TypeError(f"Keras: the model has non-trainable variables ({names}): BatchNorm's statistics and "
                             "a Dropout's seed state are not carried across steps; use nn.Torch for such a model")
-        last = getattr(model.layers[-1], "activation", None) if model.layers else None
-        if loss == "cross-entropy" and last is keras.activations.softmax:
+        last = model.layers[-1] if model.layers else None
+        if loss == "cross-entropy" and (isinstance(last, keras.layers.Softmax)
+                                         or getattr(last, "activation", None) is keras.activations.softmax):
             raise TypeError("Keras: the last layer applies a softmax; \"cross-entropy\" takes logits (Keras's "
                             "from_logits=True): leave the softmax out")
         self.keras_model = model
@@ -519,6 +521,10 @@ class Keras(Jax):
 
         apply.__name__ = model.name
         super().__init__(apply, {k: np.asarray(v.value) for k, v in zip(order, variables, strict=True)}, loss)
+
+    precisions = ()
+    """None: Keras converts what ``stateless_call`` is given back to each variable's type (float32), so the cast
+    of :class:`Jax`'s ``bf16-mixed`` would not reach the products; mixed precision is refused with one line."""
 
     def __repr__(self) -> str:
         return f"Keras({self.keras_model.name})"

@@ -356,6 +356,9 @@ def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
     if isinstance(model, Sequential):
         if loss is None:
             raise ValueError("check_grad of a Sequential needs its loss")
+        if not model.built:
+            raise ValueError(f"check_grad: {model}: the first Dense layer's input features are not known: "
+                             "model.build(n_features) first")
         net = Network(model, loss, xp=np, dtype="float64", seed=seed)
         names = [name for name, _ in net.shapes]
         weights, grads = net._views(net.params), net._views(net.grad)
@@ -363,7 +366,8 @@ def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
         def loss_and_grad(p, xb, yb):
             for name in names:
                 weights[name][...] = p[name]
-            net.loss_and_grad(np.array(xb, dtype=np.float64), np.asarray(yb))
+            xb = np.array(xb, dtype=np.float64)
+            net.loss_and_grad(xb.reshape(xb.shape[0], -1), np.asarray(yb))  # Flatten first: samples as rows
             return float(net.stats[0]), {name: grads[name].copy() for name in names}
 
         return {name: weights[name].copy() for name in names}, loss_and_grad

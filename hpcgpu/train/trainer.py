@@ -254,7 +254,8 @@ class Trainer:
         else:
             optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
-        if pending:
+        if pending:  # bound at the first fit; what can be checked now is checked now
+            agree(_optimizer_error(optimizer), comm=comm)
             self._pending = (model, loss, optimizer)
             return
         self._bind(plan, optimizer)
@@ -463,18 +464,25 @@ class Trainer:
     def _rows(self, X):
         """Features of samples with more than one axis (images) as rows ``(n, prod(sample))``. Collective.
 
-        The model is told the samples' shape first (``set_sample_shape``); other features are left as they are.
+        The ranks agree on one sample shape (each its own rows under ``sharded``: a rank may pass rows, or none),
+        and the model is told it (``set_sample_shape``); other features are left as they are. A NumPy or CuPy
+        array becomes a view; an h5py dataset is read whole (an HDF5 data set of rows is read by blocks).
         """
         shape = getattr(X, "shape", None)
         multi = shape is not None and len(shape) > 2
+        samples = {s for s in self.rt.comm.allgather(tuple(int(d) for d in shape[1:]) if multi else None) if s}
         err = None
-        if multi:
+        if len(samples) > 1:
+            err = ValueError(f"the ranks' features have samples of different shapes: {sorted(samples)}")
+        elif samples:
             try:
-                self.model.set_sample_shape(tuple(shape[1:]))
+                self.model.set_sample_shape(samples.pop())
             except ValueError as e:
                 err = e
         agree(err, comm=self.rt.comm)
-        return np.asarray(X).reshape(shape[0], -1) if multi else X
+        if not multi:
+            return X
+        return X.reshape(shape[0], -1) if hasattr(X, "reshape") else np.asarray(X).reshape(shape[0], -1)
 
     def _set_data(self, train: Split, test: Split | None, where: str) -> None:
         """The data's checks against the model and the batch, the sampler, the step. Collective."""
@@ -634,9 +642,9 @@ class Trainer:
     def close(self) -> None:
         """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective."""
         self._release_stop()
-        if "_pending" not in self.__dict__:  # else the model, and with it these, were never bound
-            self.watchdog.close()
-            self.energy.free()
+        for part, free in (("watchdog", "close"), ("energy", "free")):  # absent while the model waits for data
+            if part in self.__dict__:
+                getattr(self.__dict__[part], free)()
         if getattr(self, "sampler", None) is not None:
             self.sampler.free()
         self.groups.free()
@@ -776,8 +784,8 @@ class Trainer:
         plan = plan_model(model.build(width), loss)
         err = self._layout_error(self.config, plan)
         agree(None if err is None else self._in_words(err), comm=comm)
-        del self._pending
         self._bind(plan, optimizer)
+        del self._pending  # bound: an error in _bind (the memory's) leaves the trainer waiting as it was
         self.config = self._described(self.config)
 
     def __getattr__(self, name: str):

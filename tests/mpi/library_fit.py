@@ -151,6 +151,12 @@ def main(argv):
         t.fit((X[lo:hi], y[lo:hi]), sharded=True)
         s = t.model.spec()["net"]["layers"][0]
         out.update(mean=s["mean"], std=s["std"])
+    elif case == "mixed-shapes":  # each rank its own rows, of samples of another shape: one line, every rank
+        X, y = data("classification")
+        shape = (2, 3) if rt.rank == 0 else (3, 2)
+        t = hpcgpu.Trainer(nn.Sequential(nn.Flatten(), nn.Dense(6, 3)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                           **common)
+        t.fit((X[rt.rank :: rt.size].reshape(-1, *shape), y[rt.rank :: rt.size]), sharded=True)
     elif case == "load":
         X, _ = data("classification", n=103)
         t = hpcgpu.load_model(argv[1], runtime=rt, tensor_parallel=rt.size)

@@ -338,9 +338,13 @@ def test_a_keras_model_on_the_jax_backend_trains_the_built_in_layers_model(monke
         km.assign(t.params)
         np.testing.assert_allclose(model.predict(X, verbose=0), t.predict(X), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(t.predict(X), want.predict(X), rtol=1e-9, atol=1e-12)
-        soft = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")])
-        with pytest.raises(TypeError, match="the last layer applies a softmax"):
-            nn.Keras(soft)
+        for soft in (keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")]),
+                     keras.Sequential([keras.Input((6,)), keras.layers.Dense(3), keras.layers.Softmax()])):
+            with pytest.raises(TypeError, match="the last layer applies a softmax"):
+                nn.Keras(soft)
+        with pytest.raises(ValueError, match=r"precision bf16-mixed: a model of one's own \(Keras\) computes in"):
+            hpcgpu.Trainer(nn.Keras(model), optimizer=optim.SGD(0.05), **dict(am.COMMON, dtype="float32"),
+                           precision="bf16-mixed")
         bn = keras.Sequential([keras.Input((6,)), keras.layers.BatchNormalization(), keras.layers.Dense(3)])
         with pytest.raises(TypeError, match="non-trainable variables"):
             nn.Keras(bn)

@@ -219,6 +219,14 @@ def test_predict_at_3_ranks_equals_1_rank_row_for_row(tmp_path):
 
 
 @pytest.mark.mpi
+def test_ranks_whose_own_samples_differ_in_shape_are_one_line_and_exit_2():
+    p = _mpi.run(2, [SCRIPT, "mixed-shapes"], timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "library_fit.py: error: the ranks' features have samples of different shapes: [(2, 3), (3, 2)]"]
+
+
+@pytest.mark.mpi
 def test_a_model_of_ones_own_asked_for_tensor_parallelism_is_one_line_and_exit_2():
     p = _mpi.run(2, [SCRIPT, "own-tp"], timeout=60)
     assert p.returncode == 2, p.stderr
@@ -790,6 +798,10 @@ def test_dense_units_takes_its_inputs_from_the_layer_before_and_the_first_from_t
     with pytest.raises(ValueError, match="call fit first"):
         units.predict(X)
     units.fit((X, y))
+    waiting = trainer(nn.Sequential(nn.Dense(8), nn.Dense(3)))
+    waiting.close()  # nothing bound yet: nothing to free, no error
+    with pytest.raises(TypeError, match="optimizer must be an hpcgpu.optim optimizer"):  # checked at once
+        hpcgpu.Trainer(nn.Sequential(nn.Dense(8), nn.Dense(3)), nn.SoftmaxCrossEntropy(), "sgd", progress="none")
     assert repr(units.model.net) == "Sequential(Dense(5, 8, activation='relu'), Dense(8, 3))"
     for k, v in full.params.items():
         np.testing.assert_array_equal(asnumpy(units.params[k]), asnumpy(v), err_msg=k)
