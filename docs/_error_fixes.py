@@ -1012,6 +1012,10 @@ FIXES: dict[str, str] = {
         "``plan_model`` (or ``check_grad``, ``Network``) needs every width; a ``Trainer`` takes the first layer's "
         "from the data at its first ``fit``, or call ``Sequential.build(n_features)``."
     ),
+    "save_checkpoint: no data yet: a checkpoint holds the run's place in its data; call fit first": (
+        "A checkpoint records where the run is in its data (the epoch, the step, the data's fingerprint): "
+        "``save_checkpoint`` is for a trainer that has been given data by ``fit``."
+    ),
     "check_grad: …: the first Dense layer's input features are not known: model.build(n_features) first": (
         "A ``Sequential`` whose first layer is ``Dense(units)`` gets its input features at a Trainer's first "
         "``fit``; a gradient check before it needs them given: ``model.build(n_features)``."

@@ -82,6 +82,14 @@ def _optimizer_error(optimizer) -> TypeError | None:
     return None
 
 
+_BOUND = frozenset({"model", "optimizer", "reducer", "watchdog", "opt_state", "epoch", "step", "step_in_epoch",
+                    "tensor_bytes", "energy", "timer", "stopped_by", "checkpoint_file", "resumed_from", "gemm_plan",
+                    "_steps_run", "_update_params", "_params_pad", "_stat_names", "_energy_reasons",
+                    "_phase_carry", "_fingerprint", "_clock0"})
+"""What a Trainer has once its model is bound (``_bind``, ``_start_counters``): a Dense(units) model has none of it
+before its first fit, and asking says so in one line."""
+
+
 class Trainer:
     """Data-parallel training of a model: the user's, or the command line's MLP.
 
@@ -790,7 +798,7 @@ class Trainer:
 
     def __getattr__(self, name: str):
         """A model still waiting for the data's features (``Dense(units)`` first): one line saying so."""
-        if name in ("model", "reducer", "opt_state", "epoch", "step") and "_pending" in self.__dict__:
+        if name in _BOUND and "_pending" in self.__dict__:
             raise agreed(ValueError("Trainer: the model takes its input features from the first fit's data (its "
                                     "first layer is Dense(units)): call fit first"))
         raise AttributeError(f"'Trainer' object has no attribute {name!r}")
@@ -1375,6 +1383,8 @@ class Trainer:
 
         Raises
         ------
+        ValueError
+            No path; no data yet (before the first ``fit``).
         OSError
             The checkpoint cannot be written (every rank); the older ones are
             untouched.
@@ -1386,6 +1396,9 @@ class Trainer:
         path = path or self.config.checkpoint_path
         if path is None:
             raise agreed(ValueError("save_checkpoint: give a path (the trainer was made without checkpoint= or out=)"))
+        if not self._prepared:  # a checkpoint holds the run's place in its data: there is none before the first fit
+            raise agreed(ValueError("save_checkpoint: no data yet: a checkpoint holds the run's place in its data; "
+                                    "call fit first"))
         self._claim([Output(path, "save_checkpoint")] + [Output(f"{path}.{i}", "save_checkpoint")
                                                          for i in range(1, self.config.keep_checkpoints)])
         self._drain()  # the steps' losses: a diverged step raises here, and nothing is written

@@ -795,11 +795,16 @@ def test_dense_units_takes_its_inputs_from_the_layer_before_and_the_first_from_t
     with pytest.raises(ValueError, match=r"^Trainer: the model takes its input features from the first "
                                          r"fit's data \(its first layer is Dense\(units\)\): call fit first$"):
         _ = units.params
-    with pytest.raises(ValueError, match="call fit first"):
-        units.predict(X)
+    for ask in (lambda: units.predict(X), units.comm_stats, lambda: units.stopped_by,
+                lambda: units.save_checkpoint(str(tmp_path / "c.h5"))):
+        with pytest.raises(ValueError, match="call fit first"):
+            ask()
     units.fit((X, y))
     waiting = trainer(nn.Sequential(nn.Dense(8), nn.Dense(3)))
     waiting.close()  # nothing bound yet: nothing to free, no error
+    with pytest.raises(ValueError, match="^save_checkpoint: no data yet: .* call fit first$"):  # a built model too
+        full_before = trainer(nn.Sequential(nn.Dense(5, 3)))
+        full_before.save_checkpoint(str(tmp_path / "c.h5"))
     with pytest.raises(TypeError, match="optimizer must be an hpcgpu.optim optimizer"):  # checked at once
         hpcgpu.Trainer(nn.Sequential(nn.Dense(8), nn.Dense(3)), nn.SoftmaxCrossEntropy(), "sgd", progress="none")
     assert repr(units.model.net) == "Sequential(Dense(5, 8, activation='relu'), Dense(8, 3))"
