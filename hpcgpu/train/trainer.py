@@ -534,9 +534,10 @@ class Trainer:
         self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task)
 
     def _data_error(self, train: Split, test: Split | None, where: str) -> ValueError | None:
-        """What is wrong with the data for this model and batch at D data-parallel ranks (None: nothing)."""
-        c, m, D = self.config, self.model, self.groups.data_parallel_size  # D: the data-parallel ranks
-        ranks = f"number of ranks ({D})" if c.tensor_parallel == 1 else f"number of data-parallel ranks ({D})"
+        """What is wrong with the data for this model and batch at its data-parallel ranks (None: nothing)."""
+        c, m, data_ranks = self.config, self.model, self.groups.data_parallel_size
+        ranks = (f"number of ranks ({data_ranks})" if c.tensor_parallel == 1
+                 else f"number of data-parallel ranks ({data_ranks})")
         if test is not None and test.dim != train.dim:
             if where.startswith("--data") and self._validation_from_file:
                 return ValueError(f"{where}: /test/X has {test.dim} features, /train/X has {train.dim}")
@@ -552,9 +553,9 @@ class Trainer:
                               f"gives {m.n_outputs}")
         if c.batch_size > train.n_global:
             return ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
-        if c.batch_size < D:
+        if c.batch_size < data_ranks:
             return ValueError(f"--batch-size {c.batch_size} is smaller than the {ranks}")
-        if c.batch_size // c.grad_accum_steps < D:
+        if c.batch_size // c.grad_accum_steps < data_ranks:
             return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
                               f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
         return None
