@@ -742,6 +742,7 @@ def test_standardize_takes_the_training_rows_statistics_and_travels_with_the_mod
         nn.Sequential(nn.Dense(6, 4), nn.Standardize())
 
 
+@pytest.mark.device
 def test_flatten_takes_samples_of_any_shape_as_the_rows_they_hold(tmp_path):
     """Features given as 8 x 8 images train through nn.Flatten() as the same 64 features given as rows (the same
     bits); the flattened model saves, loads and predicts images; without Flatten, images are one line naming the
@@ -777,6 +778,7 @@ def test_flatten_takes_samples_of_any_shape_as_the_rows_they_hold(tmp_path):
     assert std.flatten and std.standardize is not None and std.sizes == [64, 10]
 
 
+@pytest.mark.device
 def test_dense_units_takes_its_inputs_from_the_layer_before_and_the_first_from_the_data(tmp_path):
     """Keras's Dense(units): the first layer's input features come from the first fit's data (arrays, images
     through Flatten, an HDF5 file), the others' from the layer before; the model is bitwise the one written with
