@@ -361,7 +361,7 @@ def host_reference(model, loss, seed: int) -> tuple[dict, Any]:
                              "model.build(n_features) first")
         net = Network(model, loss, xp=np, dtype="float64", seed=seed)
         names = [name for name, _ in net.shapes]
-        weights, grads = net._views(net.params), net._views(net.grad)
+        weights, grads = net._p, net._g  # the engine's own views of its flat buffers
 
         def loss_and_grad(p, xb, yb):
             for name in names:

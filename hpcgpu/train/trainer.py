@@ -240,8 +240,7 @@ class Trainer:
             agree(_model_error(model, loss, built=not pending), comm=comm)
             plan = None if pending else plan_model(model, loss)
         if not pending:  # else at the first fit, with the model (_build_model)
-            err = self._layout_error(c, plan)
-            agree(None if err is None else self._in_words(err), comm=comm)
+            self._agree_layout(c, plan)
         self.groups = ProcessGroups(comm, c.tensor_parallel)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
@@ -380,6 +379,11 @@ class Trainer:
         if self.rt.size > 1:
             message = message.replace("warning: ", f"warning: rank {self.rt.rank}: ", 1)
         print(message, file=sys.stderr, flush=True)
+
+    def _agree_layout(self, c: TrainConfig, plan: ModelPlan | None) -> None:
+        """:meth:`_layout_error`, agreed over the ranks in the caller's words. Collective."""
+        err = self._layout_error(c, plan)
+        agree(None if err is None else self._in_words(err), comm=self.rt.comm)
 
     def _layout_error(self, c: TrainConfig, plan: ModelPlan | None) -> ValueError | None:
         """What is wrong with the tensor-parallel layout, or the model's capabilities with it (None: nothing).
@@ -791,8 +795,7 @@ class Trainer:
             raise agreed(ValueError(f"fit: {model} takes its input features from the data, which gives none: "
                                     "give them, Dense(n_in, n_out)"))
         plan = plan_model(model.build(width), loss)
-        err = self._layout_error(self.config, plan)
-        agree(None if err is None else self._in_words(err), comm=comm)
+        self._agree_layout(self.config, plan)
         self._bind(plan, optimizer)
         del self._pending  # bound: an error in _bind (the memory's) leaves the trainer waiting as it was
         self.config = self._described(self.config)
