@@ -108,6 +108,7 @@ class Torch(Model):
         self._threads_set = False
         self._key = None
         self._autocast = None  # torch's 16-bit type of the forward pass under mixed precision
+        self._device = None  # where the module's buffers are moved to: the trainer's arrays' device
 
     def __repr__(self) -> str:
         return f"Torch({type(self.module).__name__})"
@@ -241,6 +242,49 @@ class Torch(Model):
 
         return cupy.from_dlpack(tensor.detach())
 
+    def _place(self, device) -> None:
+        """Move the module (its buffers: BatchNorm's running statistics) to ``device``, the trainer's arrays', once.
+
+        Its parameters take no part (the trainer's buffers stand in for them); its buffers must be where the
+        micro-batch is. Their values move with them (written before the first step, a resume's included).
+        """
+        if device != self._device:
+            self.module.to(device)
+            self._device = device
+
+    @staticmethod
+    def _stream(x):
+        """The trainer's stream (CuPy's current stream in this thread) when ``x`` is a device array, else None."""
+        if isinstance(x, np.ndarray):
+            return None
+        import cupy
+
+        return cupy.cuda.get_current_stream()
+
+    def _after_torch(self, ours) -> None:
+        """Order ``ours`` after the work queued so far on torch's current stream: an event, no host wait."""
+        import cupy
+
+        ours.wait_event(cupy.cuda.ExternalStream(self._torch.cuda.current_stream().cuda_stream).record())
+
+    def _ready_on(self, ours, ready, name) -> None:
+        """``ready(name)`` from a post-accumulate-grad hook on a GPU, with the streams ordered.
+
+        Autograd runs a CUDA backward pass in a thread of its own, whose current torch stream is the one that
+        wrote this gradient and whose CuPy stream (CuPy's is per thread) is the default: the trainer's stream
+        ``ours`` first waits for torch's (an event), then is CuPy's current stream while the reducer posts the
+        bucket, so NCCL's stream, or the staged path's wait, is ordered after the gradient.
+        """
+        import cupy
+
+        self._after_torch(ours)
+        before = cupy.cuda.get_current_stream()
+        ours.use()
+        try:
+            ready(name)
+        finally:
+            before.use()
+
     def _target(self, y, outputs):
         t = self._tensor(np.ascontiguousarray(y) if isinstance(y, np.ndarray) else y)
         if not t.is_floating_point():
@@ -254,6 +298,7 @@ class Torch(Model):
         ps = {n: self._tensor(params[n]).requires_grad_(True) for n in self.names}
         self.module.train()
         xt = self._tensor(x)
+        self._place(xt.device)
         with torch.enable_grad(), self._seeded(xt.device):
             with self._autocasting(xt.device):
                 out = torch.func.functional_call(self.module, ps, (xt,))
@@ -290,20 +335,29 @@ class Torch(Model):
         """
         torch = self._torch
         self._take_threads()
+        ours = self._stream(x)  # the trainer's stream on a GPU (CuPy's current here), None on the host
         ps = {}
         for n in self.names:
             p = self._tensor(params[n]).requires_grad_(True)
             p.grad = self._tensor(grads[n])
-            p.register_post_accumulate_grad_hook(lambda _, n=n: ready(n))
+            if ours is None:
+                p.register_post_accumulate_grad_hook(lambda _, n=n: ready(n))
+            else:
+                p.register_post_accumulate_grad_hook(lambda _, n=n: self._ready_on(ours, ready, n))
             ps[n] = p
         self.module.train()
         xt = self._tensor(x)
+        self._place(xt.device)
         with torch.enable_grad(), self._seeded(xt.device):
             with self._autocasting(xt.device):  # the backward pass outside it, as PyTorch's AMP recipe has it
                 out = torch.func.functional_call(self.module, ps, (xt,))
                 loss = self.loss(out, self._target(y, out))
-            forward_done(float(loss.detach()), self._array(out.float() if self._autocast is not None else out, x))
+            # On a GPU the loss sum stays there (a 0-d array by DLPack: no host wait each micro-batch)
+            forward_done(float(loss.detach()) if ours is None else self._array(loss.detach(), x),
+                         self._array(out.float() if self._autocast is not None else out, x))
             loss.backward()
+        if ours is not None:  # the optimizer, on the trainer's stream, reads what autograd wrote on torch's
+            self._after_torch(ours)
         for n in self.names:  # autograd kept adding into the buffer's views: the same memory
             if ps[n].grad.data_ptr() != self._tensor(grads[n]).data_ptr():
                 raise RuntimeError(f"Torch: autograd replaced the gradient view of {n} instead of adding into it")
@@ -317,6 +371,7 @@ class Torch(Model):
         self.module.eval()
         try:
             xt = self._tensor(x)
+            self._place(xt.device)
             with torch.no_grad(), self._autocasting(xt.device):
                 out = torch.func.functional_call(self.module, ps, (xt,))
         finally:

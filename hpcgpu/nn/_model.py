@@ -66,12 +66,16 @@ class Model:
         What an adapter of a framework with autograd defines instead of
         computing the gradient itself (:class:`hpcgpu.nn.Torch`): after the
         forward pass call ``forward_done(loss_sum, outputs)`` (before any
-        gradient is final: the loss rides in the first bucket reduced), then
+        gradient is final: the loss rides in the first bucket reduced; the
+        loss sum a float, or a 0-d device array, which needs no host wait), then
         ADD the gradient of the loss sum into ``grads``, views of the
         trainer's flat gradient buffer by name (zeroed before a step's first
         micro-batch), calling ``ready(name)`` as each parameter's gradient
         is final. The gradient then needs no copy, and the reducer posts each
         bucket's Allreduce while the backward pass goes on (DDP's overlap).
+        On a GPU, ``ready`` is called with CuPy's current stream that of the
+        call (the trainer's), and only once that stream is ordered after the
+        work that wrote the gradient; ``forward_done``'s arrays likewise.
         ``loss_and_grad`` is still the contract's (the gradient check calls
         it).
     """

@@ -130,6 +130,24 @@ def main(argv):
         if rt.rank == 0:
             print(json.dumps(out))
         return 0
+    elif case == "autograd-gpu":  # nn.Torch on a GPU at 2 ranks, a bucket per parameter (the GPU kit)
+        sys.path.insert(0, argv[1])
+        import autograd_models
+        import torch
+
+        X, y = autograd_models.data()
+        t = hpcgpu.Trainer(autograd_models.model("torch"), optimizer=optim.SGD(lr=0.05, momentum=0.9),
+                           **autograd_models.COMMON, bucket_mb=1e-4, runtime=rt)
+        with torch.cuda.stream(torch.cuda.Stream()):  # a stream of the user's: ordered with ours by events
+            t.fit((X, y))
+        out["on_device"] = not isinstance(t.params["0.weight"], np.ndarray)
+        out["nbuckets"] = len(t.reducer.buckets)
+        out["params"] = {k: _device.asnumpy(v).tolist() for k, v in t.params.items()}
+        out["loss"] = t.history["train_loss"]
+        t.close()
+        if rt.rank == 0:
+            print(json.dumps(out))
+        return 0
     elif case in ("early", "early-bad"):  # EarlyStopping: the good run's epochs, or the agreed refusal
         from hpcgpu.train import EarlyStopping
 
