@@ -14,8 +14,13 @@ What moves per step (host, NumPy):
   when final, lets the reducer post its bucket's Allreduce during the backward pass (the
   ``register_post_accumulate_grad_hook`` of each parameter). On a GPU the arrays cross by DLPack, no copy
   either.
-- :class:`Jax`: ``jax.jit`` copies the parameters and the micro-batch to JAX's device at the call (on the
-  CPU, one copy each), and the gradient is read back without a copy, then copied into the flat buffer.
+- :class:`Jax`: on the host, ``jax.jit`` runs on JAX's CPU device (whatever GPU JAX may see: a rank on the
+  host computes on the host); the parameters and the micro-batch are copied to it at the call (one copy each),
+  and the gradient is read back without a copy, then copied into the flat buffer. On a GPU the parameters, the
+  micro-batch, the gradient and the outputs cross by DLPack (no copy through the host, on the rank's own
+  GPU), after one wait for the trainer's stream (JAX's DLPack import is not ordered with it); a JAX without
+  that GPU gets host copies instead. JAX is started without preallocating the GPU's memory
+  (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless the user set it), which it shares with CuPy and other ranks.
 - :class:`Keras`: a Keras 3 model on the JAX backend, run as :class:`Jax` runs a function, through the model's
   ``stateless_call`` (its variables as arguments): what moves is :class:`Jax`'s.
 
@@ -25,6 +30,8 @@ trainer refuses them for these models with one line). :class:`Torch` runs ``bf16
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -38,6 +45,11 @@ for PyTorch; 0 when unknown."""
 
 
 def _import(name: str, extra: str):
+    if name in ("jax", "keras"):
+        # JAX's GPU backend takes 75% of the GPU's memory at its start unless told not to: the rank's CuPy pool
+        # (the trainer's buffers), and every other rank sharing the GPU, then fail to allocate. A user's own
+        # setting is kept; it is read when JAX's backend starts (its first computation), not at import.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         return __import__(name)
     except ImportError:
@@ -452,6 +464,7 @@ class Jax(Model):
         self.names = [_path_name(path) for path, _ in leaves]
         self._init = {n: np.array(leaf) for n, (_, leaf) in zip(self.names, leaves, strict=True)}
         self.apply, self._loss = apply, loss
+        self._dlpack = None  # on a GPU: whether JAX takes the trainer's device arrays by DLPack (known at first)
         self._compile(None)
 
     def _compile(self, compute) -> None:
@@ -506,15 +519,49 @@ class Jax(Model):
         """The pytree's leaves as given, by path."""
         return {n: v.copy() for n, v in self._init.items()}
 
+    def _to_jax(self, arrays, like):
+        """``arrays`` as JAX arrays where the call computes, and how results go back: a function or None.
+
+        On the host (``like`` a NumPy array): copies on JAX's CPU device. On a GPU: DLPack views on the
+        array's own GPU once the trainer's stream is done (a JAX without that GPU: host copies, results back
+        as CuPy arrays).
+        """
+        jax = self._jax
+        if isinstance(like, np.ndarray):
+            cpu = jax.devices("cpu")[0]
+            return [jax.device_put(np.asarray(a), cpu) for a in arrays], None
+        import cupy
+
+        if self._dlpack is not False:
+            cupy.cuda.get_current_stream().synchronize()  # JAX's from_dlpack takes no stream of ours
+            try:
+                got = [jax.dlpack.from_dlpack(a if not isinstance(a, np.ndarray) else cupy.asarray(a))
+                       for a in arrays]
+                self._dlpack = True
+                return got, cupy.from_dlpack
+            except Exception:
+                if self._dlpack:  # it worked before: not a JAX without the GPU
+                    raise
+                self._dlpack = False  # a JAX without this GPU (CPU-only jaxlib): host copies from now on
+        cpu = jax.devices("cpu")[0]
+        return [jax.device_put(_host(a), cpu) for a in arrays], lambda r: cupy.asarray(np.asarray(r))
+
     def loss_and_grad(self, params, x, y):
         """The loss sum, its gradient by name (``jax.value_and_grad`` under ``jax.jit``), the outputs."""
-        flat = [_host(params[n]) for n in self.names]
-        (loss, out), grads = self._value_and_grad(flat, _host(x), _host(y))
-        return float(loss), {n: np.asarray(g) for n, g in zip(self.names, grads, strict=True)}, np.asarray(out)
+        (*flat, xj, yj), back = self._to_jax([params[n] for n in self.names] + [x, y], x)
+        (loss, out), grads = self._value_and_grad(flat, xj, yj)
+        back = back or np.asarray
+        loss = float(loss)  # the whole call is done: its results may be handed over
+        return loss, {n: back(g) for n, g in zip(self.names, grads, strict=True)}, back(out)
 
     def predict(self, params, x):
-        """``apply(params, x)`` under ``jax.jit``, as a NumPy array."""
-        return np.asarray(self._predict([_host(params[n]) for n in self.names], _host(x)))
+        """``apply(params, x)`` under ``jax.jit``: a NumPy array, or a CuPy array for a device ``x``."""
+        (*flat, xj), back = self._to_jax([params[n] for n in self.names] + [x], x)
+        out = self._predict(flat, xj)
+        if back is None:
+            return np.asarray(out)
+        out.block_until_ready()
+        return back(out)
 
     def tree(self, params: dict):
         """The pytree of ``params`` (by name, as ``Trainer.params`` or a results file's ``/model`` hold them)."""

@@ -413,3 +413,43 @@ def test_on_a_gpu_the_module_trains_there_its_streams_ordered_by_events(tmp_path
     np.testing.assert_allclose(two["loss"], host.history["train_loss"], rtol=1e-9)
     for k, v in host.params.items():
         np.testing.assert_allclose(np.asarray(two["params"][k]), v, rtol=1e-8, atol=1e-10, err_msg=k)
+
+
+@JAX
+def test_jax_is_started_without_taking_the_gpus_memory_unless_the_user_says_so():
+    """nn.Jax sets XLA_PYTHON_CLIENT_PREALLOCATE=false before JAX's backend starts (on a GPU, JAX takes 75% of
+    its memory otherwise: the trainer's CuPy buffers and every other rank sharing the GPU ran out of memory on
+    an H200); a user's own value stays."""
+    import subprocess
+    import sys
+
+    code = ("import os, numpy as np; from hpcgpu import nn; nn.Jax(lambda p, x: x @ p['w'], {'w': np.zeros((2, 2))});"
+            "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    for given, want in ((None, "false"), ("true", "true")):
+        if given is not None:
+            env["XLA_PYTHON_CLIENT_PREALLOCATE"] = given
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split()[-1] == want
+
+
+@pytest.mark.gpu
+@JAX
+@pytest.mark.skipif(not _gpu(), reason="needs a GPU, CuPy and PyTorch's CUDA")
+def test_on_a_gpu_a_jax_function_trains_on_the_ranks_gpu_by_dlpack():
+    """On a GPU, nn.Jax takes the trainer's device arrays by DLPack (JAX computes on the rank's GPU) and gives
+    the host run's model (float64); on the host, JAX computes on its CPU device whatever GPU it sees."""
+    import hpcgpu
+
+    X, y = am.data()
+    host = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="cpu", **am.COMMON)
+    host.fit((X, y))
+    assert host.model._dlpack is None  # the host path never tried
+    t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu", **am.COMMON)
+    t.fit((X, y))
+    assert t.model._dlpack is True and not isinstance(t.params["fc0.w"], np.ndarray)
+    np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=1e-9)
+    for k, v in host.params.items():
+        np.testing.assert_allclose(asnumpy(t.params[k]), v, rtol=1e-8, atol=1e-10, err_msg=k)
+    np.testing.assert_allclose(asnumpy(t.predict(X)), host.predict(X), rtol=1e-8, atol=1e-10)
