@@ -265,8 +265,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
                  blas_capped=_capped_line(dup, threads), mpi_library=_library_version(), gpu_sharing=sharing,
                  collectives=over, collectives_reason=over_why)
     if comm is None:
-        if _RUNTIME is not None:
-            _RUNTIME.free()
+        # The one before stays usable by what holds it (a Trainer of device="cpu" beside one of "gpu"): freeing
+        # its communicator here left that Trainer on MPI_COMM_NULL (found on an H200)
         _RUNTIME = rt
         _context.set(_context.Decisions(dup, rt.xp, rt.cuda_aware, rt.nonblocking_device, rt.collectives))
     return rt

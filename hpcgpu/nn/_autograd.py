@@ -57,6 +57,15 @@ def _import(name: str, extra: str):
                           f"{extra} extra)") from None
 
 
+def _aligned(a):
+    """``a``, or a copy of it where its address is not a multiple of 16 bytes.
+
+    XLA refuses such buffers (a view of one parameter in the flat buffer starts where the one before it ends; an
+    H200 run failed on it).
+    """
+    return a if a.data.ptr % 16 == 0 else a.copy()
+
+
 def _host(a):
     """``a`` as a NumPy array (a CuPy array is copied to the host)."""
     from .. import _device
@@ -298,7 +307,7 @@ class Torch(Model):
             before.use()
 
     def _target(self, y, outputs):
-        t = self._tensor(np.ascontiguousarray(y) if isinstance(y, np.ndarray) else y)
+        t = self._tensor(np.ascontiguousarray(y) if isinstance(y, np.ndarray) else y).to(outputs.device)
         if not t.is_floating_point():
             return t.long()
         return t.reshape(outputs.shape) if t.numel() == outputs.numel() else t
@@ -535,8 +544,7 @@ class Jax(Model):
         if self._dlpack is not False:
             cupy.cuda.get_current_stream().synchronize()  # JAX's from_dlpack takes no stream of ours
             try:
-                got = [jax.dlpack.from_dlpack(a if not isinstance(a, np.ndarray) else cupy.asarray(a))
-                       for a in arrays]
+                got = [jax.dlpack.from_dlpack(_aligned(cupy.asarray(a))) for a in arrays]
                 self._dlpack = True
                 return got, cupy.from_dlpack
             except Exception:

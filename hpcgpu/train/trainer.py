@@ -1217,7 +1217,10 @@ class Trainer:
             v = np.asarray(v)
             if v.shape != mine[k].shape:
                 raise ValueError(f"buffer {k} of shape {v.shape} for the model's {mine[k].shape}")
-            mine[k][...] = self.xp.asarray(v.astype(mine[k].dtype, copy=False)) if self.xp is not np else v
+            # through the buffer's own array module: a module's buffers may still be on the host before its first
+            # step on a GPU (nn.Torch moves them at its first call)
+            v = v.astype(mine[k].dtype, copy=False)
+            mine[k][...] = v if isinstance(mine[k], np.ndarray) else self.xp.asarray(v)
 
     def _load_opt_state(self, arrays: dict) -> None:
         """Copy this rank's optimizer state arrays in place (the names and shapes must be this optimizer's)."""

@@ -106,15 +106,15 @@ def test_torch_adds_its_gradient_into_the_trainers_buffer_as_each_parameter_fini
     X, y = X[:30], np.minimum(y[:30], 2)
     calls = []
     t.model.grad[...] = 7.0  # a step's first micro-batch starts from zero, whatever the buffer held
-    t.model.loss_and_grad(t.xp.asarray(X), y, on_layer=calls.append)
+    t.model.loss_and_grad(t.xp.asarray(X), t.xp.asarray(y), on_layer=calls.append)
     assert calls == [3, 2, 1, 0]
-    ps = {n: torch.from_numpy(v.copy()).requires_grad_(True) for n, v in t.model._p.items()}
+    ps = {n: torch.from_numpy(asnumpy(v).copy()).requires_grad_(True) for n, v in t.model._p.items()}
     out = torch.func.functional_call(TwoHeads(), ps, (torch.from_numpy(X),))
     loss = torch.nn.CrossEntropyLoss(reduction="sum")(out, torch.from_numpy(y))
     want = np.concatenate([g.numpy().ravel() for g in torch.autograd.grad(loss, list(ps.values())[:2])])
     np.testing.assert_allclose(asnumpy(t.model.grad[:21]), want, rtol=1e-12)
     assert not asnumpy(t.model.grad[21:]).any()  # the unused head: zero
-    t.model.loss_and_grad(t.xp.asarray(X), y, accumulate=True)  # a second micro-batch adds to the first
+    t.model.loss_and_grad(t.xp.asarray(X), t.xp.asarray(y), accumulate=True)  # a second micro-batch adds to the first
     np.testing.assert_allclose(asnumpy(t.model.grad[:21]), 2 * want, rtol=1e-12)
 
 
@@ -206,7 +206,7 @@ def test_dropout_draws_from_the_step_and_rank_not_from_the_process():
     losses = {}
     for key in [(5, 0, 0, 0), (5, 0, 0, 0), (5, 1, 0, 0), (5, 0, 0, 1)]:
         m.set_rng_key(key)
-        t.model.loss_and_grad(Xb, y[:30])
+        t.model.loss_and_grad(Xb, t.xp.asarray(y[:30]))
         losses.setdefault(key, []).append(float(t.model.stats[0]))
     assert losses[(5, 0, 0, 0)][0] == losses[(5, 0, 0, 0)][1]  # the same key, the same masks
     assert len({v[0] for v in losses.values()}) == 3  # another step, another rank: other masks
@@ -445,11 +445,37 @@ def test_on_a_gpu_a_jax_function_trains_on_the_ranks_gpu_by_dlpack():
     X, y = am.data()
     host = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="cpu", **am.COMMON)
     host.fit((X, y))
-    assert host.model._dlpack is None  # the host path never tried
+    assert host.model.model._dlpack is None  # the host path never tried
     t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu", **am.COMMON)
     t.fit((X, y))
-    assert t.model._dlpack is True and not isinstance(t.params["fc0.w"], np.ndarray)
+    assert t.model.model._dlpack is True and not isinstance(t.params["fc0.w"], np.ndarray)
     np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=1e-9)
     for k, v in host.params.items():
         np.testing.assert_allclose(asnumpy(t.params[k]), v, rtol=1e-8, atol=1e-10, err_msg=k)
     np.testing.assert_allclose(asnumpy(t.predict(X)), host.predict(X), rtol=1e-8, atol=1e-10)
+
+
+def _standin() -> bool:
+    import hpcgpu._device as d
+
+    cupy = d.cupy_or_none()
+    return cupy is not None and cupy.__version__.endswith("+standin")
+
+
+@pytest.mark.device
+@JAX
+@pytest.mark.skipif(not _standin(), reason="the CuPy stand-in's pass (--device=standin)")
+def test_a_jax_without_the_ranks_gpu_gets_host_copies_and_the_same_model():
+    """On the device path with a JAX that cannot take the trainer's arrays by DLPack (here the stand-in's; a
+    CPU-only jaxlib on a GPU node), nn.Jax falls back to host copies once, and the model is the host run's."""
+    import hpcgpu
+
+    X, y = am.data()
+    host = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="cpu", **am.COMMON)
+    host.fit((X, y))
+    t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu", **am.COMMON)
+    t.fit((X, y))
+    assert t.model.model._dlpack is False and not isinstance(t.params["fc0.w"], np.ndarray)
+    np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=1e-12)
+    for k, v in host.params.items():
+        np.testing.assert_allclose(asnumpy(t.params[k]), v, rtol=1e-12, atol=1e-15, err_msg=k)
