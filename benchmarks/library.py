@@ -39,7 +39,7 @@ history = trainer.fit((X_train, y_train), validation=(X_test, y_test))
 logits = trainer.predict(X_test)
 trainer.close()
 if rt.rank == 0:
-    print(f"RESULT val_accuracy={{history['test_accuracy'][-1]:.4f}} predictions={{logits.shape}}")
+    print(f"RESULT val_accuracy={{history['val_accuracy'][-1]:.4f}} predictions={{logits.shape}}")
 '''
 
 

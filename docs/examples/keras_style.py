@@ -19,7 +19,7 @@ trainer.close()
 
 if rt.rank == 0:
     for e, loss, acc, val in zip(history["epoch"], history["train_loss"], history["train_accuracy"],
-                                 history["test_accuracy"], strict=True):
+                                 history["val_accuracy"], strict=True):
         print(f"epoch {e}: loss {loss:.3f}  accuracy {acc:.3f}  val_accuracy {val:.3f}")
     print(f"predictions {logits.shape}: {logits.argmax(axis=1)[:12].tolist()}")
     print(f"labels:            {y_test[:12].tolist()}")

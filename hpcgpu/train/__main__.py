@@ -186,8 +186,9 @@ def _train(argv, stop) -> int:
     trainer.close()
     if talk:
         h = trainer.history
-        final = (f"test_accuracy {h['test_accuracy'][-1]:.4f}" if trainer.model.task == "classification"
-                 else f"test_rmse {h['test_rmse'][-1]:.4g} test_r2 {h['test_r2'][-1]:.4f}") if h["epoch"] else ""
+        p = trainer.metrics.held_out  # test: the data file's /test split
+        final = (f"{p}_accuracy {h[p + '_accuracy'][-1]:.4f}" if trainer.model.task == "classification"
+                 else f"{p}_rmse {h[p + '_rmse'][-1]:.4g} {p}_r2 {h[p + '_r2'][-1]:.4f}") if h["epoch"] else ""
         print(f"final {final}; wrote {path}" if final else f"wrote {path}", flush=True)
     return 0
 

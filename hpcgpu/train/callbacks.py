@@ -56,9 +56,10 @@ class EarlyStopping(Callback):
 
     Parameters
     ----------
-    monitor : str
-        A metric of the epoch rows: ``"test_loss"`` (the validation set's loss, the default),
-        ``"test_accuracy"``, ``"train_loss"``...
+    monitor : str, optional
+        A metric of the epoch rows: ``"val_loss"``, ``"val_accuracy"`` (a validation set given in Python),
+        ``"test_loss"`` (a data file's ``/test`` split), ``"train_loss"``...; by default the held-out set's
+        loss, whichever its name.
     patience : int
         Epochs without improvement before the training ends.
     min_delta : float
@@ -81,16 +82,17 @@ class EarlyStopping(Callback):
     ------
     ValueError
         ``patience`` below 0, an unknown ``mode``; at the first epoch, a ``monitor`` the rows do not have or
-        that is NaN (no validation set for ``test_*``).
+        that is NaN (no validation set for ``val_*`` or ``test_*``).
     """
 
-    def __init__(self, monitor: str = "test_loss", patience: int = 5, min_delta: float = 0.0, mode: str = "auto",
+    def __init__(self, monitor: str | None = None, patience: int = 5, min_delta: float = 0.0, mode: str = "auto",
                  restore_best: bool = True):
         if patience < 0 or mode not in ("auto", "min", "max"):
             raise ValueError(f"EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience="
                              f"{patience!r}, mode={mode!r}")
         self.monitor, self.patience, self.min_delta, self.restore_best = monitor, int(patience), min_delta, restore_best
-        self.larger = mode == "max" or (mode == "auto" and monitor.endswith(("accuracy", "_r2")))
+        self._given, self._mode = monitor, mode
+        self.larger = monitor is not None and self._larger(monitor)
         self._best_params = None
         self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
 
@@ -101,8 +103,15 @@ class EarlyStopping(Callback):
         ----------
         trainer : hpcgpu.Trainer
         """
+        if self._given is None:  # the held-out set's loss: val_loss, or test_loss for a data file's /test split
+            self.monitor = f"{trainer.metrics.held_out}_loss"
+            self.larger = self._larger(self.monitor)
         self._best_params = None
         self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
+
+    def _larger(self, monitor: str) -> bool:
+        """Whether a larger ``monitor`` is better (``mode``; ``auto``: accuracy and R^2)."""
+        return self._mode == "max" or (self._mode == "auto" and monitor.endswith(("accuracy", "_r2")))
 
     def on_epoch_end(self, trainer, row: dict) -> bool:
         """Keep the best value (and parameters); True after ``patience`` epochs without improvement.
@@ -121,8 +130,8 @@ class EarlyStopping(Callback):
         if value is None or math.isnan(value):
             from ..errors import agreed
 
-            raise agreed(ValueError(f"EarlyStopping: the epochs have no {self.monitor} "
-                                    f"({'no validation set' if self.monitor.startswith('test_') else 'not a metric'}"
+            why = "no validation set" if self.monitor.startswith(("test_", "val_")) else "not a metric"
+            raise agreed(ValueError(f"EarlyStopping: the epochs have no {self.monitor} ({why}"
                                     f"): monitor one of {', '.join(k for k, v in row.items() if k != 'epoch')}"))
         better = (value > self.best + self.min_delta) if self.larger else (value < self.best - self.min_delta)
         if self.best_epoch == 0 or better:

@@ -31,22 +31,26 @@ read), of the CPU packages and DRAM (RAPL), of the GPUs (NVML); the step's float
 analytically (GFLOP); joules per GFLOP. NaN where no counter could be read."""
 
 
-def metric_names(task: str) -> tuple:
+def metric_names(task: str, held_out: str = "test") -> tuple:
     """The history's per-epoch quality series of ``task``. Not collective.
 
     Parameters
     ----------
     task : {"classification", "regression"}
+    held_out : {"test", "val"}
+        The held-out set's prefix: ``test`` for a data file's ``/test`` split (the command line's), ``val`` for
+        a validation set given in Python (arrays, ``validation_split``), as Keras names it.
 
     Returns
     -------
     tuple of str
         ``train_loss, train_accuracy, test_loss, test_accuracy`` or
-        ``train_loss, train_rmse, test_loss, test_rmse, test_r2``.
+        ``train_loss, train_rmse, test_loss, test_rmse, test_r2`` (``val_`` for ``test_`` with ``held_out="val"``).
     """
+    h = held_out
     if task == "classification":
-        return ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
-    return ("train_loss", "train_rmse", "test_loss", "test_rmse", "test_r2")
+        return ("train_loss", "train_accuracy", f"{h}_loss", f"{h}_accuracy")
+    return ("train_loss", "train_rmse", f"{h}_loss", f"{h}_rmse", f"{h}_r2")
 
 
 class EpochMetrics:
@@ -63,6 +67,8 @@ class EpochMetrics:
         Record the loss scale and skipped steps.
     timing_keys : tuple of str
         The timing series (``<phase>_seconds_{min,mean,max}``), empty without timing.
+    held_out : {"test", "val"}
+        The held-out set's prefix (:func:`metric_names`).
 
     Attributes
     ----------
@@ -80,9 +86,10 @@ class EpochMetrics:
         Steps of the running epoch skipped for a gradient overflow.
     """
 
-    def __init__(self, task: str, outputs: int = 1, mixed: bool = False, timing_keys: tuple = ()):
-        self.task, self.outputs = task, max(1, int(outputs))
-        self.metrics = (("epoch",) + metric_names(task) + ("lr", "seconds", "samples_per_second")
+    def __init__(self, task: str, outputs: int = 1, mixed: bool = False, timing_keys: tuple = (),
+                 held_out: str = "test"):
+        self.task, self.outputs, self.held_out = task, max(1, int(outputs)), held_out
+        self.metrics = (("epoch",) + metric_names(task, held_out) + ("lr", "seconds", "samples_per_second")
                         + (MIXED if mixed else ()) + ENERGY)
         self.series = self.metrics + tuple(timing_keys)
         self.history: dict[str, list] = {k: [] for k in self.series}
@@ -149,16 +156,17 @@ class EpochMetrics:
         Returns
         -------
         dict
-            ``test_loss`` and ``test_accuracy``, or ``test_loss``, ``test_rmse``, ``test_r2``.
+            ``test_loss`` and ``test_accuracy``, or ``test_loss``, ``test_rmse``, ``test_r2`` (``val_`` for
+            ``test_`` where the held-out set is ``val``).
         """
-        names = metric_names(self.task)[2:]
+        names = metric_names(self.task, self.held_out)[2:]
         if n == 0:
             return dict.fromkeys(names, math.nan)
         loss, metric = sums[0] / n, sums[1]
         if self.task == "classification":
-            return {"test_loss": loss, "test_accuracy": metric / n}
+            return dict(zip(names, (loss, metric / n), strict=True))
         r2 = 1.0 - metric / sst if sst > 0 else math.nan
-        return {"test_loss": loss, "test_rmse": math.sqrt(metric / (n * self.outputs)), "test_r2": r2}
+        return dict(zip(names, (loss, math.sqrt(metric / (n * self.outputs)), r2), strict=True))
 
     def append(self, row: dict) -> None:
         """Record a finished epoch's row (every series; missing ones NaN) and start the next epoch's sums.

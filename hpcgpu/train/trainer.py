@@ -143,11 +143,14 @@ class Trainer:
     groups : hpcgpu.train.groups.ProcessGroups
     history : dict of list
         Per epoch: ``epoch``, ``train_loss``, the task's metrics
-        (``train_accuracy``, ``test_loss``, ``test_accuracy``; or
-        ``train_rmse``, ``test_loss``, ``test_rmse``, ``test_r2``), ``lr``,
+        (``train_accuracy``, ``val_loss``, ``val_accuracy``; or
+        ``train_rmse``, ``val_loss``, ``val_rmse``, ``val_r2``), ``lr``,
         ``seconds`` (training time of the epoch, s), ``samples_per_second``,
         energy, and per phase of :data:`PHASES` ``<phase>_seconds_{min,mean,max}``
-        over the ranks (with ``timing``).
+        over the ranks (with ``timing``). The held-out set's series are
+        ``val_*`` for a validation set given in Python (arrays,
+        ``validation_split``), as Keras names them, and ``test_*`` for a data
+        file's ``/test`` split (the command line's).
     epoch, step, step_in_epoch : int
         Finished epochs, global steps done, steps done in the current epoch.
     stopped_by : str or None
@@ -516,8 +519,11 @@ class Trainer:
         self.schedule = LRSchedule(self.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
                                    c.lr_step_epochs * steps, c.lr_gamma)
         self._test_arrays(test)
+        # the held-out set's series: test_* for a data file's /test split, val_* for a validation set given in
+        # Python (arrays, validation_split), as Keras names them
         self.metrics = EpochMetrics(m.task, train.outputs, self.precision.compute is not None,
-                                    self.timing_keys() if c.timing else ())
+                                    self.timing_keys() if c.timing else (),
+                                    held_out="test" if self._validation_from_file else "val")
         # One rank on a GPU, or several over NCCL: each step's loss and metric sums (reduced, over NCCL) stay on
         # the device (a row of _stats) until the epoch ends, a checkpoint or a stop needs them, so no step waits for
         # the GPU; a stop request is agreed on the host. Otherwise the reduced slots are read every step: free on
@@ -535,7 +541,7 @@ class Trainer:
                           batch=self.sampler.B, schedule=self.schedule,
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
                           padded_params=self._params_pad, timer=self.timer)
-        self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task)
+        self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task, self.metrics.held_out)
 
     def _data_error(self, train: Split, test: Split | None, where: str) -> ValueError | None:
         """What is wrong with the data for this model and batch at its data-parallel ranks (None: nothing)."""
@@ -1040,7 +1046,7 @@ class Trainer:
                 values = self._test_metrics()
             finally:
                 self.test_split, self._Xt, self._yt, self._sst = saved
-        return {k[5:]: v for k, v in values.items()}
+        return {k.split("_", 1)[1]: v for k, v in values.items()}  # test_loss or val_loss: loss
 
     def predict(self, X, *, sharded: bool = False, root: int | None = 0, out: str | None = None,
                 what: str = "out"):

@@ -186,7 +186,7 @@ def main(argv):
     else:
         raise SystemExit(f"unknown case {case}")
     h = t.history
-    out.update({k: h[k] for k in h if k.startswith(("train_", "test_"))})
+    out.update({k: h[k] for k in h if k.startswith(("train_", "val_"))})
     out["params"] = {k: _device.asnumpy(v).tolist() for k, v in t.params.items()}
     out["steps"] = t.step
     t.close()

@@ -183,11 +183,11 @@ def test_the_same_seed_gives_the_same_model_at_1_2_and_3_ranks(case):
     runs = {n: _fit(case, n) for n in (1, 2, 3)}
     ref = runs[1]
     assert ref["steps"] == 3 * (250 // 24)
-    assert ref["test_loss"][-1] < ref["test_loss"][0] and ref["train_loss"][-1] < ref["train_loss"][0]
-    metric = "test_accuracy" if case.startswith("seq") else "test_r2"
+    assert ref["val_loss"][-1] < ref["val_loss"][0] and ref["train_loss"][-1] < ref["train_loss"][0]
+    metric = "val_accuracy" if case.startswith("seq") else "val_r2"
     assert ref[metric][-1] > (0.6 if case.startswith("seq") else 0.8), ref[metric]
     for n in (2, 3):
-        for k in ("train_loss", "test_loss", metric):
+        for k in ("train_loss", "val_loss", metric):
             np.testing.assert_allclose(runs[n][k], ref[k], rtol=1e-6, err_msg=f"{k} at {n} ranks")
         for k, v in ref["params"].items():
             np.testing.assert_allclose(runs[n]["params"][k], v, rtol=1e-6, atol=1e-9, err_msg=f"{k} at {n} ranks")
@@ -440,7 +440,7 @@ def test_a_classifier_of_ones_own_trains_as_a_classifier_on_integer_labels(outpu
         assert np.isfinite(acc).all() and 0 <= acc.min() and acc[-1] > 0.6, acc
     else:
         assert np.isnan(acc).all(), acc
-    assert t.history["test_accuracy"][-1] > 0.6
+    assert t.history["val_accuracy"][-1] > 0.6
 
 
 def test_a_library_run_is_the_same_bits_every_time_and_times_nothing():
@@ -634,7 +634,7 @@ def test_validation_split_holds_out_the_last_rows_as_keras_does():
     split.fit((X, y), validation_split=0.25)
     whole = trainer()
     whole.fit((X[:60], y[:60]), validation=(X[60:], y[60:]))
-    assert split.history["test_loss"] == whole.history["test_loss"]
+    assert split.history["val_loss"] == whole.history["val_loss"]
     np.testing.assert_array_equal(asnumpy(split.model.params), asnumpy(whole.model.params))
     for kwargs, words in (({"validation_split": 0.25, "validation": (X, y)}, "without validation="),
                           ({"validation_split": 1.5}, "between 0 and 1"),
@@ -654,13 +654,13 @@ def test_an_epoch_line_shows_only_the_metrics_that_exist(capsys):
         hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1), batch_size=10,
                        epochs=1, progress="lines").fit((X, y), **kwargs)
         line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("epoch")][-1]
-        assert ("test_loss" in line and "test_accuracy" in line) == shown and "nan" not in line, line
+        assert ("val_loss" in line and "val_accuracy" in line) == shown and "nan" not in line, line
 
 
 def test_early_stopping_ends_after_patience_and_restores_the_best_epoch():
     """EarlyStopping on a metric that never improves after epoch 1 (train_loss watched as if larger were better):
     the training ends after epoch 1 + patience, and the parameters are epoch 1's, bitwise a 1-epoch run's; a
-    test_* monitor without a validation set is one agreed line."""
+    val_* monitor without a validation set is one agreed line."""
     import hpcgpu
     from hpcgpu.errors import AgreedError
     from hpcgpu.train import EarlyStopping
@@ -680,7 +680,7 @@ def test_early_stopping_ends_after_patience_and_restores_the_best_epoch():
     one = trainer(1)
     one.fit((X, y))
     np.testing.assert_array_equal(asnumpy(t.model.params), asnumpy(one.model.params))
-    with pytest.raises(ValueError, match="EarlyStopping: the epochs have no test_loss \\(no validation set\\)") as e:
+    with pytest.raises(ValueError, match="EarlyStopping: the epochs have no val_loss \\(no validation set\\)") as e:
         trainer(3).fit((X, y), callbacks=[EarlyStopping()])
     assert isinstance(e.value, AgreedError)
 
@@ -696,7 +696,7 @@ def test_early_stopping_agrees_at_3_ranks():
     p = _mpi.run(3, [SCRIPT, "early-bad"], timeout=120)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "EarlyStopping: the epochs have no test_loss (no validation set)" in lines[0], p.stderr
+    assert len(lines) == 1 and "EarlyStopping: the epochs have no val_loss (no validation set)" in lines[0], p.stderr
 
 
 @pytest.mark.mpi
@@ -824,3 +824,31 @@ def test_dense_units_takes_its_inputs_from_the_layer_before_and_the_first_from_t
     assert from_file.model.net.sizes == [5, 8, 3]
     with pytest.raises(ValueError, match="first Dense layer's input features are not known"):
         nn.plan_model(nn.Sequential(nn.Dense(4), nn.Dense(2)), nn.SoftmaxCrossEntropy())
+
+
+def test_the_held_out_metrics_are_named_by_where_the_set_comes_from(tmp_path):
+    """A validation set given in Python (arrays, validation_split) gives Keras's val_* names, a data file's /test
+    split the command line's test_* (in the history, the epoch line's words and the results file); evaluate
+    drops the prefix and EarlyStopping() watches the held-out loss by either name."""
+    import hpcgpu
+    from hpcgpu.train import EarlyStopping
+
+    X, y = blobs(200)
+    path = write_h5(tmp_path / "d.h5", train__X=X[:160], train__y=y[:160], test__X=X[160:], test__y=y[160:])
+    seen = {}
+    for name, args, kwargs in (("val", ((X, y),), {"validation_split": 0.2}), ("test", (path,), {})):
+        stop = EarlyStopping(patience=50)
+        t = hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 8, "relu"), nn.Dense(8, 3)), nn.SoftmaxCrossEntropy(),
+                           optim.SGD(0.1), batch_size=40, epochs=2, seed=1, progress="none",
+                           out=str(tmp_path / f"{name}.h5"))
+        h = t.fit(*args, callbacks=[stop], **kwargs)
+        other = "test" if name == "val" else "val"
+        assert f"{name}_loss" in h and f"{name}_accuracy" in h and f"{other}_loss" not in h
+        assert np.isfinite(h[f"{name}_loss"]).all() and stop.monitor == f"{name}_loss"
+        assert set(t.evaluate((X, y))) == {"loss", "accuracy"}
+        t.save_results()
+        with h5py.File(tmp_path / f"{name}.h5") as f:
+            assert f"{name}_accuracy" in f["metrics"] and f"{other}_accuracy" not in f["metrics"]
+        seen[name] = h
+    # validation_split holds out the last fifth, the rows of the file's /test: the same values by either name
+    assert seen["val"]["val_loss"] == seen["test"]["test_loss"]
