@@ -49,7 +49,7 @@ def child(args) -> None:
         X, y = sampler.batch(s)
         model.loss_and_grad(X, y, on_layer=red.ready if overlap else None)
         red.finish()
-        tr.optimizer.step(red.grad, 0.01, scale=1.0 / sampler.B)
+        tr.optimizer.step(red.grad, 0.01, scale=1.0 / sampler.global_batch)
 
     for s in range(10):
         step(s)

@@ -542,6 +542,12 @@ class GlobalBatchSampler:
 
     Attributes
     ----------
+    global_batch : int
+        B, the samples of one step over all data-parallel ranks.
+    micro_batches : int
+        K, the micro-batches of a step.
+    n_global : int
+        N, the training samples over all ranks.
     steps : int
         Global batches per epoch, ``N // B`` (the last partial batch is
         dropped, so every step averages over exactly B samples).
@@ -555,33 +561,33 @@ class GlobalBatchSampler:
 
     def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm, xp=np,
                  micro_batches: int = 1, replicate: bool = False):
-        self.train, self.B, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
-        self.K = int(micro_batches)
-        self.N, self.data_parallel_size = train.n_global, comm.size
-        self.steps = self.N // self.B
+        self.train, self.global_batch, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
+        self.micro_batches = int(micro_batches)
+        self.n_global, self.data_parallel_size = train.n_global, comm.size
+        self.steps = self.n_global // self.global_batch
         P = self.data_parallel_size
-        self.bounds = [block_range(self.B // self.K, P, r) for r in range(P)]
+        self.bounds = [block_range(self.global_batch // self.micro_batches, P, r) for r in range(P)]
         lo, hi = self.bounds[comm.rank]
         self.local_micro_batch = hi - lo
-        self.local_batch = self.K * self.local_micro_batch
-        self.shard_starts = np.asarray(train.starts if train.starts is not None else block_starts(self.N, P))
+        self.local_batch = self.micro_batches * self.local_micro_batch
+        self.shard_starts = np.asarray(train.starts if train.starts is not None else block_starts(self.n_global, P))
         self._rowtype = from_numpy_dtype(train.X.dtype).Create_contiguous(train.dim).Commit()
         ytail, ytype = train.y.shape[1:], train.y.dtype
         self._ytype = from_numpy_dtype(ytype).Create_contiguous(max(1, int(np.prod(ytail)))).Commit()
         n_local = train.stop - train.start
         self.replicated = bool(replicate)
         # Another rank's rows in one epoch: at most all of this rank's local batches.
-        self._cap = min(self.steps * self.local_batch, self.N - n_local)
+        self._cap = min(self.steps * self.local_batch, self.n_global - n_local)
         D, dt = train.dim, train.X.dtype
         if self.replicated:  # the whole set, gathered once: row r of the pool is global row r
             counts, displs = np.diff(self.shard_starts), self.shard_starts[:-1]  # shard_starts ends with N
             err = None
             try:
-                self._pool_X = np.empty((self.N, D), dt)
-                self._pool_y = np.empty((self.N,) + ytail, ytype)
+                self._pool_X = np.empty((self.n_global, D), dt)
+                self._pool_y = np.empty((self.n_global,) + ytail, ytype)
             except MemoryError:
                 err = MemoryError(f"--data-placement replicated: no room for the training set "
-                                  f"({self.N * (D * dt.itemsize + 8) / 2**20:.0f} MiB) on rank {comm.rank}; "
+                                  f"({self.n_global * (D * dt.itemsize + 8) / 2**20:.0f} MiB) on rank {comm.rank}; "
                                   "use --data-placement sharded")
             agree(err, comm=comm)
             comm.Allgatherv([train.X, n_local, self._rowtype], [self._pool_X, (counts, displs), self._rowtype])
@@ -628,7 +634,7 @@ class GlobalBatchSampler:
         numpy.ndarray, shape (N,), int64
             A permutation of the global rows ``0..N-1``.
         """
-        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.N)
+        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.n_global)
 
     def wanted(self, perm: np.ndarray, rank: int) -> np.ndarray:
         """Global rows rank ``rank`` processes in the epoch, in step order.
@@ -650,8 +656,8 @@ class GlobalBatchSampler:
             by micro-batch.
         """
         lo, hi = self.bounds[rank]
-        b = self.B // self.K
-        return perm[: self.steps * self.B].reshape(self.steps, self.K, b)[:, :, lo:hi].ravel()
+        b = self.global_batch // self.micro_batches
+        return perm[: self.steps * self.global_batch].reshape(self.steps, self.micro_batches, b)[:, :, lo:hi].ravel()
 
     def state_dict(self) -> dict:
         """What decides the sample order: ``seed``, ``batch_size``, ``micro_batches``.
@@ -659,7 +665,7 @@ class GlobalBatchSampler:
         The order of epoch ``e`` is a pure function of these and ``e``
         (:meth:`order`), so there is no generator state to save.
         """
-        return dict(seed=self.seed, batch_size=self.B, micro_batches=self.K)
+        return dict(seed=self.seed, batch_size=self.global_batch, micro_batches=self.micro_batches)
 
     def load_state_dict(self, state: dict) -> None:
         """Check that ``state`` gives this sampler's order. Not collective.

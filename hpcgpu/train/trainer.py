@@ -537,8 +537,8 @@ class Trainer:
                                               capturable=m.capabilities.cuda_graphs)
         self._step = Step(model=m, reducer=self.reducer, optimizer=self.optimizer, state=self.opt_state,
                           params=self._update_params, precision=self.precision, groups=g,
-                          micro_batches=self.sampler.K, micro_batch=self.sampler.local_micro_batch,
-                          batch=self.sampler.B, schedule=self.schedule,
+                          micro_batches=self.sampler.micro_batches, micro_batch=self.sampler.local_micro_batch,
+                          batch=self.sampler.global_batch, schedule=self.schedule,
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
                           padded_params=self._params_pad, timer=self.timer)
         self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task, self.metrics.held_out)
@@ -934,7 +934,7 @@ class Trainer:
                 stop = self.groups.any(stop, self.groups.comm)  # a host flag: no wait for the GPU
             else:  # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
                 stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
-                self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.B)
+                self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.global_batch)
                 self._drained = s + 1
             self._steps_run += 1
             self.step += 1
@@ -970,11 +970,11 @@ class Trainer:
         if hi > lo:
             first = self.step - (hi - lo)
             for i, (loss_sum, metric) in enumerate(_device.asnumpy(self._stats[lo:hi]).tolist()):
-                self.metrics.add_step(loss_sum, metric, first + i, self.epoch, self.sampler.B)
+                self.metrics.add_step(loss_sum, metric, first + i, self.epoch, self.sampler.global_batch)
         self._drained = hi
 
     def _finish_epoch(self, lr: float) -> dict:
-        n = self.sampler.steps * self.sampler.B
+        n = self.sampler.steps * self.sampler.global_batch
         row = dict(epoch=self.epoch + 1, lr=lr, seconds=self.metrics.seconds,
                    samples_per_second=n / self.metrics.seconds if self.metrics.seconds > 0 else math.nan,
                    loss_scale=self.precision.loss_scale, skipped_steps=self._skipped_in_epoch())
@@ -1615,12 +1615,14 @@ class Trainer:
     # -- rank 0's voice ------------------------------------------------------------------------
     def _header(self) -> str:
         s, m = self.sampler, self.model
-        accum = f", {s.K} micro-batches of {s.B // s.K}" if s.K > 1 else ""
+        k = s.micro_batches
+        accum = f", {k} micro-batches of {s.global_batch // k}" if k > 1 else ""
         what = m.describe()
         task = f"C={m.num_classes}" if m.num_classes is not None else m.task
         return (
             f"hpcgpu.train: {self.rt.size} rank(s){self._placement} on {self.rt.summary()}, data {self.data_path}: "
-            f"N={s.N} D={self.train_split.dim} {task}, {what}, optimizer {self.optimizer.name}, global batch {s.B} "
+            f"N={s.n_global} D={self.train_split.dim} {task}, {what}, optimizer {self.optimizer.name}, "
+            f"global batch {s.global_batch} "
             f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision.name}, "
             + ("CUDA graphs on, " if self._step.graph is not None
                else f"CUDA graphs off ({self._graphs_why}), " if self._graphs_why else "")

@@ -1,19 +1,13 @@
 """Shared fixtures of the device-path tests: the CuPy stand-in, in this process or under mpiexec."""
 
 import importlib
-import os
 import sys
 
 import pytest
 
 import _mpi
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-STANDIN = os.path.join(HERE, "standin")
-ROOT = os.path.dirname(os.path.dirname(HERE))
-ENV = ("HPCGPU_STANDIN_FAIL", "HPCGPU_STANDIN_DEVICES", "HPCGPU_STANDIN_MEMORY", "HPCGPU_STANDIN_STRICT_HOST",
-       "CUDA_VISIBLE_DEVICES", "CUPY_TF32", "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM")
-
+from _standin_env import ENV, STANDIN
 
 LEAN_KEEP = ("test_nccl.py::", "test_collectives_on_device_arrays", "test_summa_on_device_every_grid_and_dtype",
              "test_tensor_parallel_and_zero_on_device_match_the_cpu_run")
@@ -69,13 +63,3 @@ def load(monkeypatch, _bytecode):
 @pytest.fixture
 def cp(load):
     return load()
-
-
-def run_standin(nprocs, args, env=None, timeout=120):
-    """``mpiexec -n nprocs python ARGS`` with the stand-in as ``cupy`` (one device unless ``env`` says)."""
-    e = {"PYTHONPATH": STANDIN + os.pathsep + ROOT, "HPCGPU_STANDIN_STRICT_HOST": "1"}
-    e.update({v: None for v in ENV if v not in ("HPCGPU_STANDIN_STRICT_HOST",)})
-    e.update(env or {})
-    return _mpi.run(nprocs, args, env=e, timeout=timeout)
-
-

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 import _mpi
 from _data import blobs, write_h5
-from conftest import HERE, run_standin
+from _standin_env import HERE, run_standin
 
 SCRIPTS = os.path.join(HERE, "mpi")
 

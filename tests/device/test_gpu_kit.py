@@ -14,7 +14,7 @@ import pytest
 
 import _mpi
 
-from conftest import ROOT, run_standin
+from _standin_env import ROOT, run_standin
 
 KIT = os.path.join(ROOT, "benchmarks", "gpu")
 SCRIPT = os.path.join(KIT, "allreduce.py")

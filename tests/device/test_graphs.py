@@ -19,7 +19,7 @@ import pytest
 
 import _mpi
 from _data import blobs, write_h5
-from conftest import ROOT, run_standin
+from _standin_env import ROOT, run_standin
 
 
 @pytest.fixture(autouse=True)

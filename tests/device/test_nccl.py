@@ -12,7 +12,7 @@ import pytest
 
 import _mpi
 from _data import blobs, write_h5
-from conftest import run_standin
+from _standin_env import run_standin
 
 OWN = {"HPCGPU_STANDIN_DEVICES": "4"}
 SHARED = {"HPCGPU_STANDIN_DEVICES": "1"}

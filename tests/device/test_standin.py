@@ -15,7 +15,7 @@ import pytest
 
 import _mpi
 
-from conftest import ENV, HERE, ROOT, STANDIN  # tests/device/conftest.py: the shared fixtures
+from _standin_env import ENV, HERE, ROOT, STANDIN
 
 
 def landed(a):
