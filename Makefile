@@ -75,27 +75,11 @@ run-train:
 test-mpi: $(VENV)/.installed
 	$(PY) -m pytest $(MPI_XDIST) -m mpi $(ARGS)
 
-# The suite twice: as it is here, and as on a GPU node (the CuPy stand-in of tests/device posing as a present
-# GPU, so --device auto takes the device path). The two passes run side by side: the host pass keeps two cores
-# about 87% busy (ranks starting, waiting, polling) and the stand-in pass takes the rest. The host pass prints as
-# it goes, the stand-in pass's output follows it; the target fails if either pass does. STANDIN_WORKERS: its
-# pytest workers; SERIAL=1: one pass after the other, as before.
-STANDIN_WORKERS ?= 2
-STANDIN_XDIST := $(if $(filter-out 0,$(STANDIN_WORKERS)),-n $(STANDIN_WORKERS) --dist loadgroup)
+# The suite twice: as it is here, then as on a GPU node (the CuPy stand-in of
+# tests/device posing as a present GPU, so --device auto takes the device path).
 test: $(VENV)/.installed $(VENV)/.autograd
-ifeq ($(SERIAL),1)
 	$(PY) -m pytest $(XDIST) $(ARGS)
 	$(PY) -m pytest $(XDIST) --device=standin $(ARGS)
-else
-	@log=$$(mktemp); t0=$$(date +%s); \
-	$(PY) -m pytest $(STANDIN_XDIST) --device=standin $(ARGS) > $$log 2>&1 & standin=$$!; \
-	trap 'kill $$standin 2>/dev/null; rm -f $$log' INT TERM; \
-	$(PY) -m pytest $(XDIST) $(ARGS); host=$$?; \
-	wait $$standin; rc=$$?; \
-	echo "=== the stand-in pass (pytest --device=standin), run beside the host pass"; cat $$log; rm -f $$log; \
-	echo "=== both passes: $$(( $$(date +%s) - t0 )) s (host pass exit $$host, stand-in pass exit $$rc)"; \
-	test $$host = 0 -a $$rc = 0
-endif
 
 # PyTorch and JAX for the autograd adapters' tests (hpcgpu.nn.Torch, hpcgpu.nn.Jax): the suite's environment
 # only, so the main job (make train) does not fetch PyPI's torch and its CUDA libraries (about 5 GB, 70 s here).
