@@ -434,25 +434,30 @@ def test_jax_is_started_without_taking_the_gpus_memory_unless_the_user_says_so()
         assert p.stdout.split()[-1] == want
 
 
+def _jax_on_the_device(dlpack: bool, rtol: float, atol: float) -> None:
+    """nn.Jax on the device path against the host run (float64): DLPack taken, or the host copies' fallback."""
+    import hpcgpu
+
+    X, y = am.data()
+    host = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="cpu", **am.COMMON)
+    host.fit((X, y))
+    assert host.model.model._dlpack is None  # the host path never tries DLPack
+    t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu", **am.COMMON)
+    t.fit((X, y))
+    assert t.model.model._dlpack is dlpack and not isinstance(t.params["fc0.w"], np.ndarray)
+    np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=rtol)
+    for k, v in host.params.items():
+        np.testing.assert_allclose(asnumpy(t.params[k]), v, rtol=rtol, atol=atol, err_msg=k)
+    np.testing.assert_allclose(asnumpy(t.predict(X)), host.predict(X), rtol=rtol, atol=atol)
+
+
 @pytest.mark.gpu
 @JAX
 @pytest.mark.skipif(not _gpu(), reason="needs a GPU, CuPy and PyTorch's CUDA")
 def test_on_a_gpu_a_jax_function_trains_on_the_ranks_gpu_by_dlpack():
     """On a GPU, nn.Jax takes the trainer's device arrays by DLPack (JAX computes on the rank's GPU) and gives
     the host run's model (float64); on the host, JAX computes on its CPU device whatever GPU it sees."""
-    import hpcgpu
-
-    X, y = am.data()
-    host = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="cpu", **am.COMMON)
-    host.fit((X, y))
-    assert host.model.model._dlpack is None  # the host path never tried
-    t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu", **am.COMMON)
-    t.fit((X, y))
-    assert t.model.model._dlpack is True and not isinstance(t.params["fc0.w"], np.ndarray)
-    np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=1e-9)
-    for k, v in host.params.items():
-        np.testing.assert_allclose(asnumpy(t.params[k]), v, rtol=1e-8, atol=1e-10, err_msg=k)
-    np.testing.assert_allclose(asnumpy(t.predict(X)), host.predict(X), rtol=1e-8, atol=1e-10)
+    _jax_on_the_device(True, 1e-8, 1e-10)
 
 
 def _standin() -> bool:
@@ -468,14 +473,4 @@ def _standin() -> bool:
 def test_a_jax_without_the_ranks_gpu_gets_host_copies_and_the_same_model():
     """On the device path with a JAX that cannot take the trainer's arrays by DLPack (here the stand-in's; a
     CPU-only jaxlib on a GPU node), nn.Jax falls back to host copies once, and the model is the host run's."""
-    import hpcgpu
-
-    X, y = am.data()
-    host = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="cpu", **am.COMMON)
-    host.fit((X, y))
-    t = hpcgpu.Trainer(am.model("jax"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu", **am.COMMON)
-    t.fit((X, y))
-    assert t.model.model._dlpack is False and not isinstance(t.params["fc0.w"], np.ndarray)
-    np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=1e-12)
-    for k, v in host.params.items():
-        np.testing.assert_allclose(asnumpy(t.params[k]), v, rtol=1e-12, atol=1e-15, err_msg=k)
+    _jax_on_the_device(False, 1e-12, 1e-15)
