@@ -19,7 +19,7 @@
 # (dry: VENV, DATA, GPU_WORK under /tmp/hpcgpu-gpu-dry, so nothing large lands in carry/),
 # INSTALL_MODE [venv | node: install the wheels into $PYTHON itself; chosen by itself when CuPy works in
 # $PYTHON but not in the venv], GPU_SMOKE [a CuPy check (cuBLAS + NVRTC); dry: none unless given],
-# MPI_IMPL [mpich | openmpi], GPU_STEPS [info,matmul,allreduce,train,peer,trainpath,suite], GPU_BUDGET [540],
+# MPI_IMPL [mpich | openmpi], GPU_STEPS [info,autograd,matmul,allreduce,train,peer,trainpath,suite], GPU_BUDGET [540],
 # MATMUL_N [16384; dry 512], MATMUL_RANKS [1 2 4], ALLREDUCE_RANKS [1], ALLREDUCE_MIN [1M; dry 1K],
 # ALLREDUCE_MAX [1G; dry 64K], ALLREDUCE_ARGS [none; e.g. "--iters 10"], TRAIN_CONFIGS ["256,256:256
 # 1024,1024:4096"; dry "256,256:256"], TRAINPATH_CONFIGS ["256,256:256"], TRAINPATH_DATA [$DATA; dry digits:
@@ -39,7 +39,7 @@ RUN=$OUT/gpu-run
 BUDGET=${GPU_BUDGET:-540}
 RESERVE=20                 # seconds kept for collect.py and the tar at the end
 MPI_IMPL=${MPI_IMPL:-mpich}
-GPU_STEPS=${GPU_STEPS:-info,matmul,allreduce,train,peer,trainpath,suite}
+GPU_STEPS=${GPU_STEPS:-info,autograd,matmul,allreduce,train,peer,trainpath,suite}
 MATMUL_RANKS=${MATMUL_RANKS:-1 2 4}
 ALLREDUCE_RANKS=${ALLREDUCE_RANKS:-1}
 ALLREDUCE_ARGS=${ALLREDUCE_ARGS:-}
@@ -252,6 +252,16 @@ if wants info; then
     for R in 1 4; do
         step "info-r$R" 90 "$MPIEXEC" -n "$R" "$VPY" -m hpcgpu info --device "$DEVICE"
     done
+fi
+
+# The models with autograd on the GPU first (nn.Torch, nn.Jax: DLPack, streams ordered by events, a bucket posted
+# from autograd's own thread): a short file whose GPU-only tests nothing else runs. Not in a dry run (no GPU).
+if wants autograd; then
+    if [[ $DRY == 1 ]]; then
+        record autograd skipped 0 "dry run (its tests need a GPU)"
+    else
+        step autograd 180 "$VPY" -m pytest -q -p no:cacheprovider -rfE "$ROOT/tests/train/test_autograd.py"
+    fi
 fi
 
 if wants matmul; then
