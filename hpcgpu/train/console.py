@@ -77,7 +77,7 @@ class Console:
             print(line, flush=True)
 
     def epoch(self, row: dict) -> None:
-        """The line of a finished epoch: losses, test accuracy, seconds, samples/s.
+        """The line of a finished epoch: losses, the held-out set's metrics (if any), seconds, samples/s.
 
         Parameters
         ----------
