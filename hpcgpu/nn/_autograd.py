@@ -130,6 +130,7 @@ class Torch(Model):
         self._key = None
         self._autocast = None  # torch's 16-bit type of the forward pass under mixed precision
         self._device = None  # where the module's buffers are moved to: the trainer's arrays' device
+        self._torch_streams = {}  # CuPy's views of torch's streams, by handle (made once each)
 
     def __repr__(self) -> str:
         return f"Torch({type(self.module).__name__})"
@@ -283,10 +284,17 @@ class Torch(Model):
         return cupy.cuda.get_current_stream()
 
     def _after_torch(self, ours) -> None:
-        """Order ``ours`` after the work queued so far on torch's current stream: an event, no host wait."""
-        import cupy
+        """Order ``ours`` after the work queued so far on torch's current stream: an event, no host wait.
 
-        ours.wait_event(cupy.cuda.ExternalStream(self._torch.cuda.current_stream().cuda_stream).record())
+        Called for every parameter of every micro-batch: CuPy's view of torch's stream is made once a stream.
+        """
+        handle = self._torch.cuda.current_stream().cuda_stream
+        theirs = self._torch_streams.get(handle)
+        if theirs is None:
+            import cupy
+
+            theirs = self._torch_streams[handle] = cupy.cuda.ExternalStream(handle)
+        ours.wait_event(theirs.record())
 
     def _ready_on(self, ours, ready, name) -> None:
         """``ready(name)`` from a post-accumulate-grad hook on a GPU, with the streams ordered.
