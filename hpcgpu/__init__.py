@@ -20,7 +20,12 @@ from . import _yield
 
 _yield.when_oversubscribed()  # MPICH reads it at MPI_Init: more ranks than cores wait without spinning
 
+_blas_var = _yield.blas_at_start()  # OpenBLAS starts the rank's share of threads at NumPy's import, not all cores
+
 from . import _device  # noqa: E402
+
+_yield.blas_started(_blas_var)
+del _blas_var
 
 _device.bind_early()  # before the first import of mpi4py.MPI, which runs MPI_Init
 

@@ -320,6 +320,37 @@ def test_mpich_yields_while_waiting_when_the_node_has_more_ranks_than_cores(monk
     assert not _yield.when_oversubscribed() and os.environ[_yield.HEAVY_YIELD] == "0"
 
 
+_BLAS_AT_IMPORT = ("import hpcgpu, os, sys; from threadpoolctl import threadpool_info; "
+                   "n = [i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas']; "
+                   "sys.stdout.write(f\"{n} {os.environ.get('OPENBLAS_NUM_THREADS', '-')}\\n\")")
+
+
+@pytest.mark.parametrize("local, user", [(2, None), (1, None), (None, None), (2, "2")])
+def test_openblas_starts_with_the_ranks_share_of_the_cores(local, user):
+    """NumPy's import under ``import hpcgpu`` starts OpenBLAS with the share hpcgpu.init gives a rank (one thread
+    of two cores for two ranks), not a thread a core; a user's variable, or no launcher's count, leaves it alone;
+    the variable is gone once NumPy has loaded."""
+    import subprocess
+    import sys
+
+    from hpcgpu import _yield
+
+    env = {k: v for k, v in os.environ.items() if k not in _yield.THREAD_VARS + _yield.LOCAL_SIZE_VARS}
+    if local is not None:
+        env["MPI_LOCALNRANKS"] = str(local)
+    if user is not None:
+        env["OMP_NUM_THREADS"] = user
+    env["HPCGPU_DEVICE"] = "cpu"
+    p = subprocess.run([sys.executable, "-c", _BLAS_AT_IMPORT], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    threads, var = p.stdout.rsplit(" ", 1)
+    if threads == "[]":
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    cores = len(os.sched_getaffinity(0))
+    want = int(user) if user else cores if local is None else max(1, cores // local)
+    assert (threads, var.strip()) == (f"[{want}]", "-"), p.stdout
+
+
 @pytest.mark.mpi
 def test_ranks_past_the_cores_start_with_mpichs_heavy_yield():
     n = (os.cpu_count() or 1) + 1
