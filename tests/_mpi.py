@@ -118,7 +118,8 @@ def trainer_ranks(arg: str) -> dict[int, int]:
 
 def environment(env=None, python: str | None = None) -> dict:
     """``os.environ`` for a test's ranks: unbuffered output, this checkout first on PYTHONPATH,
-    the launcher's flags (``python``'s MPI's, when given), then ``env`` (a value of None removes a variable)."""
+    the launcher's flags (``python``'s MPI's, when given), one BLAS thread a rank when tests run side by side and
+    ``env`` names no thread variable (:data:`SHARED_CORES`), then ``env`` (a value of None removes a variable)."""
     e = dict(os.environ)
     e.setdefault("PYTHONUNBUFFERED", "1")
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
@@ -128,12 +129,27 @@ def environment(env=None, python: str | None = None) -> dict:
         e.pop("HPCGPU_MPIEXEC", None)
         e["PATH"] = os.path.dirname(python) + os.pathsep + e.get("PATH", "")
     e.update(launcher_env(flavor(python) if python else None))
+    if SHARED_CORES and not any(k in THREAD_VARS for k in (env or {})):
+        e.update({k: v for k, v in blas_threads(1).items() if v is not None})
+        for k in THREAD_VARS[1:]:
+            e.pop(k, None)
     for k, v in (env or {}).items():
         if v is None:
             e.pop(k, None)
         else:
             e[k] = v
     return e
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+SHARED_CORES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+"""Whether this run of the suite runs tests side by side (pytest-xdist's workers). Their ranks then get one BLAS
+thread each (:func:`environment`), as a site's ``OMP_NUM_THREADS=1`` gives: hpcgpu shares a node's cores among the
+ranks the launcher put there and cannot see the other tests' ranks, and a rank's second OpenBLAS thread waiting
+for a core another test holds made a one-rank training run 10 times slower (23 s against 2.3 s alone). A test
+whose subject is the threads says so in its own ``env`` (any of :data:`THREAD_VARS`, None to unset it); run
+without workers (``-n 0``, the system MPI's pass), the suite's ranks choose their threads as a user's would."""
 
 
 def blas_threads(n: int | str) -> dict:
