@@ -1,6 +1,7 @@
-"""Models with autograd through hpcgpu's trainer against a plain PyTorch loop, one rank, on the CPU.
+"""Models with autograd through hpcgpu's trainer against a plain PyTorch loop (one rank) and against DDP.
 
     python benchmarks/autograd.py [--hidden 256,256] [--batch-size 64] [--epochs 4] [--rows 20000]
+    python benchmarks/autograd.py --ranks 1,2,4 [--repeats 3] [--device cpu|cuda] [--batch-size 256] ...
 
 The same MLP (64 features, ReLU, 10 classes, float32, SGD with momentum 0.9 at a constant rate) trained four
 ways on one synthetic set: a plain eager PyTorch loop (what a user writes: ``torch.optim.SGD``, the module's
@@ -8,6 +9,12 @@ own parameters), hpcgpu's trainer with ``nn.Torch`` of the same module, with ``n
 and with the built-in layers. It prints samples/s over epochs 2 and later for each and the ratios to the
 plain loop: what the adapters cost (the gradient's copy into the flat buffer, the reducer and optimizer of
 hpcgpu, ``functional_call``'s dispatch; for JAX the copies at each ``jit`` call).
+
+With ``--ranks``, the same PyTorch module at each number of ranks (``mpiexec -n R``), trained by hpcgpu's
+trainer with ``nn.Torch`` and by PyTorch's DistributedDataParallel (``benchmarks/peers/torch_ddp.py``: gloo on
+the CPU, NCCL with ``--device cuda``), the two launches alternating ``--repeats`` times: the median samples/s
+of each (epochs 2 and later, rank 0's clock), the same global batch, data and optimizer (SGD, momentum 0.9),
+and the ratio hpcgpu / DDP.
 """
 
 import argparse
@@ -101,6 +108,57 @@ def through_hpcgpu(kind, X, y, hidden, batch, epochs, lr):
     return seconds
 
 
+def worker(a):
+    """One rank of the hpcgpu side of ``--ranks`` (run under mpiexec): the RESULT line on rank 0."""
+    import torch
+
+    import hpcgpu
+    from hpcgpu import nn, optim
+
+    hidden = [int(h) for h in a.hidden.split(",")]
+    X, y = data(a.rows)
+    torch.manual_seed(0)
+    t = hpcgpu.Trainer(nn.Torch(_module(hidden), torch.nn.CrossEntropyLoss(reduction="sum")),
+                       optimizer=optim.SGD(a.lr, momentum=0.9), batch_size=a.batch_size, epochs=a.epochs,
+                       progress="none", seed=0, dtype="float32", device="gpu" if a.device == "cuda" else "cpu")
+    t.fit((X, y))
+    secs = list(t.history["seconds"])[1:] or list(t.history["seconds"])
+    n = (a.rows // a.batch_size) * a.batch_size
+    if t.rt.rank == 0:
+        print(f"RESULT ranks={t.rt.size} device={a.device} samples_per_s={n * len(secs) / sum(secs):.1f}", flush=True)
+    t.close()
+
+
+def versus_ddp(a):
+    """The ``--ranks`` table: hpcgpu + nn.Torch against DDP, launches alternating, medians."""
+    import re
+    import shutil
+    import statistics
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    launcher = os.environ.get("MPIEXEC") or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
+    common = ["--hidden", a.hidden, "--batch-size", str(a.batch_size), "--epochs", str(a.epochs), "--rows",
+              str(a.rows), "--lr", str(a.lr), "--device", a.device]
+    ways = {"hpcgpu + nn.Torch": [os.path.abspath(__file__), "--worker"],
+            "PyTorch DDP": [os.path.join(here, "peers", "torch_ddp.py")]}
+    print(f"MLP 64-{a.hidden}-10, global batch {a.batch_size}, {a.rows} rows, float32, {a.device}, "
+          f"median of {a.repeats} (samples/s, epochs 2-{a.epochs}):")
+    for ranks in (int(r) for r in a.ranks.split(",")):
+        got = {w: [] for w in ways}
+        for _ in range(a.repeats):
+            for way, cmd in ways.items():
+                p = subprocess.run([launcher, "-n", str(ranks), sys.executable, *cmd, *common], capture_output=True,
+                                   text=True, timeout=900)
+                m = re.search(r"samples_per_s=([0-9.]+)", p.stdout)
+                if p.returncode != 0 or m is None:
+                    sys.exit(f"{way} at {ranks} rank(s) exited {p.returncode}:\n{p.stdout}\n{p.stderr[-3000:]}")
+                got[way].append(float(m.group(1)))
+        ours, theirs = (statistics.median(got[w]) for w in ways)
+        print(f"  {ranks} rank(s): hpcgpu + nn.Torch {ours:10.0f}  DDP {theirs:10.0f}  ratio {ours / theirs:.2f}",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hidden", default="256,256")
@@ -108,7 +166,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--ranks", help="against DDP at these numbers of ranks, e.g. 1,2,4")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker:
+        return worker(a)
+    if a.ranks:
+        return versus_ddp(a)
     hidden = [int(h) for h in a.hidden.split(",")]
     X, y = data(a.rows)
     n = (a.rows // a.batch_size) * a.batch_size

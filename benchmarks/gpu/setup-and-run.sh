@@ -19,7 +19,7 @@
 # (dry: VENV, DATA, GPU_WORK under /tmp/hpcgpu-gpu-dry, so nothing large lands in carry/),
 # INSTALL_MODE [venv | node: install the wheels into $PYTHON itself; chosen by itself when CuPy works in
 # $PYTHON but not in the venv], GPU_SMOKE [a CuPy check (cuBLAS + NVRTC); dry: none unless given],
-# MPI_IMPL [mpich | openmpi], GPU_STEPS [info,autograd,matmul,allreduce,train,peer,trainpath,suite], GPU_BUDGET [540],
+# MPI_IMPL [mpich | openmpi], GPU_STEPS [info,autograd,matmul,allreduce,train,peer,ddp,trainpath,suite], GPU_BUDGET [540],
 # MATMUL_N [16384; dry 512], MATMUL_RANKS [1 2 4], ALLREDUCE_RANKS [1], ALLREDUCE_MIN [1M; dry 1K],
 # ALLREDUCE_MAX [1G; dry 64K], ALLREDUCE_ARGS [none; e.g. "--iters 10"], TRAIN_CONFIGS ["256,256:256
 # 1024,1024:4096"; dry "256,256:256"], TRAINPATH_CONFIGS ["256,256:256"], TRAINPATH_DATA [$DATA; dry digits:
@@ -39,7 +39,7 @@ RUN=$OUT/gpu-run
 BUDGET=${GPU_BUDGET:-540}
 RESERVE=20                 # seconds kept for collect.py and the tar at the end
 MPI_IMPL=${MPI_IMPL:-mpich}
-GPU_STEPS=${GPU_STEPS:-info,autograd,matmul,allreduce,train,peer,trainpath,suite}
+GPU_STEPS=${GPU_STEPS:-info,autograd,matmul,allreduce,train,peer,ddp,trainpath,suite}
 MATMUL_RANKS=${MATMUL_RANKS:-1 2 4}
 ALLREDUCE_RANKS=${ALLREDUCE_RANKS:-1}
 ALLREDUCE_ARGS=${ALLREDUCE_ARGS:-}
@@ -326,6 +326,16 @@ for cfg in $TRAIN_CONFIGS; do
             --batch-size "$batch" --lr 0.05 --momentum 0.9 --epochs "$TRAIN_EPOCHS" --device "$PEER_DEVICE"
     fi
 done
+
+# A PyTorch module through hpcgpu's trainer (nn.Torch) against PyTorch's DDP over NCCL, one rank on the GPU,
+# the launches alternating (benchmarks/autograd.py --ranks; the peer is benchmarks/peers/torch_ddp.py).
+if wants ddp && ((torch_ok)) && [[ $DEVICE == gpu ]]; then
+    for cfg in $TRAIN_CONFIGS; do
+        hidden=${cfg%%:*} batch=${cfg##*:}
+        step "ddp-${hidden//,/x}-b$batch" 150 env MPIEXEC="$MPIEXEC" "$VPY" "$ROOT/benchmarks/autograd.py" --ranks 1 \
+            --device cuda --repeats 3 --hidden "$hidden" --batch-size "$batch" --rows 65536 --epochs 4
+    done
+fi
 
 if wants trainpath; then
     # The trainer's step per path: --collectives nccl and mpi, one rank. At one rank the trainer makes no

@@ -1,0 +1,102 @@
+"""PyTorch's DistributedDataParallel on MPI's ranks: the peer of hpcgpu's trainer with ``nn.Torch``.
+
+    mpiexec -n R python benchmarks/peers/torch_ddp.py [--hidden 256,256] [--batch-size 256] [--epochs 4]
+                                                      [--rows 20000] [--lr 0.05] [--device cpu|cuda]
+
+What a DDP user writes (the tutorial's loop): the MLP of ``torch_mlp.py`` (64 features, ReLU, 10 classes,
+PyTorch's default initialization), wrapped in ``DistributedDataParallel`` over gloo on the CPU or NCCL on a
+GPU (one per rank, the node-local rank's), ``torch.optim.SGD`` with momentum 0.9, mean cross-entropy, float32,
+eager. The ranks come from mpiexec (mpi4py gives rank, size and rank 0's free TCP port: no torchrun). Each step
+takes the global batch ``--batch-size`` in rows of one permutation a epoch and gives each rank its
+``1 / R`` share (DistributedSampler's split); each rank runs ``torch.set_num_threads(cores // ranks on the
+node)``, the share hpcgpu gives a rank. The data are ``benchmarks/autograd.py``'s synthetic set, made alike
+on every rank.
+
+Rank 0 prints one line, ``RESULT ranks=R device=D samples_per_s=S``: the samples over the seconds of epochs 2
+and later (the clock read after a barrier and, on CUDA, a synchronize).
+"""
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_mlp import mlp  # noqa: E402
+
+
+def data(rows, seed=0):
+    """``benchmarks/autograd.py``'s set: 64 Gaussian features, the class of a random linear map's largest output."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, 64)).astype(np.float32)
+    W = rng.normal(size=(64, 10)).astype(np.float32)
+    return X, (X @ W).argmax(1).astype(np.int64)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hidden", default="256,256")
+    p.add_argument("--batch-size", type=int, default=256, help="the global batch")
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--rows", type=int, default=20000)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    a = p.parse_args()
+    comm = MPI.COMM_WORLD
+    rank, size = comm.rank, comm.size
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local_rank, local_size = node.rank, node.size
+    if a.batch_size % size:
+        sys.exit(f"--batch-size {a.batch_size} is not a multiple of the {size} ranks")
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_size))
+    port = None
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    dev = torch.device("cuda" if cuda else "cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size)
+    X, y = data(a.rows)
+    X, y = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
+    torch.manual_seed(0)
+    model = mlp([64, *(int(h) for h in a.hidden.split(",") if h), 10]).to(dev)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(0)
+    local, steps = a.batch_size // size, a.rows // a.batch_size
+    seconds = []
+    for _ in range(a.epochs):
+        order = torch.randperm(a.rows, generator=g).to(dev)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for s in range(steps):
+            idx = order[s * a.batch_size + rank * local:s * a.batch_size + (rank + 1) * local]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(ddp(X[idx]), y[idx]).backward()
+            opt.step()
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        seconds.append(time.perf_counter() - t0)
+    later = seconds[1:] or seconds
+    if rank == 0:
+        rate = steps * a.batch_size * len(later) / sum(later)
+        print(f"RESULT ranks={size} device={dev.type} samples_per_s={rate:.1f}", flush=True)
+    dist.destroy_process_group()
+    node.Free()
+
+
+if __name__ == "__main__":
+    main()
