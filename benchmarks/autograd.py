@@ -135,6 +135,7 @@ def versus_ddp(a):
     import shutil
     import statistics
     import subprocess
+    import tempfile
 
     here = os.path.dirname(os.path.abspath(__file__))
     launcher = os.environ.get("MPIEXEC") or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
@@ -144,12 +145,17 @@ def versus_ddp(a):
             "PyTorch DDP": [os.path.join(here, "peers", "torch_ddp.py")]}
     print(f"MLP 64-{a.hidden}-10, global batch {a.batch_size}, {a.rows} rows, float32, {a.device}, "
           f"median of {a.repeats} (samples/s, epochs 2-{a.epochs}):")
+    tmp = tempfile.mkdtemp(prefix="hpcgpu-ddp-")
     for ranks in (int(r) for r in a.ranks.split(",")):
         got = {w: [] for w in ways}
         for _ in range(a.repeats):
             for way, cmd in ways.items():
-                p = subprocess.run([launcher, "-n", str(ranks), sys.executable, *cmd, *common], capture_output=True,
-                                   text=True, timeout=900)
+                extra = []
+                if way == "PyTorch DDP":
+                    rdv = os.path.join(tmp, f"rendezvous-{ranks}-{len(got[way])}")
+                    extra = ["--rendezvous", rdv]
+                p = subprocess.run([launcher, "-n", str(ranks), sys.executable, *cmd, *common, *extra],
+                                   capture_output=True, text=True, timeout=900)
                 m = re.search(r"samples_per_s=([0-9.]+)", p.stdout)
                 if p.returncode != 0 or m is None:
                     sys.exit(f"{way} at {ranks} rank(s) exited {p.returncode}:\n{p.stdout}\n{p.stderr[-3000:]}")
@@ -157,6 +163,7 @@ def versus_ddp(a):
         ours, theirs = (statistics.median(got[w]) for w in ways)
         print(f"  {ranks} rank(s): hpcgpu + nn.Torch {ours:10.0f}  DDP {theirs:10.0f}  ratio {ours / theirs:.2f}",
               flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():

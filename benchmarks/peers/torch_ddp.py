@@ -6,7 +6,9 @@
 What a DDP user writes (the tutorial's loop): the MLP of ``torch_mlp.py`` (64 features, ReLU, 10 classes,
 PyTorch's default initialization), wrapped in ``DistributedDataParallel`` over gloo on the CPU or NCCL on a
 GPU (one per rank, the node-local rank's), ``torch.optim.SGD`` with momentum 0.9, mean cross-entropy, float32,
-eager. The ranks come from mpiexec (mpi4py gives rank, size and rank 0's free TCP port: no torchrun). Each step
+eager. The ranks come from mpiexec (its rank variables: Hydra's ``PMI_RANK``, Open MPI's ``OMPI_COMM_WORLD_*``),
+and meet at ``--rendezvous`` (a file no rank has yet, on a file system they share: ``init_method="file://"``);
+no MPI is initialized (with MPICH's, gloo's threads aborted the ranks at exit). Each step
 takes the global batch ``--batch-size`` in rows of one permutation a epoch and gives each rank its
 ``1 / R`` share (DistributedSampler's split); each rank runs ``torch.set_num_threads(cores // ranks on the
 node)``, the share hpcgpu gives a rank. The data are ``benchmarks/autograd.py``'s synthetic set, made alike
@@ -18,14 +20,12 @@ and later (the clock read after a barrier and, on CUDA, a synchronize).
 
 import argparse
 import os
-import socket
 import sys
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_mlp import mlp  # noqa: E402
@@ -39,6 +39,15 @@ def data(rows, seed=0):
     return X, (X @ W).argmax(1).astype(np.int64)
 
 
+def _env(*names, default=None):
+    for n in names:
+        if os.environ.get(n, "").isdigit():
+            return int(os.environ[n])
+    if default is None:
+        sys.exit(f"none of {', '.join(names)} is set: run under mpiexec")
+    return default
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hidden", default="256,256")
@@ -47,26 +56,20 @@ def main():
     p.add_argument("--rows", type=int, default=20000)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--rendezvous", required=True, help="a new file's path, the same for every rank")
     a = p.parse_args()
-    comm = MPI.COMM_WORLD
-    rank, size = comm.rank, comm.size
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local_rank, local_size = node.rank, node.size
+    rank, size = _env("PMI_RANK", "OMPI_COMM_WORLD_RANK"), _env("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+    local_rank = _env("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", default=rank)
+    local_size = _env("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", default=size)
     if a.batch_size % size:
         sys.exit(f"--batch-size {a.batch_size} is not a multiple of the {size} ranks")
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_size))
-    port = None
-    if rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port, root=0)
     cuda = a.device == "cuda"
     if cuda:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     dev = torch.device("cuda" if cuda else "cpu")
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{os.path.abspath(a.rendezvous)}",
+                            rank=rank, world_size=size)
     X, y = data(a.rows)
     X, y = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
     torch.manual_seed(0)
@@ -95,7 +98,6 @@ def main():
         rate = steps * a.batch_size * len(later) / sum(later)
         print(f"RESULT ranks={size} device={dev.type} samples_per_s={rate:.1f}", flush=True)
     dist.destroy_process_group()
-    node.Free()
 
 
 if __name__ == "__main__":
