@@ -300,7 +300,7 @@ fi
 # The peer (benchmarks/peers/torch_mlp.py, part of the checkout) runs on the trainer's device: on the GPU only
 # where torch sees CUDA; in a dry run on the CPU where torch imports (a check of the plumbing, not a figure).
 torch_ok=0
-if wants peer; then
+if wants peer || wants ddp; then
     if [[ $DEVICE == gpu ]]; then PEER_DEVICE=cuda need="PyTorch with CUDA"; else PEER_DEVICE=cpu need="PyTorch"; fi
     check=""
     [[ $PEER_DEVICE == cuda ]] && check="sys.exit(0 if torch.cuda.is_available() else 1)"
@@ -321,7 +321,7 @@ for cfg in $TRAIN_CONFIGS; do
             --schedule constant --warmup-epochs 0 --epochs "$TRAIN_EPOCHS" --dtype float32 \
             --device "$DEVICE" --progress none
     fi
-    if ((torch_ok)); then
+    if ((torch_ok)) && wants peer; then
         step "peer-$tag" 150 "$VPY" "$ROOT/benchmarks/peers/torch_mlp.py" --data "$DATA" --hidden "$hidden" \
             --batch-size "$batch" --lr 0.05 --momentum 0.9 --epochs "$TRAIN_EPOCHS" --device "$PEER_DEVICE"
     fi
