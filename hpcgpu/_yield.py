@@ -41,29 +41,43 @@ def _local_size() -> int | None:
     return None
 
 
+def cores() -> tuple[int, int]:
+    """This rank's CPU set size and the node's cores (the set is the node when the OS has no affinity)."""
+    try:
+        mine = len(os.sched_getaffinity(0))
+    except AttributeError:
+        mine = os.cpu_count() or 1
+    return mine, os.cpu_count() or mine
+
+
+def blas_share(mine: int, total: int, local_size: int) -> int:
+    """A rank's BLAS threads when the user chose none. Not collective.
+
+    Its CPU set (``mine`` cores) when bound to fewer than the node's
+    ``total`` cores, else the node's cores over its ``local_size`` ranks
+    (at least 1).
+    """
+    return mine if mine < total else max(1, total // max(1, local_size))
+
+
 def blas_at_start() -> str | None:
     """Set ``OPENBLAS_NUM_THREADS`` to this rank's share of the cores for NumPy's import; the variable set, or None.
 
     Not collective. Only before NumPy's first import, and only where the
     user chose no count (:data:`THREAD_VARS`) and the launcher said how many
-    ranks the node has: the share is what :func:`hpcgpu.runtime.init` gives a
-    rank (its CPU set when bound to fewer than the node's cores, else the
-    node's cores over its ranks), which that call sets again and may raise.
-    The caller removes the variable after the import (:func:`blas_started`),
-    so a user's choice is still told from hpcgpu's and no child process
-    inherits it.
+    ranks the node has: the share (:func:`blas_share`) is what
+    :func:`hpcgpu.runtime.init` gives a rank, which that call sets again and
+    may raise. The caller removes the variable after the import
+    (:func:`blas_started`), so a user's choice is still told from hpcgpu's
+    and no child process inherits it.
     """
     if "numpy" in sys.modules or any(os.environ.get(v) for v in THREAD_VARS):
         return None
     local = _local_size()
     if local is None:
         return None
-    total = os.cpu_count() or 1
-    try:
-        mine = len(os.sched_getaffinity(0))
-    except AttributeError:
-        mine = total
-    n = mine if mine < total else max(1, total // local)
+    mine, total = cores()
+    n = blas_share(mine, total, local)
     if n >= total:
         return None  # what OpenBLAS starts with anyway
     os.environ["OPENBLAS_NUM_THREADS"] = str(n)

@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _blas, _context, _device, _nccl, _options
+from . import _blas, _context, _device, _nccl, _options, _yield
 from ._memory import host_memory
 from .errors import agree_call, agreed
 
@@ -476,12 +476,8 @@ _TRAP_FIX = ("give srun --cpus-per-task (Slurm >= 22.05 no longer passes the job
 
 
 def _cores() -> tuple[int, int]:
-    """This rank's CPU set size and the node's cores (the set is the node when the OS has no affinity)."""
-    try:
-        mine = len(os.sched_getaffinity(0))
-    except AttributeError:
-        mine = os.cpu_count() or 1
-    return mine, os.cpu_count() or mine
+    """This rank's CPU set size and the node's cores (:func:`hpcgpu._yield.cores`)."""
+    return _yield.cores()
 
 
 def _limit_blas_threads(local_size: int) -> str:
@@ -520,7 +516,7 @@ def _limit_blas_threads(local_size: int) -> str:
             runs = _blas.threads()
             return f"{runs if runs is not None else value} (from {var})"
     ignored = [v for v in _THREAD_VARS if os.environ.get(v) and v not in reads]
-    n = mine if mine < total else max(1, total // max(1, local_size))
+    n = _yield.blas_share(mine, total, local_size)
     if not _set_blas_limit(n):
         return "not limited (threadpoolctl missing)"
     why = f"bound to {mine} cores" if mine < total else f"{total} cores / {local_size} ranks on node"

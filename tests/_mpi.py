@@ -130,9 +130,7 @@ def environment(env=None, python: str | None = None) -> dict:
         e["PATH"] = os.path.dirname(python) + os.pathsep + e.get("PATH", "")
     e.update(launcher_env(flavor(python) if python else None))
     if SHARED_CORES and not any(k in THREAD_VARS for k in (env or {})):
-        e.update({k: v for k, v in blas_threads(1).items() if v is not None})
-        for k in THREAD_VARS[1:]:
-            e.pop(k, None)
+        env = {**blas_threads(1), **(env or {})}
     for k, v in (env or {}).items():
         if v is None:
             e.pop(k, None)
@@ -156,8 +154,7 @@ def blas_threads(n: int | str) -> dict:
     """The environment for ``n`` BLAS threads a rank whatever the site set: ``OMP_NUM_THREADS=n`` (read by every
     BLAS) and none of the library-specific variables, which would win over it (``OPENBLAS_NUM_THREADS=1`` is
     common on clusters)."""
-    return {"OMP_NUM_THREADS": str(n), "OPENBLAS_NUM_THREADS": None, "GOTO_NUM_THREADS": None,
-            "MKL_NUM_THREADS": None, "BLIS_NUM_THREADS": None}
+    return {v: str(n) if v == "OMP_NUM_THREADS" else None for v in THREAD_VARS}
 
 
 LEAN = os.environ.get("HPCGPU_CI_LEAN") == "1"

@@ -23,20 +23,13 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from autograd import data  # noqa: E402  (benchmarks/autograd.py's synthetic set)
 from torch_mlp import mlp  # noqa: E402
-
-
-def data(rows, seed=0):
-    """``benchmarks/autograd.py``'s set: 64 Gaussian features, the class of a random linear map's largest output."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(rows, 64)).astype(np.float32)
-    W = rng.normal(size=(64, 10)).astype(np.float32)
-    return X, (X @ W).argmax(1).astype(np.int64)
 
 
 def _env(*names, default=None):
