@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+import _forkserver
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "tests", "mpi")
 
@@ -213,16 +215,21 @@ def split_launcher(stderr: str) -> tuple[str, str]:
 
 
 def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False,
-        python: str | None = None) -> subprocess.CompletedProcess:
+        python: str | None = None, fork: bool = True) -> subprocess.CompletedProcess:
     """Run ``mpiexec -n nprocs python ARGS``; fail the test after ``timeout`` seconds.
 
     ``python`` is another environment's interpreter (see :func:`other_stacks`):
     its MPI's launcher starts it. The result's ``stderr`` is what the ranks
     wrote; ``launcher_stderr`` what the launcher added after it (see
-    :func:`split_launcher`).
+    :func:`split_launcher`). Under MPICH the ranks start from this worker's fork server
+    (``tests/_forkserver.py``: NumPy, h5py and the MPI library loaded once) where the launch allows it;
+    ``fork=False`` for a test whose subject is the rank's process itself.
     """
     e = environment(env, python)
     cmd = [mpiexec(python), "-n", str(nprocs), python or sys.executable, *args]
+    if fork and python is None and flavor() == "mpich" and _forkserver.usable(args, e, environment()):
+        cmd[3:] = _forkserver.command(sys.executable, args)
+        e = _forkserver.environment(e)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, errors="surrogateescape", timeout=timeout, cwd=cwd,
                            env=e)  # a path of another encoding is printed as its bytes

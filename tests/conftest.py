@@ -1,6 +1,5 @@
 import os
 import re
-import shutil
 import sys
 import tempfile
 
@@ -21,20 +20,20 @@ def pytest_addoption(parser):
              "the tests start")
 
 
-_PYCACHE = None
-
-
 def pytest_configure(config):
-    global _PYCACHE
     why = _loadgroup_error(config)
     if why:
         raise pytest.UsageError(why)
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        # Every rank the tests start would compile hpcgpu again (0.2 s of CPU a rank start, thousands of starts):
-        # the ranks and subprocesses keep their bytecode in one folder of this session's, never in the tree.
-        _PYCACHE = tempfile.mkdtemp(prefix="hpcgpu-pycache-")
-        os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+        # Every rank the tests start would compile hpcgpu again (0.2 s of CPU a rank start, thousands of starts),
+        # and every pytest worker rewrite the test modules' asserts again (2.5 s of CPU a worker): the ranks,
+        # subprocesses and workers keep their bytecode in one folder outside the tree, kept for the next pass
+        # (Python's bytecode names its source's path, size and time: checkouts and edits do not mix).
+        cache = os.path.join(tempfile.gettempdir(), f"hpcgpu-pycache-{os.getuid()}")
+        os.makedirs(cache, exist_ok=True)
+        os.environ["PYTHONPYCACHEPREFIX"] = cache
         del os.environ["PYTHONDONTWRITEBYTECODE"]
+        sys.pycache_prefix, sys.dont_write_bytecode = cache, False
     # The suite oversubscribes the node itself (two workers, each starting ranks): the ranks it starts yield the
     # CPU while they wait in MPI instead of polling (MPICH's heavy yield, Open MPI's yield when idle). The two
     # passes of make test took 15% less time with them, half the kernel time. A variable the caller set is kept;
@@ -84,11 +83,6 @@ def _loadgroup_error(config) -> str | None:
         return (f"pytest {version('pytest')} with pytest-xdist {version('pytest-xdist')} ignores xdist_group under "
                 "--dist loadgroup (pytest-xdist issue 1386): install pyproject.toml's test extra (pytest < 9.2)")
     return None
-
-
-def pytest_unconfigure(config):
-    if _PYCACHE is not None:
-        shutil.rmtree(_PYCACHE, ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path, config):

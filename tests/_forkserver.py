@@ -1,0 +1,358 @@
+"""The suite's fork server: a rank start without NumPy's, h5py's and the MPI library's loading.
+
+A rank of the suite costs about 0.17 s of CPU here before it does anything: 0.07 s NumPy's import, 0.05 s loading
+the MPI library (relocations, not ``MPI_Init``), 0.03 s h5py's and the standard library's; the suite starts some
+1,700 ranks, and on this 2-core machine those starts were most of its CPU. Each pytest worker keeps one server (this
+module, run as a script), which loads those once; :func:`tests._mpi.run` has MPICH's launcher start
+``tests/_rank.py`` in place of ``python``, which hands the rank's environment, directory, streams and PMI socket
+here; the server forks, and the child runs the arguments as ``python ARGS`` would: a fresh ``__main__``, ``sys.argv``
+and ``sys.path[0]`` as Python sets them, the rank's CPU set, umask and resource limits, default signal handlers, and
+``import hpcgpu`` (and mpi4py's ``MPI_Init``) in the rank as a user's program does them. A child then costs 0.06 s.
+
+What differs from a process of its own, and so why a launch is not sent here (:func:`usable`): a variable read at
+interpreter start or by NumPy's or h5py's import (``PYTHON*``, the locale's, thread counts, ``HDF5_*``) differing
+from the server's; arguments other than ``-m MODULE``, ``-c CODE`` or a script; another MPI than MPICH; a test that
+says ``fork=False``. The rank's ``/proc/PID/cmdline`` and ``environ`` are the server's (the launcher's process,
+``_rank.py``, has the rank's), its parent is the server, and its hash seed the server's. Every stack other than
+MPICH's, and the system MPI's pass, start their ranks as processes of their own: what passes here passes there.
+``HPCGPU_TEST_FORKSERVER=0`` turns the server off.
+"""
+
+import os
+import sys
+
+STARTUP = ("PYTHON", "LC_", "LANG", "LANGUAGE", "OMP_", "OPENBLAS_", "GOTO_", "MKL_", "BLIS_", "NUMPY_", "HDF5_",
+           "MALLOC_", "LD_", "GLIBC_")
+"""Prefixes of the variables read when the server started (the interpreter's, the locale's, NumPy's and its BLAS's,
+HDF5's, the loader's): a launch whose environment differs in one of them starts its ranks as processes of their
+own. ``PYTHONPATH`` is set per rank (:func:`run`)."""
+
+LOADED = ("numpy", "h5py", "mpi4py", "ml_dtypes")
+"""The packages the server imports (or loads) before it forks."""
+
+
+AT_START = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
+"""What Python's start imports from sys.path: a PYTHONPATH holding one starts its ranks as processes of their own."""
+
+
+def _entries(env: dict) -> list:
+    return [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _startup(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(STARTUP) and k != "PYTHONPATH"}
+
+
+# -- the client side (in a pytest worker) ---------------------------------------------------------------------------
+
+_SERVER = None
+RANK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank.py")
+
+
+def enabled() -> bool:
+    return os.environ.get("HPCGPU_TEST_FORKSERVER", "1") != "0"
+
+
+def usable(args, env: dict, default: dict) -> bool:
+    """Whether ranks running ``python ARGS`` with ``env`` may start from the server (see the module's text), which
+    starts with ``default``, the environment of a launch that sets nothing of its own."""
+    if not enabled() or not args:
+        return False
+    a0 = str(args[0])
+    if a0 in ("-m", "-c"):
+        if len(args) < 2:
+            return False
+    elif a0.startswith("-") or not os.path.isfile(a0):
+        return False
+    server = _server(default)
+    if server is None or _startup(env) != server.startup:
+        return False
+    # Another PYTHONPATH (the CuPy stand-in's folder, a user's modules) is the rank's sys.path, unless it would
+    # have given another of the modules the server loaded, or code Python runs at its start (sitecustomize).
+    added = set(_entries(env)) - set(_entries(default))
+    return not any(os.path.exists(os.path.join(d, m)) for d in added for m in (*LOADED, *AT_START))
+
+
+class _Server:
+    def __init__(self, env: dict):
+        import subprocess
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="hpcgpu-fork-")
+        self.path = os.path.join(self.dir, "s")
+        self.startup = _startup(env)
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     cwd=self.dir)
+        self.ready = self.proc.stdout.readline().strip() == b"ready"
+
+
+def _server(env: dict):
+    """This worker's server, started with the first launch's environment; None where it did not start."""
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = _Server(env)
+        import atexit
+
+        atexit.register(_stop)
+    return _SERVER if _SERVER.ready else None
+
+
+def _stop():
+    import shutil
+
+    if _SERVER is not None:
+        _SERVER.proc.stdin.close()
+        try:
+            _SERVER.proc.wait(timeout=10)
+        except Exception:
+            _SERVER.proc.kill()
+        shutil.rmtree(_SERVER.dir, ignore_errors=True)
+
+
+def command(python: str, args) -> list:
+    """``python ARGS`` as the launcher starts it from the server."""
+    return [python, "-I", "-S", RANK, *map(str, args)]
+
+
+def environment(env: dict) -> dict:
+    return {**env, "HPCGPU_TEST_FORKSERVER": _SERVER.path}
+
+
+# -- the server ------------------------------------------------------------------------------------------------------
+
+class _Run(BaseException):
+    """Raised in a forked child to leave the server's loop: the job runs at the top of the script."""
+
+    def __init__(self, job, fds):
+        self.job, self.fds = job, fds
+
+
+def _read_job(conn):
+    import json
+    import socket
+    import struct
+
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 8)
+    if len(data) < 4:
+        raise OSError("short request")
+    size = struct.unpack("!I", data[:4])[0]
+    body = data[4:]
+    while len(body) < size:
+        more = conn.recv(size - len(body))
+        if not more:
+            raise OSError("short request")
+        body += more
+    return json.loads(body), fds
+
+
+def serve(path: str) -> None:
+    import selectors
+    import signal
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "listen")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    sel.register(0, selectors.EVENT_READ, "stdin")
+    children, conns = {}, {}  # pid -> conn, conn -> pid
+    sys.stdout.buffer.write(b"ready\n")
+    sys.stdout.flush()
+
+    log = os.environ.get("HPCGPU_TEST_FORKSERVER_LOG")  # each rank's CPU seconds and its test, a line each
+    tests = {}
+
+    def reap():
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            test = tests.pop(pid, "")
+            if log:
+                with open(log, "a") as f:
+                    f.write(f"{usage.ru_utime + usage.ru_stime:.3f} {test}\n")
+            conn = children.pop(pid, None)
+            if conn is None:
+                continue
+            conns.pop(conn, None)
+            end = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit {os.waitstatus_to_exitcode(status)}")
+            try:
+                sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            try:
+                conn.sendall(end.encode() + b"\n")
+            except OSError:
+                pass
+            conn.close()
+
+    while True:
+        for key, _ in sel.select():
+            what = key.data
+            if what == "stdin":
+                if not os.read(0, 4096):
+                    for pid in children:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+                    return
+            elif what == "wake":
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                reap()
+            elif what == "listen":
+                conn, _ = listener.accept()
+                conn.settimeout(10)
+                try:
+                    job, fds = _read_job(conn)
+                except (OSError, ValueError):
+                    conn.close()
+                    continue
+                conn.settimeout(None)
+                pid = os.fork()
+                if pid == 0:
+                    sel.close()
+                    listener.close()
+                    for c in conns:
+                        c.close()
+                    conn.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    raise _Run(job, fds)
+                for fd in fds:
+                    os.close(fd)
+                children[pid] = conn
+                conns[conn] = pid
+                tests[pid] = job["env"].get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+                conn.sendall(f"pid {pid}\n".encode())
+                sel.register(conn, selectors.EVENT_READ, "conn")
+            else:  # a rank's launcher process wrote or went away: it was killed, so is its rank
+                conn = key.fileobj
+                try:
+                    gone = not conn.recv(64)
+                except OSError:
+                    gone = True
+                if gone and conn in conns:
+                    try:
+                        os.kill(conns[conn], signal.SIGKILL)
+                    except OSError:
+                        pass
+                    sel.unregister(conn)
+
+
+def _become(job: dict, fds: list) -> None:
+    """Make this forked child the process ``python ARGS`` of ``job`` would have been, up to running ARGS."""
+    import fcntl
+    import resource
+
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 1000) for fd in fds]  # out of the targets' way first
+    for fd in fds:
+        os.close(fd)
+    for fd, target in zip(high, job["fds"], strict=True):
+        os.dup2(fd, target)  # inheritable, as the launcher gave them
+    for fd in high:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(job["env"])
+    os.chdir(job["cwd"])
+    os.umask(job["umask"])
+    os.sched_setaffinity(0, job["cpus"])
+    for name, (soft, hard) in job["limits"].items():
+        which = getattr(resource, name)
+        if resource.getrlimit(which) != (soft, hard):
+            try:
+                resource.setrlimit(which, (soft, hard))
+            except (ValueError, OSError):
+                resource.setrlimit(which, (soft, resource.getrlimit(which)[1]))
+    os.setpgid(0, 0)
+    if "numpy.random" in sys.modules:  # seeded at its import: each rank draws its own unseeded numbers
+        sys.modules["numpy.random"].seed()
+
+
+def _main_module(**attrs):
+    import builtins
+    import types
+
+    m = types.ModuleType("__main__")
+    m.__builtins__ = builtins
+    for k, v in attrs.items():
+        setattr(m, k, v)
+    sys.modules["__main__"] = m
+    return m
+
+
+def run(job: dict, base: list) -> None:
+    """Run ``python ARGS`` here, as Python's own start does for a script, ``-m`` and ``-c``; ``base`` is the
+    server's ``sys.path`` without its first entry and its PYTHONPATH's."""
+    args = job["args"]
+    sys.orig_argv[:] = [sys.executable, *args]
+    pythonpath = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    if args[0] == "-m":
+        import runpy
+
+        sys.argv[:] = [args[1], *args[2:]]  # runpy puts the module's file in argv[0]
+        sys.path[:] = [os.getcwd(), *pythonpath, *base]
+        _main_module()
+        runpy._run_module_as_main(args[1], alter_argv=True)
+    elif args[0] == "-c":
+        sys.argv[:] = ["-c", *args[2:]]
+        sys.path[:] = ["", *pythonpath, *base]
+        m = _main_module(__loader__=None, __spec__=None, __package__=None)
+        exec(compile(args[1], "<string>", "exec"), m.__dict__)
+    else:
+        from importlib.machinery import SourceFileLoader
+
+        script = args[0]
+        sys.argv[:] = list(args)
+        sys.path[:] = [os.path.dirname(os.path.realpath(script)), *pythonpath, *base]
+        m = _main_module(__file__=script, __cached__=None, __loader__=SourceFileLoader("__main__", script),
+                         __spec__=None, __package__=None)
+        with open(script, "rb") as f:
+            code = compile(f.read(), script, "exec")
+        exec(code, m.__dict__)
+
+
+if __name__ == "__main__":
+    # What every rank would load: NumPy (with the environment's BLAS threads), h5py and HDF5, the MPI library (its
+    # shared object, not MPI_Init: mpi4py's MPI module is imported, and MPI started, in the rank).
+    import ctypes
+    import importlib.util
+
+    import h5py  # noqa: F401
+    import numpy  # noqa: F401
+
+    ctypes.CDLL(importlib.util.find_spec("mpi4py.MPI").origin)
+    for name in ("argparse", "dataclasses", "inspect", "json", "pathlib", "platform", "shutil", "socket",
+                 "tempfile", "threading", "typing", "ml_dtypes"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    _pythonpath = set(_entries(os.environ))
+    _base = [p for p in sys.path[1:] if not p or os.path.abspath(p) not in _pythonpath]
+    try:
+        serve(sys.argv[1])
+        sys.exit(0)
+    except _Run as r:
+        _job, _fds = r.job, r.fds
+        del r
+    _become(_job, _fds)
+    run(_job, _base)
