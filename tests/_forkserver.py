@@ -129,21 +129,21 @@ class _Run(BaseException):
 
 
 def _read_job(conn):
-    import json
+    import marshal
     import socket
-    import struct
 
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 8)
-    if len(data) < 4:
+    head, fds, _, _ = socket.recv_fds(conn, 4, 8)
+    while 0 < len(head) < 4:
+        head += conn.recv(4 - len(head))
+    if len(head) < 4:
         raise OSError("short request")
-    size = struct.unpack("!I", data[:4])[0]
-    body = data[4:]
+    size, body = int.from_bytes(head, "big"), b""
     while len(body) < size:
         more = conn.recv(size - len(body))
         if not more:
             raise OSError("short request")
         body += more
-    return json.loads(body), fds
+    return marshal.loads(body), fds
 
 
 def serve(path: str) -> None:

@@ -8,20 +8,36 @@ passes on every signal it is sent and exits as the rank did (its code, or killed
 (SIGKILL), the fork server kills the rank. Where the server cannot be reached, this process becomes ``python ARGS``
 (exec).
 
-Standard library only, no site: it starts in 10 ms.
+Built-in modules only (``marshal``, ``_socket``; no ``json``, ``socket`` or site): it starts in 6 ms.
 """
 
-import json
+import _socket
+import array
+import marshal
 import os
 import resource
 import signal
-import socket
-import struct
 import sys
 
 LIMITS = ("RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_CPU")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP)
+
+
+class _Lines:
+    """The server's answers, a line each."""
+
+    def __init__(self, s):
+        self.s, self.buf = s, b""
+
+    def next(self) -> bytes:
+        while b"\n" not in self.buf:
+            more = self.s.recv(256)
+            if not more:
+                return b""
+            self.buf += more
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
 
 
 def _fallback(args):
@@ -39,13 +55,14 @@ def main(args):
     job = {"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "umask": mask, "fds": fds,
            "cpus": sorted(os.sched_getaffinity(0)),
            "limits": {n: resource.getrlimit(getattr(resource, n)) for n in LIMITS}}
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    lines = _Lines(s)
     try:
         s.connect(path)
-        body = json.dumps(job).encode()
-        socket.send_fds(s, [struct.pack("!I", len(body)) + body], fds)
-        f = s.makefile("rb")
-        first = f.readline().split()
+        body = marshal.dumps(job)
+        s.sendmsg([len(body).to_bytes(4, "big")], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))])
+        s.sendall(body)
+        first = lines.next().split()
     except OSError:
         first = []
     if len(first) != 2 or first[0] != b"pid":
@@ -55,7 +72,10 @@ def main(args):
     pid = int(first[1])
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, frame: os.kill(pid, signum))
-    end = f.readline().split()  # b"exit N" or b"signal S", written when the server has reaped the rank
+    try:
+        end = lines.next().split()  # b"exit N" or b"signal S", written when the server has reaped the rank
+    except OSError:
+        end = []
     if len(end) == 2 and end[0] == b"signal":
         sig = int(end[1])
         signal.signal(sig, signal.SIG_DFL)

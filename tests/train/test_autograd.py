@@ -2,6 +2,8 @@
 the built-in layers: the same model as the built-in MLP of the same weights, the same at 1 and 3 ranks, their
 gradient autograd's of the loss sum, a trained module back into plain PyTorch from the results file."""
 
+import importlib
+import importlib.util
 import json
 import os
 
@@ -13,12 +15,24 @@ import autograd_models as am
 from hpcgpu import nn, optim
 from hpcgpu._device import asnumpy
 
-torch = pytest.importorskip("torch")
-try:  # the JAX cases need JAX; the PyTorch ones run without it (a GPU node may have PyTorch alone)
-    import jax  # noqa: F401
-except ImportError:
-    jax = None
-JAX = pytest.mark.skipif(jax is None, reason="jax is not installed")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+# the JAX cases need JAX; the PyTorch ones run without it (a GPU node may have PyTorch alone)
+HAS_JAX = importlib.util.find_spec("jax") is not None
+JAX = pytest.mark.skipif(not HAS_JAX, reason="jax is not installed")
+
+
+class _OnFirstUse:
+    """A module imported when a test first uses it: the pytest workers that collect this file without running
+    its tests (each collects every file) do not import PyTorch (2 s of CPU a worker)."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+torch = _OnFirstUse("torch")
 
 
 def _kinds(*kinds):
@@ -122,12 +136,12 @@ def test_the_gradient_is_autograds_and_the_contract_is_checked():
     """check_grad (finite differences in float64) passes for both adapters; a mean loss and an unknown loss name
     are refused with one line each."""
     X, y = am.data(12)
-    for kind in ("torch", "jax") if jax is not None else ("torch",):
+    for kind in ("torch", "jax") if HAS_JAX else ("torch",):
         errors = nn.check_grad(am.model(kind), X, y)
         assert max(errors.values()) < 1e-6, errors
     with pytest.raises(TypeError, match=r"the loss must sum over the samples .*reduction='mean'"):
         nn.Torch(torch.nn.Linear(6, 3), torch.nn.CrossEntropyLoss())
-    if jax is None:
+    if not HAS_JAX:
         return
     with pytest.raises(TypeError, match=r"Jax: loss must be 'cross-entropy', 'mse' or a callable, got 'l1'"):
         nn.Jax(lambda p, x: x, {"w": np.zeros(2)}, loss="l1")
@@ -148,7 +162,7 @@ def test_a_trained_module_goes_back_to_plain_pytorch(tmp_path):
     with torch.no_grad():
         plain = fresh(torch.from_numpy(X)).numpy()
     np.testing.assert_allclose(plain, t.predict(X), rtol=1e-12, atol=1e-12)
-    if jax is None:
+    if not HAS_JAX:
         return
     jm = am.model("jax")
     tree = jm.tree({k: asnumpy(v) for k, v in hpcgpu.Trainer(jm, optimizer=optim.SGD(0.1), **am.COMMON)
