@@ -251,28 +251,17 @@ class Trainer:
         self.data_path: str | None = None
         self._validation_from_file = True
         self._prepared = False
-        if model is None:  # the command line's MLP: its sizes come from the data
-            self.data_path = self._data_path(c.data, comm)
-            train, test, nc = self._read(self.data_path, c.task or None, self.precision.master)
-            task = c.task or train.task
-            loss = loss_by_name(c.loss or ("cross-entropy" if task == "classification" else "mse"))
-            width = check_labels(f"--data {self.data_path}", [train, test], nc, self.groups.data_comm) \
-                if task == "classification" else train.outputs
-            plan = plan_model(relu_stack([train.dim, *c.hidden, width]), loss)
-            optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
-            c = dataclasses.replace(c, task=task, loss=loss.name)
-        else:
-            optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
+        optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
-        if pending:  # bound at the first fit; what can be checked now is checked now
+        if pending or model is None:  # bound when the data is known; what can be checked now is checked now
             agree(_optimizer_error(optimizer), comm=comm)
             self._pending = (model, loss, optimizer)
+            if model is None:  # the command line's MLP: sized by the data its config names, known now
+                self.data_path = self._data_path(c.data, comm)
+                self._build_model(None)
             return
         self._bind(plan, optimizer)
         self.config = self._described(c)
-        if self.data_path is not None:
-            self._set_data(train, test, f"--data {self.data_path}")
-            self._prepare()
 
     # -- set-up --------------------------------------------------------------------------------
     def _bind(self, plan: ModelPlan, optimizer) -> None:
@@ -775,12 +764,17 @@ class Trainer:
         self.checkpoint_file = path
 
     def _build_model(self, data) -> None:
-        """The first fit of a model whose first layer is ``Dense(units)``: its features, then its binding. Collective.
+        """The binding of a model whose sizes come from the data, once the data is known. Collective.
 
-        The input features come from ``data`` (an HDF5 file's ``/train/X``, or the in-memory features, a sample's
-        axes multiplied); then the model is planned, checked and bound as at construction.
+        A model whose first layer is ``Dense(units)`` takes its input features from the first fit's ``data`` (an
+        HDF5 file's ``/train/X``, or the in-memory features, a sample's axes multiplied); the command line's MLP
+        (``Trainer(config)``, at construction) its features, task, loss and classes from the config's data,
+        which it then trains on. The model is planned, checked and bound as one given whole at construction.
         """
         model, loss, optimizer = self._pending
+        if model is None:
+            self._build_mlp(optimizer)
+            return
         source = data if data is not None else self.config.data
         comm, width = self.rt.comm, 0
         if isinstance(source, (str, os.PathLike)):
@@ -805,6 +799,27 @@ class Trainer:
         self._bind(plan, optimizer)
         del self._pending  # bound: an error in _bind (the memory's) leaves the trainer waiting as it was
         self.config = self._described(self.config)
+
+    def _build_mlp(self, optimizer) -> None:
+        """The command line's MLP (``Trainer(config)``), sized by the config's data, which it trains on. Collective.
+
+        The features, the task (the labels', unless the config names one), the loss (cross-entropy or mean
+        squared error by the task, unless named) and the classes (``num_classes``, or the labels') come from the
+        file; then the model is bound and the data set as at a first fit.
+        """
+        c, where = self.config, f"--data {self.data_path}"
+        train, test, nc = self._read(self.data_path, c.task or None, self.precision.master)
+        task = c.task or train.task
+        loss = loss_by_name(c.loss or ("cross-entropy" if task == "classification" else "mse"))
+        width = check_labels(where, [train, test], nc, self.groups.data_comm) if task == "classification" \
+            else train.outputs
+        plan = plan_model(relu_stack([train.dim, *c.hidden, width]), loss)
+        self.config = dataclasses.replace(c, task=task, loss=loss.name)
+        self._bind(plan, optimizer)
+        del self._pending
+        self.config = self._described(self.config)
+        self._set_data(train, test, where)
+        self._prepare()
 
     def __getattr__(self, name: str):
         """A model still waiting for the data's features (``Dense(units)`` first): one line saying so."""
