@@ -35,12 +35,13 @@ from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
 from ..io import WRITE_ERRORS, on_root, one_line
-from ..nn import (Loss, ModelPlan, Network, TrainModel, awaits_data, loss_by_name, plan_error, plan_model,
+from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, loss_by_name, plan_error, plan_model,
                   relu_stack)
 from ..optim import LRSchedule, Optimizer, optimizer_by_name
 from ..runtime import Runtime, host_memory, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
 from ..watchdog import Watchdog
+from .checks import compute_dtype_error, data_error, features_error, layout_error, memory_error
 from .config import TrainConfig
 from .data import (GlobalBatchSampler, HDF5Rows, Split, ZeroTargets, check_labels, fingerprint, from_arrays,
                    load_split, split_off)
@@ -236,7 +237,7 @@ class Trainer:
         self._claim(self._outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
-        agree(self._compute_dtype_error(self.precision.compute), comm=comm)
+        agree(compute_dtype_error(self.xp, self.precision), comm=comm)
         plan = None
         pending = awaits_data(model)
         if model is not None:
@@ -278,7 +279,8 @@ class Trainer:
             err = e
         agree(err, comm=rt.comm)
         stats = self._stat_names = plan.stats  # the loss sum's slot, then the metric's
-        agree(self._memory_error(plan, n_local, len(optimizer.state_names)), comm=rt.comm)
+        agree(memory_error(plan, n_local, len(optimizer.state_names), self.precision, self.xp, rt.local_size),
+              comm=rt.comm)
         self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
                                        watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
                                        shards=g.data_parallel_size if c.zero_stage == 1 else 1)
@@ -314,28 +316,6 @@ class Trainer:
         self.gemm_plan: GemmPlan | None = None
         self._fingerprint: dict | None = None
         self._clock0 = 0.0
-
-    def _memory_error(self, plan: ModelPlan, n_local: int, states: int) -> MemoryError | None:
-        """Whether this node's ranks can hold the model: parameters, gradient, optimizer state, a 16-bit copy.
-
-        Checked before anything is allocated, so a model far too large is one line, not an abort.
-        """
-        itemsize = self.precision.master.itemsize
-        per_rank = n_local * (itemsize * (2 + states) + (2 if self.precision.compute is not None else 0))
-        memory = host_memory()
-        if self.xp is not np:
-            try:
-                memory = int(self.xp.cuda.Device().mem_info[1])
-            except Exception:  # noqa: BLE001 - unknown: do not refuse on a guess
-                return None
-        here = per_rank * (self.rt.local_size if self.xp is np else 1)
-        if not memory or here <= memory:
-            return None
-        gib = 2.0**30
-        return MemoryError(f"{plan.name} needs {here / gib:.1f} GiB (parameters, gradient and optimizer state of "
-                           f"{n_local} parameters on each of this node's ranks), more than "
-                           f"{'its GPU' if self.xp is not np else 'this node'} has ({memory / gib:.1f} GiB)"
-                           f"{plan.memory_hint()}")
 
     def _described(self, c: TrainConfig) -> TrainConfig:
         """The config as the run is: the optimizer's, the model's and the loss's settings in its fields."""
@@ -373,50 +353,9 @@ class Trainer:
         print(message, file=sys.stderr, flush=True)
 
     def _agree_layout(self, c: TrainConfig, plan: ModelPlan | None) -> None:
-        """:meth:`_layout_error`, agreed over the ranks in the caller's words. Collective."""
-        err = self._layout_error(c, plan)
+        """:func:`hpcgpu.train.checks.layout_error`, agreed over the ranks in the caller's words. Collective."""
+        err = layout_error(c, plan, self.rt.size, self.precision)
         agree(None if err is None else self._in_words(err), comm=self.rt.comm)
-
-    def _layout_error(self, c: TrainConfig, plan: ModelPlan | None) -> ValueError | None:
-        """What is wrong with the tensor-parallel layout, or the model's capabilities with it (None: nothing).
-
-        ``plan`` None: the command line's MLP, built from the data later.
-        """
-        T, P = c.tensor_parallel, self.rt.size
-        can = plan.capabilities if plan is not None else Network.capabilities  # the command line's MLP
-        name = type(plan.model).__name__ if plan is not None else ""
-        if T > 1 and not can.tensor_parallel:
-            return ValueError(f"--tensor-parallel {T}: a model of one's own ({name}) cannot be split "
-                              "over ranks; tensor parallelism needs the built-in Dense layers (hpcgpu.nn.Sequential)")
-        if self.precision.compute is not None and not can.mixed_precision:
-            return ValueError(f"--precision {self.precision.name}: a model of one's own ({name}) "
-                              "computes in its parameters' type; mixed precision needs the built-in layers")
-        allowed = plan.precisions if plan is not None else None
-        if self.precision.compute is not None and allowed is not None and self.precision.name not in allowed:
-            return ValueError(f"--precision {self.precision.name}: {name} computes {', '.join(allowed)} only")
-        if P % T:
-            return ValueError(f"--tensor-parallel {T} does not divide the {P} ranks")
-        hidden = list(c.hidden) if plan is None else list(plan.hidden)
-        if T > 1 and not hidden:
-            return ValueError(f"--tensor-parallel {T} needs hidden layers to split")
-        split = [h for i, h in enumerate(hidden) if i % 2 == 0]  # the column-parallel layers' (layer_plan)
-        if T > 1 and T > min(split):
-            return ValueError(f"--tensor-parallel {T} is larger than the smallest hidden width it splits "
-                              f"({min(split)})")
-        return None
-
-    def _compute_dtype_error(self, compute) -> ValueError | None:
-        """Why this array module cannot hold the 16-bit type of mixed precision (None when it can)."""
-        if compute is None:
-            return None
-        try:
-            a = self.xp.zeros(2, dtype=compute)
-            (a > 0).astype(np.float32)  # what the mixed step does with it: compare (ReLU masks), widen
-        except Exception as e:  # noqa: BLE001 - CuPy < 14 (no bfloat16), NumPy too old for ml_dtypes, ...
-            where = "CuPy (>= 14 has bfloat16)" if self.xp is not np else "NumPy"
-            return ValueError(f"--precision {self.precision.name}: {where} cannot compute in {compute.name} here "
-                              f"({type(e).__name__}: {e})")
-        return None
 
     @staticmethod
     def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
@@ -491,7 +430,7 @@ class Trainer:
     def _set_data(self, train: Split, test: Split | None, where: str) -> None:
         """The data's checks against the model and the batch, the sampler, the step. Collective."""
         c, g, m = self.config, self.groups, self.model
-        err = self._data_error(train, test, where)
+        err = data_error(c, m, g.data_parallel_size, train, test, where, self._validation_from_file)
         agree(err, comm=self.rt.comm)
         if m.num_classes is not None:
             check_labels(where, [train, test], m.num_classes, g.data_comm)
@@ -531,40 +470,6 @@ class Trainer:
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
                           padded_params=self._params_pad, timer=self.timer)
         self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task, self.metrics.held_out)
-
-    def _data_error(self, train: Split, test: Split | None, where: str) -> ValueError | None:
-        """What is wrong with the data for this model and batch at its data-parallel ranks (None: nothing)."""
-        c, m, data_ranks = self.config, self.model, self.groups.data_parallel_size
-        ranks = (f"number of ranks ({data_ranks})" if c.tensor_parallel == 1
-                 else f"number of data-parallel ranks ({data_ranks})")
-        if test is not None and test.dim != train.dim:
-            if where.startswith("--data") and self._validation_from_file:
-                return ValueError(f"{where}: /test/X has {test.dim} features, /train/X has {train.dim}")
-            return ValueError(f"validation: X has {test.dim} features, the training data has {train.dim}")
-        if test is not None and test.y.shape[1:] != train.y.shape[1:]:
-            return ValueError(f"{where}: the validation targets have shape {test.y.shape[1:]} per sample, the "
-                              f"training targets {train.y.shape[1:]}")
-        err = self._features_error(where, train.dim)
-        if err is not None:
-            return err
-        if m.task == "regression" and m.n_outputs is not None and train.outputs != m.n_outputs:
-            return ValueError(f"{where}: y has {train.outputs} target(s) per sample, the model's last layer "
-                              f"gives {m.n_outputs}")
-        if c.batch_size > train.n_global:
-            return ValueError(f"--batch-size {c.batch_size} is larger than the training set ({train.n_global} samples)")
-        if c.batch_size < data_ranks:
-            return ValueError(f"--batch-size {c.batch_size} is smaller than the {ranks}")
-        if c.batch_size // c.grad_accum_steps < data_ranks:
-            return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
-                              f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
-        return None
-
-    def _features_error(self, where: str, n_features: int) -> ValueError | None:
-        """Data of ``n_features`` columns for a model that takes another number (None: it fits, or takes any)."""
-        n = self.model.n_inputs
-        if n is not None and n_features != n:
-            return ValueError(f"{where}: X has {n_features} features, the model takes {n}")
-        return None
 
     def _test_arrays(self, test: Split | None) -> None:
         """The test shard on the device, and for regression its targets' sum of squares about their mean (R^2)."""
@@ -1051,7 +956,7 @@ class Trainer:
             values = self._test_metrics()
         else:
             split = self._arrays(data, "evaluate", sharded, 0)
-            agree(self._features_error("evaluate", split.dim), comm=self.rt.comm)
+            agree(features_error(self.model, "evaluate", split.dim), comm=self.rt.comm)
             if self.model.num_classes is not None:
                 check_labels("evaluate", [split], self.model.num_classes, self.groups.data_comm)
             saved = (self.test_split, self._Xt, self._yt, self._sst)
@@ -1117,7 +1022,7 @@ class Trainer:
         self.groups.share_buffers(self.model)  # every rank predicts with data rank 0's statistics
         split = self._arrays((X, ZeroTargets(len(X))), "predict", sharded, 0, task="regression")
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
-        agree(self._features_error(named, split.dim), comm=comm)
+        agree(features_error(self.model, named, split.dim), comm=comm)
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
         k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
         local = local.reshape(local.shape[0], k)
