@@ -59,6 +59,13 @@ def compute_dtype_error(xp, precision: Precision) -> ValueError | None:
     """Why the array module ``xp`` cannot hold mixed precision's 16-bit type (None: it can, or no mixed precision).
 
     Tries what the mixed step does with it: compare (ReLU's masks) and widen.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    precision : hpcgpu.train.precision.Precision
+        The policy; its ``compute`` type (None: no mixed precision) is tried.
     """
     compute = precision.compute
     if compute is None:
@@ -111,7 +118,17 @@ def memory_error(plan: ModelPlan, n_local: int, states: int, precision: Precisio
 
 
 def features_error(model: TrainModel, where: str, n_features: int) -> ValueError | None:
-    """Data of ``n_features`` columns for a model that takes another number (None: it fits, or takes any)."""
+    """Data of ``n_features`` columns for a model that takes another number (None: it fits, or takes any).
+
+    Parameters
+    ----------
+    model : hpcgpu.nn.TrainModel
+        Bound; its ``n_inputs`` (None: any).
+    where : str
+        How the message names the data.
+    n_features : int
+        The data's columns.
+    """
     n = model.n_inputs
     if n is not None and n_features != n:
         return ValueError(f"{where}: X has {n_features} features, the model takes {n}")

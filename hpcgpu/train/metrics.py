@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from mpi4py import MPI
 
 from ..errors import agreed
 
-__all__ = ["EpochMetrics", "metric_names", "UNITS"]
+__all__ = ["EpochMetrics", "HeldOut", "metric_names", "UNITS"]
 
 UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1", "energy_joules": "J",
          "energy_joules_cpu": "J", "energy_joules_gpu": "J", "gflop": "GFLOP", "joules_per_gflop": "J/GFLOP"}
@@ -29,6 +30,47 @@ ENERGY = ("energy_joules", "energy_joules_cpu", "energy_joules_gpu", "gflop", "j
 """Per epoch's training steps, over all nodes (:mod:`hpcgpu.energy`): joules in all (the parts that could be
 read), of the CPU packages and DRAM (RAPL), of the GPUs (NVML); the step's floating-point operations counted
 analytically (GFLOP); joules per GFLOP. NaN where no counter could be read."""
+
+
+class HeldOut:
+    """A held-out set as evaluation reads it: the shard on the device, and for regression R^2's denominator.
+
+    The denominator is the total sum of squares of the set's targets about their global mean.
+
+    Parameters
+    ----------
+    split : hpcgpu.train.data.Split or None
+        This data group's shard (None: no held-out set).
+    xp : module
+        NumPy or CuPy: where the rows go.
+    comm : mpi4py.MPI.Intracomm
+        The data-parallel ranks, over which the sums of squares are reduced. Collective over it for regression.
+
+    Attributes
+    ----------
+    split : Split or None
+    X, y : xp.ndarray or None
+        The shard's rows ``(n_local, D)`` and targets.
+    n_global : int
+        Samples over the data-parallel ranks (0 without a set).
+    sst : float
+        ``sum((y - mean(y))**2)`` over the set (NaN for classification or without a set).
+    """
+
+    def __init__(self, split, xp, comm):
+        self.split, self.X, self.y, self.sst = split, None, None, math.nan
+        self.n_global = 0 if split is None else split.n_global
+        if split is None:
+            return
+        self.X, self.y = xp.asarray(split.X), xp.asarray(split.y)
+        if split.task == "regression":
+            # the target columns from the shape, not -1: a rank's shard may hold no sample (numpy cannot infer -1)
+            y = split.y.reshape(split.y.shape[0], int(np.prod(split.y.shape[1:]))).astype(np.float64)
+            sums = np.concatenate([y.sum(axis=0), (y * y).sum(axis=0)])
+            comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+            k, n = y.shape[1], max(1, split.n_global)
+            mean = sums[:k] / n
+            self.sst = float((sums[k:] - n * mean * mean).sum())
 
 
 def metric_names(task: str, held_out: str = "test") -> tuple:

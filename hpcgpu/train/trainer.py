@@ -47,7 +47,7 @@ from .data import (GlobalBatchSampler, HDF5Rows, Split, ZeroTargets, check_label
                    load_split, split_off)
 from .cuda_graphs import StepGraph, graphs_plan
 from .groups import ProcessGroups
-from .metrics import EpochMetrics
+from .metrics import EpochMetrics, HeldOut
 from .precision import Precision, ScaledMixedPrecision, policy
 from .reducer import GradientReducer
 from .console import Console
@@ -248,7 +248,7 @@ class Trainer:
         self.groups = ProcessGroups(comm, c.tensor_parallel)
         where = placement(comm)
         self._placement = f" ({where})" if ";" in where else ""  # named in the first line when several hosts
-        self.train_split = self.test_split = None
+        self.train_split = self._held_out = None
         self.data_path: str | None = None
         self._validation_from_file = True
         self._prepared = False
@@ -439,14 +439,14 @@ class Trainer:
         if m.capabilities.task_from_data:
             m.task = c.task or train.task
             self.config = dataclasses.replace(self.config, task=m.task)
-        self.train_split, self.test_split = train, test
+        self.train_split = train
         m.adapt_inputs(train.X, g.data_comm)  # a leading Standardize's statistics, from every rank's rows
         self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, g.data_comm, self.xp, c.grad_accum_steps,
                                           replicate=self._replicate(train, self.rt.comm))
         steps = self.sampler.steps
         self.schedule = LRSchedule(self.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
                                    c.lr_step_epochs * steps, c.lr_gamma)
-        self._test_arrays(test)
+        self._held_out = HeldOut(test, self.xp, g.data_comm)
         # the held-out set's series: test_* for a data file's /test split, val_* for a validation set given in
         # Python (arrays, validation_split), as Keras names them
         self.metrics = EpochMetrics(m.task, train.outputs, self.precision.compute is not None,
@@ -470,22 +470,6 @@ class Trainer:
                           graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
                           padded_params=self._params_pad, timer=self.timer)
         self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task, self.metrics.held_out)
-
-    def _test_arrays(self, test: Split | None) -> None:
-        """The test shard on the device, and for regression its targets' sum of squares about their mean (R^2)."""
-        self._Xt = self._yt = None
-        self._sst = math.nan
-        if test is None:
-            return
-        self._Xt, self._yt = self.xp.asarray(test.X), self.xp.asarray(test.y)
-        if test.task == "regression":
-            # the target columns from the shape, not -1: a rank's shard may hold no sample (numpy cannot infer -1)
-            y = test.y.reshape(test.y.shape[0], int(np.prod(test.y.shape[1:]))).astype(np.float64)
-            sums = np.concatenate([y.sum(axis=0), (y * y).sum(axis=0)])
-            self.groups.data_comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
-            k, n = y.shape[1], max(1, test.n_global)
-            mean = sums[:k] / n
-            self._sst = float((sums[k:] - n * mean * mean).sum())
 
     def _prepare(self) -> None:
         """Resume from a checkpoint if asked, then plan the GEMM threads. Collective; once per run."""
@@ -918,22 +902,21 @@ class Trainer:
     def _skipped_in_epoch(self) -> int:
         return self.metrics.skipped
 
-    def _test_sums(self, X, y, n_global: int) -> list:
-        """The reduced ``[loss_sum, metric_sum]`` over a test shard. Collective."""
+    def _test_metrics(self, held: HeldOut | None = None) -> dict:
+        """The metrics of ``held`` (the run's held-out set by default; NaN without one, or an empty one).
+
+        Collective over the data-parallel ranks.
+        """
+        held = self._held_out if held is None else held
+        self.groups.share_buffers(self.model)  # every rank evaluates with data rank 0's statistics
+        if held.n_global == 0:
+            return self.metrics.test_values([math.nan, math.nan], 0, math.nan)
         counted = self.tensor_bytes
-        tot = self.model.evaluate_sums(X, y) if X is not None and X.shape[0] else self.xp.zeros(2, dtype=np.float64)
+        tot = self.model.evaluate_sums(held.X, held.y) if held.X.shape[0] else self.xp.zeros(2, dtype=np.float64)
         self.tensor_bytes = counted  # training steps' bytes only
         with self.watchdog.watch("evaluation Allreduce", f"after epoch {self.epoch + 1}"):
             Allreduce(tot, comm=self.groups.data_comm)  # a tensor group's ranks hold the same totals
-        return [float(v) for v in _device.asnumpy(tot)]
-
-    def _test_metrics(self) -> dict:
-        """The test split's metrics (NaN without one, or an empty one). Collective."""
-        self.groups.share_buffers(self.model)  # every rank evaluates with data rank 0's statistics
-        test = self.test_split
-        if test is None or test.n_global == 0:
-            return self.metrics.test_values([math.nan, math.nan], 0, math.nan)
-        return self.metrics.test_values(self._test_sums(self._Xt, self._yt, test.n_global), test.n_global, self._sst)
+        return self.metrics.test_values([float(v) for v in _device.asnumpy(tot)], held.n_global, held.sst)
 
     def evaluate(self, data=None, *, sharded: bool = False) -> dict:
         """The task's metrics on a data set, as exact global means. Collective.
@@ -959,13 +942,7 @@ class Trainer:
             agree(features_error(self.model, "evaluate", split.dim), comm=self.rt.comm)
             if self.model.num_classes is not None:
                 check_labels("evaluate", [split], self.model.num_classes, self.groups.data_comm)
-            saved = (self.test_split, self._Xt, self._yt, self._sst)
-            try:
-                self._test_arrays(split)
-                self.test_split = split
-                values = self._test_metrics()
-            finally:
-                self.test_split, self._Xt, self._yt, self._sst = saved
+            values = self._test_metrics(HeldOut(split, self.xp, self.groups.data_comm))
         return {k.split("_", 1)[1]: v for k, v in values.items()}  # test_loss or val_loss: loss
 
     def predict(self, X, *, sharded: bool = False, root: int | None = 0, out: str | None = None,
@@ -1292,8 +1269,8 @@ class Trainer:
         """
         if self._fingerprint is None:
             fp = {"train": fingerprint(self.train_split, self.groups.data_comm)}
-            if self.test_split is not None:
-                fp["test"] = fingerprint(self.test_split, self.groups.data_comm)
+            if self._held_out.split is not None:
+                fp["test"] = fingerprint(self._held_out.split, self.groups.data_comm)
             self._fingerprint = fp
         return self._fingerprint
 
