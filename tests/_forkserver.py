@@ -21,7 +21,7 @@ MPICH's, and the system MPI's pass, start their ranks as processes of their own:
 import os
 import sys
 
-STARTUP = ("PYTHON", "LC_", "LANG", "LANGUAGE", "OMP_", "OPENBLAS_", "GOTO_", "MKL_", "BLIS_", "NUMPY_", "HDF5_",
+STARTUP = ("PYTHON", "LC_", "LANG", "OMP_", "OPENBLAS_", "GOTO_", "MKL_", "BLIS_", "NUMPY_", "HDF5_",
            "MALLOC_", "LD_", "GLIBC_")
 """Prefixes of the variables read when the server started (the interpreter's, the locale's, NumPy's and its BLAS's,
 HDF5's, the loader's): a launch whose environment differs in one of them starts its ranks as processes of their
@@ -53,9 +53,11 @@ def enabled() -> bool:
     return os.environ.get("HPCGPU_TEST_FORKSERVER", "1") != "0"
 
 
-def usable(args, env: dict, default: dict) -> bool:
-    """Whether ranks running ``python ARGS`` with ``env`` may start from the server (see the module's text), which
-    starts with ``default``, the environment of a launch that sets nothing of its own."""
+def usable(args, env: dict, default) -> bool:
+    """Whether ranks running ``python ARGS`` with ``env`` may start from the server (see the module's text).
+
+    ``default()`` gives the environment of a launch that sets nothing of its own: the server's, asked once.
+    """
     if not enabled() or not args:
         return False
     a0 = str(args[0])
@@ -69,7 +71,7 @@ def usable(args, env: dict, default: dict) -> bool:
         return False
     # Another PYTHONPATH (the CuPy stand-in's folder, a user's modules) is the rank's sys.path, unless it would
     # have given another of the modules the server loaded, or code Python runs at its start (sitecustomize).
-    added = set(_entries(env)) - set(_entries(default))
+    added = set(_entries(env)) - server.pythonpath
     return not any(os.path.exists(os.path.join(d, m)) for d in added for m in (*LOADED, *AT_START))
 
 
@@ -80,18 +82,18 @@ class _Server:
 
         self.dir = tempfile.mkdtemp(prefix="hpcgpu-fork-")
         self.path = os.path.join(self.dir, "s")
-        self.startup = _startup(env)
+        self.startup, self.pythonpath = _startup(env), set(_entries(env))
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=self.dir)
         self.ready = self.proc.stdout.readline().strip() == b"ready"
 
 
-def _server(env: dict):
-    """This worker's server, started with the first launch's environment; None where it did not start."""
+def _server(default):
+    """This worker's server, started with ``default()``'s environment on first use; None where it did not start."""
     global _SERVER
     if _SERVER is None:
-        _SERVER = _Server(env)
+        _SERVER = _Server(default())
         import atexit
 
         atexit.register(_stop)

@@ -227,7 +227,7 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
     """
     e = environment(env, python)
     cmd = [mpiexec(python), "-n", str(nprocs), python or sys.executable, *args]
-    if fork and python is None and flavor() == "mpich" and _forkserver.usable(args, e, environment()):
+    if fork and python is None and flavor() == "mpich" and _forkserver.usable(args, e, environment):
         cmd[3:] = _forkserver.command(sys.executable, args)
         e = _forkserver.environment(e)
     try:

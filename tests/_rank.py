@@ -40,11 +40,6 @@ class _Lines:
         return line
 
 
-def _fallback(args):
-    os.environ.pop("HPCGPU_TEST_FORKSERVER", None)
-    os.execv(sys.executable, [sys.executable, *args])
-
-
 def main(args):
     path = os.environ.pop("HPCGPU_TEST_FORKSERVER", "")
     fds = [0, 1, 2]
@@ -67,8 +62,7 @@ def main(args):
         first = []
     if len(first) != 2 or first[0] != b"pid":
         s.close()
-        os.environ["HPCGPU_TEST_FORKSERVER"] = path
-        _fallback(args)
+        os.execv(sys.executable, [sys.executable, *args])  # python ARGS itself (the variable is already gone)
     pid = int(first[1])
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, frame: os.kill(pid, signum))

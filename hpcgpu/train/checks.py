@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..nn import ModelPlan, Network, TrainModel
-from ..runtime import host_memory
+from .._memory import host_memory
 from .config import TrainConfig
 from .data import Split
 from .precision import Precision

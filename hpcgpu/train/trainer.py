@@ -254,12 +254,13 @@ class Trainer:
         self._prepared = False
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
-        if pending or model is None:  # bound when the data is known; what can be checked now is checked now
+        if model is None:  # the command line's MLP: sized by the data its config names, and bound on it now
+            self.data_path = self._data_path(c.data, comm)
+            self._build_mlp(optimizer)
+            return
+        if pending:  # bound at the first fit; what can be checked now is checked now
             agree(_optimizer_error(optimizer), comm=comm)
             self._pending = (model, loss, optimizer)
-            if model is None:  # the command line's MLP: sized by the data its config names, known now
-                self.data_path = self._data_path(c.data, comm)
-                self._build_model(None)
             return
         self._bind(plan, optimizer)
         self.config = self._described(c)
@@ -653,17 +654,12 @@ class Trainer:
         self.checkpoint_file = path
 
     def _build_model(self, data) -> None:
-        """The binding of a model whose sizes come from the data, once the data is known. Collective.
+        """The first fit of a model whose first layer is ``Dense(units)``: its features, then its binding. Collective.
 
-        A model whose first layer is ``Dense(units)`` takes its input features from the first fit's ``data`` (an
-        HDF5 file's ``/train/X``, or the in-memory features, a sample's axes multiplied); the command line's MLP
-        (``Trainer(config)``, at construction) its features, task, loss and classes from the config's data,
-        which it then trains on. The model is planned, checked and bound as one given whole at construction.
+        The input features come from ``data`` (an HDF5 file's ``/train/X``, or the in-memory features, a sample's
+        axes multiplied); then the model is planned, checked and bound as at construction.
         """
         model, loss, optimizer = self._pending
-        if model is None:
-            self._build_mlp(optimizer)
-            return
         source = data if data is not None else self.config.data
         comm, width = self.rt.comm, 0
         if isinstance(source, (str, os.PathLike)):
@@ -694,7 +690,7 @@ class Trainer:
 
         The features, the task (the labels', unless the config names one), the loss (cross-entropy or mean
         squared error by the task, unless named) and the classes (``num_classes``, or the labels') come from the
-        file; then the model is bound and the data set as at a first fit.
+        file; then the model is bound (as one given whole at construction) and the data set as at a first fit.
         """
         c, where = self.config, f"--data {self.data_path}"
         train, test, nc = self._read(self.data_path, c.task or None, self.precision.master)
@@ -705,7 +701,6 @@ class Trainer:
         plan = plan_model(relu_stack([train.dim, *c.hidden, width]), loss)
         self.config = dataclasses.replace(c, task=task, loss=loss.name)
         self._bind(plan, optimizer)
-        del self._pending
         self.config = self._described(self.config)
         self._set_data(train, test, where)
         self._prepare()
