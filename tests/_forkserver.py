@@ -342,14 +342,18 @@ if __name__ == "__main__":
     import numpy  # noqa: F401
 
     ctypes.CDLL(importlib.util.find_spec("mpi4py.MPI").origin)
-    for name in ("argparse", "dataclasses", "inspect", "json", "pathlib", "platform", "shutil", "socket",
-                 "tempfile", "threading", "typing", "ml_dtypes"):
+    for name in ("argparse", "base64", "dataclasses", "glob", "hashlib", "hmac", "inspect", "json", "pathlib",
+                 "platform", "secrets", "shutil", "socket", "tempfile", "threading", "typing", "ml_dtypes",
+                 "numpy.random", "threadpoolctl"):
         try:
             __import__(name)
         except ImportError:
             pass
     _pythonpath = set(_entries(os.environ))
     _base = [p for p in sys.path[1:] if not p or os.path.abspath(p) not in _pythonpath]
+    import gc
+
+    gc.freeze()
     try:
         serve(sys.argv[1])
         sys.exit(0)
