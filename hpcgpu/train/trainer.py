@@ -730,7 +730,8 @@ class Trainer:
                     row = self._finish_epoch(lr)
                     console.epoch(row)
                     if callbacks:  # rank 0's row on every rank: the callbacks' decisions agree by construction
-                        row = self.rt.comm.bcast(row, root=0)
+                        with self.watchdog.watch("callbacks' Bcast", f"after epoch {self.epoch}"):
+                            row = self.rt.comm.bcast(row, root=0)
                         if any([bool(cb.on_epoch_end(self, row)) for cb in callbacks]):  # each sees the epoch
                             break
         finally:
@@ -830,7 +831,8 @@ class Trainer:
             self.metrics.skipped += step.skipped_last
             if on_device:
                 self._stats[s] = self.model.stats  # the reduced sums (a view of the reducer's slots)
-                stop = self.groups.any(stop, self.groups.comm)  # a host flag: no wait for the GPU
+                with self.watchdog.watch("stop flag Allreduce", f"step {self.step + 1}"):
+                    stop = self.groups.any(stop, self.groups.comm)  # a host flag: no wait for the GPU
             else:  # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
                 stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
                 self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.global_batch)
@@ -880,7 +882,10 @@ class Trainer:
         row.update(self.metrics.train_values(n))
         row.update(self._test_metrics())
         self.epoch += 1
-        j = self.energy.total()  # collective: the nodes' joules of this epoch's steps
+        # Every collective of the epoch's end is watched (a rank stopped between two of them left the others
+        # waiting in the next one, unwatched, for ever: seen under load)
+        with self.watchdog.watch("energy Allgather", f"after epoch {self.epoch}"):
+            j = self.energy.total()  # collective: the nodes' joules of this epoch's steps
         gflop = self.flops_per_sample() * n / 1e9
         row.update(energy_joules=j.total, energy_joules_cpu=j.cpu, energy_joules_gpu=j.gpu, gflop=gflop,
                    joules_per_gflop=j.total / gflop if gflop > 0 else math.nan)
@@ -888,7 +893,9 @@ class Trainer:
         if self.config.timing:
             seconds = self._collect_phases()
             self._phase_carry = dict.fromkeys(self.PHASES, 0.0)
-            for phase, stats in reduce_phases(seconds, self.rt.comm).items():
+            with self.watchdog.watch("timing Allreduce", f"after epoch {self.epoch}"):
+                phases = reduce_phases(seconds, self.rt.comm)
+            for phase, stats in phases.items():
                 row.update({f"{phase}_seconds_{n}": v for n, v in zip(("min", "mean", "max"), stats, strict=True)})
         self.metrics.append(row)
         self.step_in_epoch = 0
