@@ -1,5 +1,6 @@
 """Faults: a failing, killed or stuck rank ends the job fast; resumes are exact; files are never half-written."""
 
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ import pytest
 from _data import blobs, write_h5
 
 import _mpi
-from hpcgpu.train.checkpoint import CheckpointState, candidates, digest, read_checkpoint, write_checkpoint
+from hpcgpu.train.checkpoint import CheckpointState, _attrs_digest, candidates, read_checkpoint, write_checkpoint
 
 pytestmark = pytest.mark.mpi
 
@@ -215,9 +216,10 @@ def test_resume_from_a_malformed_checkpoint_is_one_line_at_every_rank(tmp_path):
     opts = ("--epochs", "2", "--batch-size", "20", "--checkpoint", ck)
     assert _train(3, data, tmp_path / "a.h5", *opts, "--checkpoint-every", "5").returncode == 0
     with h5py.File(ck, "a") as f:  # as a writer's bug would make it: well-formed checksums, a wrong shape
-        del f["epoch_totals"]
-        f["epoch_totals"] = np.zeros(3)
-        f["epoch_totals"].attrs["sha256"] = digest(np.zeros(3))
+        state = json.loads(f.attrs["state"])
+        state["progress"]["epoch_totals"] = [0.0, 0.0, 0.0]
+        f.attrs["state"] = json.dumps(state)
+        f.attrs["attrs_sha256"] = _attrs_digest(f.attrs)
     p = _train(3, data, tmp_path / "b.h5", *opts, "--resume", timeout=60)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
@@ -266,10 +268,13 @@ def test_resume_without_checkpoint_starts_from_scratch(tmp_path):
 
 # -- checkpoint files ----------------------------------------------------------------------
 
+def _parts(v):
+    return {"progress": dict(epoch=v, step=v, step_in_epoch=0, epoch_totals=[0.0, 0.0], epoch_seconds=0.0,
+                             history={"epoch": [1.0]}), "precision": {}, "buffers": {}, "gemm_threads": ""}
+
+
 def _state(v, n=10):
-    return CheckpointState(params=np.full(n, float(v)), optimizer={"velocity": np.zeros(n)}, epoch=v, step=v,
-                           step_in_epoch=0,
-                           epoch_totals=np.zeros(2), epoch_seconds=0.0, history={"epoch": [1.0]}, config={})
+    return CheckpointState(params=np.full(n, float(v)), optimizer={"velocity": np.zeros(n)}, parts=_parts(v))
 
 
 @pytest.mark.parametrize("keep", [1, 2, 3])
@@ -288,7 +293,7 @@ def test_a_killed_writer_leaves_the_previous_checkpoint(tmp_path):
     write_checkpoint(path, _state(1), keep=1)
     code = ("import numpy as np, sys; from hpcgpu.train.checkpoint import write_checkpoint, CheckpointState\n"
             "n = 50_000_000\n"
-            "s = CheckpointState(np.ones(n), {'velocity': np.ones(n)}, 9, 9, 0, np.zeros(2), 0.0, {}, {})\n"
+            f"s = CheckpointState(np.ones(n), {{'velocity': np.ones(n)}}, {_parts(9)!r})\n"
             "print('writing', flush=True)\n"
             f"write_checkpoint({path!r}, s, keep=1)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,

@@ -1,13 +1,22 @@
 """Training checkpoints in HDF5: written atomically, checksummed, the last K kept, read back with fallback.
 
 A checkpoint holds everything a run needs to continue exactly where it
-stopped: the flat parameters and the optimizer's state arrays (by name:
-``velocity`` for SGD, ``m`` and ``v`` for Adam), the epoch, the global step
-and the step within the epoch, the partial sums of the current epoch, the
-metrics of the finished epochs, the options that must not change, and a
-fingerprint of the training data. The sample order needs no saved generator
-state: it is a pure function of ``(seed, epoch)`` (see
-:class:`hpcgpu.train.data.GlobalBatchSampler`).
+stopped: the flat parameters and the optimizer's state arrays of the unsplit
+model (by name: ``velocity`` for SGD, ``m`` and ``v`` for Adam); the state of
+each of the trainer's parts it restores (:data:`PARTS`), as that part's own
+``state_dict`` gives it (the run's place, its epoch's partial sums and the
+finished epochs' metrics; the loss scale; the model's buffers; the GEMM
+thread plan); and what the run was: the options that must not change, the
+optimizer's and the model's descriptions, a fingerprint of the training data.
+The sample order needs no saved generator state: it is a pure function of
+``(seed, epoch)`` (see :class:`hpcgpu.train.data.GlobalBatchSampler`).
+
+Layout (format 3): datasets ``params``, ``optimizer/NAME`` and
+``state/PART/NAME`` (a part's arrays); root attributes ``state`` (every part's
+other values, one JSON object by part), ``config``, ``world_size``,
+``optimizer``, ``optimizer_config``, ``model``, ``data_fingerprint`` (JSON
+where not a number or a name), and ``epoch`` and ``step`` for a reader's eye
+(``h5ls``; the trainer reads ``state``).
 
 Every dataset carries the SHA-256 of its type, shape and bytes (attribute
 ``sha256``), and the root the SHA-256 of its other attributes
@@ -36,17 +45,20 @@ import numpy as np
 
 from ..io import atomic_path, new_hdf5, publish, temp_beside, write_attrs
 
-__all__ = ["MUST_MATCH", "LEGACY", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config",
+__all__ = ["FORMAT", "PARTS", "MUST_MATCH", "CheckpointState", "write_checkpoint", "read_checkpoint", "read_config",
            "read_header", "candidates", "digest", "Resumer"]
 
-FORMAT = 2
-"""Format 2: optimizer state by name, checksums, the data's fingerprint. The only format read."""
+FORMAT = 3
+"""Format 3: each part's ``state_dict`` under ``state``, the unsplit arrays, checksums, the data's fingerprint.
+The only format read."""
+
+PARTS = ("progress", "precision", "buffers", "gemm_threads")
+"""The parts of :meth:`hpcgpu.Trainer.state_dict` a checkpoint holds besides the unsplit arrays (the model's
+parameters and the optimizer's state, split for each rank on resume). The schedule and the sample order are
+functions of the options and the step, at any number of ranks."""
 
 # Options a resumed run must share with the run that wrote the checkpoint:
 # they decide the model's shape, the sample order or the update rule.
-LEGACY = {"optimizer": "sgd", "task": "classification", "loss": "cross-entropy"}
-"""What a checkpoint that predates an option of ``MUST_MATCH`` was written with."""
-
 MUST_MATCH = ("optimizer", "hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay",
               "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "task", "loss")
 """``epochs`` is not among them: a resumed run of a constant or step schedule may train on to more epochs than
@@ -65,114 +77,69 @@ class CheckpointState:
     optimizer : dict of str to numpy.ndarray
         The optimizer's state arrays by name, each of shape (n_params),
         laid out like ``params`` (SGD: ``velocity``).
-    epoch : int
-        Finished epochs.
-    step : int
-        Global steps done since the start of training.
-    step_in_epoch : int
-        Steps done in the unfinished epoch ``epoch``.
-    epoch_totals : numpy.ndarray, shape (k,)
-        The unfinished epoch's sums of the step statistics (loss sum, correct count).
-    epoch_seconds : float
-        Training time already spent in the unfinished epoch (s).
-    history : dict of list
-        Metrics of the finished epochs.
+    parts : dict
+        The trainer's parts of :data:`PARTS`, each as its ``state_dict``
+        gives it (:meth:`hpcgpu.Trainer.state_dict`: ``progress`` holds the
+        epoch, the step, the unfinished epoch's sums and seconds, the
+        finished epochs' metrics; ``precision`` the loss scale; ``buffers``
+        the model's state that is not trained, rank 0's, by name;
+        ``gemm_threads`` the GEMM thread plan as JSON, empty without one).
     config : dict
         The options of the run that wrote it.
     world_size : int
-    gemm_threads : str
-        The run's GEMM thread plan as JSON (:class:`hpcgpu.train.gemm_threads.GemmPlan`);
-        empty when it had none.
-    skipped_steps : int
-        Steps of the unfinished epoch skipped for a gradient overflow (16-mixed).
-    loss_scale : float
-        The dynamic loss scale (16-mixed; 1 otherwise).
-    clean_steps : int
-        Clean steps since the loss scale last changed.
-    phase_seconds : dict
-        Seconds per phase of the unfinished epoch so far (writing rank's), see :mod:`hpcgpu.timing`.
     optimizer_name : str
         The optimizer that wrote ``optimizer`` (``"sgd"``).
-    data : dict
-        The training data's fingerprint (:func:`hpcgpu.train.data.fingerprint`); empty when unknown.
-    updates : int or None
-        Optimizer updates applied (steps skipped for an overflow are not);
-        None in a file that predates it (then: ``step``).
     optimizer_config : dict
         The optimizer's name and hyperparameters (:meth:`hpcgpu.optim.Optimizer.config`).
+    data : dict
+        The training data's fingerprint (:func:`hpcgpu.train.data.fingerprint`); empty when unknown.
     model : dict
         The model's description (its layers and loss, or its class and parameter shapes).
-    buffers : dict of str to numpy.ndarray
-        The model's buffers (state that is not trained: BatchNorm's running statistics), rank 0's, by name;
-        empty for a model without any.
     """
 
     params: np.ndarray
     optimizer: dict
-    epoch: int
-    step: int
-    step_in_epoch: int
-    epoch_totals: np.ndarray
-    epoch_seconds: float
-    history: dict = field(default_factory=dict)
+    parts: dict
     config: dict = field(default_factory=dict)
     world_size: int = 1
-    gemm_threads: str = ""
-    skipped_steps: int = 0
-    loss_scale: float = 1.0
-    clean_steps: int = 0
-    phase_seconds: dict = field(default_factory=dict)
     optimizer_name: str = "sgd"
-    data: dict = field(default_factory=dict)
-    updates: int | None = None
     optimizer_config: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
-    buffers: dict = field(default_factory=dict)
 
-    @classmethod
-    def from_parts(cls, parts: dict, params, optimizer: dict, **about) -> "CheckpointState":
-        """The checkpoint of a trainer's state (:meth:`hpcgpu.Trainer.state_dict`), with the unsplit arrays.
+    @property
+    def epoch(self) -> int:
+        """Finished epochs."""
+        return int(self.parts["progress"]["epoch"])
 
-        The one mapping from the trainer's parts to the file's fields; :meth:`parts` is its inverse. Not
-        collective.
+    @property
+    def step(self) -> int:
+        """Global steps done since the start of training."""
+        return int(self.parts["progress"]["step"])
 
-        Parameters
-        ----------
-        parts : dict
-            ``progress``, ``precision``, ``gemm_threads`` and ``buffers`` of the trainer's ``state_dict``.
-        params : numpy.ndarray, shape (n_params,)
-        optimizer : dict of str to numpy.ndarray
-        **about
-            The fields that describe the run rather than its progress: ``config``, ``world_size``,
-            ``optimizer_name``, ``optimizer_config``, ``data``, ``model``.
+    @property
+    def gemm_threads(self) -> str:
+        """The run's GEMM thread plan as JSON (:class:`hpcgpu.train.gemm_threads.GemmPlan`); "" without one."""
+        return str(self.parts.get("gemm_threads") or "")
 
-        Returns
-        -------
-        CheckpointState
-        """
-        p, prec = parts["progress"], parts["precision"]
-        return cls(params=params, optimizer=optimizer, epoch=p["epoch"], step=p["step"],
-                   step_in_epoch=p["step_in_epoch"], epoch_totals=np.asarray(p["epoch_totals"]),
-                   epoch_seconds=p["epoch_seconds"], history=p["history"], skipped_steps=p["skipped_steps"],
-                   phase_seconds=p["phase_seconds"], updates=p["updates"], loss_scale=prec.get("scale", 1.0),
-                   clean_steps=prec.get("clean_steps", 0), gemm_threads=parts["gemm_threads"],
-                   buffers=dict(parts.get("buffers", {})), **about)
 
-    def parts(self) -> dict:
-        """The trainer's ``progress``, ``precision`` and ``buffers`` parts this checkpoint restores. Not collective.
+def _plain(v):
+    """A part's value as JSON holds it (NumPy scalars as Python numbers)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"{type(v).__name__} in a part's state: not an array, a number, a string, a list or a dict")
 
-        The inverse of :meth:`from_parts`; the arrays go separately, split for each rank.
 
-        Returns
-        -------
-        dict
-        """
-        return dict(progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
-                                  epoch_totals=self.epoch_totals.tolist(), epoch_seconds=self.epoch_seconds,
-                                  skipped_steps=self.skipped_steps, history=self.history,
-                                  phase_seconds=self.phase_seconds,
-                                  updates=self.step if self.updates is None else self.updates),
-                    precision=dict(scale=self.loss_scale, clean_steps=self.clean_steps), buffers=dict(self.buffers))
+def _split(parts: dict) -> tuple[dict, dict]:
+    """Each part's arrays (``{part: {name: array}}``) and its other values (``{part: JSON-able}``)."""
+    arrays, rest = {}, {}
+    for part, value in parts.items():
+        if isinstance(value, dict):
+            arrays[part] = {k: np.asarray(v) for k, v in value.items() if hasattr(v, "__array__")}
+            rest[part] = {k: v for k, v in value.items() if k not in arrays[part]}
+        else:
+            rest[part] = value
+    return {k: v for k, v in arrays.items() if v}, rest
 
 
 def digest(a: np.ndarray) -> str:
@@ -302,26 +269,20 @@ def write_checkpoint(path: str, state: CheckpointState, keep: int = 2, attrs: di
     for stale in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(os.path.basename(path))}.*.tmp")):
         with contextlib.suppress(OSError):  # (the copies of _rotate's fallback match too)
             os.unlink(stale)
+    arrays, rest = _split(state.parts)
     with atomic_path(path) as tmp:
         with new_hdf5(tmp) as f:
             _dataset(f, "params", state.params)
             for name, value in state.optimizer.items():
                 _dataset(f, f"optimizer/{name}", value)
-            for name, value in state.buffers.items():
-                _dataset(f, f"buffers/{name}", np.asarray(value))
-            _dataset(f, "epoch_totals", np.asarray(state.epoch_totals, dtype=np.float64))
-            f.create_group("history")
-            for k, v in state.history.items():
-                _dataset(f, f"history/{k}", np.asarray(v, dtype=np.float64))
-            f.attrs.update(dict(format=FORMAT, epoch=state.epoch, step=state.step,
-                                step_in_epoch=state.step_in_epoch, epoch_seconds=state.epoch_seconds,
-                                config=json.dumps(state.config, sort_keys=True), world_size=state.world_size,
-                                gemm_threads=state.gemm_threads, skipped_steps=state.skipped_steps,
-                                loss_scale=state.loss_scale, clean_steps=state.clean_steps,
-                                phase_seconds=json.dumps(state.phase_seconds), optimizer=state.optimizer_name,
-                                data_fingerprint=json.dumps(state.data, sort_keys=True),
-                                updates=state.step if state.updates is None else state.updates,
+            for part, named in arrays.items():
+                for name, value in named.items():
+                    _dataset(f, f"state/{part}/{name}", value)
+            f.attrs.update(dict(format=FORMAT, state=json.dumps(rest, sort_keys=True, default=_plain),
+                                epoch=state.epoch, step=state.step, config=json.dumps(state.config, sort_keys=True),
+                                world_size=state.world_size, optimizer=state.optimizer_name,
                                 optimizer_config=json.dumps(state.optimizer_config, sort_keys=True),
+                                data_fingerprint=json.dumps(state.data, sort_keys=True),
                                 model=json.dumps(state.model, sort_keys=True)))
             write_attrs(f, attrs or {})
             f.attrs["attrs_sha256"] = _attrs_digest(f.attrs)
@@ -344,8 +305,7 @@ def read_header(path: str) -> dict | None:
     Returns
     -------
     dict or None
-        ``config`` (dict), ``data`` (dict, the fingerprint; empty for a
-        format-1 file), ``optimizer`` (its config: ``name`` and
+        ``config`` (dict), ``data`` (dict, the fingerprint), ``optimizer`` (its config: ``name`` and
         hyperparameters), ``model`` (its description; empty when not
         recorded); None when the file or its
         ``config`` attribute cannot be read.
@@ -359,7 +319,7 @@ def read_header(path: str) -> dict | None:
                 return None  # not to be trusted: read_checkpoint says why
             config = json.loads(a["config"])
             data = json.loads(a.get("data_fingerprint", "{}"))
-            optimizer = json.loads(a.get("optimizer_config", "{}")) or {"name": str(a.get("optimizer", "sgd"))}
+            optimizer = json.loads(a.get("optimizer_config", "{}")) or {"name": str(a.get("optimizer", ""))}
             model = json.loads(a.get("model", "{}"))
     except Exception:  # unreadable in any way: the caller's own reading says how
         return None
@@ -385,7 +345,7 @@ def read_config(path: str) -> dict | None:
 
 
 def _verified(f, path: str) -> None:
-    """Recompute every checksum of an open format-2 file; raise ValueError naming what differs."""
+    """Recompute every checksum of an open checkpoint; raise ValueError naming what differs."""
     import h5py
 
     if f.attrs.get("attrs_sha256") != _attrs_digest(f.attrs):
@@ -445,21 +405,16 @@ def read_checkpoint(path: str, n_params: int) -> CheckpointState:
                 if not np.isfinite(arr).all():
                     raise ValueError(f"{name} holds NaN or infinity (damaged: a checkpoint is never written so)")
             a = f.attrs
+            parts = json.loads(a["state"])
+            for part, group in (f["state"].items() if "state" in f else ()):
+                parts.setdefault(part, {}).update({k: group[k][()] for k in group})
+            if not all(isinstance(parts.get(k), dict) for k in ("progress", "precision")):
+                raise ValueError("its state has no progress or precision part")
             return CheckpointState(
-                params=params, optimizer=optimizer, epoch=int(a["epoch"]), step=int(a["step"]),
-                step_in_epoch=int(a["step_in_epoch"]), epoch_totals=f["epoch_totals"][()],
-                epoch_seconds=float(a["epoch_seconds"]),
-                history={k: f["history"][k][()].tolist() for k in f["history"]},
-                config=json.loads(a["config"]), world_size=int(a["world_size"]),
-                gemm_threads=str(a.get("gemm_threads", "")), skipped_steps=int(a.get("skipped_steps", 0)),
-                loss_scale=float(a.get("loss_scale", 1.0)), clean_steps=int(a.get("clean_steps", 0)),
-                phase_seconds=json.loads(a.get("phase_seconds", "{}")),
-                optimizer_name=str(a.get("optimizer", "sgd")),
-                data=json.loads(a.get("data_fingerprint", "{}")),
-                updates=int(a["updates"]) if "updates" in a else None,
-                optimizer_config=json.loads(a.get("optimizer_config", "{}")), model=json.loads(a.get("model", "{}")),
-                buffers={k: f["buffers"][k][()] for k in f["buffers"]} if "buffers" in f else {},
-            )
+                params=params, optimizer=optimizer, parts=parts, config=json.loads(a["config"]),
+                world_size=int(a["world_size"]), optimizer_name=str(a["optimizer"]),
+                optimizer_config=json.loads(a["optimizer_config"]), data=json.loads(a["data_fingerprint"]),
+                model=json.loads(a["model"]))
     except ValueError as e:
         raise ValueError(f"checkpoint {path}: {e}") from None
     except (OSError, KeyError, TypeError) as e:
@@ -572,9 +527,9 @@ class Resumer:
                               f"which spans the run's epochs: this run has {mine['epochs']}; only a constant or "
                               f"step schedule can be extended")
         for k in MUST_MATCH:
-            if config.get(k, LEGACY.get(k)) != mine[k]:
+            if config.get(k) != mine[k]:
                 return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "
-                                  f"{config.get(k, LEGACY.get(k))}, this run has {mine[k]}")
+                                  f"{config.get(k)}, this run has {mine[k]}")
         opt = header["optimizer"]
         if len(opt) > 1 and opt != self.optimizer:
             return ValueError(f"--resume: {p} was written with the optimizer {_described(opt)}, this run has "

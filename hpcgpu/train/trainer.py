@@ -1336,11 +1336,12 @@ class Trainer:
             else (self.data_path or "")
 
     def _checkpoint_state(self, params, states):
-        from .checkpoint import CheckpointState
+        from .checkpoint import PARTS, CheckpointState
 
-        return CheckpointState.from_parts(
-            self.state_dict(), params, states, config=json.loads(self.config.to_json()), world_size=self.rt.size,
-            optimizer_name=self.optimizer.name, optimizer_config=self.optimizer.config(),
+        mine = self.state_dict()
+        return CheckpointState(
+            params, states, {k: mine[k] for k in PARTS}, config=json.loads(self.config.to_json()),
+            world_size=self.rt.size, optimizer_name=self.optimizer.name, optimizer_config=self.optimizer.config(),
             data=self.data_fingerprint(), model=self.model.spec())
 
     def _resume(self) -> tuple | None:
@@ -1368,7 +1369,7 @@ class Trainer:
                     if state.epoch > self.config.epochs:
                         raise ValueError(f"has done {state.epoch} epochs, this run asks for {self.config.epochs} in "
                                          f"all: give at least {state.epoch} to go on from it")
-                    self.load_state_dict(state.parts())
+                    self.load_state_dict(state.parts)
                     self.schedule.total = self.config.epochs * self.sampler.steps  # more epochs: the new span
                     if sorted(state.optimizer) != sorted(self.opt_state):
                         raise ValueError(f"holds optimizer state {sorted(state.optimizer)}, {self.optimizer.name} "

@@ -359,7 +359,8 @@ def test_stop_at_one_rank_on_a_gpu_checkpoints_every_step_and_resumes_exactly(tm
     from hpcgpu.train.checkpoint import read_checkpoint
 
     state = read_checkpoint(str(ck), 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3)
-    assert state.step == 1 and state.epoch_totals[0] > 0 and np.isfinite(state.epoch_totals).all()
+    totals = np.asarray(state.parts["progress"]["epoch_totals"])
+    assert state.step == 1 and totals[0] > 0 and np.isfinite(totals).all()
     stop.unlink()
     p = run_standin(1, [*opts, "--out", str(tmp_path / "part.h5"), "--checkpoint", str(ck), "--resume"])
     assert p.returncode == 0, p.stderr

@@ -180,7 +180,7 @@ def test_resume_reuses_the_checkpoints_plan_and_is_exact(tmp_path):
     assert ref_plan["source"] == "timed" and len(ref_plan["threaded"]) == 8
     mid = {read_checkpoint(f, sum(v.size for v in ref.values())).step: f for f in candidates(str(ck))}[5]
     with h5py.File(mid) as f:
-        assert json.loads(f.attrs["gemm_threads"])["threaded"] == ref_plan["threaded"]
+        assert json.loads(json.loads(f.attrs["state"])["gemm_threads"])["threaded"] == ref_plan["threaded"]
     (tmp_path / "again").mkdir()
     shutil.copy(mid, tmp_path / "again" / "ck.h5")
     p = _train(data, tmp_path / "again.h5", "--checkpoint", tmp_path / "again" / "ck.h5", "--resume")
@@ -200,7 +200,7 @@ def test_resume_reuses_the_checkpoints_plan_and_is_exact(tmp_path):
     (tmp_path / "none").mkdir()
     shutil.copy(mid, tmp_path / "none" / "ck.h5")
     with h5py.File(tmp_path / "none" / "ck.h5", "a") as f:  # as such a run writes it, checksum included
-        f.attrs["gemm_threads"] = ""
+        f.attrs["state"] = json.dumps({**json.loads(f.attrs["state"]), "gemm_threads": ""})
         f.attrs["attrs_sha256"] = _attrs_digest(f.attrs)
     p = _train(data, tmp_path / "none.h5", "--checkpoint", tmp_path / "none" / "ck.h5", "--resume")
     assert p.returncode == 0, p.stderr
