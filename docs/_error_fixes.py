@@ -428,6 +428,16 @@ FIXES: dict[str, str] = {
         "its checksum is never resumed: ``--resume`` falls back to the older one (``PATH.1``, ...), losing "
         "the steps in between. Move the damaged file aside, and check the file system if it recurs."
     ),
+    "its state has no progress or precision part": (
+        "A checkpoint of this format (3) holds each part's state in its ``state`` attribute; this one has no "
+        "``progress`` or ``precision`` part, so it was not written by hpcgpu's trainer (or was edited). "
+        "``--resume`` falls back to the older checkpoint; move the file aside."
+    ),
+    "… in a part's state: not an array, a number, a string, a list or a dict": (
+        "A part of the trainer (a model of one's own's buffers, a callback's state) gave its ``state_dict`` a "
+        "value a checkpoint cannot hold. Give arrays (NumPy or CuPy), numbers, strings, and lists or dicts of "
+        "those; nothing was written, and the older checkpoints are untouched."
+    ),
     "… holds NaN or infinity (damaged: a checkpoint is never written so)": (
         "The trainer refuses to write a checkpoint whose parameters are not finite, so a file holding NaN or "
         "infinity was damaged afterwards (an older file, written before checksums, is checked this way "

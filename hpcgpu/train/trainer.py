@@ -37,23 +37,18 @@ from .._outputs import Input, Output, claim, write_dataset
 from ..io import WRITE_ERRORS, on_root, one_line
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, loss_by_name, plan_error, plan_model,
                   relu_stack)
-from ..optim import LRSchedule, Optimizer, optimizer_by_name
-from ..runtime import Runtime, host_memory, init, placement
+from ..optim import Optimizer, optimizer_by_name
+from ..runtime import Runtime, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
-from ..watchdog import Watchdog
-from .checks import compute_dtype_error, data_error, features_error, layout_error, memory_error
+from . import build
+from .checks import compute_dtype_error, features_error, layout_error
 from .config import TrainConfig
-from .data import (GlobalBatchSampler, HDF5Rows, Split, ZeroTargets, check_labels, fingerprint, from_arrays,
-                   load_split, split_off)
-from .cuda_graphs import StepGraph, graphs_plan
+from .data import (HDF5Rows, Split, ZeroTargets, check_labels, fingerprint, split_off)
 from .groups import ProcessGroups
-from .metrics import EpochMetrics, HeldOut
-from .precision import Precision, ScaledMixedPrecision, policy
-from .reducer import GradientReducer
-from .console import Console
-from .step import Step
+from .metrics import HeldOut
+from .precision import Precision, policy
 from .._stop import StopRequest, installed_request, trainers_request
-from .gemm_threads import GemmPlan, plan_gemm_threads
+from .gemm_threads import GemmPlan
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
 
@@ -73,14 +68,6 @@ def _model_error(model, loss, built: bool = True) -> Exception | None:
                          f"{type(loss).__name__}" + ("; give the optimizer as optimizer=" if isinstance(
                              loss, Optimizer) else ""))
     return plan_error(model, loss, built)
-
-
-def _optimizer_error(optimizer) -> TypeError | None:
-    """What is wrong with a Trainer's optimizer (the same on every rank), or None."""
-    if not isinstance(optimizer, Optimizer):
-        return TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
-                         f"{type(optimizer).__name__}")
-    return None
 
 
 _BOUND = frozenset({"model", "optimizer", "reducer", "watchdog", "opt_state", "epoch", "step", "step_in_epoch",
@@ -255,11 +242,11 @@ class Trainer:
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
         if model is None:  # the command line's MLP: sized by the data its config names, and bound on it now
-            self.data_path = self._data_path(c.data, comm)
+            self.data_path = build.bundled_or(c.data, comm)
             self._build_mlp(optimizer)
             return
         if pending:  # bound at the first fit; what can be checked now is checked now
-            agree(_optimizer_error(optimizer), comm=comm)
+            agree(build._optimizer_error(optimizer), comm=comm)
             self._pending = (model, loss, optimizer)
             return
         self._bind(plan, optimizer)
@@ -267,37 +254,13 @@ class Trainer:
 
     # -- set-up --------------------------------------------------------------------------------
     def _bind(self, plan: ModelPlan, optimizer) -> None:
-        """The model on the reducer's flat buffer, the optimizer's state: what a step needs but data. Collective."""
-        c, rt, g = self.config, self.rt, self.groups
-        master = self.precision.master
-        agree(_optimizer_error(optimizer), comm=rt.comm)
-        self.optimizer = optimizer
-        self.watchdog = Watchdog(rt.comm, c.stall_timeout)
-        err, n_local, layers = None, 0, None
-        try:
-            n_local, layers = plan.size(g.tensor_parallel_size, g.tensor_rank, c.seed)
-        except TypeError as e:  # a model of one's own whose init failed: on every rank alike
-            err = e
-        agree(err, comm=rt.comm)
-        stats = self._stat_names = plan.stats  # the loss sum's slot, then the metric's
-        agree(memory_error(plan, n_local, len(optimizer.state_names), self.precision, self.xp, rt.local_size),
-              comm=rt.comm)
-        self.reducer = GradientReducer(n_local, self.xp, master, g.data_comm, slots=(*stats, "stop"),
-                                       watchdog=self.watchdog, layers=layers, bucket_bytes=c.bucket_mb * 1e6,
-                                       shards=g.data_parallel_size if c.zero_stage == 1 else 1)
-        self._params_pad = self.xp.zeros(self.reducer.padded, dtype=master) if c.zero_stage == 1 else None
-        buffers = dict(grad=self.reducer.grad, stats=self.reducer.view(stats[0], 2),
-                       params=None if self._params_pad is None else self._params_pad[:n_local])
-        T = g.tensor_parallel_size
-        self.model: TrainModel = plan.bind(self.xp, master, c.seed, task=c.task or None,
-                                           compute_dtype=self.precision.compute, tensor=(T, g.tensor_rank),
-                                           tensor_allreduce=self._tensor_allreduce if T > 1 else None, **buffers)
-        # Same seed gives the same weights everywhere; the Bcast makes sure even with different NumPy builds
-        # on different nodes (a tensor slice: over the replicas).
-        Bcast(self.model.params, root=0, comm=g.data_comm)
-        lo, hi = self.reducer.shard_range
-        self._update_params = self.model.params if self._params_pad is None else self._params_pad[lo:hi]
-        self.opt_state = optimizer.init(self._update_params)  # ZeRO-1: this rank's block only
+        """The model on the reducer's flat buffer, the optimizer's state (:func:`build.bind_model`). Collective."""
+        p = build.bind_model(plan, optimizer, self.config, self.rt, self.groups, self.precision,
+                             tensor_allreduce=self._tensor_allreduce)
+        self.model: TrainModel = p.model
+        self.optimizer, self.opt_state, self.reducer, self.watchdog = p.optimizer, p.opt_state, p.reducer, p.watchdog
+        self._update_params, self._params_pad, self._stat_names = p.update_params, p.params_pad, p.stat_names
+        self._parts = p
         self._start_counters()
 
     def _start_counters(self) -> None:
@@ -358,126 +321,31 @@ class Trainer:
         err = layout_error(c, plan, self.rt.size, self.precision)
         agree(None if err is None else self._in_words(err), comm=self.rt.comm)
 
-    @staticmethod
-    def _data_path(data: str | None, comm: MPI.Intracomm) -> str:
-        if data is not None:
-            return data
-        from ..datasets import ensure_bundled
-
-        return ensure_bundled("digits", comm)
-
-    def _read(self, path: str, task: str | None, dtype) -> tuple:
-        """This data group's shards of ``/train`` and ``/test`` of an HDF5 file, and its ``num_classes``. Collective.
-
-        A tensor group's ranks see the same samples: the data is split among
-        the D replicas. Errors are agreed within a data group, then over
-        every rank (an error may be one rank's: a read that failed).
-        """
-        dcomm, err = self.groups.data_comm, None
-        train = test = nc = None
-        try:
-            train, nc = load_split(path, "train", dcomm, dtype=dtype, min_rows=dcomm.size, task=task)
-            test, _ = load_split(path, "test", dcomm, required=False, dtype=dtype, min_rows=0, task=task or train.task)
-        except AgreedError as e:
-            err = e
-        agree(err, comm=self.rt.comm)
-        return train, test, nc
-
     def _arrays(self, data, what: str, sharded: bool, required_rows: int, task: str | None = None):
-        """A Split of ``data``: an HDF5 path (its ``/train``, or ``/test`` for validation) or ``(X, y)`` in memory.
-
-        Collective. An HDF5 file without ``/test`` gives None for validation.
-        """
+        """A Split of ``data`` (:func:`build.as_split`), the task the model's unless given. Collective."""
         if task is None:
             task = (self.config.task or None) if self.model.capabilities.task_from_data else self.model.task
-        dtype, dcomm = self.precision.master, self.groups.data_comm
-        if isinstance(data, (str, os.PathLike)):
-            split = "train" if what == "data" else "test"
-            return agree_call(lambda: load_split(os.fspath(data), split, dcomm, required=split == "train",
-                                                 dtype=dtype, min_rows=required_rows, task=task)[0],
-                              catch=(AgreedError,), comm=self.rt.comm)
-        err = None
-        if not (isinstance(data, (tuple, list)) and len(data) == 2):
-            err = TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}")
-        agree(err, comm=self.rt.comm)
-        X = self._rows(data[0])
-        return agree_call(lambda: from_arrays(X, data[1], dcomm, sharded=sharded, dtype=dtype, task=task,
-                                              what=what, min_rows=required_rows),
-                          catch=(AgreedError,), comm=self.rt.comm)
-
-    def _rows(self, X):
-        """Features of samples with more than one axis (images) as rows ``(n, prod(sample))``. Collective.
-
-        The ranks agree on one sample shape (each its own rows under ``sharded``: a rank may pass rows, or none),
-        and the model is told it (``set_sample_shape``); other features are left as they are. A NumPy or CuPy
-        array becomes a view; an h5py dataset is read whole (an HDF5 data set of rows is read by blocks).
-        """
-        shape = getattr(X, "shape", None)
-        multi = shape is not None and len(shape) > 2
-        samples = {s for s in self.rt.comm.allgather(tuple(int(d) for d in shape[1:]) if multi else None) if s}
-        err = None
-        if len(samples) > 1:
-            err = ValueError(f"the ranks' features have samples of different shapes: {sorted(samples)}")
-        elif samples:
-            try:
-                self.model.set_sample_shape(samples.pop())
-            except ValueError as e:
-                err = e
-        agree(err, comm=self.rt.comm)
-        if not multi:
-            return X
-        return X.reshape(shape[0], -1) if hasattr(X, "reshape") else np.asarray(X).reshape(shape[0], -1)
+        return build.as_split(data, what, sharded, required_rows, task, self.model, self.precision.master,
+                              self.groups, self.rt.comm)
 
     def _set_data(self, train: Split, test: Split | None, where: str) -> None:
-        """The data's checks against the model and the batch, the sampler, the step. Collective."""
-        c, g, m = self.config, self.groups, self.model
-        err = data_error(c, m, g.data_parallel_size, train, test, where, self._validation_from_file)
-        agree(err, comm=self.rt.comm)
-        if m.num_classes is not None:
-            check_labels(where, [train, test], m.num_classes, g.data_comm)
-        if m.n_inputs is None:  # a model of one's own takes the width of the data it is first fit on
-            m.n_inputs = train.dim
-        if m.capabilities.task_from_data:
-            m.task = c.task or train.task
-            self.config = dataclasses.replace(self.config, task=m.task)
-        self.train_split = train
-        m.adapt_inputs(train.X, g.data_comm)  # a leading Standardize's statistics, from every rank's rows
-        self.sampler = GlobalBatchSampler(train, c.batch_size, c.seed, g.data_comm, self.xp, c.grad_accum_steps,
-                                          replicate=self._replicate(train, self.rt.comm))
-        steps = self.sampler.steps
-        self.schedule = LRSchedule(self.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
-                                   c.lr_step_epochs * steps, c.lr_gamma)
-        self._held_out = HeldOut(test, self.xp, g.data_comm)
-        # the held-out set's series: test_* for a data file's /test split, val_* for a validation set given in
-        # Python (arrays, validation_split), as Keras names them
-        self.metrics = EpochMetrics(m.task, train.outputs, self.precision.compute is not None,
-                                    self.timing_keys() if c.timing else (),
-                                    held_out="test" if self._validation_from_file else "val")
-        # One rank on a GPU, or several over NCCL: each step's loss and metric sums (reduced, over NCCL) stay on
-        # the device (a row of _stats) until the epoch ends, a checkpoint or a stop needs them, so no step waits for
-        # the GPU; a stop request is agreed on the host. Otherwise the reduced slots are read every step: free on
-        # the host, and MPI's reduction of device buffers has synchronized the stream already.
-        self._stats_on_device = self.xp is not np and (self.rt.size == 1 or self.rt.collectives == "nccl") and \
-            not isinstance(self.precision, ScaledMixedPrecision)
-        self._stats = self.xp.zeros((steps, 2), dtype=m.dtype) if self._stats_on_device else None
-        # the buckets' Iallreduces are posted from inside the backward pass
-        overlap = len(self.reducer.buckets) > 1 and self.rt.size > 1
-        graphs, self._graphs_why = graphs_plan(c, self.xp, self.precision.compute, overlap,
-                                              capturable=m.capabilities.cuda_graphs)
-        self._step = Step(model=m, reducer=self.reducer, optimizer=self.optimizer, state=self.opt_state,
-                          params=self._update_params, precision=self.precision, groups=g,
-                          micro_batches=self.sampler.micro_batches, micro_batch=self.sampler.local_micro_batch,
-                          batch=self.sampler.global_batch, schedule=self.schedule,
-                          graph=StepGraph(m, warn=self._warn) if graphs else None, overlap=overlap,
-                          padded_params=self._params_pad, timer=self.timer)
-        self.console = Console(self.rt.rank, c.progress, c.epochs, steps, m.task, self.metrics.held_out)
+        """The data's parts: sampler, schedule, held-out set, metrics, step, console (:func:`build.bind_data`)."""
+        d = build.bind_data(self._parts, self.config, self.rt, self.groups, self.precision, train, test, where,
+                            self._validation_from_file, self.timer,
+                            self.timing_keys() if self.config.timing else (), self._warn)
+        self.config, self.train_split, self.sampler, self.schedule = d.config, d.train, d.sampler, d.schedule
+        self._held_out, self.metrics, self._step_fn, self.console = d.held_out, d.metrics, d.step, d.console
+        self._stats_on_device, self._stats, self._graphs_why = d.stats_on_device, d.stats, d.graphs_why
 
     def _prepare(self) -> None:
         """Resume from a checkpoint if asked, then plan the GEMM threads. Collective; once per run."""
         c = self.config
         plan = self._resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in the metrics' totals
-        self._plan_gemm_threads(plan)
+        if self.config.gemm_threads != "all" and self.xp is np and self.model.capabilities.gemm_plan:
+            self.gemm_plan = build.gemm_plan(self.config, self.model, self.xp, self.sampler.local_micro_batch, plan,
+                                             self.rt.comm)
+            self.model.gemm_threads = self.gemm_plan.counts(_blas.threads() or 1) if self.gemm_plan else None
         self.tensor_bytes = 0  # the plan's timed steps are not training steps
         if c.trace:  # time 0 of every rank's track: an instant the ranks shared
             self.rt.comm.Barrier()
@@ -488,54 +356,6 @@ class Trainer:
         """Sum ``buf`` over the tensor group (the row-parallel output, the column-parallel input gradient)."""
         Allreduce(buf, comm=self.groups.tensor_comm)
         self.tensor_bytes += buf.nbytes
-
-    def _replicate(self, train, comm) -> bool:
-        """Whether every rank holds the whole training set (``data_placement``; ``auto``: when small). Collective."""
-        mode = self.config.data_placement
-        if mode != "auto":
-            return mode == "replicated"
-        nbytes = train.n_global * (train.dim * train.X.dtype.itemsize + train.y.itemsize * train.outputs)
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        ranks_here = node.size
-        node.Free()
-        ok = nbytes <= 2**31 and nbytes * ranks_here <= host_memory() // 8
-        if ok and self.xp is not np:  # the pool is on the GPU too
-            try:
-                ok = nbytes <= self.xp.cuda.Device().mem_info[0] // 8
-            except Exception:  # noqa: BLE001 - unknown free memory: do not bet the run on it
-                ok = False
-        return bool(comm.allreduce(ok, op=MPI.LAND))  # every rank the same way
-
-    def _plan_gemm_threads(self, stored: tuple | None) -> None:
-        """Choose each GEMM's threads: the checkpoint's plan when it fits, else timed. Collective.
-
-        A checkpoint without a plan (a GPU run, ``--gemm-threads all``, one
-        thread per rank, or a run whose plan was not recorded) means every
-        GEMM on the rank's threads, and nothing is timed: the resume stays
-        exact where the thread count is the same.
-        """
-        if self.config.gemm_threads == "all" or self.xp is not np or not self.model.capabilities.gemm_plan:
-            return
-        mine = _blas.threads() or 1
-        root_threads = self.rt.comm.bcast(mine, root=0)
-        plan = None
-        if stored is not None:
-            text, path, world_size = stored
-            if not text:  # the run that wrote it ran every GEMM on its threads: so does this one
-                return
-            try:
-                plan = GemmPlan.from_json(text)
-            except ValueError:
-                plan = None
-            # the same bits need the same threads on the same shapes
-            if plan is not None and (world_size != self.rt.size or plan.blas_threads != root_threads):
-                plan = None
-            if plan is not None:
-                plan.source = f"checkpoint {path}"
-        if plan is None:
-            plan = plan_gemm_threads(self.model, self.sampler.local_micro_batch, self.rt.comm)
-        self.gemm_plan = plan
-        self.model.gemm_threads = plan.counts(mine) if plan is not None else None
 
     def close(self) -> None:
         """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective."""
@@ -693,7 +513,8 @@ class Trainer:
         file; then the model is bound (as one given whole at construction) and the data set as at a first fit.
         """
         c, where = self.config, f"--data {self.data_path}"
-        train, test, nc = self._read(self.data_path, c.task or None, self.precision.master)
+        train, test, nc = build.file_splits(self.data_path, c.task or None, self.precision.master, self.groups,
+                                            self.rt.comm)
         task = c.task or train.task
         loss = loss_by_name(c.loss or ("cross-entropy" if task == "classification" else "mse"))
         width = check_labels(where, [train, test], nc, self.groups.data_comm) if task == "classification" \
@@ -813,7 +634,7 @@ class Trainer:
         if not self._prepared:
             raise agreed(RuntimeError("train_epoch: no data yet: call fit(data) first (it runs the epochs, or give "
                                       "it epochs= to stop sooner)"))
-        sampler, tm, step = self.sampler, self.timer, self._step
+        sampler, tm, step = self.sampler, self.timer, self._step_fn
         t0 = MPI.Wtime()
         tm.mark("data", f"epoch {self.epoch + 1} start")
         self.energy.start()
@@ -1071,7 +892,7 @@ class Trainer:
             schedule=self.schedule.state_dict(), sampler=self.sampler.state_dict(),
             precision=self.precision.state_dict(),
             progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
-                          updates=self._step.updates, phase_seconds=dict(self._phase_carry),
+                          updates=self._step_fn.updates, phase_seconds=dict(self._phase_carry),
                           **self.metrics.state_dict()),
             gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "",
             buffers={k: _device.asnumpy(v).copy() for k, v in self.model.buffers().items()})
@@ -1108,7 +929,7 @@ class Trainer:
         if "progress" in state:
             p = state["progress"]
             self.epoch, self.step, self.step_in_epoch = int(p["epoch"]), int(p["step"]), int(p["step_in_epoch"])
-            self._step.updates = int(p.get("updates", self.step))
+            self._step_fn.updates = int(p.get("updates", self.step))
             self.metrics.load_state_dict(p)
             self._phase_carry = {k: float(p.get("phase_seconds", {}).get(k, 0.0)) for k in self.PHASES}
             self._drained = self.step_in_epoch
@@ -1524,7 +1345,7 @@ class Trainer:
             f"N={s.n_global} D={self.train_split.dim} {task}, {what}, optimizer {self.optimizer.name}, "
             f"global batch {s.global_batch} "
             f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision.name}, "
-            + ("CUDA graphs on, " if self._step.graph is not None
+            + ("CUDA graphs on, " if self._step_fn.graph is not None
                else f"CUDA graphs off ({self._graphs_why}), " if self._graphs_why else "")
             + f"data {'replicated' if s.replicated else 'sharded'}"
             + (f", {self.groups.data_parallel_size} data x {self.config.tensor_parallel} tensor parallel"
