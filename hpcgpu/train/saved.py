@@ -60,5 +60,5 @@ def load_model(path: str, *, runtime: Runtime | None = None, what: str = "load_m
     options = {"dtype": config.get("dtype", "float32"), "progress": "none", **options}
     trainer = Trainer(net, loss, runtime=runtime, **options)
     trainer._release_stop()  # a model to predict with: Ctrl-C keeps its usual meaning until a fit
-    trainer._load_weights(path, what)
+    trainer._state.load_weights(path, what)
     return trainer

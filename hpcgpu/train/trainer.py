@@ -10,9 +10,12 @@ metrics (:mod:`hpcgpu.train.metrics`), checkpoints
 (:mod:`hpcgpu.train.checkpoint`) and the results file
 (:mod:`hpcgpu.train.output`).
 
-Each part keeps its own state (``state_dict`` / ``load_state_dict``); a
-checkpoint is written from them and :meth:`Trainer.broadcast_state` makes
-every rank agree (Horovod's ``TorchState.sync``).
+The parts are built by :mod:`hpcgpu.train.build`. Each keeps its own state
+(``state_dict`` / ``load_state_dict``); :class:`hpcgpu.train.state.TrainState`
+collects and restores them, writes and finds checkpoints, and makes every
+rank take one rank's (:meth:`Trainer.broadcast_state`, a resume: Horovod's
+``TorchState.sync``). The Trainer keeps ``fit``, the epoch loop,
+``evaluate`` and ``predict``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from mpi4py import MPI
 
 from .. import _blas, _device
 from .._version import __version__
-from ..comm import Allreduce, Bcast
+from ..comm import Allreduce
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
@@ -43,12 +46,13 @@ from ..timing import PhaseTimer, reduce_phases, write_trace
 from . import build
 from .checks import compute_dtype_error, features_error, layout_error
 from .config import TrainConfig
-from .data import (HDF5Rows, Split, ZeroTargets, check_labels, fingerprint, split_off)
+from .data import (HDF5Rows, Split, ZeroTargets, check_labels, split_off)
 from .groups import ProcessGroups
 from .metrics import HeldOut
 from .precision import Precision, policy
 from .._stop import StopRequest, installed_request, trainers_request
 from .gemm_threads import GemmPlan
+from .state import TrainState
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
 
@@ -73,7 +77,7 @@ def _model_error(model, loss, built: bool = True) -> Exception | None:
 _BOUND = frozenset({"model", "optimizer", "reducer", "watchdog", "opt_state", "epoch", "step", "step_in_epoch",
                     "tensor_bytes", "energy", "timer", "stopped_by", "checkpoint_file", "resumed_from", "gemm_plan",
                     "_steps_run", "_update_params", "_params_pad", "_stat_names", "_energy_reasons",
-                    "_phase_carry", "_fingerprint", "_clock0"})
+                    "_phase_carry", "_state", "_clock0"})
 """What a Trainer has once its model is bound (``_bind``, ``_start_counters``): a Dense(units) model has none of it
 before its first fit, and asking says so in one line."""
 
@@ -278,7 +282,7 @@ class Trainer:
         self.checkpoint_file: str | None = None
         self.resumed_from: str | None = None
         self.gemm_plan: GemmPlan | None = None
-        self._fingerprint: dict | None = None
+        self._state = TrainState(self)  # the parts' state: checkpoints, resume, broadcast
         self._clock0 = 0.0
 
     def _described(self, c: TrainConfig) -> TrainConfig:
@@ -340,7 +344,7 @@ class Trainer:
     def _prepare(self) -> None:
         """Resume from a checkpoint if asked, then plan the GEMM threads. Collective; once per run."""
         c = self.config
-        plan = self._resume() if c.resume else None
+        plan = self._state.resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in the metrics' totals
         if self.config.gemm_threads != "all" and self.xp is np and self.model.capabilities.gemm_plan:
             self.gemm_plan = build.gemm_plan(self.config, self.model, self.xp, self.sampler.local_micro_batch, plan,
@@ -887,15 +891,7 @@ class Trainer:
             ``buffers`` (the model's state that is not trained, BatchNorm's
             running statistics, by name; empty for most models).
         """
-        return dict(
-            model=self.model.state_dict(), optimizer={k: _device.asnumpy(v).copy() for k, v in self.opt_state.items()},
-            schedule=self.schedule.state_dict(), sampler=self.sampler.state_dict(),
-            precision=self.precision.state_dict(),
-            progress=dict(epoch=self.epoch, step=self.step, step_in_epoch=self.step_in_epoch,
-                          updates=self._step_fn.updates, phase_seconds=dict(self._phase_carry),
-                          **self.metrics.state_dict()),
-            gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "",
-            buffers={k: _device.asnumpy(v).copy() for k, v in self.model.buffers().items()})
+        return self._state.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Take the parts of ``state`` (as :meth:`state_dict` gives them) that it has. Not collective.
@@ -914,49 +910,7 @@ class Trainer:
             A part does not fit this run (another model size, another
             sample order, another optimizer's state).
         """
-        if "model" in state:
-            self.model.load_state_dict(state["model"])
-        if state.get("buffers"):
-            self._load_buffers(state["buffers"])
-        if "optimizer" in state:
-            self._load_opt_state(state["optimizer"])
-        if "schedule" in state:
-            self.schedule.load_state_dict(state["schedule"])
-        if "sampler" in state:
-            self.sampler.load_state_dict(state["sampler"])
-        if state.get("precision"):
-            self.precision.load_state_dict(state["precision"])
-        if "progress" in state:
-            p = state["progress"]
-            self.epoch, self.step, self.step_in_epoch = int(p["epoch"]), int(p["step"]), int(p["step_in_epoch"])
-            self._step_fn.updates = int(p.get("updates", self.step))
-            self.metrics.load_state_dict(p)
-            self._phase_carry = {k: float(p.get("phase_seconds", {}).get(k, 0.0)) for k in self.PHASES}
-            self._drained = self.step_in_epoch
-
-    def _load_buffers(self, arrays: dict) -> None:
-        """Copy the model's buffers in place (the names and shapes must be the model's)."""
-        mine = self.model.buffers()
-        if set(arrays) != set(mine):
-            raise ValueError(f"buffers {sorted(arrays)} for the model's {sorted(mine)}")
-        for k, v in arrays.items():
-            v = np.asarray(v)
-            if v.shape != mine[k].shape:
-                raise ValueError(f"buffer {k} of shape {v.shape} for the model's {mine[k].shape}")
-            # through the buffer's own array module: a module's buffers may still be on the host before its first
-            # step on a GPU (nn.Torch moves them at its first call)
-            v = v.astype(mine[k].dtype, copy=False)
-            mine[k][...] = v if isinstance(mine[k], np.ndarray) else self.xp.asarray(v)
-
-    def _load_opt_state(self, arrays: dict) -> None:
-        """Copy this rank's optimizer state arrays in place (the names and shapes must be this optimizer's)."""
-        if set(arrays) != set(self.opt_state):
-            raise ValueError(f"optimizer state {sorted(arrays)} for {self.optimizer.name}'s {sorted(self.opt_state)}")
-        for k, v in arrays.items():
-            v = np.asarray(v)
-            if v.shape != self.opt_state[k].shape:
-                raise ValueError(f"{k} of shape {v.shape} for parameters of shape {self.opt_state[k].shape}")
-            self.opt_state[k][...] = self.xp.asarray(v.astype(self.opt_state[k].dtype, copy=False))
+        self._state.load_state_dict(state)
 
     def broadcast_state(self, root: int = 0) -> None:
         """Make every rank's state rank ``root``'s. Collective.
@@ -979,32 +933,7 @@ class Trainer:
         """
         if root != 0 and (self.groups.tensor_comm is not None or self.reducer.shard is not None):
             raise agreed(ValueError("broadcast_state: the root must be rank 0 with tensor parallelism or ZeRO"))
-        self._sync_state(root)
-
-    def _sync_state(self, root: int = 0, full: tuple | None = None) -> None:
-        """Every rank takes rank ``root``'s state: the one routine for a broadcast and for a resume. Collective.
-
-        The parameters and optimizer state first: ``full``, the unsplit arrays on ``root`` (a checkpoint's;
-        None elsewhere), or else ``root``'s own, by ``Bcast`` where every rank holds the whole model and by
-        gathering and splitting where ranks hold slices (``root`` 0 then). Then the rest of
-        :meth:`state_dict` as one pickled object.
-        """
-        comm = self.rt.comm
-        small = None
-        if self.rt.rank == root:
-            small = {k: v for k, v in self.state_dict().items() if k not in ("model", "optimizer")}
-        if full is None and self.groups.tensor_comm is None and self.reducer.shard is None:
-            Bcast(self.model.params, root=root, comm=comm)
-            for k in sorted(self.opt_state):
-                Bcast(self.opt_state[k], root=root, comm=comm)
-        else:
-            self.load_global(*self._bcast(*(full if full is not None else self.gather_global())))
-        small = comm.bcast(small, root=root)
-        if self.rt.rank != root:
-            self.load_state_dict(small)
-
-    def _bcast(self, params, states) -> tuple:
-        return self.groups.bcast_global(params, states, sorted(self.opt_state), self.model.dtype, self.model.n_global)
+        self._state.sync(root)
 
     def gather_global(self) -> tuple:
         """The unsplit model's parameters and optimizer state, on rank 0. Collective.
@@ -1015,7 +944,7 @@ class Trainer:
             ``params`` of shape (n_global,) and the optimizer's state arrays
             by name, each of shape (n_global,), on rank 0; None elsewhere.
         """
-        return self.groups.gather_global(self.model, self.model.params, self.opt_state, self.reducer.shard is not None)
+        return self._state.gather_global()
 
     def load_weights(self, path: str) -> None:
         """Set the model's parameters to those a results file holds, by name. Collective.
@@ -1041,24 +970,7 @@ class Trainer:
             Every rank: no such file, not a results file, or a parameter
             missing, extra or of another shape (named).
         """
-        self._load_weights(path, "load_weights")
-
-    def _load_weights(self, path, what: str) -> None:
-        """:meth:`load_weights`, its messages naming the file as ``what`` does."""
-        from ..io import read_weights
-
-        m = self.model
-
-        def read():
-            flat = np.zeros(m.n_global, dtype=np.dtype(m.dtype))
-            buffers = {k: np.zeros_like(_device.asnumpy(v)) for k, v in m.buffers().items()}
-            read_weights(os.fspath(path), m.global_views(flat), what, buffers=buffers)
-            return flat, buffers
-
-        flat, buffers = on_root(read, comm=self.rt.comm, catch=(ValueError, OSError), bcast=True)
-        m.load_state_dict({"params": m.local_of(flat)})
-        if buffers:
-            self._load_buffers(buffers)
+        self._state.load_weights(path, "load_weights")
 
     def load_global(self, params, states: dict) -> None:
         """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and optimizer state. Not collective.
@@ -1069,15 +981,7 @@ class Trainer:
         states : dict of str to numpy.ndarray
             Each of shape (n_global,), in the layout of :meth:`gather_global`.
         """
-        self.model.load_state_dict({"params": self.model.local_of(np.asarray(params))})
-        mine = {}
-        for k, v in states.items():
-            v = self.model.local_of(np.asarray(v))
-            if self.reducer.shard is not None:
-                lo, hi = self.reducer.shard_range
-                v = np.concatenate([v, np.zeros(self.reducer.padded - v.size, v.dtype)])[lo:hi]
-            mine[k] = v
-        self._load_opt_state(mine)
+        self._state.load_global(params, states)
 
     def data_fingerprint(self) -> dict:
         """The training (and test) data's fingerprints (:func:`hpcgpu.train.data.fingerprint`). Collective.
@@ -1090,12 +994,7 @@ class Trainer:
         dict
             ``{"train": {...}, "test": {...}}`` (``test`` absent without a test split).
         """
-        if self._fingerprint is None:
-            fp = {"train": fingerprint(self.train_split, self.groups.data_comm)}
-            if self._held_out.split is not None:
-                fp["test"] = fingerprint(self._held_out.split, self.groups.data_comm)
-            self._fingerprint = fp
-        return self._fingerprint
+        return self._state.fingerprint()
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (rank 0, atomically; the last ``keep_checkpoints`` kept).
@@ -1124,91 +1023,7 @@ class Trainer:
         FloatingPointError
             The parameters are not finite (every rank); nothing is written.
         """
-        from .checkpoint import write_checkpoint
-
-        path = path or self.config.checkpoint_path
-        if path is None:
-            raise agreed(ValueError("save_checkpoint: give a path (the trainer was made without checkpoint= or out=)"))
-        if not self._prepared:  # a checkpoint holds the run's place in its data: there is none before the first fit
-            raise agreed(ValueError("save_checkpoint: no data yet: a checkpoint holds the run's place in its data; "
-                                    "call fit first"))
-        self._claim([Output(path, "save_checkpoint")] + [Output(f"{path}.{i}", "save_checkpoint")
-                                                         for i in range(1, self.config.keep_checkpoints)])
-        self._drain()  # the steps' losses: a diverged step raises here, and nothing is written
-        finite = bool(_device.asnumpy(self.xp.isfinite(self.model.params).all()))
-        if not self.rt.comm.allreduce(finite, op=MPI.LAND):  # tensor slices differ: every rank must know
-            # The same parameters on every rank: all raise, and the last good checkpoint stays.
-            raise agreed(FloatingPointError(
-                f"training diverged: parameters are not finite after step {self.step} "
-                f"(epoch {self.epoch + 1}); not writing a checkpoint; start again with a smaller --lr "
-                "(a resume keeps the checkpoint's --lr)"))
-        self.data_fingerprint()  # collective, once
-        if self.config.timing:
-            self._collect_phases()  # the unfinished epoch's phases so far, into the checkpoint
-        full = self.gather_global()  # collective: the unsplit parameters and optimizer state on rank 0
-        on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), self.config.keep_checkpoints,
-                                         attrs=dict(hpcgpu_version=__version__, data=self._data_name())),
-                comm=self.rt.comm, catch=WRITE_ERRORS,
-                error=lambda e: OSError(f"--checkpoint {path}: cannot write ({one_line(e)})"))
-        return path
-
-    def _data_name(self) -> str:
-        return os.path.abspath(self.data_path) if self.data_path and not self.data_path.startswith("(") \
-            else (self.data_path or "")
-
-    def _checkpoint_state(self, params, states):
-        from .checkpoint import PARTS, CheckpointState
-
-        mine = self.state_dict()
-        return CheckpointState(
-            params, states, {k: mine[k] for k in PARTS}, config=json.loads(self.config.to_json()),
-            world_size=self.rt.size, optimizer_name=self.optimizer.name, optimizer_config=self.optimizer.config(),
-            data=self.data_fingerprint(), model=self.model.spec())
-
-    def _resume(self) -> tuple | None:
-        """Load the newest good checkpoint on rank 0 and broadcast it. Collective.
-
-        Returns its GEMM thread plan ``(json, path, world_size)``, or None
-        when there was no checkpoint.
-        """
-        from .checkpoint import Resumer
-
-        path, comm = self.config.checkpoint_path, self.rt.comm
-        resumer = Resumer(path, self.config, self.precision.name, self.optimizer.config(), self.model.spec(),
-                          self.data_fingerprint(), self._data_name())
-        state = on_root(lambda: resumer.newest(self.model.n_global), comm=comm, catch=(ValueError,),
-                        error=self._in_words)
-        meta, err = None, None
-        if self.rt.rank == 0:
-            resumer.warn()
-            if state is None:
-                print(f"hpcgpu.train: no checkpoint at {path}: starting from scratch", flush=True)
-            else:
-                meta = dict(path=resumer.found, world_size=state.world_size, gemm_threads=state.gemm_threads,
-                            names=sorted(state.optimizer))
-                try:  # a readable file with a malformed field must not leave the other ranks waiting below
-                    if state.epoch > self.config.epochs:
-                        raise ValueError(f"has done {state.epoch} epochs, this run asks for {self.config.epochs} in "
-                                         f"all: give at least {state.epoch} to go on from it")
-                    self.load_state_dict(state.parts)
-                    self.schedule.total = self.config.epochs * self.sampler.steps  # more epochs: the new span
-                    if sorted(state.optimizer) != sorted(self.opt_state):
-                        raise ValueError(f"holds optimizer state {sorted(state.optimizer)}, {self.optimizer.name} "
-                                         f"has {sorted(self.opt_state)}")
-                except (ValueError, TypeError, KeyError) as e:
-                    err = self._in_words(ValueError(f"--resume: {resumer.found}: {e}"))
-        agree(err, comm=comm)
-        meta = comm.bcast(meta, root=0)
-        if meta is None:
-            return None
-        self._sync_state(0, full=(state.params, state.optimizer) if self.rt.rank == 0 else (None, None))
-        self.resumed_from = meta["path"]
-        if self.rt.rank == 0 and self.config.progress != "none":
-            where = (f"epoch {self.epoch + 1}, step {self.step}" if self.epoch < self.config.epochs else
-                     f"the run is complete ({self.epoch} epochs, {self.step} steps): nothing to train")
-            print(f"hpcgpu.train: resumed from {meta['path']} (written by {meta['world_size']} rank(s)): {where}",
-                  flush=True)
-        return meta["gemm_threads"], meta["path"], meta["world_size"]
+        return self._state.save_checkpoint(path)
 
     # -- output --------------------------------------------------------------------------------
     def save_results(self, path: str | None = None) -> str:
@@ -1255,7 +1070,7 @@ class Trainer:
         m = self.model
         attrs = dict(config=c.to_json(), model=json.dumps(m.spec(), sort_keys=True), task=m.task,
                      world_size=rt.size, device=rt.device, mpi_library=rt.mpi_library, hpcgpu_version=__version__,
-                     data=self._data_name(), data_fingerprint=fp, epochs_done=self.epoch, steps_done=self.step,
+                     data=self._state.data_name(), data_fingerprint=fp, epochs_done=self.epoch, steps_done=self.step,
                      resumed_from=self.resumed_from, blas_threads=rt.blas_threads,
                      gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
         if m.num_classes is not None:
