@@ -43,19 +43,11 @@ class TrainState:
         self._fingerprint: dict | None = None
 
     def state_dict(self) -> dict:
-        """Everything a run needs to continue exactly, as host values. Not collective; no side effects.
+        """:meth:`hpcgpu.Trainer.state_dict`: every part's state, as host values. Not collective.
 
         Returns
         -------
         dict
-            ``model``, ``optimizer`` (its state arrays by name, this rank's),
-            ``schedule``, ``sampler``, ``precision`` (each part's own
-            ``state_dict()``), ``progress`` (``epoch``, ``step``,
-            ``step_in_epoch``, ``updates``, the metrics' state, and the
-            unfinished epoch's ``phase_seconds`` as last collected),
-            ``gemm_threads`` (the :class:`GemmPlan` as JSON, or "") and
-            ``buffers`` (the model's state that is not trained, BatchNorm's
-            running statistics, by name; empty for most models).
         """
         t = self.t
         return dict(
@@ -69,10 +61,7 @@ class TrainState:
             buffers={k: _device.asnumpy(v).copy() for k, v in t.model.buffers().items()})
 
     def load_state_dict(self, state: dict) -> None:
-        """Take the parts of ``state`` (as :meth:`state_dict` gives them) that it has. Not collective.
-
-        The GEMM thread plan is not taken here: it is chosen at
-        construction (see ``gemm_threads`` of :class:`TrainConfig`).
+        """:meth:`hpcgpu.Trainer.load_state_dict`: the parts of ``state`` it has. Not collective.
 
         Parameters
         ----------
@@ -82,8 +71,7 @@ class TrainState:
         Raises
         ------
         ValueError
-            A part does not fit this run (another model size, another
-            sample order, another optimizer's state).
+            A part does not fit this run.
         """
         t = self.t
         if "model" in state:
@@ -190,13 +178,11 @@ class TrainState:
         return t.groups.bcast_global(params, states, sorted(t.opt_state), t.model.dtype, t.model.n_global)
 
     def gather_global(self) -> tuple:
-        """The unsplit model's parameters and optimizer state, on rank 0. Collective.
+        """:meth:`hpcgpu.Trainer.gather_global`: the unsplit arrays on rank 0. Collective.
 
         Returns
         -------
         (numpy.ndarray, dict) or (None, None)
-            ``params`` of shape (n_global,) and the optimizer's state arrays
-            by name, each of shape (n_global,), on rank 0; None elsewhere.
         """
         t = self.t
         return t.groups.gather_global(t.model, t.model.params, t.opt_state, t.reducer.shard is not None)
@@ -233,13 +219,12 @@ class TrainState:
             self.load_buffers(buffers)
 
     def load_global(self, params, states: dict) -> None:
-        """Take this rank's slice (and ZeRO block) of the unsplit ``params`` and optimizer state. Not collective.
+        """:meth:`hpcgpu.Trainer.load_global`: this rank's slice of the unsplit arrays. Not collective.
 
         Parameters
         ----------
         params : numpy.ndarray, shape (n_global,)
         states : dict of str to numpy.ndarray
-            Each of shape (n_global,), in the layout of :meth:`gather_global`.
         """
         t = self.t
         t.model.load_state_dict({"params": t.model.local_of(np.asarray(params))})
@@ -253,15 +238,11 @@ class TrainState:
         self.load_opt_state(mine)
 
     def fingerprint(self) -> dict:
-        """The training (and test) data's fingerprints (:func:`hpcgpu.train.data.fingerprint`). Collective.
-
-        Computed on the first call (one pass over each rank's shard), then
-        kept; written into checkpoints and checked on resume.
+        """:meth:`hpcgpu.Trainer.data_fingerprint`, computed once. Collective.
 
         Returns
         -------
         dict
-            ``{"train": {...}, "test": {...}}`` (``test`` absent without a test split).
         """
         t = self.t
         if self._fingerprint is None:
