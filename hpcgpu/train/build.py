@@ -23,6 +23,7 @@ the runtime's communicator unless it says otherwise, and raises on every rank al
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 
@@ -31,8 +32,9 @@ from mpi4py import MPI
 
 from .. import _blas
 from ..comm import Bcast
+from .._outputs import Output
 from ..errors import AgreedError, agree, agree_call
-from ..nn import ModelPlan, TrainModel
+from ..nn import ModelPlan, TrainModel, loss_by_name, plan_model, relu_stack
 from ..optim import LRSchedule, Optimizer
 from ..runtime import Runtime, host_memory
 from ..watchdog import Watchdog
@@ -49,7 +51,7 @@ from .reducer import GradientReducer
 from .step import Step
 
 __all__ = ["ModelParts", "DataParts", "bind_model", "bind_data", "file_splits", "as_split", "sample_rows",
-           "bundled_or", "replicated", "gemm_plan"]
+           "bundled_or", "replicated", "gemm_plan", "input_width", "mlp_plan", "described", "run_outputs"]
 
 
 def _optimizer_error(optimizer) -> TypeError | None:
@@ -242,6 +244,117 @@ def replicated(mode: str, train: Split, comm: MPI.Intracomm, xp) -> bool:
         except Exception:  # noqa: BLE001 - unknown free memory: do not bet the run on it
             ok = False
     return bool(comm.allreduce(ok, op=MPI.LAND))  # every rank the same way
+
+
+def input_width(source, comm: MPI.Intracomm) -> int:
+    """The features of a sample of ``source`` (its axes multiplied), the same on every rank; 0 when none. Collective.
+
+    For a model whose first layer is ``Dense(units)``: its inputs are the first fit's data's.
+
+    Parameters
+    ----------
+    source : (X, y) or str or os.PathLike or None
+        Arrays (a rank without rows has the others' width under ``sharded``) or an HDF5 file (its
+        ``/train/X``, read by rank 0; an unreadable file gives 0: the data's own checks name what is wrong).
+    comm : mpi4py.MPI.Intracomm
+
+    Returns
+    -------
+    int
+    """
+    width = 0
+    if isinstance(source, (str, os.PathLike)):
+        if comm.rank == 0:
+            try:
+                import h5py
+
+                with h5py.File(os.fspath(source), "r") as f:
+                    width = math.prod(f["train/X"].shape[1:])
+            except Exception:  # noqa: BLE001 - the data's own checks name what is wrong, later
+                width = 0
+        width = comm.bcast(width, root=0)
+    elif isinstance(source, (tuple, list)) and len(source) == 2:
+        shape = np.shape(source[0])
+        width = math.prod(shape[1:]) if len(shape) >= 2 else 0
+    return int(comm.allreduce(width, op=MPI.MAX))
+
+
+def mlp_plan(config: TrainConfig, train: Split, test: Split | None, num_classes: int | None, where: str,
+             groups: ProcessGroups) -> tuple[ModelPlan, TrainConfig]:
+    """The command line's MLP, sized by its data. Collective over the data-parallel ranks.
+
+    The features, the task (the labels', unless the config names one), the loss (cross-entropy or mean squared
+    error by the task, unless named) and the classes (``num_classes``, or the labels') come from the data.
+
+    Parameters
+    ----------
+    config : TrainConfig
+        ``hidden``, ``task``, ``loss``.
+    train, test : Split, Split or None
+    num_classes : int or None
+        The file's attribute, if it has one.
+    where : str
+        How messages name the data.
+    groups : ProcessGroups
+
+    Returns
+    -------
+    (hpcgpu.nn.ModelPlan, TrainConfig)
+        The plan, and the config with the task and the loss it took.
+
+    Raises
+    ------
+    ValueError
+        Labels out of range of ``num_classes`` (every rank).
+    """
+    task = config.task or train.task
+    loss = loss_by_name(config.loss or ("cross-entropy" if task == "classification" else "mse"))
+    width = check_labels(where, [train, test], num_classes, groups.data_comm) if task == "classification" \
+        else train.outputs
+    plan = plan_model(relu_stack([train.dim, *config.hidden, width]), loss)
+    return plan, dataclasses.replace(config, task=task, loss=loss.name)
+
+
+def described(config: TrainConfig, optimizer: Optimizer, model: TrainModel) -> TrainConfig:
+    """The config as the run is: the optimizer's, the model's and the loss's settings in its fields. Not collective.
+
+    Parameters
+    ----------
+    config : TrainConfig
+    optimizer : hpcgpu.optim.Optimizer
+    model : hpcgpu.nn.TrainModel
+
+    Returns
+    -------
+    TrainConfig
+    """
+    o, m = optimizer, model
+    return dataclasses.replace(
+        config, lr=o.lr, optimizer=o.name, momentum=getattr(o, "momentum", 0.0), weight_decay=o.weight_decay,
+        hidden=tuple(m.hidden), loss=m.loss_name,
+        # a model whose task comes from the data has none yet (the user's, if given): fit's data decide it
+        task=config.task if m.capabilities.task_from_data else m.task)
+
+
+def run_outputs(config: TrainConfig) -> list:
+    """Every file a run may write: results, checkpoints (the kept older ones too), the trace. Not collective.
+
+    Parameters
+    ----------
+    config : TrainConfig
+
+    Returns
+    -------
+    list of hpcgpu._outputs.Output
+        For the output policy (claimed before any work).
+    """
+    c = config
+    ckpt = c.checkpoint_path or c.default_checkpoint  # a stop writes one beside --out even when none was asked
+    outs = [Output(c.out, "--out"), Output(c.trace, "--trace", kind="json")]
+    if ckpt:
+        outs += [Output(p, "--checkpoint", resumed=c.resume)
+                 for p in [ckpt] + [f"{ckpt}.{i}" for i in range(1, c.keep_checkpoints)]]
+    return [o for o in outs if o.path]
 
 
 # -- the model and optimizer on the reducer's buffer ----------------------------------------------

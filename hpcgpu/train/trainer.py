@@ -38,8 +38,7 @@ from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
 from ..io import WRITE_ERRORS, on_root, one_line
-from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, loss_by_name, plan_error, plan_model,
-                  relu_stack)
+from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
 from ..timing import PhaseTimer, reduce_phases, write_trace
@@ -225,7 +224,7 @@ class Trainer:
         comm, self.xp = rt.comm, rt.xp
         self._claimed: set = set()
         self._overwrite = c.overwrite
-        self._claim(self._outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
+        self._claim(build.run_outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(compute_dtype_error(self.xp, self.precision), comm=comm)
@@ -254,7 +253,7 @@ class Trainer:
             self._pending = (model, loss, optimizer)
             return
         self._bind(plan, optimizer)
-        self.config = self._described(c)
+        self.config = build.described(c, self.optimizer, self.model)
 
     # -- set-up --------------------------------------------------------------------------------
     def _bind(self, plan: ModelPlan, optimizer) -> None:
@@ -284,25 +283,6 @@ class Trainer:
         self.gemm_plan: GemmPlan | None = None
         self._state = TrainState(self)  # the parts' state: checkpoints, resume, broadcast
         self._clock0 = 0.0
-
-    def _described(self, c: TrainConfig) -> TrainConfig:
-        """The config as the run is: the optimizer's, the model's and the loss's settings in its fields."""
-        o, m = self.optimizer, self.model
-        return dataclasses.replace(
-            c, lr=o.lr, optimizer=o.name, momentum=getattr(o, "momentum", 0.0), weight_decay=o.weight_decay,
-            hidden=tuple(m.hidden), loss=m.loss_name,
-            # a model whose task comes from the data has none yet (the user's, if given): fit's data decide it
-            task=c.task if m.capabilities.task_from_data else m.task)
-
-    @staticmethod
-    def _outputs(c: TrainConfig) -> list:
-        """Every file this run may write: results, checkpoints (the kept older ones too), the trace."""
-        ckpt = c.checkpoint_path or c.default_checkpoint  # a stop writes one beside --out even when none was asked
-        outs = [Output(c.out, "--out"), Output(c.trace, "--trace", kind="json")]
-        if ckpt:
-            outs += [Output(p, "--checkpoint", resumed=c.resume)
-                     for p in [ckpt] + [f"{ckpt}.{i}" for i in range(1, c.keep_checkpoints)]]
-        return [o for o in outs if o.path]
 
     def _claim(self, outputs: list, inputs: list = ()) -> None:
         """The output policy (``hpcgpu._outputs.claim``) for the outputs not claimed yet. Collective."""
@@ -484,22 +464,7 @@ class Trainer:
         axes multiplied); then the model is planned, checked and bound as at construction.
         """
         model, loss, optimizer = self._pending
-        source = data if data is not None else self.config.data
-        comm, width = self.rt.comm, 0
-        if isinstance(source, (str, os.PathLike)):
-            if self.rt.rank == 0:
-                try:
-                    import h5py
-
-                    with h5py.File(os.fspath(source), "r") as f:
-                        width = math.prod(f["train/X"].shape[1:])
-                except Exception:  # noqa: BLE001 - the data's own checks name what is wrong, below
-                    width = 0
-            width = comm.bcast(width, root=0)
-        elif isinstance(source, (tuple, list)) and len(source) == 2:
-            shape = np.shape(source[0])
-            width = math.prod(shape[1:]) if len(shape) >= 2 else 0
-        width = comm.allreduce(width, op=MPI.MAX)  # sharded: a rank without rows still has the others' width
+        width = build.input_width(data if data is not None else self.config.data, self.rt.comm)
         if width < 1:
             raise agreed(ValueError(f"fit: {model} takes its input features from the data, which gives none: "
                                     "give them, Dense(n_in, n_out)"))
@@ -507,7 +472,7 @@ class Trainer:
         self._agree_layout(self.config, plan)
         self._bind(plan, optimizer)
         del self._pending  # bound: an error in _bind (the memory's) leaves the trainer waiting as it was
-        self.config = self._described(self.config)
+        self.config = build.described(self.config, self.optimizer, self.model)
 
     def _build_mlp(self, optimizer) -> None:
         """The command line's MLP (``Trainer(config)``), sized by the config's data, which it trains on. Collective.
@@ -519,14 +484,9 @@ class Trainer:
         c, where = self.config, f"--data {self.data_path}"
         train, test, nc = build.file_splits(self.data_path, c.task or None, self.precision.master, self.groups,
                                             self.rt.comm)
-        task = c.task or train.task
-        loss = loss_by_name(c.loss or ("cross-entropy" if task == "classification" else "mse"))
-        width = check_labels(where, [train, test], nc, self.groups.data_comm) if task == "classification" \
-            else train.outputs
-        plan = plan_model(relu_stack([train.dim, *c.hidden, width]), loss)
-        self.config = dataclasses.replace(c, task=task, loss=loss.name)
+        plan, self.config = build.mlp_plan(c, train, test, nc, where, self.groups)
         self._bind(plan, optimizer)
-        self.config = self._described(self.config)
+        self.config = build.described(self.config, self.optimizer, self.model)
         self._set_data(train, test, where)
         self._prepare()
 
@@ -579,7 +539,7 @@ class Trainer:
         files = [Input(os.fspath(s), n) for s, n in ((source, "data"), (validation, "validation"))
                  if isinstance(s, (str, os.PathLike))]
         if files:  # the data given to fit is an input: never one of this trainer's outputs
-            self._claim(self._outputs(self.config), files)
+            self._claim(build.run_outputs(self.config), files)
         self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
         self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
         self._prepare()
