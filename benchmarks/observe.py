@@ -38,8 +38,10 @@ def child(args) -> None:
     trainers = {}
     for on in (True, False):
         widths = tuple(int(h) for h in hidden.split(","))
-        trainers[on] = Trainer(TrainConfig(data=args.data, out=os.devnull, hidden=widths, batch_size=int(batch),
-                                           epochs=1000, progress="none", timing=on, gemm_threads="all"), rt)
+        trainers[on] = Trainer(TrainConfig(data=args.data, out=None, hidden=widths, batch_size=int(batch),
+                                           epochs=1000, progress="none", timing=on, gemm_threads="all",
+                                           schedule="constant"), rt)
+        trainers[on].fit(epochs=1)  # bound to its data (the MLP is sized by it), and warm
     times = {True: [], False: []}
     for _ in range(args.rounds):
         for on in (True, False):

@@ -39,8 +39,9 @@ def child(args) -> None:
 
     rt = hpcgpu.init("cpu")
     hidden = tuple(int(h) for h in args.hidden.split(","))
-    tr = Trainer(TrainConfig(data=args.data, out=os.devnull, hidden=hidden, batch_size=args.batch_size,
+    tr = Trainer(TrainConfig(data=args.data, out=None, hidden=hidden, batch_size=args.batch_size,
                              epochs=1, bucket_mb=args.bucket_mb, progress="none", gemm_threads="all"), rt)
+    tr.fit()  # bound to its data (the MLP is sized by it), and warm
     tr.sampler.start_epoch(0)
     red, model, sampler = tr.reducer, tr.model, tr.sampler
     overlap = len(red.buckets) > 1 and rt.size > 1
@@ -49,7 +50,7 @@ def child(args) -> None:
         X, y = sampler.batch(s)
         model.loss_and_grad(X, y, on_layer=red.ready if overlap else None)
         red.finish()
-        tr.optimizer.step(red.grad, 0.01, scale=1.0 / sampler.global_batch)
+        tr.optimizer.update(red.grad, tr.opt_state, model.params, lr=0.01, scale=1.0 / sampler.global_batch)
 
     for s in range(10):
         step(s)

@@ -1011,11 +1011,23 @@ FIXES: dict[str, str] = {
         "The name is not one of ``hpcgpu.Trainer``'s (a typo, or a name of another version): its attributes and "
         "methods are listed in the API reference (``help(hpcgpu.Trainer)``)."
     ),
-    "Trainer: the model takes its input features from the first fit's data (its first layer is Dense(units)): "
-    "call fit first": (
+    "Trainer: the model takes its input features from the first fit's data (…): call fit first": (
         "A first layer written ``Dense(units)`` (Keras's way) gets its input features from the data at the first "
-        "``fit``: until then the model has no parameters to show, predict with or load into. Call ``fit`` first, "
-        "or give the widths, ``Dense(n_in, n_out)``."
+        "``fit``, and so does the command line's MLP, ``Trainer(config)``, from its data file: until then the "
+        "model has no parameters to show, predict with or load into. Call ``fit`` first, or give the widths, "
+        "``Dense(n_in, n_out)``."
+    ),
+    "fit: the command line's MLP (Trainer(config)) is sized by an HDF5 file: give its path, got …": (
+        "``Trainer(config)`` builds the command line's MLP from a data file in the trainer's layout (its "
+        "features, labels and classes): ``fit()`` trains on the config's ``data``, ``fit('other.h5')`` on another "
+        "file. For arrays in memory give a model: ``Trainer(nn.Sequential([...]), loss, ...)``, then "
+        "``fit((X, y))``."
+    ),
+    "fit: the command line's MLP (Trainer(config)) is held out on its data file's /test split: give no "
+    "validation=": (
+        "The command line's MLP evaluates on the ``/test`` split of its data file, as ``python -m hpcgpu.train`` "
+        "does. To hold out another set, give a model (``Trainer(nn.Sequential([...]), loss, ...)``) and "
+        "``fit(data, validation=...)``."
     ),
     "…: the first Dense layer's input features are not known: give them, Dense(n_in, n_out), or let "
     "Trainer.fit take them from the data": (

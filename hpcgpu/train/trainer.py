@@ -93,8 +93,8 @@ class Trainer:
     model : hpcgpu.nn.Sequential, or an object of the hpcgpu.nn.Model contract, or None
         The built-in layers (with ``loss``), or a model of one's own (its
         ``loss_and_grad`` is the loss; see :class:`hpcgpu.nn.Model`). None:
-        the command line's MLP, built from ``config`` (``hidden``, the
-        data's features and classes).
+        the command line's MLP, built from ``config`` (``hidden``) and, at
+        the first :meth:`fit`, its data file's features and classes.
     loss : hpcgpu.nn.Loss, optional
         For a ``Sequential``: :class:`~hpcgpu.nn.SoftmaxCrossEntropy`,
         :class:`~hpcgpu.nn.MeanSquaredError` or :class:`~hpcgpu.nn.Huber`.
@@ -244,12 +244,8 @@ class Trainer:
         self._prepared = False
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
-        if model is None:  # the command line's MLP: sized by the data its config names, and bound on it now
-            self.data_path = build.bundled_or(c.data, comm)
-            self._build_mlp(optimizer)
-            return
-        if pending:  # bound at the first fit; what can be checked now is checked now
-            agree(build._optimizer_error(optimizer), comm=comm)
+        if model is None or pending:  # sized by the first fit's data (the command line's MLP: the config's)
+            agree(build._optimizer_error(optimizer), comm=comm)  # what can be checked now is checked now
             self._pending = (model, loss, optimizer)
             return
         self._bind(plan, optimizer)
@@ -436,7 +432,13 @@ class Trainer:
 
     def _fit(self, data, validation, sharded: bool, epochs: int | None = None, callbacks=()) -> None:
         """:meth:`fit`'s body, under the stop request."""
-        if "_pending" in self.__dict__:
+        if "_pending" in self.__dict__ and self._pending[0] is None:  # the command line's MLP: its data file
+            if validation is not None:  # (the file's /test split is its held-out set)
+                raise agreed(ValueError("fit: the command line's MLP (Trainer(config)) is held out on its data "
+                                        "file's /test split: give no validation="))
+            self._build_mlp(data)
+            data = None  # taken: a later fit goes on without data
+        elif "_pending" in self.__dict__:
             self._build_model(data)
         self._go_on(data, validation, epochs)
         if not self._prepared:
@@ -474,18 +476,27 @@ class Trainer:
         del self._pending  # bound: an error in _bind (the memory's) leaves the trainer waiting as it was
         self.config = build.described(self.config, self.optimizer, self.model)
 
-    def _build_mlp(self, optimizer) -> None:
-        """The command line's MLP (``Trainer(config)``), sized by the config's data, which it trains on. Collective.
+    def _build_mlp(self, data) -> None:
+        """The first fit of the command line's MLP (``Trainer(config)``): sized by its data file. Collective.
 
-        The features, the task (the labels', unless the config names one), the loss (cross-entropy or mean
-        squared error by the task, unless named) and the classes (``num_classes``, or the labels') come from the
-        file; then the model is bound (as one given whole at construction) and the data set as at a first fit.
+        ``data``, or the config's (the bundled digits without one): the features, the task (the labels', unless
+        the config names one), the loss (cross-entropy or mean squared error by the task, unless named) and the
+        classes (``num_classes``, or the labels') come from the file (:func:`build.mlp_plan`); then the model is
+        bound as any other at its first fit, and the file is its training and held-out data.
         """
+        _, _, optimizer = self._pending
+        if data is not None and not isinstance(data, (str, os.PathLike)):
+            raise agreed(TypeError(f"fit: the command line's MLP (Trainer(config)) is sized by an HDF5 file: give "
+                                   f"its path, got {type(data).__name__}"))
+        self.data_path = build.bundled_or(os.fspath(data) if data is not None else self.config.data, self.rt.comm)
+        if data is not None:  # the data given to fit is an input: never one of this trainer's outputs
+            self._claim(build.run_outputs(self.config), [Input(self.data_path, "data")])
         c, where = self.config, f"--data {self.data_path}"
         train, test, nc = build.file_splits(self.data_path, c.task or None, self.precision.master, self.groups,
                                             self.rt.comm)
         plan, self.config = build.mlp_plan(c, train, test, nc, where, self.groups)
         self._bind(plan, optimizer)
+        del self._pending
         self.config = build.described(self.config, self.optimizer, self.model)
         self._set_data(train, test, where)
         self._prepare()
@@ -493,8 +504,10 @@ class Trainer:
     def __getattr__(self, name: str):
         """A model still waiting for the data's features (``Dense(units)`` first): one line saying so."""
         if name in _BOUND and "_pending" in self.__dict__:
-            raise agreed(ValueError("Trainer: the model takes its input features from the first fit's data (its "
-                                    "first layer is Dense(units)): call fit first"))
+            why = "its first layer is Dense(units)" if self._pending[0] is not None else \
+                "the command line's MLP, Trainer(config), is sized by its data file"
+            raise agreed(ValueError(f"Trainer: the model takes its input features from the first fit's data ({why}): "
+                                    "call fit first"))
         raise AttributeError(f"'Trainer' object has no attribute {name!r}")
 
     def _run_epochs(self, callbacks) -> None:

@@ -240,11 +240,8 @@ out = {}
 for graphs in ("off", "auto"):
     for hidden in [(16,), (16, 8, 8)]:
         tr = Trainer(TrainConfig(data=sys.argv[1], out=sys.argv[2], hidden=hidden, batch_size=24, epochs=2,
-                                 progress="none", cuda_graphs=graphs), rt)
-        if graphs == "auto":
-            tr.train_epoch()  # the first step captures the graph: the steps of the second epoch are counted
-            tr.epoch += 1
-            tr.step_in_epoch = 0
+                                 progress="none", cuda_graphs=graphs, schedule="constant"), rt)
+        tr.fit(epochs=1)  # bound to its data; with graphs the first step captures: the second epoch is counted
         cupy._standin.reset_counters()
         tr.sampler.start_epoch(tr.epoch)  # the epoch's start, counted apart from its steps
         start = cupy._standin.counters()["launches"]

@@ -139,7 +139,7 @@ def test_accumulation_reduces_once_per_step(small_h5, monkeypatch):
     rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
     tr = Trainer(TrainConfig(data=small_h5, out="unused.h5", epochs=1, batch_size=24, grad_accum_steps=3,
                              hidden=(8,), progress="none"), rt)
-    tr.train_epoch()
+    tr.fit()  # one epoch
     tr.close()
     assert len(calls) == tr.sampler.steps == 10 and calls[0] == "step 1"
 
@@ -312,3 +312,21 @@ def test_a_regression_test_set_smaller_than_the_ranks_leaves_a_rank_an_empty_sha
     assert p.returncode == 0, p.stderr
     with h5py.File(tmp_path / "o.h5") as f:
         assert np.isfinite(f["metrics/test_rmse"][()]).all()
+
+
+def test_a_config_trainer_is_built_as_any_other_and_sized_by_its_first_fit(small_h5, tmp_path):
+    """Trainer(config) reads no data at construction: the command line's MLP is sized at the first fit, by the
+    config's file or the one fit is given (one construction path for every model)."""
+    rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
+    missing = str(tmp_path / "not-yet.h5")
+    t = Trainer(TrainConfig(data=missing, out=None, epochs=1, batch_size=16, hidden=(8,), progress="none"), rt)
+    with pytest.raises(ValueError, match=r"from the first fit's data \(the command line's MLP"):
+        _ = t.model
+    with pytest.raises(ValueError, match="give no validation="):
+        t.fit(validation=small_h5)
+    with pytest.raises(TypeError, match="sized by an HDF5 file"):
+        t.fit((np.zeros((4, 6)), np.zeros(4)))
+    h = t.fit(small_h5)  # not the config's (missing) file: the one given
+    assert h["epoch"] == [1] and t.model.n_inputs == 6 and t.data_path == small_h5
+    t.close()
+    rt.free()
