@@ -14,14 +14,15 @@ The parts are built by :mod:`hpcgpu.train.build`. Each keeps its own state
 (``state_dict`` / ``load_state_dict``); :class:`hpcgpu.train.state.TrainState`
 collects and restores them, writes and finds checkpoints, and makes every
 rank take one rank's (:meth:`Trainer.broadcast_state`, a resume: Horovod's
-``TorchState.sync``). The Trainer keeps ``fit``, the epoch loop,
-``evaluate`` and ``predict``.
+``TorchState.sync``); :mod:`hpcgpu.train.results` writes what a run
+leaves (its results file, its trace). The Trainer keeps ``fit``, the epoch
+loop, ``evaluate`` and ``predict``, and the public methods that reach the
+parts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -37,12 +38,11 @@ from ..comm import Allreduce
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
 from .._outputs import Input, Output, claim, write_dataset
-from ..io import WRITE_ERRORS, on_root, one_line
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
-from ..timing import PhaseTimer, reduce_phases, write_trace
-from . import build
+from ..timing import PhaseTimer, reduce_phases
+from . import build, results
 from .checks import compute_dtype_error, features_error, layout_error
 from .config import TrainConfig
 from .data import (HDF5Rows, Split, ZeroTargets, check_labels, split_off)
@@ -449,7 +449,7 @@ class Trainer:
                 print(f"hpcgpu.train: fit: the run has done its {c.epochs} epochs: nothing to train "
                       f"(fit(epochs=N) trains on to N)", file=sys.stderr, flush=True)
             return
-        console.say(self._header())
+        console.say(results.header(self))
         self._run_epochs(callbacks)
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
         unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
@@ -1029,40 +1029,7 @@ class Trainer:
         OSError
             The file cannot be written, or is an input (every rank).
         """
-        from .output import write_results
-
-        rt, c = self.rt, self.config
-        path = c.out if path is None else path
-        if path is None:
-            raise agreed(ValueError("save_results: give a path (the trainer was made without out=)"))
-        self._claim([Output(path, "save_results" if path != c.out else "--out")],
-                    [Input(self.data_path, "data")] if self.data_path and not self.data_path.startswith("(") else [])
-        params, _ = self.gather_global()  # collective: the unsplit model on rank 0
-        fp = json.dumps(self.data_fingerprint(), sort_keys=True)
-        comm_stats = self.comm_stats()
-        m = self.model
-        attrs = dict(config=c.to_json(), model=json.dumps(m.spec(), sort_keys=True), task=m.task,
-                     world_size=rt.size, device=rt.device, mpi_library=rt.mpi_library, hpcgpu_version=__version__,
-                     data=self._state.data_name(), data_fingerprint=fp, epochs_done=self.epoch, steps_done=self.step,
-                     resumed_from=self.resumed_from, blas_threads=rt.blas_threads,
-                     gemm_threads=self.gemm_plan.to_json() if self.gemm_plan is not None else "")
-        if m.num_classes is not None:
-            attrs["num_classes"] = m.num_classes
-        buffers = {k: _device.asnumpy(v) for k, v in m.buffers().items()}  # rank 0's, as a step would share them
-
-        def write():
-            write_results(path, metrics=self.metrics.metrics, history=self.history, params=self._named(params),
-                          attrs=attrs, comm_stats=comm_stats, energy_reasons=self._energy_reasons, buffers=buffers,
-                          phases=self.PHASES if c.timing else (),
-                          clock="cuda events" if self.xp is not np else "host")
-
-        on_root(write, comm=rt.comm, catch=WRITE_ERRORS,
-                error=lambda e: OSError(f"--out {path}: cannot write ({one_line(e)})"))
-        return path
-
-    def _named(self, params) -> dict:
-        """The unsplit flat ``params`` as ``{name: array of its shape}`` (rank 0)."""
-        return {} if params is None else self.model.global_views(params)
+        return results.save_results(self, path)
 
     @property
     def history(self) -> dict:
@@ -1096,12 +1063,7 @@ class Trainer:
         OSError
             The file cannot be written (every rank).
         """
-        path = path or self.config.trace
-        if not path or not self.config.timing:
-            return None
-        self._collect_phases()  # read the device's events (GPU) into the trace
-        write_trace(path, self.timer.events, self.rt.comm, self._clock0)
-        return path
+        return results.write_trace(self, path)
 
     def comm_stats(self) -> dict:
         """This rank's communication per training step, and its optimizer state. Not collective.
@@ -1115,29 +1077,6 @@ class Trainer:
             step of this run (message sizes: evaluation excluded);
             ``optimizer_state_bytes``: the optimizer state this rank holds.
         """
-        steps = max(1, self._steps_run)
-        return dict(data_parallel=self.groups.data_parallel_size, tensor_parallel=self.config.tensor_parallel,
-                    zero_stage=self.config.zero_stage, tensor_bytes_per_step=self.tensor_bytes / steps,
-                    data_bytes_per_step=self.reducer.bytes_sent / steps,
-                    optimizer_state_bytes=int(sum(v.nbytes for v in self.opt_state.values())))
+        return results.comm_stats(self)
 
     # -- rank 0's voice ------------------------------------------------------------------------
-    def _header(self) -> str:
-        s, m = self.sampler, self.model
-        k = s.micro_batches
-        accum = f", {k} micro-batches of {s.global_batch // k}" if k > 1 else ""
-        what = m.describe()
-        task = f"C={m.num_classes}" if m.num_classes is not None else m.task
-        return (
-            f"hpcgpu.train: {self.rt.size} rank(s){self._placement} on {self.rt.summary()}, data {self.data_path}: "
-            f"N={s.n_global} D={self.train_split.dim} {task}, {what}, optimizer {self.optimizer.name}, "
-            f"global batch {s.global_batch} "
-            f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {self.precision.name}, "
-            + ("CUDA graphs on, " if self._step_fn.graph is not None
-               else f"CUDA graphs off ({self._graphs_why}), " if self._graphs_why else "")
-            + f"data {'replicated' if s.replicated else 'sharded'}"
-            + (f", {self.groups.data_parallel_size} data x {self.config.tensor_parallel} tensor parallel"
-               if self.config.tensor_parallel > 1 else "")
-            + (", ZeRO-1 (optimizer state sharded)" if self.config.zero_stage == 1 else "")
-            + (f", {self.gemm_plan.summary()}" if self.gemm_plan is not None else "")
-        )
