@@ -357,6 +357,6 @@ class TrainState:
         full = self.gather_global()  # collective: the unsplit parameters and optimizer state on rank 0
         on_root(lambda: write_checkpoint(path, self._checkpoint_state(*full), t.config.keep_checkpoints,
                                          attrs=dict(hpcgpu_version=__version__, data=self.data_name())),
-                comm=t.rt.comm, catch=WRITE_ERRORS,
+                comm=t.rt.comm, catch=(*WRITE_ERRORS, TypeError),  # TypeError: a part's value JSON cannot hold
                 error=lambda e: OSError(f"--checkpoint {path}: cannot write ({one_line(e)})"))
         return path

@@ -436,8 +436,9 @@ class Trainer:
             if validation is not None:  # (the file's /test split is its held-out set)
                 raise agreed(ValueError("fit: the command line's MLP (Trainer(config)) is held out on its data "
                                         "file's /test split: give no validation="))
+            self._go_on(None, None, epochs)  # the new total first: the schedule and a resume's check use it
             self._build_mlp(data)
-            data = None  # taken: a later fit goes on without data
+            data = epochs = None  # taken
         elif "_pending" in self.__dict__:
             self._build_model(data)
         self._go_on(data, validation, epochs)
@@ -542,7 +543,7 @@ class Trainer:
         """The first ``fit``'s data: read, checked, claimed as inputs, bound to the sampler. Collective."""
         if data is None and self.config.data is None:
             raise agreed(ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')"))
-        source = data if data is not None else self.config.data
+        source = data if data is not None else (self.config.data or self.data_path)
         train = self._arrays(source, "data", sharded, self.groups.data_parallel_size)
         path = isinstance(source, (str, os.PathLike))
         test_source = validation if validation is not None else (source if path else None)
@@ -562,10 +563,11 @@ class Trainer:
 
         The arguments are the same on every rank: each raises the same error.
         """
+        done = self.epoch if "_pending" not in self.__dict__ else 0
         if epochs is not None:
-            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < max(1, self.epoch):
+            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < max(1, done):
                 raise agreed(ValueError(f"fit: epochs={epochs!r} must be a whole number of epochs in all, at "
-                                        f"least 1 and the {self.epoch} done"))
+                                        f"least 1 and the {done} done"))
             if self.config.schedule == "cosine" and epochs != self.config.epochs:
                 raise agreed(ValueError(f"fit: epochs={epochs}: a cosine schedule spans the run's "
                                         f"{self.config.epochs} epochs and cannot be extended; a constant or step "
@@ -632,7 +634,8 @@ class Trainer:
                 with self.watchdog.watch("stop flag Allreduce", f"step {self.step + 1}"):
                     stop = self.groups.any(stop, self.groups.comm)  # a host flag: no wait for the GPU
             else:  # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
-                stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
+                with self.watchdog.watch("stop flag Allreduce", f"step {self.step + 1}"):
+                    stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
                 self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.global_batch)
                 self._drained = s + 1
             self._steps_run += 1

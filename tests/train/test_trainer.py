@@ -329,4 +329,9 @@ def test_a_config_trainer_is_built_as_any_other_and_sized_by_its_first_fit(small
     h = t.fit(small_h5)  # not the config's (missing) file: the one given
     assert h["epoch"] == [1] and t.model.n_inputs == 6 and t.data_path == small_h5
     t.close()
+    # the first fit's epochs= is the run's total before the model is bound (the schedule spans it)
+    t = Trainer(TrainConfig(data=small_h5, out=None, epochs=1, batch_size=16, hidden=(8,), progress="none",
+                            schedule="constant"), rt)
+    assert t.fit(epochs=2)["epoch"] == [1, 2] and t.config.epochs == 2 and t.schedule.total == 2 * t.sampler.steps
+    t.close()
     rt.free()
