@@ -89,7 +89,6 @@ class _WheelOpenBLAS:
 
     def __init__(self, path: str, dynlib: ctypes.CDLL):
         self.filepath, self.dynlib = path, dynlib
-        self.prefix = "libscipy_openblas" if "scipy_openblas" in os.path.basename(path) else "libopenblas"
         config = None
         for name in ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config64_",
                      "openblas_get_config"):

@@ -38,7 +38,7 @@ from ..nn import ModelPlan, TrainModel, loss_by_name, plan_model, relu_stack
 from ..optim import LRSchedule, Optimizer
 from ..runtime import Runtime, host_memory
 from ..watchdog import Watchdog
-from .checks import data_error, memory_error
+from .checks import data_error, memory_error, optimizer_error
 from .config import TrainConfig
 from .console import Console
 from .cuda_graphs import StepGraph, graphs_plan
@@ -52,14 +52,6 @@ from .step import Step
 
 __all__ = ["ModelParts", "DataParts", "bind_model", "bind_data", "file_splits", "as_split", "sample_rows",
            "bundled_or", "replicated", "gemm_plan", "input_width", "mlp_plan", "described", "run_outputs"]
-
-
-def _optimizer_error(optimizer) -> TypeError | None:
-    """What is wrong with a Trainer's optimizer (the same on every rank), or None."""
-    if not isinstance(optimizer, Optimizer):
-        return TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
-                         f"{type(optimizer).__name__}")
-    return None
 
 
 # -- the data taken in ---------------------------------------------------------------------------
@@ -420,7 +412,7 @@ def bind_model(plan: ModelPlan, optimizer: Optimizer, config: TrainConfig, rt: R
     """
     c, g, xp = config, groups, rt.xp
     master = precision.master
-    agree(_optimizer_error(optimizer), comm=rt.comm)
+    agree(optimizer_error(optimizer), comm=rt.comm)
     watchdog = Watchdog(rt.comm, c.stall_timeout)
     err, n_local, layers = None, 0, None
     try:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..nn import ModelPlan, Network, TrainModel
+from ..optim import Optimizer
 from .._memory import host_memory
 from .config import TrainConfig
 from .data import Split
 from .precision import Precision
 
-__all__ = ["layout_error", "compute_dtype_error", "memory_error", "data_error", "features_error"]
+__all__ = ["layout_error", "compute_dtype_error", "memory_error", "data_error", "features_error", "optimizer_error"]
 
 
 def layout_error(c: TrainConfig, plan: ModelPlan | None, world_size: int, precision: Precision) -> ValueError | None:
@@ -175,4 +176,18 @@ def data_error(c: TrainConfig, model: TrainModel, data_ranks: int, train: Split,
     if c.batch_size // c.grad_accum_steps < data_ranks:
         return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
                           f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
+    return None
+
+
+def optimizer_error(optimizer) -> TypeError | None:
+    """Why ``optimizer`` cannot train a Trainer's model (None: it can).
+
+    Parameters
+    ----------
+    optimizer : object
+        What the caller gave as ``optimizer=``.
+    """
+    if not isinstance(optimizer, Optimizer):
+        return TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
+                         f"{type(optimizer).__name__}")
     return None

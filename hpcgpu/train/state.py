@@ -23,7 +23,8 @@ from .._outputs import Output
 from .._version import __version__
 from ..comm import Bcast
 from ..errors import agree, agreed
-from ..io import WRITE_ERRORS, on_root, one_line
+from ..io import WRITE_ERRORS, on_root, one_line, read_weights
+from .checkpoint import PARTS, CheckpointState, Resumer, write_checkpoint
 from .data import fingerprint
 
 __all__ = ["TrainState"]
@@ -203,8 +204,6 @@ class TrainState:
             As :meth:`hpcgpu.Trainer.load_weights` (every rank).
         """
         t = self.t
-        from ..io import read_weights
-
         m = t.model
 
         def read():
@@ -260,8 +259,6 @@ class TrainState:
 
     def _checkpoint_state(self, params, states):
         t = self.t
-        from .checkpoint import PARTS, CheckpointState
-
         mine = self.state_dict()
         return CheckpointState(
             params, states, {k: mine[k] for k in PARTS}, config=json.loads(t.config.to_json()),
@@ -275,8 +272,6 @@ class TrainState:
         when there was no checkpoint.
         """
         t = self.t
-        from .checkpoint import Resumer
-
         path, comm = t.config.checkpoint_path, t.rt.comm
         resumer = Resumer(path, t.config, t.precision.name, t.optimizer.config(), t.model.spec(),
                           self.fingerprint(), self.data_name())
@@ -332,8 +327,6 @@ class TrainState:
         ValueError, OSError, FloatingPointError
             As :meth:`hpcgpu.Trainer.save_checkpoint` (every rank).
         """
-        from .checkpoint import write_checkpoint
-
         t = self.t
         path = path or t.config.checkpoint_path
         if path is None:

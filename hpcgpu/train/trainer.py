@@ -43,7 +43,7 @@ from ..optim import Optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
 from ..timing import PhaseTimer, reduce_phases
 from . import build, results
-from .checks import compute_dtype_error, features_error, layout_error
+from .checks import compute_dtype_error, features_error, layout_error, optimizer_error
 from .config import TrainConfig
 from .data import (HDF5Rows, Split, ZeroTargets, check_labels, split_off)
 from .groups import ProcessGroups
@@ -245,7 +245,7 @@ class Trainer:
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
         if model is None or pending:  # sized by the first fit's data (the command line's MLP: the config's)
-            agree(build._optimizer_error(optimizer), comm=comm)  # what can be checked now is checked now
+            agree(optimizer_error(optimizer), comm=comm)  # what can be checked now is checked now
             self._pending = (model, loss, optimizer)
             return
         self._bind(plan, optimizer)
@@ -322,10 +322,10 @@ class Trainer:
         c = self.config
         plan = self._state.resume() if c.resume else None
         self._drained = self.step_in_epoch  # steps of the epoch whose loss is in the metrics' totals
-        if self.config.gemm_threads != "all" and self.xp is np and self.model.capabilities.gemm_plan:
-            self.gemm_plan = build.gemm_plan(self.config, self.model, self.xp, self.sampler.local_micro_batch, plan,
-                                             self.rt.comm)
-            self.model.gemm_threads = self.gemm_plan.counts(_blas.threads() or 1) if self.gemm_plan else None
+        self.gemm_plan = build.gemm_plan(self.config, self.model, self.xp, self.sampler.local_micro_batch, plan,
+                                         self.rt.comm)
+        if self.gemm_plan is not None:  # else every GEMM on the rank's threads, as the model starts
+            self.model.gemm_threads = self.gemm_plan.counts(_blas.threads() or 1)
         self.tensor_bytes = 0  # the plan's timed steps are not training steps
         if c.trace:  # time 0 of every rank's track: an instant the ranks shared
             self.rt.comm.Barrier()
