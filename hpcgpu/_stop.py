@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 
-__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED"]
+__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED", "default_actions"]
 
 EXIT_STOPPED = 3
 """A program's exit status after a clean stop: what was done is saved; rerun with ``--resume``."""
@@ -230,3 +230,25 @@ def installed_request() -> StopRequest | None:
     handler = signal.getsignal(signal.SIGTERM)
     owner = getattr(handler, "__self__", None)
     return owner if isinstance(owner, StopRequest) else None
+
+
+def default_actions() -> None:
+    """Give SIGTERM and SIGUSR1 back the action Python reports for them, where MPI's start replaced it.
+
+    MPICH's ``MPI_Init`` (and Intel MPI's, built on it) installs a SIGUSR1
+    handler of its own when the process has none, and Python does not see
+    it: ``signal.getsignal`` still says the default, but a SIGUSR1 (Slurm's
+    ``--signal``) was swallowed and the program ran on. :func:`hpcgpu.init`
+    calls this after ``MPI_Init``, so between the runtime's start and a
+    Trainer's (whose stop request takes over from its construction) a stop
+    signal has its default effect, as in any Python program: the process
+    ends (exit 128 + the signal's number). A handler the program installed,
+    and the command-line programs' early record (:mod:`hpcgpu._early`), are
+    left as they are. Main thread only (elsewhere Python cannot set one).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGTERM", "SIGUSR1"):
+        sig = getattr(signal, name)
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, signal.SIG_DFL)

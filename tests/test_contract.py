@@ -702,3 +702,29 @@ def test_a_program_replaces_its_own_earlier_output(program, tmp_path, model_file
         p = _mpi.run(ranks, argv(i, out, tmp_path), timeout=120, cwd=tmp_path)
         assert p.returncode == 0, p.stderr
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+_AFTER_INIT = """
+import os, signal, sys, time
+import hpcgpu
+kept = []
+if sys.argv[1] == "handler":
+    signal.signal(signal.SIGUSR1, lambda s, f: kept.append(s))
+rt = hpcgpu.init(device="cpu")
+os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+time.sleep(2)
+os.write(1, f"ran on {kept}\\n".encode())  # one write: the ranks' lines do not interleave
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+@pytest.mark.parametrize("sig", _mpi.cases(["SIGUSR1", "SIGTERM"], ["SIGUSR1"]))
+def test_a_stop_signal_between_init_and_a_trainer_has_its_default_effect(nprocs, sig, tmp_path):
+    """Before a Trainer's stop request exists, a stop signal ends the process as in any Python program: MPICH's
+    MPI_Init installed a SIGUSR1 handler Python does not see, and the program ran on as if never asked to stop.
+    A handler the program installed itself is kept."""
+    (tmp_path / "after_init.py").write_text(_AFTER_INIT)
+    p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "default", sig], timeout=120, fork=False)
+    assert p.returncode != 0 and "ran on" not in p.stdout, (p.returncode, p.stdout, p.stderr)
+    p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "handler", "SIGUSR1"], timeout=120, fork=False)
+    assert p.returncode == 0 and p.stdout.count("ran on [10]") == nprocs, (p.returncode, p.stdout, p.stderr)
