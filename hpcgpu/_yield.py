@@ -15,6 +15,14 @@ spinning a while, in every rank (eight ranks of a 16-core node started 128
 threads; NumPy's import took 0.10 s of CPU here with two, 0.05 s with one).
 :func:`blas_at_start` has it start with the rank's share, the count
 :func:`hpcgpu.runtime.init` sets anyway.
+
+A process that no launcher started (``python script.py``: a singleton, one
+rank with no peers) loads the MPI library all the same, and the ``mpich``
+wheel's links UCX, whose library constructor installs its memory hooks
+(patching ``mmap`` and its kin so a registration cache learns of unmapped
+memory): 42 ms of a 0.1 s start here, the cost openucx/ucx#11211 reports.
+With no peer there is no registration to keep: :func:`singleton_start` has
+UCX skip the hooks (``UCX_MEM_EVENTS=no``) for that load only.
 """
 
 from __future__ import annotations
@@ -22,11 +30,18 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["HEAVY_YIELD", "blas_at_start", "when_oversubscribed"]
+__all__ = ["HEAVY_YIELD", "blas_at_start", "singleton_start", "when_oversubscribed"]
 
 HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 """The launcher's count of this node's ranks: Hydra's (MPICH, Intel MPI), Open MPI's."""
+
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE",
+                 "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+"""What a launcher (Hydra, Open MPI's, Slurm's ``srun`` with PMI or PMIx) puts in each rank's environment: none of
+them set, the process is a singleton."""
+
+UCX_MEM_EVENTS = "UCX_MEM_EVENTS"
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS",
                "BLIS_NUM_THREADS")
@@ -105,3 +120,57 @@ def when_oversubscribed() -> bool:
             os.environ[HEAVY_YIELD] = "1"
             return True
     return False
+
+
+class _SingletonStart:
+    """A meta path finder that sets :data:`UCX_MEM_EVENTS` while ``mpi4py.MPI`` is found and loaded, then leaves.
+
+    mpi4py's own finder (appended to ``sys.meta_path`` when ``mpi4py`` is
+    imported) opens the MPI library to learn its ABI, and that first load
+    runs UCX's constructor, which reads the variable; this one, placed first,
+    sets it just before and removes it as soon as the module is found, so no
+    child process inherits it.
+    """
+
+    @classmethod
+    def find_spec(cls, fullname, path, target=None):  # noqa: ARG003 - the finder protocol's signature
+        if fullname != "mpi4py.MPI":
+            return None
+        cls.remove()
+        if UCX_MEM_EVENTS in os.environ or any(v in os.environ for v in LAUNCHER_VARS):
+            return None  # the user's choice, or a launched rank (whose peers need the hooks): as it is
+        os.environ[UCX_MEM_EVENTS] = "no"
+        try:  # the import system's own search, by the finders after this one
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                spec = find(fullname, path, target) if find is not None else None
+                if spec is not None:
+                    return spec
+            return None
+        finally:
+            os.environ.pop(UCX_MEM_EVENTS, None)
+
+    @classmethod
+    def remove(cls) -> None:
+        if cls in sys.meta_path:
+            sys.meta_path.remove(cls)
+
+
+def singleton_start() -> bool:
+    """Have a singleton process load the MPI library without UCX's memory hooks; whether it will.
+
+    Not collective. Called at ``import hpcgpu``: when ``mpi4py.MPI`` is not
+    loaded yet, no launcher started this process (:data:`LAUNCHER_VARS`),
+    and the user did not set :data:`UCX_MEM_EVENTS`, the library's first
+    load (at ``mpi4py.MPI``'s import, by hpcgpu or the program) runs with
+    ``UCX_MEM_EVENTS=no``, the variable set for that load only. A rank with
+    peers keeps the hooks, which its registration cache needs; so does a
+    singleton that would connect to others (``MPI_Comm_spawn``, which hpcgpu
+    does not use: set ``UCX_MEM_EVENTS=yes`` for it). An MPI library without
+    UCX ignores the variable.
+    """
+    if "mpi4py.MPI" in sys.modules or UCX_MEM_EVENTS in os.environ or any(v in os.environ for v in LAUNCHER_VARS):
+        return False
+    if _SingletonStart not in sys.meta_path:
+        sys.meta_path.insert(0, _SingletonStart)
+    return True

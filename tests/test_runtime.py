@@ -352,6 +352,50 @@ def test_openblas_starts_with_the_ranks_share_of_the_cores(local, user):
     assert (threads, var.strip()) == (f"[{want}]", "-"), p.stdout
 
 
+_UCX_AT_LOAD = """
+import os, sys
+import hpcgpu
+import mpi4py  # appends mpi4py's own finder, which loads the MPI library
+seen = []
+class Spy:  # placed after hpcgpu's finder and before mpi4py's: what the library's load sees
+    @staticmethod
+    def find_spec(name, path, target=None):
+        if name == "mpi4py.MPI":
+            seen.append(os.environ.get("UCX_MEM_EVENTS", "-"))
+        return None
+sys.meta_path.insert(1 if sys.meta_path[0].__module__ == "hpcgpu._yield" else 0, Spy)
+from mpi4py import MPI
+sys.stdout.write(f"{seen} {os.environ.get('UCX_MEM_EVENTS', '-')} {MPI.COMM_WORLD.Get_size()}\\n")
+"""
+
+
+@pytest.mark.parametrize("user", [None, "yes"])
+def test_a_singleton_loads_mpi_without_ucxs_memory_hooks(user):
+    """A process no launcher started has no peer whose registrations UCX's memory hooks would keep (their install
+    took 42 ms of its start): the MPI library's load sees UCX_MEM_EVENTS=no, and the variable is gone after it;
+    a user's value is left as it is."""
+    import subprocess
+    import sys
+
+    from hpcgpu import _yield
+
+    env = {k: v for k, v in os.environ.items() if k not in _yield.LAUNCHER_VARS + (_yield.UCX_MEM_EVENTS,)}
+    if user is not None:
+        env[_yield.UCX_MEM_EVENTS] = user
+    env["HPCGPU_DEVICE"] = "cpu"
+    p = subprocess.run([sys.executable, "-c", _UCX_AT_LOAD], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == (["['no']", "-", "1"] if user is None else [f"['{user}']", user, "1"]), p.stdout
+
+
+@pytest.mark.mpi
+def test_a_launched_rank_keeps_ucxs_memory_hooks():
+    """Under a launcher the ranks have peers: the library loads with UCX's defaults (hooks on)."""
+    p = _mpi.run(2, ["-c", _UCX_AT_LOAD], env={"UCX_MEM_EVENTS": None}, timeout=90, fork=False)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.split("\n"))[-2:] == ["['-'] - 2"] * 2, p.stdout
+
+
 @pytest.mark.mpi
 def test_ranks_past_the_cores_start_with_mpichs_heavy_yield():
     n = (os.cpu_count() or 1) + 1
