@@ -46,14 +46,25 @@ def bfloat16_dtype() -> np.dtype | None:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-HALF = tuple(t for t in (np.dtype("float16"), bfloat16_dtype()) if t is not None)
-"""The 16-bit floating types: multiplied with float32 accumulation."""
+HALF_NAMES = ("float16", "bfloat16")
+"""The 16-bit floating types, by name (bfloat16 is ``ml_dtypes``', imported only where one is made): multiplied
+with float32 accumulation."""
+
+
+def half_dtypes() -> tuple:
+    """The 16-bit floating dtypes this process can make: float16, and bfloat16 where ml_dtypes is installed."""
+    return tuple(t for t in (np.dtype("float16"), bfloat16_dtype()) if t is not None)
+
+
+def is_half(dtype) -> bool:
+    """Whether ``dtype`` is one of the 16-bit floating types (:data:`HALF_NAMES`). Not collective."""
+    return np.dtype(dtype).name in HALF_NAMES
 
 
 def accumulator_dtype(dtype) -> np.dtype:
-    """The dtype a GEMM of ``dtype`` inputs accumulates in: float32 for :data:`HALF`, else ``dtype``."""
+    """The dtype a GEMM of ``dtype`` inputs accumulates in: float32 for :data:`HALF_NAMES`, else ``dtype``."""
     dtype = np.dtype(dtype)
-    return np.dtype("float32") if dtype in HALF else dtype
+    return np.dtype("float32") if is_half(dtype) else dtype
 
 
 def gemm(a, b, c, *, alpha=1.0, beta=0.0, math_mode: str = "default") -> None:
@@ -96,7 +107,7 @@ def gemm(a, b, c, *, alpha=1.0, beta=0.0, math_mode: str = "default") -> None:
     if _device.is_device_array(c):
         _device.gemm(a, b, c, alpha, beta, math_mode)
         return
-    if a.dtype in HALF:
+    if is_half(a.dtype):
         _host_half(a, b, c, alpha, beta)
         return
     if beta == 0 and alpha == 1:

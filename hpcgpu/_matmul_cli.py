@@ -342,7 +342,7 @@ def _path(rt) -> str:
 
 def _local_gemm(rt, A, B, N, dtype, repeat):
     """Time ``A @ B`` of the global matrices on rank 0 alone (GPU: its device)."""
-    from ._gemm import HALF
+    from ._gemm import is_half
     from .distmatrix import DistMatrix
     from .grid import ProcessGrid
 
@@ -361,7 +361,7 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
         # that pins each rank (Intel MPI) narrows to one rank's share
         threads = min(per_rank * rt.size, os.cpu_count() or 1)
         ctx = threadpool_limits(limits=threads, user_api="blas")
-    if rt.device == "cpu" and np.dtype(dtype) in HALF:
+    if rt.device == "cpu" and is_half(dtype):
         # NumPy has no half-precision GEMM (a loop, 100x slower): the host's best is float32 BLAS on the
         # widened inputs, rounded once, which is what SUMMA does there.
         def product():

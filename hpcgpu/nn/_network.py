@@ -246,7 +246,7 @@ class Network(FlatParams):
         self.gemm_threads: dict[str, int] | None = None
         self.compute_dtype = None if compute_dtype is None else np.dtype(compute_dtype)
         if self.compute_dtype is not None:
-            if self.dtype != np.float32 or self.compute_dtype not in _gemm.HALF:
+            if self.dtype != np.float32 or not _gemm.is_half(self.compute_dtype):
                 raise ValueError(f"mixed precision is float32 weights with float16 or bfloat16 GEMMs, "
                                  f"not {self.dtype} with {self.compute_dtype}")
             self._params16 = xp.zeros(self.n_params, dtype=self.compute_dtype)
