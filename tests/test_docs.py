@@ -4,6 +4,7 @@ runs and prints what the guide says it prints."""
 
 import glob
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -117,6 +118,10 @@ def _cases():
     """Each example; those that start ranks are marked mpi (so they run under every MPI)."""
     for p in EXAMPLES:
         marks = [pytest.mark.mpi] if _how(p) else []
+        for module in ("torch", "jax"):  # an example of an autograd adapter, where its framework is installed
+            if re.search(rf"^import {module}\b", open(p, encoding="utf-8").read(), re.M) and \
+                    importlib.util.find_spec(module) is None:
+                marks.append(pytest.mark.skip(reason=f"{module} is not installed"))
         yield pytest.param(p, marks=marks, id=os.path.basename(p)[:-3])
 
 

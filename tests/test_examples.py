@@ -1,4 +1,6 @@
+import importlib.util
 import os
+import re
 
 import h5py
 import numpy as np
@@ -80,3 +82,43 @@ def test_decay_example_fits_the_law_with_its_own_gradient():
     fitted = dict(part.split(" = ") for part in lines[2][len("fitted "):].split(", "))
     for k, true in (("a", 5.0), ("k", 0.25), ("c", 0.5)):
         assert abs(float(fitted[k].split()[0]) - true) < 0.02 * true + 0.01, lines[2]
+
+
+_NO_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+_NO_JAX = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+
+
+@_NO_TORCH
+@pytest.mark.mpi
+def test_torch_ddp_style_example_prints_the_same_figures_at_1_and_3_ranks(tmp_path):
+    """examples/torch_ddp_style.py: the DDP tutorial's module through nn.Torch learns the digits (test accuracy
+    >= 0.95), prints the same loss and accuracy to 4 decimals at 1 and 3 ranks, and its results file's weights
+    make a plain PyTorch module predict what hpcgpu predicted."""
+    got = {}
+    for n in (1, 3):
+        p = _mpi.run(n, [os.path.join(_mpi.ROOT, "examples", "torch_ddp_style.py"), "--out",
+                         str(tmp_path / f"r{n}.h5")], timeout=240, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.strip().splitlines()
+        assert lines[0] == f"digits, {n} rank(s), 30 epochs" and lines[-1] == "plain PyTorch predicts the same: True"
+        assert re.fullmatch(r"final train_loss \d\.\d{4}", lines[1]), lines
+        assert re.fullmatch(r"test_accuracy \d\.\d{4}", lines[2]) and float(lines[2].split()[1]) >= 0.95, lines
+        got[n] = lines[1:3]
+    assert got[1] == got[3]
+
+
+@_NO_JAX
+@pytest.mark.mpi
+def test_jax_model_example_prints_the_same_r2_at_1_and_3_ranks(tmp_path):
+    """examples/jax_model.py: a pure JAX function through nn.Jax reaches least squares' R^2 (0.45) on the
+    diabetes split, the same to 4 decimals at 1 and 3 ranks."""
+    got = {}
+    for n in (1, 3):
+        p = _mpi.run(n, [os.path.join(_mpi.ROOT, "examples", "jax_model.py")], timeout=240, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.strip().splitlines()
+        assert lines[0].startswith(f"diabetes, {n} rank(s), 60 epochs: test RMSE ") and \
+            re.fullmatch(r"test R\^2 0\.\d{4}", lines[1]), lines
+        assert float(lines[1].split()[-1]) >= 0.45, lines
+        got[n] = lines[:2]
+    assert got[1][1] == got[3][1] and got[1][0].split("RMSE")[1] == got[3][0].split("RMSE")[1]

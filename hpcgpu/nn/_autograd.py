@@ -580,8 +580,21 @@ class Jax(Model):
         return back(out)
 
     def tree(self, params: dict):
-        """The pytree of ``params`` (by name, as ``Trainer.params`` or a results file's ``/model`` hold them)."""
-        return self._jax.tree_util.tree_unflatten(self._treedef, [np.asarray(params[n]) for n in self.names])
+        """The pytree of ``params`` (by name, as ``Trainer.params`` or a results file's ``/model`` hold them).
+
+        Not collective. Its leaves are NumPy arrays (host copies of a GPU's).
+
+        Parameters
+        ----------
+        params : dict of str to array
+            NumPy or CuPy arrays by the pytree's path names (``"hidden.w"``).
+
+        Returns
+        -------
+        pytree
+            Of the structure given to the constructor.
+        """
+        return self._jax.tree_util.tree_unflatten(self._treedef, [_host(params[n]) for n in self.names])
 
 
 class Keras(Jax):
