@@ -127,7 +127,29 @@ def main(argv):
         out["bn_alike"] = all(b == every[0] for b in every)
         out["bn_moved"] = any(v != 0 for v in every[0]["1.running_mean"])
         t.close()
+        # dropout under ZeRO-1 (Adam's state sharded over the ranks): stopped at a checkpoint after 2 epochs and
+        # resumed to 4 is bitwise the uninterrupted run of 4, on every rank
+        import os
+        import shutil
+        import tempfile
+
+        d = rt.comm.bcast(tempfile.mkdtemp() if rt.rank == 0 else None)
+        opts = dict(autograd_models.COMMON, zero_stage=1, runtime=rt)
+        runs = {}
+        for run, extra in (("whole", {}), ("first", {"epochs": 2, "checkpoint": os.path.join(d, "ck.h5")}),
+                           ("resumed", {"checkpoint": os.path.join(d, "ck.h5"), "resume": True})):
+            t = hpcgpu.Trainer(autograd_models.model("torch-dropout"), optimizer=optim.Adam(0.01),
+                               **{**opts, **extra})
+            t.fit((X, y))
+            runs[run] = (_device.asnumpy(t.model.params).copy(), list(t.history["train_loss"]), t.resumed_from)
+            t.close()
+        same = bool(np.array_equal(runs["resumed"][0], runs["whole"][0]) and runs["resumed"][1] == runs["whole"][1]
+                    and runs["resumed"][2] == os.path.join(d, "ck.h5") and len(runs["first"][1]) == 2)
+        out["dropout_zero1_resumed_bitwise"] = all(rt.comm.allgather(same))
+        out["dropout_zero1_loss"] = runs["whole"][1]
+        rt.comm.Barrier()
         if rt.rank == 0:
+            shutil.rmtree(d, ignore_errors=True)
             print(json.dumps(out))
         return 0
     elif case == "autograd-gpu":  # nn.Torch on a GPU at 2 ranks, a bucket per parameter (the GPU kit)

@@ -80,7 +80,9 @@ def test_an_autograd_model_trains_the_built_in_layers_model(kind):
 @JAX
 def test_autograd_models_give_the_same_model_at_1_and_3_ranks(tmp_path):
     """Both adapters at 3 ranks (one launch) against 1 rank in process: the gradient is the SUM's, the trainer
-    divides by the global batch once, so the model does not depend on the number of ranks."""
+    divides by the global batch once, so the model does not depend on the number of ranks. In the same launch, a
+    PyTorch model with dropout under ZeRO-1, stopped at a checkpoint and resumed, is bitwise the uninterrupted
+    run."""
     import hpcgpu
 
     p = _mpi.run(3, [os.path.join(_mpi.SCRIPTS, "library_fit.py"), "autograd", os.path.dirname(__file__)],
@@ -90,6 +92,8 @@ def test_autograd_models_give_the_same_model_at_1_and_3_ranks(tmp_path):
     # 100-byte buckets close at parameter boundaries: the last two parameters (24 + 384 bytes) make one
     assert three["torch_nbuckets"] == 1 and three["torch_per_parameter_nbuckets"] == 3
     assert three["bn_alike"] and three["bn_moved"]  # BatchNorm's statistics: data rank 0's on every rank
+    # dropout under ZeRO-1 at 3 ranks: 2 epochs, a checkpoint, resumed to 4 is bitwise the run of 4
+    assert three["dropout_zero1_resumed_bitwise"] and len(three["dropout_zero1_loss"]) == 4
     X, y = am.data()
     for kind in ("torch", "torch_per_parameter", "jax"):
         t = hpcgpu.Trainer(am.model(kind.split("_")[0]), optimizer=optim.SGD(lr=0.05, momentum=0.9), **am.COMMON)
