@@ -534,6 +534,17 @@ FIXES: dict[str, str] = {
         "To train further on it call ``fit()`` or ``fit(epochs=N)``; to train on other data, make a new "
         "Trainer for it."
     ),
+    "hpcgpu.train: stopped (…) after step … (epoch …); …": (
+        "Not an error: a stop signal (SIGUSR1, SIGTERM, SIGINT) or the stop file stopped ``fit`` at a step "
+        "boundary on every rank, and the checkpoint the line names was written (``hpcgpu-stopped.ckpt.h5`` in the "
+        "working directory when the Trainer was given neither ``checkpoint=`` nor ``out=``). Continue with "
+        "``Trainer(..., checkpoint=PATH, resume=True)`` and the same data; under ``run_guarded`` the program exits 3."
+    ),
+    "hpcgpu.train: warning: no checkpoint after the stop: …": (
+        "A stopped library run with no checkpoint configured could not write ``hpcgpu-stopped.ckpt.h5`` in the "
+        "working directory (a file of that name hpcgpu did not write, or a directory it cannot write): the stop's "
+        "progress is not saved. Give the Trainer ``checkpoint=PATH`` so that a stop (and a resume) use that file."
+    ),
     "hpcgpu.train: fit: the run has done its … epochs: nothing to train (fit(epochs=N) trains on to N)": (
         "Not an error: a ``fit`` after the run reached its epochs trains nothing and returns the history. "
         "``fit(epochs=N)`` trains on until N epochs in all."

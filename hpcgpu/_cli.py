@@ -131,6 +131,14 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
         Passed to ``main`` (which must then take it).
     prog : str
         Names the program in the error line.
+
+    Notes
+    -----
+    A ``main`` that returns normally (None or 0) after a :class:`hpcgpu.Trainer`
+    of this process stopped at a stop signal or file (its ``stopped_by``,
+    its checkpoint written) exits with status 3, as the command lines do, so a
+    job script that requeues on 3 does so for a library program too; a
+    status ``main`` returns itself is kept.
     """
     _print_paths_as_bytes()
     try:
@@ -144,4 +152,6 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
             sys.exit(2)
         tb = "".join(traceback.format_exception(exc))
         abort(f"[rank {world_rank()}] error: {type(exc).__name__}: {exc}\n{tb}")
-    sys.exit(rc or 0)
+    from ._stop import EXIT_STOPPED, stopped
+
+    sys.exit(rc or (EXIT_STOPPED if stopped() else 0))

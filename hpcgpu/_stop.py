@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 
-__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED", "default_actions"]
+__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED", "default_actions", "note_stopped", "stopped"]
 
 EXIT_STOPPED = 3
 """A program's exit status after a clean stop: what was done is saved; rerun with ``--resume``."""
@@ -252,3 +252,27 @@ def default_actions() -> None:
         sig = getattr(signal, name)
         if signal.getsignal(sig) == signal.SIG_DFL:
             signal.signal(sig, signal.SIG_DFL)
+
+
+_STOPPED: list[str] = []
+
+
+def note_stopped(reason: str) -> None:
+    """Record that a program of this process stopped at a safe point for ``reason`` (the trainer calls it).
+
+    Not collective. :func:`hpcgpu.run_guarded` reads it (:func:`stopped`):
+    a program whose main returns normally after such a stop exits
+    :data:`EXIT_STOPPED`, as the command lines do, so a job script that
+    requeues on 3 does so for a library program too.
+
+    Parameters
+    ----------
+    reason : str
+        What stopped it (``"SIGUSR1"``, ``"stop file PATH"``).
+    """
+    _STOPPED.append(reason)
+
+
+def stopped() -> str | None:
+    """The first reason :func:`note_stopped` recorded in this process, or None. Not collective."""
+    return _STOPPED[0] if _STOPPED else None

@@ -728,3 +728,53 @@ def test_a_stop_signal_between_init_and_a_trainer_has_its_default_effect(nprocs,
     assert p.returncode != 0 and "ran on" not in p.stdout, (p.returncode, p.stdout, p.stderr)
     p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "handler", "SIGUSR1"], timeout=120, fork=False)
     assert p.returncode == 0 and p.stdout.count("ran on [10]") == nprocs, (p.returncode, p.stdout, p.stderr)
+
+
+_GUARDED_STOP = """
+import os, signal, sys
+import numpy as np
+import hpcgpu
+from hpcgpu import nn, optim, train
+
+
+class SignalAtEpoch1(train.Callback):  # the signal reaches one rank only (rank 1, or rank 0 alone)
+    def on_epoch_end(self, trainer, row):
+        if trainer.epoch == 1 and trainer.rt.rank == min(1, trainer.rt.size - 1):
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def main():
+    rt = hpcgpu.init(device="cpu")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(240, 6))
+    y = (X[:, 0] > 0).astype(np.int64)
+    again = os.path.exists("hpcgpu-stopped.ckpt.h5")
+    t = hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 8, "relu"), nn.Dense(8, 2)), nn.SoftmaxCrossEntropy(),
+                       optim.Adam(1e-2), batch_size=24, epochs=3, seed=1, progress="none",
+                       **(dict(checkpoint="hpcgpu-stopped.ckpt.h5", resume=True) if again else {}))
+    t.fit((X, y), callbacks=[] if again else [SignalAtEpoch1()])
+    os.write(1, f"rank {rt.rank} stopped_by {t.stopped_by} step {t.step} resumed {t.resumed_from}\\n".encode())
+    t.close()
+
+
+hpcgpu.run_guarded(main, prog="guarded.py")
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_library_stop_with_no_checkpoint_asked_leaves_one_says_so_and_exits_3(nprocs, tmp_path):
+    """A library run given no checkpoint= (and no out to put one beside) that a signal stops writes
+    hpcgpu-stopped.ckpt.h5 in its working directory, says so in one line, and under run_guarded exits 3 (as the
+    command lines do); every rank names the signal, though it reached one rank; the line's advice resumes it."""
+    script = tmp_path / "guarded.py"
+    script.write_text(_GUARDED_STOP)
+    p = _mpi.run(nprocs, [str(script)], timeout=120, cwd=tmp_path)
+    assert p.returncode == 3, (p.returncode, p.stdout, p.stderr)
+    assert sorted(p.stdout.splitlines()) == [f"rank {r} stopped_by SIGUSR1 step 11 resumed None"
+                                             for r in range(nprocs)], p.stdout
+    line = ("hpcgpu.train: stopped (SIGUSR1) after step 11 (epoch 2); checkpoint hpcgpu-stopped.ckpt.h5: "
+            "Trainer(..., checkpoint='hpcgpu-stopped.ckpt.h5', resume=True) continues")
+    assert p.stderr.strip() == line, p.stderr
+    p = _mpi.run(nprocs, [str(script)], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.count("stopped_by None step 30 resumed hpcgpu-stopped.ckpt.h5") == nprocs, \
+        (p.stdout, p.stderr)

@@ -50,10 +50,15 @@ from .groups import ProcessGroups
 from .metrics import HeldOut
 from .precision import Precision, policy
 from .._stop import StopRequest, installed_request, trainers_request
+from .._stop import note_stopped as _note_stopped
 from .gemm_threads import GemmPlan
 from .state import TrainState
 
 __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py's, StopRequest _stop.py's
+
+STOP_CHECKPOINT = "hpcgpu-stopped.ckpt.h5"
+"""Where a stopped library run with no checkpoint configured (and no ``out`` to put one beside) writes its
+checkpoint: in the working directory, through the output policy; the stop's line names it."""
 
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0, gemm_threads="all")
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
@@ -454,11 +459,21 @@ class Trainer:
         self._run_epochs(callbacks)
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
         unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
-        # A stop always leaves a checkpoint: the one asked for, or beside the output (where --resume looks).
+        # A stop always leaves a checkpoint: the one asked for, or beside the output (where --resume looks), or
+        # in the working directory when there is neither (a library run).
         path = c.checkpoint_path or (c.default_checkpoint if self.stopped_by else None)
+        if self.stopped_by and path is None:
+            path = self._stop_checkpoint()
         if path and not just_written and not unchanged:
             self.save_checkpoint(path)
         self.checkpoint_file = path
+        if self.stopped_by:
+            _note_stopped(self.stopped_by)
+            if self._stop_owned and self.rt.rank == 0:  # the library's line (the command line prints its own)
+                saved = (f"checkpoint {path}: Trainer(..., checkpoint={path!r}, resume=True) continues" if path
+                         else "nothing was saved")
+                print(f"hpcgpu.train: stopped ({self.stopped_by}) after step {self.step} (epoch {self.epoch + 1}); "
+                      f"{saved}", file=sys.stderr, flush=True)
 
     def _build_model(self, data) -> None:
         """The first fit of a model whose first layer is ``Dense(units)``: its features, then its binding. Collective.
@@ -524,7 +539,7 @@ class Trainer:
                 while self.epoch < c.epochs:
                     lr = self.schedule(self.epoch * self.sampler.steps)
                     if not self.train_epoch(bar):
-                        self.stopped_by = self.stop_request.reason or "a stop request on another rank"
+                        self.stopped_by = self._agreed_stop_reason()
                         break
                     row = self._finish_epoch(lr)
                     console.epoch(row)
@@ -538,6 +553,31 @@ class Trainer:
         if not self.stopped_by:
             for cb in callbacks:
                 cb.on_fit_end(self)
+
+    def _agreed_stop_reason(self) -> str:
+        """Why the ranks stopped, the same on every rank: the lowest rank's request that had one. Collective.
+
+        The ranks agreed to stop in the step's Allreduce of a flag; a signal
+        sent to some of them only (a Ctrl-C in one terminal, ``kill`` of one
+        process) is named on every rank.
+        """
+        with self.watchdog.watch("the stop reason's Allgather", f"at step {self.step}"):
+            reasons = self.rt.comm.allgather(self.stop_request.reason)
+        return next((r for r in reasons if r), "a stop request")
+
+    def _stop_checkpoint(self) -> str | None:
+        """Where a stopped run with no checkpoint configured writes one: :data:`STOP_CHECKPOINT`. Collective.
+
+        Through the output policy: a file there that hpcgpu did not write, or
+        a directory it cannot write, gives None and a warning on rank 0.
+        """
+        try:
+            claim([Output(STOP_CHECKPOINT, "the stop's checkpoint")], comm=self.rt.comm, prog="hpcgpu.train")
+        except AgreedError as e:
+            if self.rt.rank == 0:
+                print(f"hpcgpu.train: warning: no checkpoint after the stop: {e}", file=sys.stderr, flush=True)
+            return None
+        return STOP_CHECKPOINT
 
     def _first_data(self, data, validation, sharded: bool) -> None:
         """The first ``fit``'s data: read, checked, claimed as inputs, bound to the sampler. Collective."""
