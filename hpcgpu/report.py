@@ -135,9 +135,9 @@ def _integer_epochs(ax) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _held_out(m) -> str:
-    """The held-out set's prefix in a run's metrics: ``val`` (a validation set given in Python) or ``test``."""
-    return "val" if "val_loss" in m else "test"
+def _held_out(m) -> str | None:
+    """The held-out set's prefix in a run's metrics: ``val``, ``test``, or None (a run without one)."""
+    return "val" if "val_loss" in m else "test" if "test_loss" in m else None
 
 
 def plot_learning(run: Run, path: str) -> None:
@@ -147,12 +147,12 @@ def plot_learning(run: Run, path: str) -> None:
     h = _held_out(m)
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     a.plot(m["epoch"], m["train_loss"], "o-", label="train")
-    if not np.isnan(m[f"{h}_loss"]).all():
+    if h is not None and not np.isnan(m[f"{h}_loss"]).all():
         a.plot(m["epoch"], m[f"{h}_loss"], "s-", label=h)
     a.set(xlabel="epoch", ylabel="mean loss", title=f"loss, {run.label}")
     a.legend()
     b.plot(m["epoch"], m["train_accuracy"], "o-", label="train")
-    if not np.isnan(m[f"{h}_accuracy"]).all():
+    if h is not None and not np.isnan(m[f"{h}_accuracy"]).all():
         b.plot(m["epoch"], m[f"{h}_accuracy"], "s-", label=h)
     b.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
     b.legend()
@@ -280,7 +280,8 @@ def write_report(runs: list[Run], out_dir: str) -> list[str]:
             files.append(p)
             joules = f"{np.nanmedian(energy):.1f}"
             jpg = f"{np.nanmedian(m['joules_per_gflop']):.3f}"
-        acc = m[f"{_held_out(m)}_accuracy"][-1]
+        h = _held_out(m)
+        acc = m[f"{h}_accuracy"][-1] if h is not None else math.nan
         lines.append(f"| `{os.path.basename(run.path)}` | {run.ranks} | {run.device} | {int(m['epoch'][-1])} | "
                      f"{'n/a' if math.isnan(acc) else f'{acc:.4f}'} | {run.steady_samples_per_second():.0f} | "
                      f"{split} | {joules} | {jpg} |")

@@ -186,9 +186,10 @@ def _train(argv, stop) -> int:
     trainer.close()
     if talk:
         h = trainer.history
-        p = trainer.metrics.held_out  # test: the data file's /test split
+        p = trainer.metrics.held_out  # test: the data file's /test split (None: the file has none)
         final = (f"{p}_accuracy {h[p + '_accuracy'][-1]:.4f}" if trainer.model.task == "classification"
-                 else f"{p}_rmse {h[p + '_rmse'][-1]:.4g} {p}_r2 {h[p + '_r2'][-1]:.4f}") if h["epoch"] else ""
+                 else f"{p}_rmse {h[p + '_rmse'][-1]:.4g} {p}_r2 {h[p + '_r2'][-1]:.4f}") \
+            if h["epoch"] and p is not None else ""
         print(f"final {final}; wrote {path}" if final else f"wrote {path}", flush=True)
     return 0
 

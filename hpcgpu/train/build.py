@@ -529,9 +529,9 @@ def bind_data(parts: ModelParts, config: TrainConfig, rt: Runtime, groups: Proce
     schedule = LRSchedule(parts.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
                           c.lr_step_epochs * steps, c.lr_gamma)
     # the held-out set's series: test_* for a data file's /test split, val_* for a validation set given in
-    # Python (arrays, validation_split), as Keras names them
-    metrics = EpochMetrics(m.task, train.outputs, precision.compute is not None, timing_keys,
-                           held_out="test" if validation_from_file else "val")
+    # Python (arrays, validation_split), as Keras names them; none without a held-out set (Keras's history too)
+    held = None if test is None or test.n_global == 0 else "test" if validation_from_file else "val"
+    metrics = EpochMetrics(m.task, train.outputs, precision.compute is not None, timing_keys, held_out=held)
     # One rank on a GPU, or several over NCCL: each step's loss and metric sums (reduced, over NCCL) stay on the
     # device (a row of stats) until the epoch ends, a checkpoint or a stop needs them, so no step waits for the
     # GPU; a stop request is agreed on the host. Otherwise the reduced slots are read every step: free on the

@@ -104,7 +104,7 @@ class EarlyStopping(Callback):
         trainer : hpcgpu.Trainer
         """
         if self._given is None:  # the held-out set's loss: val_loss, or test_loss for a data file's /test split
-            self.monitor = f"{trainer.metrics.held_out}_loss"
+            self.monitor = f"{trainer.metrics.held_out or 'val'}_loss"
             self.larger = self._larger(self.monitor)
         self._best_params = None
         self.best, self.best_epoch, self.stopped_epoch = math.nan, 0, 0
@@ -130,9 +130,11 @@ class EarlyStopping(Callback):
         if value is None or math.isnan(value):
             from ..errors import agreed
 
-            why = "no validation set" if self.monitor.startswith(("test_", "val_")) else "not a metric"
+            held = any(k.startswith(("test_", "val_")) for k in row)
+            why = "no validation set" if self.monitor.startswith(("test_", "val_")) and not held else "not a metric"
+            names = [k for k, v in row.items() if k != "epoch" and isinstance(v, (int, float)) and not math.isnan(v)]
             raise agreed(ValueError(f"EarlyStopping: the epochs have no {self.monitor} ({why}"
-                                    f"): monitor one of {', '.join(k for k, v in row.items() if k != 'epoch')}"))
+                                    f"): monitor one of {', '.join(names)}"))
         better = (value > self.best + self.min_delta) if self.larger else (value < self.best - self.min_delta)
         if self.best_epoch == 0 or better:
             self.best, self.best_epoch = float(value), int(row["epoch"])

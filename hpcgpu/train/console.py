@@ -24,12 +24,12 @@ class Console:
         The bar's length is ``epochs * steps_per_epoch`` steps.
     task : {"classification", "regression"}
         Which held-out metric an epoch's line shows (accuracy, or RMSE and R^2).
-    held_out : {"test", "val"}
+    held_out : {"test", "val"} or None
         The held-out set's prefix in the line and the rows (:func:`hpcgpu.train.metrics.metric_names`).
     """
 
     def __init__(self, rank: int, progress: str, epochs: int, steps_per_epoch: int, task: str = "classification",
-                 held_out: str = "test"):
+                 held_out: str | None = "test"):
         self.talk = rank == 0 and progress != "none"
         self.task, self.held_out = task, held_out
         self.progress, self.epochs, self.steps_per_epoch = progress, epochs, steps_per_epoch
@@ -84,11 +84,11 @@ class Console:
         row : dict
             The epoch's metrics (:attr:`hpcgpu.train.Trainer.history`'s names).
         """
-        h = self.held_out
-        test = (f"{h}_accuracy {row[h + '_accuracy']:.4f}" if self.task == "classification"
-                else f"{h}_rmse {row[h + '_rmse']:.4g}  {h}_r2 {row[h + '_r2']:.4f}")
-        # without a held-out set its metrics are NaN: the line shows only the metrics that exist
-        test = f"{h}_loss {row[h + '_loss']:.4f}  {test}  " if not math.isnan(row[h + "_loss"]) else ""
+        h, test = self.held_out, ""
+        if h is not None and not math.isnan(row.get(h + "_loss", math.nan)):  # only the metrics that exist
+            test = (f"{h}_accuracy {row[h + '_accuracy']:.4f}" if self.task == "classification"
+                    else f"{h}_rmse {row[h + '_rmse']:.4g}  {h}_r2 {row[h + '_r2']:.4f}")
+            test = f"{h}_loss {row[h + '_loss']:.4f}  {test}  "
         self.say(
             f"epoch {row['epoch']:>3}/{self.epochs}  train_loss {row['train_loss']:.4f}  {test}"
             f"{row['seconds']:.2f} s  {row['samples_per_second']:.0f} samples/s"

@@ -73,26 +73,30 @@ class HeldOut:
             self.sst = float((sums[k:] - n * mean * mean).sum())
 
 
-def metric_names(task: str, held_out: str = "test") -> tuple:
+def metric_names(task: str, held_out: str | None = "test") -> tuple:
     """The history's per-epoch quality series of ``task``. Not collective.
 
     Parameters
     ----------
     task : {"classification", "regression"}
-    held_out : {"test", "val"}
+    held_out : {"test", "val"} or None
         The held-out set's prefix: ``test`` for a data file's ``/test`` split (the command line's), ``val`` for
-        a validation set given in Python (arrays, ``validation_split``), as Keras names it.
+        a validation set given in Python (arrays, ``validation_split``), as Keras names it; None for a run
+        without one (its series are then absent, as in Keras's history, not NaN).
 
     Returns
     -------
     tuple of str
         ``train_loss, train_accuracy, test_loss, test_accuracy`` or
-        ``train_loss, train_rmse, test_loss, test_rmse, test_r2`` (``val_`` for ``test_`` with ``held_out="val"``).
+        ``train_loss, train_rmse, test_loss, test_rmse, test_r2`` (``val_`` for ``test_`` with ``held_out="val"``;
+        the training series alone with ``held_out=None``).
     """
     h = held_out
     if task == "classification":
-        return ("train_loss", "train_accuracy", f"{h}_loss", f"{h}_accuracy")
-    return ("train_loss", "train_rmse", f"{h}_loss", f"{h}_rmse", f"{h}_r2")
+        names = ("train_loss", "train_accuracy", f"{h}_loss", f"{h}_accuracy")
+    else:
+        names = ("train_loss", "train_rmse", f"{h}_loss", f"{h}_rmse", f"{h}_r2")
+    return names if h is not None else names[:2]
 
 
 class EpochMetrics:
@@ -109,8 +113,8 @@ class EpochMetrics:
         Record the loss scale and skipped steps.
     timing_keys : tuple of str
         The timing series (``<phase>_seconds_{min,mean,max}``), empty without timing.
-    held_out : {"test", "val"}
-        The held-out set's prefix (:func:`metric_names`).
+    held_out : {"test", "val"} or None
+        The held-out set's prefix (:func:`metric_names`); None: the run has no held-out set.
 
     Attributes
     ----------
@@ -129,7 +133,7 @@ class EpochMetrics:
     """
 
     def __init__(self, task: str, outputs: int = 1, mixed: bool = False, timing_keys: tuple = (),
-                 held_out: str = "test"):
+                 held_out: str | None = "test"):
         self.task, self.outputs, self.held_out = task, max(1, int(outputs)), held_out
         self.metrics = (("epoch",) + metric_names(task, held_out) + ("lr", "seconds", "samples_per_second")
                         + (MIXED if mixed else ()) + ENERGY)
@@ -201,7 +205,7 @@ class EpochMetrics:
             ``test_loss`` and ``test_accuracy``, or ``test_loss``, ``test_rmse``, ``test_r2`` (``val_`` for
             ``test_`` where the held-out set is ``val``).
         """
-        names = metric_names(self.task, self.held_out)[2:]
+        names = metric_names(self.task, self.held_out or "val")[2:]  # evaluate's, where the run has none
         if n == 0:
             return dict.fromkeys(names, math.nan)
         loss, metric = sums[0] / n, sums[1]

@@ -746,12 +746,14 @@ class Trainer:
         return self.metrics.skipped
 
     def _test_metrics(self, held: HeldOut | None = None) -> dict:
-        """The metrics of ``held`` (the run's held-out set by default; NaN without one, or an empty one).
+        """The metrics of ``held`` (the run's held-out set by default: none without one; NaN for an empty set).
 
         Collective over the data-parallel ranks.
         """
+        self.groups.share_buffers(self.model)  # every rank evaluates (and ends an epoch) with data rank 0's
+        if held is None and self.metrics.held_out is None:  # the run has no held-out set: no such series
+            return {}
         held = self._held_out if held is None else held
-        self.groups.share_buffers(self.model)  # every rank evaluates with data rank 0's statistics
         if held.n_global == 0:
             return self.metrics.test_values([math.nan, math.nan], 0, math.nan)
         counted = self.tensor_bytes
@@ -779,7 +781,7 @@ class Trainer:
             and ``r2`` (regression); NaN without data.
         """
         if data is None:
-            values = self._test_metrics()
+            values = self._test_metrics(self._held_out)  # NaN where the run has none
         else:
             split = self._arrays(data, "evaluate", sharded, 0)
             agree(features_error(self.model, "evaluate", split.dim), comm=self.rt.comm)

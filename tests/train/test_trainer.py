@@ -41,24 +41,27 @@ def test_trainer_in_process_learns_and_saves(small_h5, tmp_path):
     rt.free()
 
 
-def test_no_test_split_gives_nan_test_metrics(tmp_path):
+def test_no_test_split_gives_no_test_series(tmp_path):
     X, y = blobs(64)
     data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
     rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
     t = Trainer(TrainConfig(data=data, out=str(tmp_path / "o.h5"), epochs=1, batch_size=8, progress="none"), rt)
     h = t.fit()
-    assert np.isnan(h["test_loss"][0]) and np.isnan(h["test_accuracy"][0])
+    assert "test_loss" not in h and "test_accuracy" not in h and np.isfinite(h["train_loss"][0])  # Keras's too
+    assert np.isnan(t.evaluate()["accuracy"])  # no held-out set to evaluate
+    with h5py.File(t.save_results()) as f:
+        assert "test_loss" not in f["metrics"] and "train_loss" in f["metrics"]
     rt.free()
 
 
-def test_empty_test_split_gives_nan_test_metrics(tmp_path):
+def test_empty_test_split_gives_no_test_series(tmp_path):
     """Found by the fuzz test: /test with 0 rows divided by zero."""
     X, y = blobs(64)
     data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y, test__X=X[:0], test__y=y[:0])
     rt = hpcgpu.init("cpu", comm=MPI.COMM_SELF)
     t = Trainer(TrainConfig(data=data, out=str(tmp_path / "o.h5"), epochs=1, batch_size=8, progress="none"), rt)
     h = t.fit()
-    assert np.isnan(h["test_accuracy"][0]) and np.isfinite(h["train_loss"][0])
+    assert "test_accuracy" not in h and np.isfinite(h["train_loss"][0])
     rt.free()
 
 
