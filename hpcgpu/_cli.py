@@ -11,6 +11,7 @@ so nobody burns an allocation on a hang (mpi4py's ``run.py`` does the same).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from typing import Callable, Sequence
@@ -110,7 +111,7 @@ def _print_paths_as_bytes() -> None:
             stream.reconfigure(errors="surrogateescape")
 
 
-def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str = "hpcgpu") -> None:
+def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str | None = None) -> None:
     """Call ``main(argv)`` under the error contract's guard and exit with its status.
 
     Collective in effect: every rank calls it. An :class:`hpcgpu.AgreedError`
@@ -129,8 +130,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
         status (None is 0).
     argv : list of str, optional
         Passed to ``main`` (which must then take it).
-    prog : str
-        Names the program in the error line.
+    prog : str, optional
+        Names the program in the error line; by default the script's file
+        name (``sys.argv[0]``'s), or ``hpcgpu`` where there is none.
 
     Notes
     -----
@@ -141,6 +143,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     status ``main`` returns itself is kept.
     """
     _print_paths_as_bytes()
+    if prog is None:
+        script = os.path.basename(sys.argv[0]) if sys.argv else ""
+        prog = script if script and script != "-c" else "hpcgpu"
     try:
         rc = main(argv) if _takes_an_argument(main) or argv is not None else main()
     except SystemExit:

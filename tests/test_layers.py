@@ -222,3 +222,16 @@ def test_run_guarded_takes_a_main_with_or_without_argv():
         with pytest.raises(SystemExit) as e:
             hpcgpu.run_guarded(main, argv)
         assert e.value.code == code, main
+
+
+def test_run_guarded_names_the_script_in_its_error_line(tmp_path):
+    """Without ``prog=``, the one line of an agreed error begins with the script's file name, not hpcgpu's."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "my_sim.py"
+    script.write_text("import hpcgpu\nfrom hpcgpu import optim\n\n\ndef main():\n    optim.SGD(lr=-1)\n\n\n"
+                      "hpcgpu.run_guarded(main)\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "HPCGPU_DEVICE": "cpu"})
+    assert (p.returncode, p.stderr) == (2, "my_sim.py: error: lr must be a positive number, got -1\n"), p.stderr
