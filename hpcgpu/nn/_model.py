@@ -137,6 +137,10 @@ class FlatModel(FlatParams):
     task : {"classification", "regression"}
         How evaluation scores :meth:`predict`: the argmax against integer
         labels, or squared errors against float targets.
+    init : dict of str to array, optional
+        ``model.init(numpy.random.default_rng(seed))``'s values when the
+        caller has drawn them already (the trainer sized the buffers with
+        them): ``init`` is then not called again.
 
     Raises
     ------
@@ -159,12 +163,13 @@ class FlatModel(FlatParams):
     hidden: tuple = ()
 
     def __init__(self, model, xp=np, dtype="float64", seed: int = 0, grad=None, stats=None, params=None,
-                 task: str = "regression"):
+                 task: str = "regression", init: dict | None = None):
         err = contract_error(model)
         if err is not None:
             raise err
         self.model, self.xp, self.dtype, self.task, self.seed = model, xp, np.dtype(dtype), task, int(seed)
-        init = model.init(np.random.default_rng(seed))
+        if init is None:  # else ``model.init(numpy.random.default_rng(seed))``'s values, already drawn
+            init = model.init(np.random.default_rng(seed))
         if not isinstance(init, dict) or not init:
             raise TypeError(f"model {type(model).__name__}: init(rng) must return a non-empty dict of arrays, got "
                             f"{type(init).__name__}")

@@ -232,6 +232,7 @@ class _Own(ModelPlan):
     def __init__(self, model):
         self.model = model
         self.name = f"model {type(model).__name__}"
+        self._init = None  # (seed, init(rng)'s values): sized once, bound from the same values
         self.precisions = tuple(getattr(model, "precisions", ()))
         if self.precisions:  # it computes in 16 bits itself (nn.Torch: torch.autocast)
             self.capabilities = replace(OWN, mixed_precision=True)
@@ -239,6 +240,7 @@ class _Own(ModelPlan):
     def size(self, tensor, rank, seed):
         try:
             init = self.model.init(np.random.default_rng(seed))
+            self._init = (seed, init)
             sizes = [int(np.size(v)) for v in init.values()]
             if not callable(getattr(self.model, "loss_and_grad_into", None)):
                 return sum(sizes), None  # the gradient arrives whole: one bucket
@@ -249,8 +251,10 @@ class _Own(ModelPlan):
 
     def bind(self, xp, dtype, seed, *, task, compute_dtype=None, tensor=(1, 0), tensor_allreduce=None, grad=None,
              stats=None, params=None):
+        ready = self._init[1] if self._init is not None and self._init[0] == seed else None
+        self._init = None  # the user's arrays are not kept past the binding
         model = FlatModel(self.model, xp, dtype, seed, task=task or "regression", grad=grad, stats=stats,
-                          params=params)
+                          params=params, init=ready)
         if compute_dtype is not None:  # mixed precision: the model computes in 16 bits itself (its precisions)
             self.model.set_compute_dtype(np.dtype(compute_dtype).name)
         return model
