@@ -121,7 +121,7 @@ MODEL_16_8 = sorted(f"fc{i}.{w}" for i in range(3) for w in ("weight", "bias")) 
 
 def _history(path):
     with h5py.File(path) as f:
-        return {k: f["metrics"][k][()] for k in ("train_loss", "test_loss", "test_accuracy")}, \
+        return {k: f["metrics"][k][()] for k in ("train_loss", "test_loss", "test_accuracy") if k in f["metrics"]}, \
             {k: f["model"][k][()] for k in f["model"]}, f.attrs["device"]
 
 
