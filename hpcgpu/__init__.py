@@ -19,7 +19,7 @@ it before ``mpi4py.MPI`` on a CUDA-aware MPI. ``HPCGPU_DEVICE=cpu`` skips that.
 from . import _yield
 
 _yield.when_oversubscribed()  # MPICH reads it at MPI_Init: more ranks than cores wait without spinning
-_yield.singleton_start()  # a process no launcher started loads MPI without UCX's memory hooks (42 ms)
+_yield.mpi_start()  # MPI_Init's signal handlers undone; a singleton loads MPI without UCX's memory hooks
 
 _blas_var = _yield.blas_at_start()  # OpenBLAS starts the rank's share of threads at NumPy's import, not all cores
 

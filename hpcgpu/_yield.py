@@ -21,8 +21,8 @@ rank with no peers) loads the MPI library all the same, and the ``mpich``
 wheel's links UCX, whose library constructor installs its memory hooks
 (patching ``mmap`` and its kin so a registration cache learns of unmapped
 memory): 42 ms of a 0.1 s start here, the cost openucx/ucx#11211 reports.
-With no peer there is no registration to keep: :func:`singleton_start` has
-UCX skip the hooks (``UCX_MEM_EVENTS=no``) for that load only.
+With no peer there is no registration to keep: :func:`mpi_start` has UCX
+skip the hooks (``UCX_MEM_EVENTS=no``) for that load only.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["HEAVY_YIELD", "blas_at_start", "singleton_start", "when_oversubscribed"]
+__all__ = ["HEAVY_YIELD", "blas_at_start", "mpi_start", "when_oversubscribed"]
 
 HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
@@ -122,55 +122,80 @@ def when_oversubscribed() -> bool:
     return False
 
 
-class _SingletonStart:
-    """A meta path finder that sets :data:`UCX_MEM_EVENTS` while ``mpi4py.MPI`` is found and loaded, then leaves.
+class _MPIStart:
+    """A meta path finder around ``mpi4py.MPI``'s import, which loads the MPI library and runs ``MPI_Init``.
 
-    mpi4py's own finder (appended to ``sys.meta_path`` when ``mpi4py`` is
-    imported) opens the MPI library to learn its ABI, and that first load
-    runs UCX's constructor, which reads the variable; this one, placed first,
-    sets it just before and removes it as soon as the module is found, so no
-    child process inherits it.
+    Placed first in ``sys.meta_path`` by :func:`mpi_start` at ``import hpcgpu``; at the import of ``mpi4py.MPI``
+    it asks the finders after it for the module (mpi4py's own opens the MPI library there, to learn its ABI:
+    the library's first load, whose UCX constructor reads ``UCX_MEM_EVENTS``), with ``UCX_MEM_EVENTS=no`` set for
+    that search only in a singleton, and wraps the module's loader so that what ``MPI_Init`` does to the signal
+    actions is undone (:func:`hpcgpu._stop.undo_mpi_init`). It does nothing after its first use, and leaves
+    ``sys.meta_path`` once the module is loaded (not while the import system walks the list).
     """
 
+    done = False
+    singleton = False
+
     @classmethod
-    def find_spec(cls, fullname, path, target=None):  # noqa: ARG003 - the finder protocol's signature
-        if fullname != "mpi4py.MPI":
+    def find_spec(cls, fullname, path, target=None):
+        if fullname != "mpi4py.MPI" or cls.done:
             return None
-        cls.remove()
-        if UCX_MEM_EVENTS in os.environ or any(v in os.environ for v in LAUNCHER_VARS):
-            return None  # the user's choice, or a launched rank (whose peers need the hooks): as it is
-        os.environ[UCX_MEM_EVENTS] = "no"
+        cls.done = True
+        from . import _stop
+
+        ucx = cls.singleton and UCX_MEM_EVENTS not in os.environ and not any(v in os.environ for v in LAUNCHER_VARS)
+        if ucx:  # a singleton still (no variable set since import hpcgpu): no peer needs UCX's memory hooks
+            os.environ[UCX_MEM_EVENTS] = "no"
         try:  # the import system's own search, by the finders after this one
-            for finder in list(sys.meta_path):
+            spec = None
+            for finder in [f for f in sys.meta_path if f is not cls]:
                 find = getattr(finder, "find_spec", None)
                 spec = find(fullname, path, target) if find is not None else None
                 if spec is not None:
-                    return spec
-            return None
+                    break
         finally:
-            os.environ.pop(UCX_MEM_EVENTS, None)
+            if ucx:
+                os.environ.pop(UCX_MEM_EVENTS, None)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Restoring(spec.loader, _stop.os_actions())
+        return spec
 
-    @classmethod
-    def remove(cls) -> None:
-        if cls in sys.meta_path:
-            sys.meta_path.remove(cls)
+
+class _Restoring:
+    """``mpi4py.MPI``'s loader, after which the signal actions ``MPI_Init`` changed are put back."""
+
+    def __init__(self, loader, before):
+        self.loader, self.before = loader, before
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        from . import _stop
+
+        try:
+            self.loader.exec_module(module)  # MPI_Init (mpi4py's default)
+        finally:
+            _stop.undo_mpi_init(self.before)
+            if _MPIStart in sys.meta_path:
+                sys.meta_path.remove(_MPIStart)
 
 
-def singleton_start() -> bool:
-    """Have a singleton process load the MPI library without UCX's memory hooks; whether it will.
+def mpi_start() -> bool:
+    """Arrange ``mpi4py.MPI``'s import (:class:`_MPIStart`); whether it will be watched. Not collective.
 
-    Not collective. Called at ``import hpcgpu``: when ``mpi4py.MPI`` is not
-    loaded yet, no launcher started this process (:data:`LAUNCHER_VARS`),
-    and the user did not set :data:`UCX_MEM_EVENTS`, the library's first
-    load (at ``mpi4py.MPI``'s import, by hpcgpu or the program) runs with
-    ``UCX_MEM_EVENTS=no``, the variable set for that load only. A rank with
-    peers keeps the hooks, which its registration cache needs; so does a
-    singleton that would connect to others (``MPI_Comm_spawn``, which hpcgpu
-    does not use: set ``UCX_MEM_EVENTS=yes`` for it). An MPI library without
-    UCX ignores the variable.
+    Called at ``import hpcgpu``, when ``mpi4py.MPI`` is not loaded yet. What
+    ``MPI_Init`` does to the signal actions is undone (MPICH swallowed
+    SIGUSR1), and a singleton (no launcher's variable, :data:`LAUNCHER_VARS`,
+    and no :data:`UCX_MEM_EVENTS` of the user's) loads the MPI library with
+    ``UCX_MEM_EVENTS=no``, the variable set for that load only: with no peer
+    there is no registration for UCX's memory hooks to keep (a singleton
+    that would connect to others, ``MPI_Comm_spawn``, which hpcgpu does not
+    use: set ``UCX_MEM_EVENTS=yes``). An MPI library without UCX ignores it.
     """
-    if "mpi4py.MPI" in sys.modules or UCX_MEM_EVENTS in os.environ or any(v in os.environ for v in LAUNCHER_VARS):
+    if "mpi4py.MPI" in sys.modules:
         return False
-    if _SingletonStart not in sys.meta_path:
-        sys.meta_path.insert(0, _SingletonStart)
+    _MPIStart.singleton = UCX_MEM_EVENTS not in os.environ and not any(v in os.environ for v in LAUNCHER_VARS)
+    if _MPIStart not in sys.meta_path:
+        sys.meta_path.insert(0, _MPIStart)
     return True

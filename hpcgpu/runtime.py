@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _blas, _context, _device, _nccl, _options, _stop, _yield
+from . import _blas, _context, _device, _nccl, _options, _yield
 from ._memory import host_memory
 from .errors import agree_call, agreed
 
@@ -234,16 +234,16 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     The device is chosen from the launcher's node-local rank before
     ``MPI_Init`` when ``import hpcgpu`` came first (see :mod:`hpcgpu`),
     else ``local_rank % device_count`` after it. CUDA-aware MPI is decided
-    here once, see :func:`detect_cuda_aware`. SIGTERM and SIGUSR1 keep
-    their default action from here to a Trainer's construction (MPICH's
-    ``MPI_Init`` swallowed SIGUSR1 with a handler Python does not see; see
-    ``hpcgpu._stop.default_actions``); a handler the program set is kept.
+    here once, see :func:`detect_cuda_aware`. A stop signal keeps the
+    action it had before ``MPI_Init`` from here to a Trainer's construction
+    (MPICH's swallowed SIGUSR1 with a handler Python does not see; see
+    ``hpcgpu._stop.undo_mpi_init``), where hpcgpu was imported before
+    ``mpi4py.MPI``.
     """
     global _RUNTIME
     if _PINNED is not None:
         return _PINNED
     _check_init_args(device, blas_threads, collectives)
-    _stop.default_actions()  # MPICH's MPI_Init swallowed a SIGUSR1 from here to a Trainer's construction
     check_launch()
     base = MPI.COMM_WORLD if comm is None else comm
     if _RUNTIME is not None and comm is None and device in ("auto", _RUNTIME.device) and \

@@ -705,11 +705,13 @@ def test_a_program_replaces_its_own_earlier_output(program, tmp_path, model_file
 
 
 _AFTER_INIT = """
-import os, signal, sys, time
+import faulthandler, os, signal, sys, time
 import hpcgpu
 kept = []
 if sys.argv[1] == "handler":
     signal.signal(signal.SIGUSR1, lambda s, f: kept.append(s))
+elif sys.argv[1] == "faulthandler":  # a handler installed from C, which Python's getsignal does not see
+    faulthandler.register(signal.SIGUSR1)
 rt = hpcgpu.init(device="cpu")
 os.kill(os.getpid(), getattr(signal, sys.argv[2]))
 time.sleep(2)
@@ -722,12 +724,15 @@ os.write(1, f"ran on {kept}\\n".encode())  # one write: the ranks' lines do not 
 def test_a_stop_signal_between_init_and_a_trainer_has_its_default_effect(nprocs, sig, tmp_path):
     """Before a Trainer's stop request exists, a stop signal ends the process as in any Python program: MPICH's
     MPI_Init installed a SIGUSR1 handler Python does not see, and the program ran on as if never asked to stop.
-    A handler the program installed itself is kept."""
+    A handler the program installed itself is kept, a Python one and one installed from C (faulthandler's)."""
     (tmp_path / "after_init.py").write_text(_AFTER_INIT)
     p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "default", sig], timeout=120, fork=False)
     assert p.returncode != 0 and "ran on" not in p.stdout, (p.returncode, p.stdout, p.stderr)
     p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "handler", "SIGUSR1"], timeout=120, fork=False)
     assert p.returncode == 0 and p.stdout.count("ran on [10]") == nprocs, (p.returncode, p.stdout, p.stderr)
+    p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "faulthandler", "SIGUSR1"], timeout=120, fork=False)
+    assert p.returncode == 0 and p.stdout.count("ran on []") == nprocs, (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.count("after_init.py") >= nprocs, p.stderr  # faulthandler's dump: the stack of each rank
 
 
 _GUARDED_STOP = """
