@@ -19,13 +19,14 @@ signal in it has its default effect.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
 import threading
 import time
 
-__all__ = ["catch", "end_now", "received", "received_all", "release"]
+__all__ = ["catch", "end_now", "os_actions", "received", "received_all", "release", "undo_mpi_init"]
 
 EXIT_INTERRUPTED = 130
 """The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
@@ -127,3 +128,62 @@ def end_now(prog: str) -> None:
     else:
         time.sleep(6.0)
     os._exit(EXIT_INTERRUPTED)
+
+
+class _SigAction(ctypes.Structure):
+    """glibc's ``struct sigaction`` (x86-64 and aarch64 alike): the handler, the mask, the flags, the restorer."""
+
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+
+MPI_INIT_SIGNALS = ("SIGUSR1",)
+"""The signals whose action ``MPI_Init`` may change behind Python's back (MPICH's and Intel MPI's SIGUSR1)."""
+
+
+def os_actions() -> dict | None:
+    """The operating system's action for each of :data:`MPI_INIT_SIGNALS`, as ``sigaction`` reports it. Not collective.
+
+    What Python's ``signal.getsignal`` cannot see: a handler installed from C
+    (MPICH's, ``faulthandler.register``'s). None off Linux or where libc's
+    ``sigaction`` cannot be called.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = {}
+        for name in MPI_INIT_SIGNALS:
+            act = _SigAction()
+            if libc.sigaction(int(getattr(signal, name)), None, ctypes.byref(act)) != 0:
+                return None
+            out[name] = act
+        return out
+    except (OSError, AttributeError):
+        return None
+
+
+def undo_mpi_init(before: dict | None) -> list:
+    """Put back each signal action ``MPI_Init`` changed since ``before`` (:func:`os_actions`); the signals put back.
+
+    Not collective. MPICH's ``MPI_Init`` (and Intel MPI's) installs a
+    SIGUSR1 handler of its own where the process has none, unseen by Python:
+    a SIGUSR1 (Slurm's ``--signal``) was then swallowed, and the program ran
+    on as if never asked to stop. hpcgpu imports ``mpi4py.MPI`` (which runs
+    ``MPI_Init``) between two looks at the actions (``hpcgpu._yield``), so
+    between the runtime's start and a Trainer's (whose stop request takes
+    over from its construction) a stop signal has the effect it had before:
+    the default (the process ends) or a handler the program set, Python's or
+    C's (``faulthandler.register``). A ``mpi4py.MPI`` imported before
+    ``import hpcgpu`` is not watched.
+    """
+    after = os_actions()
+    if before is None or after is None:
+        return []
+    libc, undone = ctypes.CDLL(None, use_errno=True), []
+    for name, act in before.items():
+        now = after[name]
+        if (now.handler, now.flags) != (act.handler, act.flags) or bytes(now.mask) != bytes(act.mask):
+            libc.sigaction(int(getattr(signal, name)), ctypes.byref(act), None)
+            undone.append(name)
+    return undone

@@ -129,7 +129,7 @@ class _MPIStart:
     it asks the finders after it for the module (mpi4py's own opens the MPI library there, to learn its ABI:
     the library's first load, whose UCX constructor reads ``UCX_MEM_EVENTS``), with ``UCX_MEM_EVENTS=no`` set for
     that search only in a singleton, and wraps the module's loader so that what ``MPI_Init`` does to the signal
-    actions is undone (:func:`hpcgpu._stop.undo_mpi_init`). It does nothing after its first use, and leaves
+    actions is undone (:func:`hpcgpu._early.undo_mpi_init`). It does nothing after its first use, and leaves
     ``sys.meta_path`` once the module is loaded (not while the import system walks the list).
     """
 
@@ -141,7 +141,7 @@ class _MPIStart:
         if fullname != "mpi4py.MPI" or cls.done:
             return None
         cls.done = True
-        from . import _stop
+        from . import _early
 
         ucx = cls.singleton and UCX_MEM_EVENTS not in os.environ and not any(v in os.environ for v in LAUNCHER_VARS)
         if ucx:  # a singleton still (no variable set since import hpcgpu): no peer needs UCX's memory hooks
@@ -157,7 +157,7 @@ class _MPIStart:
             if ucx:
                 os.environ.pop(UCX_MEM_EVENTS, None)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Restoring(spec.loader, _stop.os_actions())
+            spec.loader = _Restoring(spec.loader, _early.os_actions())
         return spec
 
 
@@ -171,12 +171,12 @@ class _Restoring:
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        from . import _stop
+        from . import _early
 
         try:
             self.loader.exec_module(module)  # MPI_Init (mpi4py's default)
         finally:
-            _stop.undo_mpi_init(self.before)
+            _early.undo_mpi_init(self.before)
             if _MPIStart in sys.meta_path:
                 sys.meta_path.remove(_MPIStart)
 

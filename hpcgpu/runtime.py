@@ -237,7 +237,7 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     here once, see :func:`detect_cuda_aware`. A stop signal keeps the
     action it had before ``MPI_Init`` from here to a Trainer's construction
     (MPICH's swallowed SIGUSR1 with a handler Python does not see; see
-    ``hpcgpu._stop.undo_mpi_init``), where hpcgpu was imported before
+    ``hpcgpu._early.undo_mpi_init``), where hpcgpu was imported before
     ``mpi4py.MPI``.
     """
     global _RUNTIME
