@@ -329,7 +329,8 @@ class Torch(Model):
         torch = self._torch
         self._take_threads()
         ps = {n: self._tensor(params[n]).requires_grad_(True) for n in self.names}
-        self.module.train()
+        if not self.module.training:  # as loss_and_grad_into
+            self.module.train()
         xt = self._tensor(x)
         self._place(xt.device)
         with torch.enable_grad(), self._seeded(xt.device):
@@ -400,13 +401,19 @@ class Torch(Model):
         cached = getattr(self, "_leaf_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
+        import weakref
+
+        me = weakref.ref(self)  # a hook holding the adapter would make a cycle through torch's C++ hook storage
 
         def hook(n):
             def signal(_):
-                if self._ours is None:
-                    self._ready(n)
+                adapter = me()
+                if adapter is None:
+                    return
+                if adapter._ours is None:
+                    adapter._ready(n)
                 else:
-                    self._ready_on(self._ours, self._ready, n)
+                    adapter._ready_on(adapter._ours, adapter._ready, n)
             return signal
 
         ps = {}
@@ -418,12 +425,22 @@ class Torch(Model):
         self._leaf_cache = (key, ps, params, grads)  # the arrays kept: their ids stay theirs
         return ps
 
+    def release(self) -> None:
+        """Drop the leaf tensors on the trainer's buffers (:meth:`hpcgpu.Trainer.close` calls it). Not collective.
+
+        They hold the trainer's flat parameter and gradient buffers (device
+        memory on a GPU): a module kept after its trainer is closed no
+        longer keeps them alive. A later step makes them again.
+        """
+        self._leaf_cache = None
+        self._ready = self._ours = None
+
     def predict(self, params, x):
         """The module's outputs for ``x``, in eval mode, without autograd. Not collective."""
         torch = self._torch
         self._take_threads()
         ps = {n: self._tensor(params[n]) for n in self.names}
-        was = self.module.training
+        modes = [(m, m.training) for m in self.module.modules()]  # each put back: a frozen submodule stays so
         self.module.eval()
         try:
             xt = self._tensor(x)
@@ -431,7 +448,8 @@ class Torch(Model):
             with torch.no_grad(), self._autocasting(xt.device):
                 out = torch.func.functional_call(self.module, ps, (xt,))
         finally:
-            self.module.train(was)
+            for m, training in modes:
+                m.training = training
         return self._array(out.float() if self._autocast is not None else out, x)
 
     def state_dict(self, path: str) -> dict:

@@ -49,6 +49,12 @@ class FlatParams:
     global_shapes: list
     n_params: int
 
+    def release(self) -> None:
+        """Drop what the model keeps on the trainer's buffers besides its views (its trainer is closing).
+
+        Not collective. Nothing here; a model of one's own (:class:`hpcgpu.nn.Torch`'s leaf tensors) may.
+        """
+
     def _bind(self, grad, stats, params) -> None:
         """Take the caller's buffers (checked) or allocate them; make the views."""
         for name, view, n in (("grad", grad, self.n_params), ("stats", stats, 2), ("params", params, self.n_params)):

@@ -189,6 +189,12 @@ class FlatModel(FlatParams):
         self.sample_shape: tuple | None = None  # the samples' shape where they have more than one axis
         self._index = {k: i for i, (k, _) in enumerate(self.shapes)}  # a parameter's place, by name
 
+    def release(self) -> None:
+        """The model's own ``release()``, where it has one (:meth:`hpcgpu.nn.Torch.release`). Not collective."""
+        release = getattr(self.model, "release", None)
+        if callable(release):
+            release()
+
     def spec(self) -> dict:
         """``{"model": the class's qualified name, "parameters": {name: shape}}``. Not collective."""
         kind = type(self.model)

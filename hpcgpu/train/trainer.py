@@ -343,8 +343,14 @@ class Trainer:
         self.tensor_bytes += buf.nbytes
 
     def close(self) -> None:
-        """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective."""
+        """Stop the stall watchdog, free the energy meter's, the sampler's and the groups' MPI objects. Collective.
+
+        The model lets go of what it kept on the trainer's buffers (``nn.Torch``'s leaf tensors): a module kept
+        after its trainer no longer keeps the trainer's memory alive.
+        """
         self._release_stop()
+        if "model" in self.__dict__:
+            self.__dict__["model"].release()
         for part, free in (("watchdog", "close"), ("energy", "free")):  # absent while the model waits for data
             if part in self.__dict__:
                 getattr(self.__dict__[part], free)()

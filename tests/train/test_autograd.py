@@ -492,3 +492,30 @@ def test_a_jax_without_the_ranks_gpu_gets_host_copies_and_the_same_model():
     """On the device path with a JAX that cannot take the trainer's arrays by DLPack (here the stand-in's; a
     CPU-only jaxlib on a GPU node), nn.Jax falls back to host copies once, and the model is the host run's."""
     _jax_on_the_device(False, 1e-12, 1e-15)
+
+
+def test_a_frozen_batchnorm_stays_frozen_and_a_closed_trainer_lets_go_of_the_module():
+    """A BatchNorm the user put in eval mode stays so through every step, the epoch-end evaluation and predict
+    (its running statistics never move), as under DDP; after close() the adapter holds none of the trainer's
+    buffers, and adapter and module are freed with the last reference (no cycle through torch's hooks)."""
+    import gc
+    import weakref
+
+    import hpcgpu
+
+    X, y = am.data()
+    model = am.model("torch-bn")
+    bn = model.module[1]
+    bn.eval()
+    before = bn.running_mean.clone()
+    t = hpcgpu.Trainer(model, optimizer=optim.Adam(0.01), **am.COMMON)
+    t.fit((X, y), validation=(X[:40], y[:40]))
+    t.predict(X)
+    assert not bn.training and torch.equal(bn.running_mean, before) and int(bn.num_batches_tracked) == 0
+    assert model.module.training  # the rest of the module as it was
+    t.close()
+    assert getattr(model, "_leaf_cache", None) is None
+    refs = weakref.ref(model), weakref.ref(model.module)
+    del t, model, bn
+    gc.collect()
+    assert refs[0]() is None and refs[1]() is None
