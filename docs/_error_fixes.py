@@ -534,6 +534,15 @@ FIXES: dict[str, str] = {
         "To train further on it call ``fit()`` or ``fit(epochs=N)``; to train on other data, make a new "
         "Trainer for it."
     ),
+    "--resume needs --checkpoint (or --out, beside which it looks for OUT.ckpt.h5)": (
+        "A resume needs the checkpoint to continue from: give ``--checkpoint PATH`` (``checkpoint=PATH`` in "
+        "Python), or ``--out`` (``out=``), beside which it looks for ``OUT.ckpt.h5``. A library run stopped with "
+        "neither wrote ``hpcgpu-stopped.ckpt.h5``: ``Trainer(..., checkpoint='hpcgpu-stopped.ckpt.h5', "
+        "resume=True)``."
+    ),
+    "bfloat16 needs the ml_dtypes package (pip install ml_dtypes)": (
+        "NumPy has no bfloat16 of its own: ``pip install ml_dtypes`` (hpcgpu's default install has it)."
+    ),
     "hpcgpu.train: stopped (…) after step … (epoch …); …": (
         "Not an error: a stop signal (SIGUSR1, SIGTERM, SIGINT) or the stop file stopped ``fit`` at a step "
         "boundary on every rank, and the checkpoint the line names was written (``hpcgpu-stopped.ckpt.h5`` in the "

@@ -137,15 +137,22 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     Notes
     -----
     A ``main`` that returns normally (None or 0) after a :class:`hpcgpu.Trainer`
-    of this process stopped at a stop signal or file (its ``stopped_by``,
-    its checkpoint written) exits with status 3, as the command lines do, so a
-    job script that requeues on 3 does so for a library program too; a
-    status ``main`` returns itself is kept.
+    it ran stopped at a stop signal or file (its ``stopped_by``, its
+    checkpoint written), and no later ``fit`` of that trainer ran to its end,
+    exits with status 3, as the command lines do, so a job script that
+    requeues on 3 does so for a library program too; a status ``main``
+    returns itself is kept.
     """
     _print_paths_as_bytes()
-    if prog is None:
-        script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if prog is None:  # the script's name; python -m pkg's package
+        path = sys.argv[0] if sys.argv else ""
+        script = os.path.basename(path)
+        if script == "__main__.py":
+            script = os.path.basename(os.path.dirname(os.path.abspath(path)))
         prog = script if script and script != "-c" else "hpcgpu"
+    from ._stop import EXIT_STOPPED, stop_count, stopped
+
+    before = stop_count()
     try:
         rc = main(argv) if _takes_an_argument(main) or argv is not None else main()
     except SystemExit:
@@ -157,6 +164,4 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
             sys.exit(2)
         tb = "".join(traceback.format_exception(exc))
         abort(f"[rank {world_rank()}] error: {type(exc).__name__}: {exc}\n{tb}")
-    from ._stop import EXIT_STOPPED, stopped
-
-    sys.exit(rc or (EXIT_STOPPED if stopped() else 0))
+    sys.exit(rc or (EXIT_STOPPED if stopped(before) else 0))

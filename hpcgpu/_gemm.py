@@ -56,6 +56,33 @@ def half_dtypes() -> tuple:
     return tuple(t for t in (np.dtype("float16"), bfloat16_dtype()) if t is not None)
 
 
+def as_dtype(dtype) -> np.dtype:
+    """``numpy.dtype(dtype)``, where ``"bfloat16"`` is ml_dtypes' (imported here). Not collective.
+
+    NumPy knows the name only once ml_dtypes is imported, which hpcgpu does
+    only where a bfloat16 array is made.
+
+    Parameters
+    ----------
+    dtype : str or numpy.dtype-like
+
+    Returns
+    -------
+    numpy.dtype
+
+    Raises
+    ------
+    TypeError
+        ``"bfloat16"`` without ml_dtypes installed, or a name NumPy does not know.
+    """
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        bf16 = bfloat16_dtype()
+        if bf16 is None:
+            raise TypeError("bfloat16 needs the ml_dtypes package (pip install ml_dtypes)")
+        return bf16
+    return np.dtype(dtype)
+
+
 def is_half(dtype) -> bool:
     """Whether ``dtype`` is one of the 16-bit floating types (:data:`HALF_NAMES`). Not collective."""
     return np.dtype(dtype).name in HALF_NAMES

@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 
-__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED", "note_stopped", "stopped"]
+__all__ = ["StopRequest", "EXIT_STOPPED", "EXIT_INTERRUPTED", "note_stopped", "stop_count", "stopped"]
 
 EXIT_STOPPED = 3
 """A program's exit status after a clean stop: what was done is saved; rerun with ``--resume``."""
@@ -232,25 +232,48 @@ def installed_request() -> StopRequest | None:
     return owner if isinstance(owner, StopRequest) else None
 
 
-_STOPPED: list[str] = []
+_STOPS: dict = {}
+"""The stopped runs of this process: a key of the run's (its trainer's id) -> (sequence number, reason)."""
+_SEQ = [0]
 
 
-def note_stopped(reason: str) -> None:
-    """Record that a program of this process stopped at a safe point for ``reason`` (the trainer calls it).
+def note_stopped(key, reason: str | None) -> None:
+    """Record that the run ``key`` stopped at a safe point for ``reason``, or (None) that it finished since.
 
-    Not collective. :func:`hpcgpu.run_guarded` reads it (:func:`stopped`):
-    a program whose main returns normally after such a stop exits
-    :data:`EXIT_STOPPED`, as the command lines do, so a job script that
-    requeues on 3 does so for a library program too.
+    Not collective. The trainer calls it at the end of each ``fit``.
+    :func:`hpcgpu.run_guarded` reads it (:func:`stopped`): a program whose
+    main returns normally after a run of it stopped, and was not finished
+    by a later ``fit``, exits :data:`EXIT_STOPPED`, as the command lines
+    do, so a job script that requeues on 3 does so for a library program too.
 
     Parameters
     ----------
-    reason : str
-        What stopped it (``"SIGUSR1"``, ``"stop file PATH"``).
+    key : hashable
+        The run (its trainer's ``id``).
+    reason : str or None
+        What stopped it (``"SIGUSR1"``, ``"stop file PATH"``), or None: it ran to its end.
     """
-    _STOPPED.append(reason)
+    if reason is None:
+        _STOPS.pop(key, None)
+    else:
+        _SEQ[0] += 1
+        _STOPS[key] = (_SEQ[0], reason)
 
 
-def stopped() -> str | None:
-    """The first reason :func:`note_stopped` recorded in this process, or None. Not collective."""
-    return _STOPPED[0] if _STOPPED else None
+def stopped(since: int = 0) -> str | None:
+    """The first reason of a run recorded stopped after sequence number ``since`` and not finished since, or None.
+
+    Not collective.
+
+    Parameters
+    ----------
+    since : int
+        :func:`stop_count`'s value before the program ran (stops of earlier programs of the process are not its).
+    """
+    mine = sorted(v for v in _STOPS.values() if v[0] > since)
+    return mine[0][1] if mine else None
+
+
+def stop_count() -> int:
+    """The number of stops :func:`note_stopped` has recorded in this process so far. Not collective."""
+    return _SEQ[0]

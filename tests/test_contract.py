@@ -783,3 +783,29 @@ def test_a_library_stop_with_no_checkpoint_asked_leaves_one_says_so_and_exits_3(
     p = _mpi.run(nprocs, [str(script)], timeout=120, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.count("stopped_by None step 30 resumed hpcgpu-stopped.ckpt.h5") == nprocs, \
         (p.stdout, p.stderr)
+
+
+def test_a_later_fit_that_finishes_the_run_is_no_stop(tmp_path):
+    """A fit stopped by the stop file, then a fit() that runs to the end: the second reports no stop, writes no
+    stop checkpoint, and run_guarded exits 0 (the run finished); a resume with no path to look in is one line."""
+    (tmp_path / "s.py").write_text(
+        "import os, numpy as np, hpcgpu\nfrom hpcgpu import nn, optim\n\n\ndef main():\n"
+        "    rng = np.random.default_rng(0)\n    X = rng.normal(size=(240, 6))\n"
+        "    y = (X[:, 0] > 0).astype(np.int64)\n"
+        "    t = hpcgpu.Trainer(nn.Sequential(nn.Dense(6, 8, 'relu'), nn.Dense(2)), nn.SoftmaxCrossEntropy(),\n"
+        "                       optim.Adam(1e-2), batch_size=24, epochs=3, seed=1, progress='none', stop_file='STOP')\n"
+        "    t.fit((X, y))\n    first = t.stopped_by\n    if t.rt.rank == 0:\n        os.remove('STOP')\n"
+        "    t.rt.comm.Barrier()\n    t.fit()\n"
+        "    os.write(1, f'{first} then {t.stopped_by} at epoch {t.epoch}\\n'.encode())\n\n\n"
+        "hpcgpu.run_guarded(main)\n")
+    (tmp_path / "STOP").touch()
+    p = _mpi.run(2, [str(tmp_path / "s.py")], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.splitlines() == ["stop file STOP then None at epoch 3"] * 2, \
+        (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.count("hpcgpu.train: stopped (stop file STOP) after step 1") == 1, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["hpcgpu-stopped.ckpt.h5", "s.py"]  # the first stop's, not rotated
+    p = _mpi.run(1, ["-c", "import hpcgpu\nfrom hpcgpu import nn, optim\nhpcgpu.run_guarded(lambda: hpcgpu.Trainer("
+                           "nn.Sequential(nn.Dense(6, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1), resume=True))"],
+                 timeout=120, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "hpcgpu: error: resume needs checkpoint (or out, beside which it looks for OUT.ckpt.h5)"), p.stderr

@@ -244,7 +244,7 @@ class Network(FlatParams):
         self.global_shapes, self.n_global = local_layout(sizes)
         self._bind(grad, stats, params)
         self.gemm_threads: dict[str, int] | None = None
-        self.compute_dtype = None if compute_dtype is None else np.dtype(compute_dtype)
+        self.compute_dtype = None if compute_dtype is None else _gemm.as_dtype(compute_dtype)
         if self.compute_dtype is not None:
             if self.dtype != np.float32 or not _gemm.is_half(self.compute_dtype):
                 raise ValueError(f"mixed precision is float32 weights with float16 or bfloat16 GEMMs, "

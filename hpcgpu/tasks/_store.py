@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._gemm import as_dtype
 from ..io import atomic_path, new_hdf5, write_attrs
 from ._params import Params
 
@@ -75,7 +76,7 @@ def result_schema(values: dict, task: int) -> dict:
 
 def _describe(entry) -> str:
     dtype, shape = entry
-    return f"{'str' if dtype == 'str' else np.dtype(dtype).name} of shape {shape}"
+    return f"{'str' if dtype == 'str' else as_dtype(dtype).name} of shape {shape}"
 
 
 class Ledger:
@@ -137,7 +138,7 @@ class Ledger:
             if dtype == "str":
                 self.results[k] = np.full(n, "", dtype=object)
             else:
-                dt = np.dtype(dtype)
+                dt = as_dtype(dtype)  # a task's bfloat16 results: ml_dtypes' type, by its name
                 fill = np.nan if dt.kind in "fc" else 0
                 self.results[k] = np.full((n, *shape), fill, dtype=dt)
 

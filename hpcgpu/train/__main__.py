@@ -169,15 +169,17 @@ def _train(argv, stop) -> int:
     args.precision, args.task, args.loss = args.precision or "", args.task or "", args.loss or ""
     trainer = Trainer(TrainConfig(**vars(args)))
     stop.stop_file, stop.check_file = args.stop_file, trainer.rt.rank == 0
+    stop.reports_stop = True  # the line below, in the command line's words, not the library's
     trainer.stop_request = stop
     trainer.fit()
     trainer.write_trace()
     talk = trainer.rt.rank == 0 and trainer.config.progress != "none"
     if trainer.stopped_by:
         if trainer.rt.rank == 0:
-            saved = (f"checkpoint {trainer.checkpoint_file}; rerun with --resume to continue"
-                     if trainer.checkpoint_file else "nothing was saved (no --checkpoint, and no --out to put one "
-                                                     "beside)")
+            f = trainer.checkpoint_file
+            saved = ("nothing was saved" if not f else f"checkpoint {f}; rerun with --resume to continue"
+                     if f == trainer.config.checkpoint_path or f == trainer.config.default_checkpoint
+                     else f"checkpoint {f}; rerun with --checkpoint {f} --resume to continue")
             print(f"hpcgpu.train: stopped ({trainer.stopped_by}) after step {trainer.step} "
                   f"(epoch {trainer.epoch + 1}); {saved}", flush=True)
         trainer.close()

@@ -230,6 +230,8 @@ class TrainConfig:
             (self.bucket_mb > 0 and math.isfinite(self.bucket_mb), f"--bucket-mb must be > 0, got {self.bucket_mb}"),
             (self.tensor_parallel >= 1, f"--tensor-parallel must be >= 1, got {self.tensor_parallel}"),
             (self.zero_stage in (0, 1), f"--zero-stage must be 0 or 1, got {self.zero_stage}"),
+            (not self.resume or bool(self.checkpoint_path),
+             "--resume needs --checkpoint (or --out, beside which it looks for OUT.ckpt.h5)"),
             (self.data_placement in ("auto", "sharded", "replicated"),
              f"--data-placement must be auto, sharded or replicated, got {self.data_placement!r}"),
             (self.gemm_threads in ("auto", "all"), f"--gemm-threads must be auto or all, got {self.gemm_threads!r}"),

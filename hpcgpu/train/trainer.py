@@ -462,6 +462,7 @@ class Trainer:
                       f"(fit(epochs=N) trains on to N)", file=sys.stderr, flush=True)
             return
         console.say(results.header(self))
+        self.stopped_by = None  # this fit's (a fit after a stopped one continues the run)
         self._run_epochs(callbacks)
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
         unchanged = self.resumed_from is not None and self._steps_run == 0  # what it resumed from is the state
@@ -473,9 +474,9 @@ class Trainer:
         if path and not just_written and not unchanged:
             self.save_checkpoint(path)
         self.checkpoint_file = path
+        _note_stopped(id(self), self.stopped_by)  # run_guarded's exit 3 (None: this run has finished)
         if self.stopped_by:
-            _note_stopped(self.stopped_by)
-            if self._stop_owned and self.rt.rank == 0:  # the library's line (the command line prints its own)
+            if not getattr(self.stop_request, "reports_stop", False) and self.rt.rank == 0:  # the command line's own
                 saved = (f"checkpoint {path}: Trainer(..., checkpoint={path!r}, resume=True) continues" if path
                          else "nothing was saved")
                 print(f"hpcgpu.train: stopped ({self.stopped_by}) after step {self.step} (epoch {self.epoch + 1}); "
@@ -578,7 +579,8 @@ class Trainer:
         a directory it cannot write, gives None and a warning on rank 0.
         """
         try:
-            claim([Output(STOP_CHECKPOINT, "the stop's checkpoint")], comm=self.rt.comm, prog="hpcgpu.train")
+            claim([Output(STOP_CHECKPOINT, "the stop's checkpoint")], comm=self.rt.comm, overwrite=self._overwrite,
+                  prog="hpcgpu.train")
         except AgreedError as e:
             if self.rt.rank == 0:
                 print(f"hpcgpu.train: warning: no checkpoint after the stop: {e}", file=sys.stderr, flush=True)
