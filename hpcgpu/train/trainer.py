@@ -86,6 +86,29 @@ _BOUND = frozenset({"model", "optimizer", "reducer", "watchdog", "opt_state", "e
 before its first fit, and asking says so in one line."""
 
 
+def _same_inputs(given: tuple, first: tuple | None) -> bool:
+    """Whether a later fit's ``(data, validation, sharded)`` are the first fit's. Not collective.
+
+    The same file, or the same array objects (a tuple of new arrays is other data, whatever their values); every
+    rank decides alike from its own arguments, which the contract asks to be alike.
+    """
+    if first is None or given[2] != first[2]:
+        return False
+
+    def same(a, b):
+        if a is None or b is None:
+            return a is None and b is None
+        if isinstance(a, (str, os.PathLike)) or isinstance(b, (str, os.PathLike)):
+            return isinstance(a, (str, os.PathLike)) and isinstance(b, (str, os.PathLike)) and \
+                os.path.abspath(os.fspath(a)) == os.path.abspath(os.fspath(b))
+        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+            return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+        return a is b
+
+    data, validation = given[0], given[1]
+    return same(data, first[0]) and (validation is None or same(validation, first[1]))
+
+
 class Trainer:
     """Data-parallel training of a model: the user's, or the command line's MLP.
 
@@ -247,6 +270,8 @@ class Trainer:
         self.data_path: str | None = None
         self._validation_from_file = True
         self._prepared = False
+        self._first_fit = None  # the first fit's (data, validation, sharded): a later fit may give them again
+        self._per_fit = c.epochs  # a fit() after the run's end trains this many more (Keras's second fit)
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
         if model is None or pending:  # sized by the first fit's data (the command line's MLP: the config's)
@@ -452,7 +477,7 @@ class Trainer:
             data = epochs = None  # taken
         elif "_pending" in self.__dict__:
             self._build_model(data)
-        self._go_on(data, validation, epochs)
+        data, validation = self._go_on(data, validation, epochs, sharded)
         if not self._prepared:
             self._first_data(data, validation, sharded)
         c, console = self.config, self.console
@@ -602,16 +627,27 @@ class Trainer:
                  if isinstance(s, (str, os.PathLike))]
         if files:  # the data given to fit is an input: never one of this trainer's outputs
             self._claim(build.run_outputs(self.config), files)
+        self._first_fit = (data, validation, sharded)
         self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
         self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
         self._prepare()
 
-    def _go_on(self, data, validation, epochs: int | None) -> None:
-        """A later ``fit``: no new data; ``epochs``, the new total, for the config, the schedule and the console.
+    def _go_on(self, data, validation, epochs: int | None, sharded: bool = False) -> tuple:
+        """A later ``fit``: the first fit's data or none; ``epochs``, the new total; the data left to read.
 
-        The arguments are the same on every rank: each raises the same error.
+        ``epochs`` goes to the config, the schedule and the console; the data and validation returned are None
+        once the run has its data. The arguments are the same on every rank: each raises the same error.
+        Keras's habit: a later ``fit((X, y))`` of the same arrays (the same objects, or the same file) goes on
+        with them, and a ``fit`` without ``epochs`` after the run has reached its epochs trains the Trainer's
+        ``epochs`` more.
         """
         done = self.epoch if "_pending" not in self.__dict__ else 0
+        if self._prepared and (data is not None or validation is not None) and \
+                _same_inputs((data, validation, sharded), self._first_fit):
+            data = validation = None  # the first fit's: go on with them
+        if epochs is None and self._prepared and data is None and validation is None and \
+                done >= self.config.epochs and self._steps_run > 0:
+            epochs = done + self._per_fit
         if epochs is not None:
             if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < max(1, done):
                 raise agreed(ValueError(f"fit: epochs={epochs!r} must be a whole number of epochs in all, at "
@@ -622,13 +658,14 @@ class Trainer:
                                         f"schedule can"))
             self.config = dataclasses.replace(self.config, epochs=epochs)
         if not self._prepared:
-            return
+            return data, validation
         if data is not None or validation is not None:
             raise agreed(ValueError("fit: this Trainer trains on the data of its first fit; call fit() without "
                                     "data to go on (fit(epochs=N) to train further), or make a new Trainer"))
         if epochs is not None:  # the schedule and the progress span the new total
             self.schedule.total = self.config.epochs * self.sampler.steps
             self.console.epochs = self.config.epochs
+        return None, None
 
     def train_epoch(self, bar=None) -> bool:
         """Run the rest of the current epoch. Collective.

@@ -563,8 +563,9 @@ def test_a_finished_run_resumed_with_more_epochs_trains_on_as_one_run_would(tmp_
 
 
 def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
-    """fit(epochs=5) after a fit of 3 gives the bits of one fit of 5 (constant rate); a fit with nothing left says
-    so and trains nothing; new data, fewer epochs than done, and train_epoch before any data are one line each."""
+    """Keras's habit: a second fit of the same arrays trains the Trainer's epochs again, the bits of one fit of
+    twice as many (constant rate); fit(epochs=N) trains on to N in all; a fit with nothing left says so and trains
+    nothing; other data, fewer epochs than done, and train_epoch before any data are one line each."""
     import hpcgpu
 
     rng = np.random.default_rng(5)
@@ -575,21 +576,23 @@ def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
                               optim.Adam(0.01), batch_size=15, epochs=epochs, seed=2, progress="none",
                               dtype="float64")
 
-    once = trainer(5)
+    once = trainer(8)
     with pytest.raises(RuntimeError, match="train_epoch: no data yet: call fit"):
         once.train_epoch()
     once.fit((X, y))
     twice = trainer(3)
     twice.fit((X, y))
-    h = twice.fit()
-    assert twice.epoch == 3 and len(h["train_loss"]) == 3
-    assert "the run has done its 3 epochs: nothing to train" in capsys.readouterr().err
-    twice.fit(epochs=5)
-    assert twice.epoch == 5 and twice.history["train_loss"] == once.history["train_loss"]
+    h = twice.fit((X, y))  # the same arrays again: 3 more epochs
+    assert twice.epoch == 6 and len(h["train_loss"]) == 6
+    assert twice.history["train_loss"] == once.history["train_loss"][:6]
+    twice.fit(epochs=8)
+    assert twice.epoch == 8 and twice.history["train_loss"] == once.history["train_loss"]
     np.testing.assert_array_equal(asnumpy(twice.model.params), asnumpy(once.model.params))
+    twice.fit(epochs=8)
+    assert "the run has done its 8 epochs: nothing to train" in capsys.readouterr().err and twice.epoch == 8
     with pytest.raises(ValueError, match="trains on the data of its first fit"):
-        twice.fit((X, y), epochs=6)
-    with pytest.raises(ValueError, match="epochs=4 must be a whole number of epochs in all, at least 1 and the 5"):
+        twice.fit((X.copy(), y), epochs=9)  # other arrays, however equal
+    with pytest.raises(ValueError, match="epochs=4 must be a whole number of epochs in all, at least 1 and the 8"):
         twice.fit(epochs=4)
 
 
