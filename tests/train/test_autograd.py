@@ -401,7 +401,8 @@ def test_on_a_gpu_the_module_trains_there_its_streams_ordered_by_events(tmp_path
     """On a GPU, 1 rank in process and 2 ranks sharing it: nn.Torch's parameters, gradients and BatchNorm
     statistics are device memory shared by DLPack, the module runs on a torch stream of the user's own, and the
     model is the host's (float64): torch's stream and the trainer's are ordered by events at each exchange, the
-    buckets posted from autograd's own thread on the trainer's stream."""
+    buckets posted from autograd's own thread on the trainer's stream; PyTorch's sync debug mode sees no host
+    synchronization of its operations in fit."""
     import hpcgpu
 
     X, y = am.data()
@@ -410,8 +411,19 @@ def test_on_a_gpu_the_module_trains_there_its_streams_ordered_by_events(tmp_path
     host.fit((X, y))
     t = hpcgpu.Trainer(am.model("torch-bn"), optimizer=optim.SGD(lr=0.05, momentum=0.9), device="gpu",
                        bucket_mb=1e-4, **am.COMMON)
-    with torch.cuda.stream(torch.cuda.Stream()):
-        t.fit((X, y))
+    import warnings
+
+    # PyTorch's own count of the host synchronizations its operations make (set_sync_debug_mode "warn": one
+    # warning each): none in the steps, the evaluation or the exchanges with the trainer's stream (events only)
+    with torch.cuda.stream(torch.cuda.Stream()), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            t.fit((X, y))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    assert not syncs, f"{len(syncs)} host synchronizations by torch in fit: {syncs[:3]}"
     assert not isinstance(t.params["0.weight"], np.ndarray)
     np.testing.assert_allclose(t.history["train_loss"], host.history["train_loss"], rtol=1e-9)
     for k, v in host.params.items():
