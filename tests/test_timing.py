@@ -91,8 +91,9 @@ def test_trainer_timing_adds_up_and_the_trace_has_a_track_per_rank(nprocs, tmp_p
         # between the sums of the phases' minima and maxima over ranks (the means drifted 8% from rank 0's epoch
         # of 53 ms when the ranks ran a few ms apart, with two test workers on two cores)
         lo, hi = (sum(v[:, i] for v in phases.values()) for i in (0, 2))
-        if nprocs == 1:
-            np.testing.assert_allclose(hi, seconds, rtol=0.05)
+        if nprocs == 1:  # within 5% or 10 ms: a collection of the garbage collector between two phases took
+            # 5.5 ms of an 81 ms epoch in CI's stand-in pass once
+            np.testing.assert_allclose(hi, seconds, rtol=0.05, atol=0.01)
         assert (lo <= seconds * 1.05).all() and (hi >= seconds * 0.95).all(), (lo, hi, seconds)
         # each epoch measured (> 0) or not (NaN: no counter, or NVML's did not advance in an epoch this short)
         joules = f["metrics/energy_joules"][()]
