@@ -596,12 +596,15 @@ def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
         twice.fit(epochs=4)
 
 
-def test_two_trainers_keep_their_own_stops_and_put_the_handlers_back():
+def test_two_trainers_keep_their_own_stops_and_put_the_handlers_back(tmp_path, monkeypatch):
     """Two trainers built one after the other: a SIGUSR1 before their fits stops the innermost (the last built)
-    after its first step, not the other; once both have fit, SIGTERM's handler is what it was before them."""
+    after its first step, not the other, and its checkpoint is the working directory's hpcgpu-stopped.ckpt.h5;
+    once both have fit, SIGTERM's handler is what it was before them."""
     import signal
 
     import hpcgpu
+
+    monkeypatch.chdir(tmp_path)  # where the stopped trainer, given no checkpoint=, writes one
 
     before = signal.getsignal(signal.SIGTERM)
     rng = np.random.default_rng(0)
@@ -615,7 +618,8 @@ def test_two_trainers_keep_their_own_stops_and_put_the_handlers_back():
     os.kill(os.getpid(), signal.SIGUSR1)
     second.fit((X, y))
     first.fit((X, y))
-    assert (second.stopped_by, second.step) == ("SIGUSR1", 1)
+    assert (second.stopped_by, second.step, second.checkpoint_file) == ("SIGUSR1", 1, "hpcgpu-stopped.ckpt.h5")
+    assert (tmp_path / "hpcgpu-stopped.ckpt.h5").is_file()
     assert (first.stopped_by, first.step) == (None, 30)
     assert signal.getsignal(signal.SIGTERM) == before
 
