@@ -36,8 +36,8 @@ HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 """The launcher's count of this node's ranks: Hydra's (MPICH, Intel MPI), Open MPI's."""
 
-LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE",
-                 "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE",
+                 "OMPI_COMM_WORLD_SIZE") + LOCAL_SIZE_VARS
 """What a launcher (Hydra, Open MPI's, Slurm's ``srun`` with PMI or PMIx) puts in each rank's environment: none of
 them set, the process is a singleton."""
 
@@ -134,7 +134,6 @@ class _MPIStart:
     """
 
     done = False
-    singleton = False
 
     @classmethod
     def find_spec(cls, fullname, path, target=None):
@@ -143,8 +142,8 @@ class _MPIStart:
         cls.done = True
         from . import _early
 
-        ucx = cls.singleton and UCX_MEM_EVENTS not in os.environ and not any(v in os.environ for v in LAUNCHER_VARS)
-        if ucx:  # a singleton still (no variable set since import hpcgpu): no peer needs UCX's memory hooks
+        ucx = _ucx_unhooked()
+        if ucx:  # a singleton: no peer needs UCX's memory hooks
             os.environ[UCX_MEM_EVENTS] = "no"
         try:  # the import system's own search, by the finders after this one
             spec = None
@@ -181,6 +180,11 @@ class _Restoring:
                 sys.meta_path.remove(_MPIStart)
 
 
+def _ucx_unhooked() -> bool:
+    """Whether the MPI library may load without UCX's memory hooks: a singleton, and no value of the user's."""
+    return UCX_MEM_EVENTS not in os.environ and not any(v in os.environ for v in LAUNCHER_VARS)
+
+
 def mpi_start() -> bool:
     """Arrange ``mpi4py.MPI``'s import (:class:`_MPIStart`); whether it will be watched. Not collective.
 
@@ -195,7 +199,6 @@ def mpi_start() -> bool:
     """
     if "mpi4py.MPI" in sys.modules:
         return False
-    _MPIStart.singleton = UCX_MEM_EVENTS not in os.environ and not any(v in os.environ for v in LAUNCHER_VARS)
     if _MPIStart not in sys.meta_path:
         sys.meta_path.insert(0, _MPIStart)
     return True

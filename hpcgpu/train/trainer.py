@@ -49,8 +49,7 @@ from .data import (HDF5Rows, Split, ZeroTargets, check_labels, split_off)
 from .groups import ProcessGroups
 from .metrics import HeldOut
 from .precision import Precision, policy
-from .._stop import StopRequest, installed_request, trainers_request
-from .._stop import note_stopped as _note_stopped
+from .._stop import StopRequest, installed_request, note_stopped, trainers_request
 from .gemm_threads import GemmPlan
 from .state import TrainState
 
@@ -499,7 +498,7 @@ class Trainer:
         if path and not just_written and not unchanged:
             self.save_checkpoint(path)
         self.checkpoint_file = path
-        _note_stopped(id(self), self.stopped_by)  # run_guarded's exit 3 (None: this run has finished)
+        note_stopped(id(self), self.stopped_by)  # run_guarded's exit 3 (None: this run has finished)
         if self.stopped_by:
             if not getattr(self.stop_request, "reports_stop", False) and self.rt.rank == 0:  # the command line's own
                 saved = (f"checkpoint {path}: Trainer(..., checkpoint={path!r}, resume=True) continues" if path
@@ -604,8 +603,7 @@ class Trainer:
         a directory it cannot write, gives None and a warning on rank 0.
         """
         try:
-            claim([Output(STOP_CHECKPOINT, "the stop's checkpoint")], comm=self.rt.comm, overwrite=self._overwrite,
-                  prog="hpcgpu.train")
+            self._claim([Output(STOP_CHECKPOINT, "the stop's checkpoint")])  # the trainer's one way to the policy
         except AgreedError as e:
             if self.rt.rank == 0:
                 print(f"hpcgpu.train: warning: no checkpoint after the stop: {e}", file=sys.stderr, flush=True)
