@@ -207,6 +207,26 @@ def test_blas_threads_respect_user_choice(monkeypatch):
     assert runtime._CAP is None
 
 
+def test_a_rank_alone_on_its_node_leaves_the_blas_as_it_runs(monkeypatch):
+    """One unbound rank whose BLAS already runs every core: nothing to limit, so threadpoolctl's walk over the
+    process's shared objects (13 ms after scikit-learn's import) is not made. Anything else is limited."""
+    from hpcgpu import _blas
+
+    _thread_vars(monkeypatch)
+    calls = []
+    monkeypatch.setattr(runtime, "_set_blas_limit", lambda n: calls.append(n) or True)
+    monkeypatch.setattr(runtime, "_cores", lambda: (4, 4))
+    monkeypatch.setattr(_blas, "threads", lambda: 4)
+    assert runtime._limit_blas_threads(1) == "4 (the node's 4 cores, one rank on it: each library's own default)"
+    assert calls == []
+    assert runtime._limit_blas_threads(2) == "2 (4 cores / 2 ranks on node)" and calls == [2]
+    monkeypatch.setattr(_blas, "threads", lambda: 1)  # the user's threadpool_limits(1) before init: the share
+    assert runtime._limit_blas_threads(1) == "4 (4 cores / 1 ranks on node)" and calls == [2, 4]
+    monkeypatch.setattr(_blas, "threads", lambda: 4)
+    monkeypatch.setattr(runtime, "_cores", lambda: (2, 4))  # bound to a CPU set: its size
+    assert runtime._limit_blas_threads(1) == "2 (bound to 2 cores)" and calls == [2, 4, 2]
+
+
 def test_a_variable_past_a_bound_ranks_cpu_set_is_capped(monkeypatch):
     """Slurm 22.05's trap: OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK on a rank that srun bound to fewer CPUs."""
     _thread_vars(monkeypatch, OMP_NUM_THREADS="8")
