@@ -349,7 +349,7 @@ FIXES: dict[str, str] = {
         "that ranks do not share a GPU (``python -m hpcgpu info``), that no other process holds its memory "
         "(``nvidia-smi``), or run more ranks so that each holds less."
     ),
-    "…: X and y must be arrays (or h5py datasets) with a shape (…)": (
+    "…: … must be arrays (or h5py datasets) with a shape (…)": (
         "``fit((X, y))``, ``evaluate((X, y))`` and ``predict(X)`` take arrays that have a ``shape`` and a "
         "``dtype``: NumPy or CuPy arrays, or h5py datasets (each rank then reads only its rows). A Python "
         "list has neither: pass ``numpy.asarray(X)`` and ``numpy.asarray(y)`` (``df.to_numpy()`` for pandas)."
@@ -364,12 +364,13 @@ FIXES: dict[str, str] = {
         "``predict(\"FILE:DATASET\")``) must be one row per sample with at least one column. Flatten images "
         "first (``X.reshape(len(X), -1)``), and give a single feature as a column (``x[:, None]``)."
     ),
-    "…: y must be 1-D integer labels for classification, has shape … and kind …": (
+    "…: y must be 1-D integer labels for classification (or whole-number floats), has shape … and kind …": (
         "For a classification model (a ``Sequential`` with ``nn.SoftmaxCrossEntropy``, or "
-        "``task=\"classification\"``) the targets must be one integer class index per sample; ``kind`` is "
-        "NumPy's dtype kind (``f`` float, ``U`` string, ``O`` object). Convert one-hot rows with "
-        "``y.argmax(axis=1)`` and integral floats with ``y.astype(\"int64\")``; for continuous targets use a "
-        "regression loss (``nn.MeanSquaredError()``, ``nn.Huber()``)."
+        "``task=\"classification\"``) the targets must be one class index per sample: integers, or floats "
+        "that are whole numbers (``0.0``, ``1.0``); ``kind`` is NumPy's dtype kind (``U`` string, ``O`` "
+        "object, ``c`` complex). Convert one-hot rows with ``y.argmax(axis=1)`` and string classes with "
+        "``numpy.unique(y, return_inverse=True)[1]``; for continuous targets use a regression loss "
+        "(``nn.MeanSquaredError()``, ``nn.Huber()``)."
     ),
     "…: y must be numbers of shape (N,) or (N, k) for regression, has shape …": (
         "For a regression model (``nn.MeanSquaredError``, ``nn.Huber``, or a model of one's own with float "
@@ -392,6 +393,34 @@ FIXES: dict[str, str] = {
         "so they do not hold the same set. If each rank loaded its own part, pass ``sharded=True`` (the set "
         "is then the ranks' rows in rank order); otherwise make every rank load the same full set (the same "
         "file, preprocessing and seed)."
+    ),
+    "…: X must hold real numbers, has dtype …": (
+        "Features given to ``fit``, ``evaluate`` or ``predict`` must be real numbers (integers, floats or "
+        "booleans): complex values would lose their imaginary part, and strings or objects cannot be "
+        "converted. Give real features, e.g. ``numpy.column_stack([z.real, z.imag])`` for complex ones, and "
+        "encode categories as numbers first."
+    ),
+    "warning: … … exists already: the run stops after its first step (remove it before starting; the job "
+    "scripts run rm -f on it)": (
+        "The stop file was there when the run started: left from an earlier stop, most often. A run stops as "
+        "soon as its stop file appears, so this one stops after its first step, writes its checkpoint and "
+        "exits 3, and the stop's line then says to remove the file before the rerun. Remove it (``rm -f "
+        "STOP``) before starting; the job scripts in ``jobs/slurm/`` do this before every start and requeue."
+    ),
+    "… …: is the run's … file: a stop file needs a path of its own": (
+        "The stop file (``--stop-file`` of ``python -m hpcgpu.train`` and ``python -m hpcgpu.tasks``, "
+        "``stop_file=`` of the Trainer and of ``hpcgpu.tasks.map``) names the run's data, parameter table, "
+        "output or checkpoint file. A run stops when its stop file appears, so an existing one stops it at "
+        "once, and the stop's advice would be to remove it. Give the stop file a path of its own (the job "
+        "scripts use ``$RUN_DIR/STOP``)."
+    ),
+    "…: X has no rows": (
+        "``predict`` was given zero rows (an empty selection): there are no outputs to return, and every rank "
+        "says so alike. Check the selection before calling it (``if len(X): ...``)."
+    ),
+    "…: no samples": (
+        "The data given to ``fit`` or ``evaluate`` has no rows at all (an empty selection or file). Check "
+        "what was selected before training."
     ),
     "…: … samples, fewer than the … ranks (each rank needs at least one)": (
         "The training data given to ``fit`` has fewer rows than there are data-parallel ranks, and each rank "

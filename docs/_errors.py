@@ -37,8 +37,9 @@ GROUPS = [
 ]
 
 
-MESSAGE_FUNCTIONS = {"_mismatch", "_judge"}
-"""Functions whose returned strings are messages (the task farm's result schema check, the stall report)."""
+MESSAGE_FUNCTIONS = {"_mismatch", "_judge", "_stale_stop_file"}
+"""Functions whose returned strings are messages (the task farm's result schema check, the stall report, the
+stop file's warning)."""
 
 
 @dataclass(frozen=True)

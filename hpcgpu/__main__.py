@@ -26,7 +26,10 @@ from ._cli import ArgumentParser, add_collectives, hidden_widths, run
 
 def parser() -> ArgumentParser:
     """The parser of ``python -m hpcgpu`` and its subcommands."""
-    p = ArgumentParser(prog="python -m hpcgpu", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m hpcgpu", description=__doc__.split("\n\n")[0],
+                       epilog="Training and predicting: python -m hpcgpu.train --help (predict: python -m "
+                              "hpcgpu.train predict --help); the task farm: python -m hpcgpu.tasks --help; data "
+                              "sets: python -m hpcgpu.datasets --help.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = sub.add_parser("info", help="print what each rank sees", description="One line per rank: what it sees.")
     info.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",

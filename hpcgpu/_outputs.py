@@ -186,10 +186,17 @@ def written_by_hpcgpu(path: str | os.PathLike, kind: str = "hdf5") -> bool | Non
         try:
             if not h5py.is_hdf5(path):
                 return None
-            with h5py.File(path, "r", locking=False) as f:
-                return MARK_ATTR in f.attrs
         except OSError:
             return None
+        # Without locking first (a file another process writes, a file system without locks); then as the
+        # process's own h5py has it open, if it does: HDF5 refuses a second open with other locking flags
+        for options in ({"locking": False}, {}):
+            try:
+                with h5py.File(path, "r", **options) as f:
+                    return MARK_ATTR in f.attrs
+            except OSError:
+                continue
+        return None
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)

@@ -27,6 +27,53 @@ EXIT_STOPPED = 3
 from ._early import EXIT_INTERRUPTED  # noqa: E402 - 130: a second SIGINT ended the job at once
 
 
+def stop_file_check(path: str | None, files: dict, what: str = "--stop-file") -> tuple[ValueError | None, str]:
+    """``(error, warning)`` for a run's stop file before it starts. Not collective.
+
+    The error: the stop file is one of the run's own files (``files``, how each is named -> its path), which
+    its appearance would stop at once and whose removal the stop's advice would ask for. The warning (a
+    line, or ""): the file exists already, left from an earlier stop: the run will stop after its first
+    step. The caller agrees on rank 0's answer (the rank that watches the file) and rank 0 prints the warning.
+
+    Parameters
+    ----------
+    path : str or None
+        The stop file; None: none asked for.
+    files : dict of str to str or None
+        The run's data and output files by the name messages give them (``{"--data": "d.h5"}``).
+    what : str
+        How messages name the stop file (``--stop-file``, ``stop_file``).
+    """
+    if not path:
+        return None, ""
+    from ._outputs import _same_file
+
+    for name, other in files.items():
+        if other and _same_file(os.fspath(path), os.fspath(other)):
+            return ValueError(f"{what} {path}: is the run's {name} file: a stop file needs a path of its own"), ""
+    if os.path.lexists(path):
+        return None, _stale_stop_file(path, what)
+    return None, ""
+
+
+def _stale_stop_file(path: str, what: str) -> str:
+    """The warning for a stop file that is there before the run starts (a message function: docs/_errors.py)."""
+    return (f"warning: {what} {path} exists already: the run stops after its first step (remove it before starting; "
+            "the job scripts run rm -f on it)")
+
+
+def remove_first(request) -> str:
+    """``"remove STOP, then "`` when ``request`` stopped for its stop file and the file is still there, else "".
+
+    The stop line's advice starts with it, so that following the advice does not stop the next run at once.
+    Not collective (rank 0, which watches the file, prints the line).
+    """
+    path = getattr(request, "stop_file", None)
+    if path and getattr(request, "reason", None) == f"stop file {path}" and os.path.lexists(path):
+        return f"remove {path}, then "
+    return ""
+
+
 class StopRequest:
     """A request to stop at the next safe point: SIGINT, SIGTERM, SIGUSR1, or a stop file.
 

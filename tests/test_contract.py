@@ -803,9 +803,82 @@ def test_a_later_fit_that_finishes_the_run_is_no_stop(tmp_path):
     assert p.returncode == 0 and p.stdout.splitlines() == ["stop file STOP then None at epoch 3"] * 2, \
         (p.returncode, p.stdout, p.stderr)
     assert p.stderr.count("hpcgpu.train: stopped (stop file STOP) after step 1") == 1, p.stderr
+    # the stop file was there from the start: said at once, in the library's words; the advice removes it first
+    assert p.stderr.count("hpcgpu.train: warning: stop_file STOP exists already: the run stops after its first "
+                          "step") == 1, p.stderr
+    assert "checkpoint hpcgpu-stopped.ckpt.h5: remove STOP, then Trainer(..., checkpoint='hpcgpu-stopped.ckpt.h5', " \
+           "resume=True) continues" in p.stderr, p.stderr
     assert sorted(os.listdir(tmp_path)) == ["hpcgpu-stopped.ckpt.h5", "s.py"]  # the first stop's, not rotated
     p = _mpi.run(1, ["-c", "import hpcgpu\nfrom hpcgpu import nn, optim\nhpcgpu.run_guarded(lambda: hpcgpu.Trainer("
                            "nn.Sequential(nn.Dense(6, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1), resume=True))"],
                  timeout=120, cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.strip() == (
-        "hpcgpu: error: resume needs checkpoint (or out, beside which it looks for OUT.ckpt.h5)"), p.stderr
+        "hpcgpu: error: resume=True needs checkpoint (or out, beside which it looks for OUT.ckpt.h5)"), p.stderr
+
+
+_SECOND_TRIAL = """
+import os, sys, numpy as np, hpcgpu
+from hpcgpu import nn, optim
+rt = hpcgpu.init("cpu")
+rng = np.random.default_rng(0)
+X = rng.normal(size=(120, 2, 3))
+y = (X[:, 0, 0] > 0).astype(np.int64)
+
+
+def trainer(**kw):
+    return hpcgpu.Trainer(nn.Sequential(nn.Flatten(), nn.Dense(6, 2)), nn.SoftmaxCrossEntropy(), optim.Adam(),
+                          batch_size=kw.pop("batch_size", 24), epochs=1, seed=0, runtime=rt, progress="none", **kw)
+
+
+def said(f):
+    try:
+        return f()
+    except hpcgpu.AgreedError as e:
+        return str(e)
+
+
+ints = trainer(task="classification")
+ints.fit((X, y))
+floats = trainer(task="classification")
+floats.fit((X, y.astype(np.float64)))  # whole-number floats as classes
+lines = [str(np.array_equal(ints.predict(X, root=None), floats.predict(X, root=None)))]
+half = y.astype(np.float64)
+half[7] = 0.5
+lines.append(said(lambda: trainer(task="classification").fit((X, half))))
+lines.append(said(lambda: floats.predict(X[:0])))
+lines.append(str(floats.predict(X[:2], root=None).shape))  # a rank with no rows at 3 ranks
+lines.append(said(lambda: floats.predict(X.astype(np.complex128))))
+lines.append(said(lambda: floats.predict(X.tolist())))
+lines.append(said(lambda: trainer(batch_size=1000).fit((X, y))))
+if rt.rank == 0:
+    open("notes.txt", "w").write("mine")
+rt.comm.Barrier()
+lines.append(said(lambda: trainer(out="notes.txt").fit((X, y))))
+lines.append(said(lambda: trainer(out="r.h5", stop_file="r.h5")))
+sys.stdout.write("\\n".join(lines) + "\\n")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
+    """What a second new user's trial found, each one agreed line in the library's words: whole-number float labels
+    train a classifier as their integers do (training.rst promises it), a half is refused naming its row; predict
+    on no rows, on complex or list features is one line; a rank with no rows predicts its share; a refusal names
+    Trainer's arguments (batch_size, out, overwrite=True), not the command line's flags; a stop file that is the
+    run's own output is refused."""
+    p = _mpi.run(nprocs, ["-c", _SECOND_TRIAL], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 9 * nprocs, p.stdout
+    assert lines[:9] == [
+        "True",
+        "data: y: row 7 holds 0.5, not a whole number: class labels must be integers 0..C-1",
+        "predict: X has no rows",
+        "(2, 2)",
+        "predict: X must hold real numbers, has dtype complex128",
+        "predict: X must be arrays (or h5py datasets) with a shape ('list' object has no attribute 'shape')",
+        "batch_size 1000 is larger than the training set (120 samples)",
+        "out notes.txt: exists and is a file hpcgpu did not write: it is not replaced (overwrite=True replaces it)",
+        "stop_file r.h5: is the run's out file: a stop file needs a path of its own"], p.stdout
+    assert (tmp_path / "notes.txt").read_text() == "mine"

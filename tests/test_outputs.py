@@ -58,6 +58,84 @@ def _one_line_exit_2(p):
 
 # -- the library's checks -----------------------------------------------------------
 
+def test_a_file_open_in_this_process_is_still_known_as_hpcgpus(tmp_path):
+    """HDF5 refuses a second open with other locking flags: the mark is read as the process has the file open."""
+    from hpcgpu.io import atomic_path, new_hdf5
+
+    with atomic_path(tmp_path / "ours.h5") as tmp, new_hdf5(tmp) as f:
+        f["x"] = np.zeros(2)
+    theirs = write_h5(tmp_path / "theirs.h5", x=np.zeros(2))
+    with h5py.File(tmp_path / "ours.h5", "r"), h5py.File(theirs, "r"):
+        assert written_by_hpcgpu(tmp_path / "ours.h5") is True
+        assert written_by_hpcgpu(theirs) is False
+
+
+_DATA_AS_ARRAYS = """
+import os, sys, h5py, numpy as np, hpcgpu
+from hpcgpu import nn, optim
+rt = hpcgpu.init("cpu")
+rng = np.random.default_rng(0)
+X, y = rng.normal(size=(90, 4)), rng.integers(0, 3, 90)
+if rt.rank == 0:
+    with h5py.File("data.h5", "w") as f:
+        f["train/X"], f["train/y"] = X, y
+    np.save("X.npy", X)
+rt.comm.Barrier()
+
+
+def trainer(**kw):
+    return hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 3)), nn.SoftmaxCrossEntropy(), optim.Adam(), batch_size=15,
+                          epochs=1, seed=0, runtime=rt, progress="none", overwrite=True, **kw)
+
+
+def refused(f):
+    try:
+        f()
+    except hpcgpu.AgreedError as e:
+        return str(e)
+    return "not refused"
+
+
+lines = []
+with h5py.File("data.h5", "r") as f:  # h5py datasets given to fit: their file is an input
+    lines.append(refused(lambda: trainer(out="data.h5").fit((f["train/X"], f["train/y"]))))
+    t = trainer(out="r.h5")
+    t.fit((f["train/X"], f["train/y"]))
+    lines.append(refused(lambda: t.predict(X, out="data.h5:/train/y")))
+    lines.append(refused(lambda: t.save_results("data.h5")))
+    lines.append(refused(lambda: t.save_checkpoint("data.h5")))
+    t.close()
+Xm = np.load("X.npy", mmap_mode="r")  # a memory map given to fit: its file is an input
+lines.append(refused(lambda: trainer(out="X.npy").fit((Xm, y))))
+with h5py.File("data.h5", "r") as f:
+    kept = sorted(f["train"]) == ["X", "y"] and np.array_equal(f["train/y"][:], y)
+lines.append(f"kept {kept} {np.array_equal(np.load('X.npy'), X)}")
+sys.stdout.write("\\n".join(lines) + "\\n")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_arrays_read_from_a_file_make_it_an_input_of_every_output(tmp_path, nprocs):
+    """h5py datasets (or a NumPy memory map) given to fit: no output of the run may replace their file, even with
+    overwrite=True (a results file over the data file replaced the user's data: found by a new user's trial)."""
+    p = _mpi.run(nprocs, ["-c", _DATA_AS_ARRAYS], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 6 * nprocs, p.stdout  # every rank raised the same
+    assert lines[:6] == [
+        "out data.h5: is also an input (data data.h5:/train/X); writing it would replace what is read: choose "
+        "another output",
+        "out data.h5:/train/y: is also an input (data data.h5:/train/y); writing it would replace what is read: "
+        "choose another output",
+        "save_results data.h5: is also an input (data data.h5:/train/X); writing it would replace what is read: "
+        "choose another output",
+        "save_checkpoint data.h5: is also an input (data data.h5:/train/X); writing it would replace what is "
+        "read: choose another output",
+        f"out X.npy: is also an input (data {tmp_path / 'X.npy'}); writing it would replace what is read: choose "
+        "another output",
+        "kept True True"], p.stdout
+
 def test_temp_keeping_copies_everything_but_the_dataset(tmp_path):
     path = tmp_path / "keep.h5"
     with h5py.File(path, "w") as f:

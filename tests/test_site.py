@@ -123,7 +123,9 @@ def test_a_stop_without_a_checkpoint_path_saves_one_beside_the_output_and_resume
     assert p.returncode == 3, p.stderr
     ck = tmp_path / "run.ckpt.h5"
     assert p.stdout.strip().splitlines()[-1] == (f"hpcgpu.train: stopped (stop file {stop}) after step 1 (epoch 1); "
-                                                 f"checkpoint {ck}; rerun with --resume to continue")
+                                                 f"checkpoint {ck}; remove {stop}, then rerun with --resume to "
+                                                 "continue")
+    assert f"warning: --stop-file {stop} exists already: the run stops after its first step" in p.stderr
     assert ck.exists() and not out.exists()
     stop.unlink()
     p = _mpi.run(2, [*opts, "--resume"], timeout=120)

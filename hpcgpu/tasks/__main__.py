@@ -122,12 +122,19 @@ def _main(argv, stop) -> int:
     """:func:`main` under its stop request."""
     args = parser().parse_args(argv)
     import hpcgpu
-    from hpcgpu.errors import agree_call
+    from hpcgpu._stop import remove_first, stop_file_check
+    from hpcgpu.errors import agree, agree_call
 
     from . import run_sweep
 
     rt = hpcgpu.init(device=args.device)
     fn = agree_call(lambda: load_function(args.function), catch=(ValueError, FileNotFoundError), comm=rt.comm)
+    err, warning = stop_file_check(args.stop_file, {"--params": args.params, "--out": args.out}) \
+        if rt.rank == 0 else (None, "")
+    agree(err, comm=rt.comm)  # rank 0 watches the stop file: its answer for every rank
+    if warning:
+        line = "hpcgpu.tasks: " + warning
+        print(line, file=sys.stderr, flush=True)
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:
@@ -140,7 +147,8 @@ def _main(argv, stop) -> int:
     if rt.rank == 0:
         print(f"hpcgpu.tasks: {r.summary()}", flush=True)
         if r.stopped:
-            print(f"hpcgpu.tasks: rerun with --resume to run the {r.pending} pending tasks", flush=True)
+            print(f"hpcgpu.tasks: {remove_first(stop)}rerun with --resume to run the {r.pending} pending tasks",
+                  flush=True)
     if r.stopped:
         return EXIT_STOPPED
     return EXIT_FAILED_TASKS if r.failed else 0

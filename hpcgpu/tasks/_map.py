@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -180,8 +181,9 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         Bad arguments or parameter table, an earlier file of another sweep
         with ``resume``, or results that change names, shapes or dtypes
         from task to task (the sweep stops; the journal keeps what was
-        done); ``isolate=True`` for a function no child process can load.
-        Agreed: every rank raises it.
+        done); ``isolate=True`` for a function no child process can load;
+        a ``stop_file`` that is ``params`` or ``out``. Agreed: every rank
+        raises it.
     FileNotFoundError
         ``params`` names no file (agreed).
     PermissionError, IsADirectoryError
@@ -205,9 +207,16 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     """
     stop = None
     if stop_file is not None:
-        from .._stop import StopRequest
+        from .._stop import StopRequest, stop_file_check
 
-        stop = StopRequest(stop_file, check_file=(default_comm() if comm is None else comm).rank == 0)
+        c = default_comm() if comm is None else comm
+        files = {"params": params if isinstance(params, (str, os.PathLike)) else None, "out": out}
+        err, warning = stop_file_check(stop_file, files, "stop_file") if c.rank == 0 else (None, "")
+        agree(err, comm=c)  # rank 0 watches the stop file: its answer for every rank
+        if warning:
+            line = "hpcgpu.tasks: " + warning
+        print(line, file=sys.stderr, flush=True)
+        stop = StopRequest(stop_file, check_file=c.rank == 0)
     return run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
                      flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate,
                      overwrite=overwrite)

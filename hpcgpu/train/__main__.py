@@ -27,14 +27,17 @@ import sys
 
 from .._cli import ArgumentParser, add_collectives, hidden_widths, run
 from .precision import PRECISIONS
-from .._stop import EXIT_STOPPED, StopRequest
+from .._stop import EXIT_STOPPED, StopRequest, remove_first
 from .trainer import TrainConfig, Trainer
 
 
 def parser() -> ArgumentParser:
     """The parser of ``python -m hpcgpu.train``; defaults are :class:`TrainConfig`'s."""
     d = TrainConfig()
-    p = ArgumentParser(prog="python -m hpcgpu.train", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m hpcgpu.train", description=__doc__.split("\n\n")[0],
+                       epilog="Predictions from a results file: python -m hpcgpu.train predict --help. The other "
+                              "programs: python -m hpcgpu --help (info, matmul), python -m hpcgpu.tasks --help, "
+                              "python -m hpcgpu.datasets --help.")
     for add in (_data_options, _model_options, _optimizer_options, _parallel_options, _run_options,
                 _checkpoint_options):
         add(p, d)
@@ -177,9 +180,10 @@ def _train(argv, stop) -> int:
     if trainer.stopped_by:
         if trainer.rt.rank == 0:
             f = trainer.checkpoint_file
-            saved = ("nothing was saved" if not f else f"checkpoint {f}; rerun with --resume to continue"
+            first = remove_first(stop)  # a stop file still there would stop the rerun at once
+            saved = ("nothing was saved" if not f else f"checkpoint {f}; {first}rerun with --resume to continue"
                      if f == trainer.config.checkpoint_path or f == trainer.config.default_checkpoint
-                     else f"checkpoint {f}; rerun with --checkpoint {f} --resume to continue")
+                     else f"checkpoint {f}; {first}rerun with --checkpoint {f} --resume to continue")
             print(f"hpcgpu.train: stopped ({trainer.stopped_by}) after step {trainer.step} "
                   f"(epoch {trainer.epoch + 1}); {saved}", flush=True)
         trainer.close()

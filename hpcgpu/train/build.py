@@ -153,7 +153,8 @@ def sample_rows(X, model: TrainModel, comm: MPI.Intracomm):
     agree(err, comm=comm)
     if not multi:
         return X
-    return X.reshape(shape[0], -1) if hasattr(X, "reshape") else np.asarray(X).reshape(shape[0], -1)
+    width = int(np.prod(shape[1:]))  # not -1: zero rows have no width to infer
+    return X.reshape(shape[0], width) if hasattr(X, "reshape") else np.asarray(X).reshape(shape[0], width)
 
 
 def as_split(data, what: str, sharded: bool, required_rows: int, task: str | None, model: TrainModel, dtype,

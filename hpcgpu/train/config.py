@@ -85,7 +85,9 @@ class TrainConfig:
         ones); start from scratch when there is none.
     stop_file : str or None
         When this file appears, checkpoint after the current step and stop
-        (see :class:`StopRequest`).
+        (see :class:`StopRequest`). One that exists already stops the run
+        after its first step (a warning says so); the run's data, output
+        or checkpoint file is refused.
     stall_timeout : float or None
         Seconds a collective may wait before the job is aborted with a
         report of the ranks that have not arrived (0: off; ``None``:

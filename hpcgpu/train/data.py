@@ -302,6 +302,35 @@ def _rows_error(X, y, start: int, xname: str, yname: str) -> ValueError | None:
     return None
 
 
+def _arrays_error(X, y, task: str | None, what: str) -> tuple:
+    """``(error or None, X's shape, y's shape, task)`` of arrays given to :func:`from_arrays`. Not collective."""
+    err = None
+    try:
+        xshape, yshape = tuple(X.shape), tuple(getattr(y, "shape", np.shape(y)))
+        ykind = np.dtype(y.dtype).kind if hasattr(y, "dtype") else np.asarray(y).dtype.kind
+        xkind = np.dtype(X.dtype).kind if hasattr(X, "dtype") else "f"
+    except (AttributeError, TypeError) as e:
+        xshape, yshape, ykind, xkind = (), (), "O", "f"
+        arrays = "X" if what == "predict" else "X and y"  # predict's y is its own placeholder
+        err = ValueError(f"{what}: {arrays} must be arrays (or h5py datasets) with a shape ({e})")
+    task = task or (task_of(np.dtype("int64") if ykind in "iu" else np.dtype("float64")))
+    if err is not None:
+        return err, (0, 0), (0,), task
+    if xkind not in "biuf":
+        err = ValueError(f"{what}: X must hold real numbers, has dtype {np.dtype(X.dtype)}")
+    elif len(xshape) != 2 or xshape[1] == 0:
+        err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {xshape}")
+    elif not yshape or yshape[0] != xshape[0]:
+        err = ValueError(f"{what}: X has {xshape[0]} rows but y has shape {yshape}")
+    elif task == "classification" and (len(yshape) != 1 or ykind not in "iuf"):
+        err = ValueError(f"{what}: y must be 1-D integer labels for classification (or whole-number floats), "
+                         f"has shape {yshape} and kind {ykind!r}")
+    elif task == "regression" and (len(yshape) not in (1, 2) or ykind not in "fiu"):
+        err = ValueError(f"{what}: y must be numbers of shape (N,) or (N, k) for regression, has shape "
+                         f"{yshape}")
+    return err, xshape, yshape, task
+
+
 def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="float32", task: str | None = None,
                 what: str = "data", min_rows: int = 1) -> Split:
     """This rank's shard of data given in memory, checked. Collective over ``comm``.
@@ -317,7 +346,8 @@ def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="floa
         Anything with ``len()``, ``shape`` and slicing by rows: a NumPy or
         CuPy array, an h5py dataset (only this rank's rows are read).
     y : array_like, shape (N,) or (N, k)
-        Integer labels (classification) or float targets (regression).
+        Integer labels (classification; whole-number floats too, with
+        ``task="classification"``) or float targets (regression).
     comm : mpi4py.MPI.Intracomm
     sharded : bool
         Each rank's own rows (True) or the whole set on every rank (False).
@@ -345,25 +375,7 @@ def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="floa
     from .. import _device
 
     P, rank = comm.size, comm.rank
-    err = None
-    try:
-        xshape, yshape = tuple(X.shape), tuple(getattr(y, "shape", np.shape(y)))
-        ykind = np.dtype(y.dtype).kind if hasattr(y, "dtype") else np.asarray(y).dtype.kind
-    except (AttributeError, TypeError) as e:
-        xshape, yshape, ykind = (), (), "O"
-        err = ValueError(f"{what}: X and y must be arrays (or h5py datasets) with a shape ({e})")
-    task = task or (task_of(np.dtype("int64") if ykind in "iu" else np.dtype("float64")))
-    if err is None:
-        if len(xshape) != 2 or xshape[1] == 0:
-            err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {xshape}")
-        elif not yshape or yshape[0] != xshape[0]:
-            err = ValueError(f"{what}: X has {xshape[0]} rows but y has shape {yshape}")
-        elif task == "classification" and (len(yshape) != 1 or ykind not in "iu"):
-            err = ValueError(f"{what}: y must be 1-D integer labels for classification, has shape {yshape} "
-                             f"and kind {ykind!r}")
-        elif task == "regression" and (len(yshape) not in (1, 2) or ykind not in "fiu"):
-            err = ValueError(f"{what}: y must be numbers of shape (N,) or (N, k) for regression, has shape "
-                             f"{yshape}")
+    err, xshape, yshape, task = _arrays_error(X, y, task, what)
     agree(err, comm=comm)
     n_here, d = xshape[0], xshape[1]
     counts = np.asarray(comm.allgather(n_here), dtype=np.int64)
@@ -385,14 +397,18 @@ def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="floa
         start, stop = block_range(n, P, rank)
         lo, hi, starts_out = start, stop, None
     err = None
-    if n < min_rows:
+    if n == 0 and min_rows:
+        err = ValueError(f"{what}: no samples")
+    elif n < min_rows:
         err = ValueError(f"{what}: {n} samples, fewer than the {min_rows} ranks (each rank needs at least one)")
     agree(err, comm=comm)
     ytype = np.int64 if task == "classification" else dtype
     try:
         Xr = np.array(_device.asnumpy(X[lo:hi]), dtype=dtype).reshape(hi - lo, d)
-        yr = np.array(_device.asnumpy(y[lo:hi]), dtype=ytype).reshape((hi - lo,) + yshape[1:])
-        err = _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
+        yr = np.asarray(_device.asnumpy(y[lo:hi])).reshape((hi - lo,) + yshape[1:])
+        err = _whole_labels(yr, start, f"{what}: y") if task == "classification" else None
+        yr = np.array(yr, dtype=ytype)
+        err = err or _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
     except (OSError, TypeError, ValueError, MemoryError) as e:
         Xr = yr = None
         err = ValueError(f"{what}: rank {rank} cannot take rows {lo}:{hi} ({type(e).__name__}: {e})")

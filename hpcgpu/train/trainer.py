@@ -49,7 +49,7 @@ from .data import (HDF5Rows, Split, ZeroTargets, check_labels, split_off)
 from .groups import ProcessGroups
 from .metrics import HeldOut
 from .precision import Precision, policy
-from .._stop import StopRequest, installed_request, note_stopped, trainers_request
+from .._stop import StopRequest, installed_request, note_stopped, remove_first, stop_file_check, trainers_request
 from .gemm_threads import GemmPlan
 from .state import TrainState
 
@@ -83,6 +83,27 @@ _BOUND = frozenset({"model", "optimizer", "reducer", "watchdog", "opt_state", "e
                     "_phase_carry", "_state", "_clock0"})
 """What a Trainer has once its model is bound (``_bind``, ``_start_counters``): a Dense(units) model has none of it
 before its first fit, and asking says so in one line."""
+
+
+def _data_inputs(source, what: str) -> list:
+    """The files ``source`` reads, as the output policy's inputs. Not collective.
+
+    A path; h5py datasets (each its file and dataset) and NumPy memory maps (their file) among the arrays of
+    an ``(X, y)`` tuple.
+    """
+    if source is None:
+        return []
+    if isinstance(source, (str, os.PathLike)):
+        return [Input(os.fspath(source), what)]
+    found = []
+    for part in source if isinstance(source, (tuple, list)) else (source,):
+        file = getattr(getattr(part, "file", None), "filename", None)  # an h5py Dataset
+        name = getattr(part, "name", None)
+        if isinstance(file, str) and isinstance(name, str):
+            found.append(Input(file, what, name))
+        elif isinstance(part, np.memmap) and isinstance(getattr(part, "filename", None), str):
+            found.append(Input(part.filename, what))
+    return found
 
 
 def _same_inputs(given: tuple, first: tuple | None) -> bool:
@@ -216,15 +237,32 @@ class Trainer:
         In library mode the command line's flags (``--batch-size``) become the Trainer's arguments
         (``batch_size``); the command line's own errors are left as they are.
         """
-        if not getattr(self, "_library", False):
+        text = self._words(str(err))
+        if text == str(err):
             return err
-        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        out = type(err)(text)
+        out.__cause__ = err.__cause__
+        if isinstance(err, AgreedError):
+            out.silent = err.silent
+        return out
+
+    def _words(self, text: str) -> str:
+        """``text`` in the caller's words.
+
+        In library mode each command-line flag of the Trainer's options (``--batch-size``) becomes its
+        argument (``batch_size``; a switch, ``overwrite=True``).
+        """
+        if not getattr(self, "_library", False):
+            return text
+        fields = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 
         def word(m):
             name = m.group(1).replace("-", "_")
-            return name if name in fields else m.group(0)
+            if name not in fields:
+                return m.group(0)
+            return f"{name}=True" if fields[name] in (bool, "bool") else name
 
-        return type(err)(re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", word, str(err)))
+        return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", word, text)
 
     def _release_stop(self) -> None:
         """Put back the signal handlers this trainer installed (none when the command line's are in force)."""
@@ -250,8 +288,15 @@ class Trainer:
         self.rt = rt = runtime if runtime is not None else init(c.device, collectives=c.collectives)
         comm, self.xp = rt.comm, rt.xp
         self._claimed: set = set()
+        self._inputs: list = []  # the first fit's files (:func:`_data_inputs`): every later output is checked
         self._overwrite = c.overwrite
         self._claim(build.run_outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
+        err, warning = stop_file_check(c.stop_file, {"--data": c.data, "--out": c.out, "--checkpoint":
+                                                     c.checkpoint_path}) if rt.rank == 0 else (None, "")
+        agree(None if err is None else self._in_words(err), comm=comm)  # rank 0 watches it: its answer for all
+        if warning:
+            line = "hpcgpu.train: " + self._words(warning)
+            print(line, file=sys.stderr, flush=True)
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(compute_dtype_error(self.xp, self.precision), comm=comm)
@@ -310,13 +355,22 @@ class Trainer:
         self._clock0 = 0.0
 
     def _claim(self, outputs: list, inputs: list = ()) -> None:
-        """The output policy (``hpcgpu._outputs.claim``) for the outputs not claimed yet. Collective."""
+        """The output policy (``hpcgpu._outputs.claim``) for the outputs not claimed yet. Collective.
+
+        Every output is checked against ``inputs`` and the run's own (the first fit's files and datasets).
+        """
         new = [o for o in outputs if (os.path.abspath(os.fspath(o.path)), o.dataset) not in self._claimed]
         if inputs:  # outputs claimed before must still not be one of these inputs (fit's data, save_results')
             new = list(outputs)
         if not new:
             return
-        claim(new, inputs, comm=self.rt.comm, overwrite=self._overwrite, prog="hpcgpu.train")
+        try:
+            claim(new, [*inputs, *self._inputs], comm=self.rt.comm, overwrite=self._overwrite, prog="hpcgpu.train")
+        except AgreedError as e:
+            reworded = self._in_words(e)
+            if reworded is e:
+                raise
+            raise reworded from None
         self._claimed.update((os.path.abspath(os.fspath(o.path)), o.dataset) for o in new)
 
     def _warn(self, message: str) -> None:
@@ -461,6 +515,11 @@ class Trainer:
             if validation_split is not None:
                 data, validation = split_off(data, validation, validation_split, sharded)
             self._fit(data, validation, sharded, epochs, list(callbacks))
+        except AgreedError as e:  # in the caller's words (the checks name the command line's flags)
+            reworded = self._in_words(e)
+            if reworded is e:
+                raise
+            raise reworded from None
         finally:
             self._release_stop()
         return self.history
@@ -501,8 +560,8 @@ class Trainer:
         note_stopped(id(self), self.stopped_by)  # run_guarded's exit 3 (None: this run has finished)
         if self.stopped_by:
             if not getattr(self.stop_request, "reports_stop", False) and self.rt.rank == 0:  # the command line's own
-                saved = (f"checkpoint {path}: Trainer(..., checkpoint={path!r}, resume=True) continues" if path
-                         else "nothing was saved")
+                saved = (f"checkpoint {path}: {remove_first(self.stop_request)}Trainer(..., checkpoint={path!r}, "
+                         "resume=True) continues" if path else "nothing was saved")
                 print(f"hpcgpu.train: stopped ({self.stopped_by}) after step {self.step} (epoch {self.epoch + 1}); "
                       f"{saved}", file=sys.stderr, flush=True)
 
@@ -621,10 +680,10 @@ class Trainer:
         test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
                                                              task=train.task)
         self._validation_from_file = isinstance(test_source, (str, os.PathLike))
-        files = [Input(os.fspath(s), n) for s, n in ((source, "data"), (validation, "validation"))
-                 if isinstance(s, (str, os.PathLike))]
+        files = _data_inputs(source, "data") + _data_inputs(validation, "validation")
         if files:  # the data given to fit is an input: never one of this trainer's outputs
             self._claim(build.run_outputs(self.config), files)
+            self._inputs = files
         self._first_fit = (data, validation, sharded)
         self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
         self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
@@ -888,6 +947,8 @@ class Trainer:
         split = self._arrays((X, ZeroTargets(len(X))), "predict", sharded, 0, task="regression")
         named = f"predict {os.fspath(source_path)}:{source_name}" if source_path else "predict"
         agree(features_error(self.model, named, split.dim), comm=comm)
+        if split.n_global == 0:  # every rank alike: no output has a width to give
+            raise agreed(ValueError(f"{named}: X has no rows"))
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
         k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
         local = local.reshape(local.shape[0], k)

@@ -546,14 +546,14 @@ def test_a_finished_run_resumed_with_more_epochs_trains_on_as_one_run_would(tmp_
         trainer(4, checkpoint=ck, resume=True).fit((X, y))
     assert isinstance(e.value, AgreedError)
     # in the library's words, not the command line's flags
-    with pytest.raises(ValueError, match=r"^resume: .*ck.h5 was written with batch_size 16, this run has 20$"):
+    with pytest.raises(ValueError, match=r"^resume=True: .*ck.h5 was written with batch_size 16, this run has 20$"):
         hpcgpu.Trainer(nn.Sequential(nn.Dense(5, 9, "tanh"), nn.Dense(9, 3)), nn.SoftmaxCrossEntropy(),
                        optim.Adam(0.01), batch_size=20, epochs=6, seed=6, progress="none", dtype="float64",
                        checkpoint=ck, resume=True).fit((X, y))
     # a cosine schedule spans the run's epochs: it is not extended, by resume or by fit
     cosine = dict(schedule="cosine", checkpoint=str(tmp_path / "cos.h5"))
     trainer(3, **cosine).fit((X, y))
-    with pytest.raises(ValueError, match=r"^resume: .*cos.h5 was written for epochs 3 of a cosine schedule, which "
+    with pytest.raises(ValueError, match=r"^resume=True: .*cos.h5 was written for epochs 3 of a cosine schedule, which "
                                          r"spans the run's epochs: this run has 5"):
         trainer(5, **cosine, resume=True).fit((X, y))
     with pytest.raises(ValueError, match=r"^fit: epochs=5: a cosine schedule spans the run's 3 epochs"):
