@@ -275,3 +275,27 @@ def test_bad_input_agreed_over_ranks(tmp_path, request):
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "the first result's was float64 of shape (2,)" in p.stderr
     assert not out.exists() and os.path.exists(str(out) + ".journal")  # the done tasks kept for a fixed rerun
+
+
+@pytest.mark.mpi
+def test_a_stop_file_there_from_the_start_is_said_and_the_advice_removes_it(tmp_path):
+    """A stop file left from an earlier stop: a warning at the start, a stop after the first tasks, and the advice
+    to remove it before the rerun (following the bare advice would stop again at once); the run's own files are
+    refused as stop files."""
+    params, out, stop = _slow_params(tmp_path / "p.csv", 40), tmp_path / "r.h5", tmp_path / "STOP"
+    args = [f"{FNS}:slow", "--params", params, "-o", str(out), "--progress", "none"]
+    stop.touch()
+    p = _farm(3, [*args, "--stop-file", str(stop)], tmp_path)
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.count(f"hpcgpu.tasks: warning: --stop-file {stop} exists already: the run stops after its "
+                          "first step") == 1, p.stderr
+    assert p.stdout.splitlines()[-1].startswith(f"hpcgpu.tasks: remove {stop}, then rerun with --resume"), p.stdout
+    stop.unlink()
+    p = _farm(3, [*args, "--resume"], tmp_path)
+    assert p.returncode == 0 and "40 tasks: 40 done, 0 failed, 0 pending" in p.stdout, (p.stdout, p.stderr)
+    for own in (params, str(out)):
+        p = _farm(2, [*args, "--resume", "--stop-file", own], tmp_path)
+        what = "--params" if own == params else "--out"
+        assert p.returncode == 2 and p.stderr.strip() == (
+            f"hpcgpu.tasks: error: --stop-file {own}: is the run's {what} file: a stop file needs a path of its own"
+        ), p.stderr
