@@ -395,10 +395,10 @@ FIXES: dict[str, str] = {
         "file, preprocessing and seed)."
     ),
     "…: X must hold real numbers, has dtype …": (
-        "Features given to ``fit``, ``evaluate`` or ``predict`` must be real numbers (integers, floats or "
-        "booleans): complex values would lose their imaginary part, and strings or objects cannot be "
-        "converted. Give real features, e.g. ``numpy.column_stack([z.real, z.imag])`` for complex ones, and "
-        "encode categories as numbers first."
+        "Features given to ``fit``, ``evaluate`` or ``predict`` must be real numbers (integers, floats, "
+        "booleans, or objects that are numbers): complex values would lose their imaginary part, and strings "
+        "cannot be converted. Give real features, e.g. ``numpy.column_stack([z.real, z.imag])`` for complex "
+        "ones, and encode categories as numbers first."
     ),
     "warning: … … exists already: the run stops after its first step (remove it before starting; the job "
     "scripts run rm -f on it)": (
@@ -2117,7 +2117,7 @@ FIXES: dict[str, str] = {
         "whole number of at least 2 (a string such as ``'three'``, a fraction). Write it as an integer, "
         "``f.attrs['num_classes'] = 3``, or delete it to take the classes from ``/train/y``."
     ),
-    "…: row … holds …, not a whole number: class labels must be integers 0..C-1": (
+    "…: row … holds …, not a whole number of int64's range: class labels must be integers 0..C-1": (
         "``--task classification`` (``task='classification'``) was given with float labels, which are accepted "
         "when every one is a whole number (a CSV's export of integer classes); this one is not. Check the "
         "labels, or train a regression (``--task regression``) if they are values."

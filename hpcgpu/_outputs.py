@@ -161,6 +161,23 @@ def _place_error(out: Output) -> OSError | None:
     return writable_error(path, out.what)
 
 
+def _open_to_read(path: str):
+    """An h5py file open to read; the first open's OSError when neither way works.
+
+    Without locking first (a file another process writes, a file system without locks); then as this
+    process's own h5py has it open, if it does (HDF5 refuses a second open with other locking flags).
+    """
+    import h5py
+
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as first:
+        try:
+            return h5py.File(path, "r")
+        except OSError:
+            raise first from None
+
+
 def written_by_hpcgpu(path: str | os.PathLike, kind: str = "hdf5") -> bool | None:
     """Whether the existing file ``path`` carries hpcgpu's mark; ``None`` when it is not of ``kind`` at all.
 
@@ -188,15 +205,11 @@ def written_by_hpcgpu(path: str | os.PathLike, kind: str = "hdf5") -> bool | Non
                 return None
         except OSError:
             return None
-        # Without locking first (a file another process writes, a file system without locks); then as the
-        # process's own h5py has it open, if it does: HDF5 refuses a second open with other locking flags
-        for options in ({"locking": False}, {}):
-            try:
-                with h5py.File(path, "r", **options) as f:
-                    return MARK_ATTR in f.attrs
-            except OSError:
-                continue
-        return None
+        try:
+            with _open_to_read(path) as f:
+                return MARK_ATTR in f.attrs
+        except OSError:
+            return None
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
@@ -213,7 +226,7 @@ def _dataset_error(out: Output, overwrite: bool) -> OSError | None:
 
     path, name = os.fspath(out.path), _norm(out.dataset)
     try:
-        f = h5py.File(path, "r", locking=False)
+        f = _open_to_read(path)
     except OSError as e:
         from .io import one_line
 

@@ -43,17 +43,24 @@ def stop_file_check(path: str | None, files: dict, what: str = "--stop-file") ->
         The run's data and output files by the name messages give them (``{"--data": "d.h5"}``).
     what : str
         How messages name the stop file (``--stop-file``, ``stop_file``).
+
+    Returns
+    -------
+    (ValueError or None, str)
+        The error every rank must raise (agreed by the caller), and rank 0's warning line (or "").
     """
     if not path:
         return None, ""
     from ._outputs import _same_file
 
-    for name, other in files.items():
-        if other and _same_file(os.fspath(path), os.fspath(other)):
-            return ValueError(f"{what} {path}: is the run's {name} file: a stop file needs a path of its own"), ""
-    if os.path.lexists(path):
-        return None, _stale_stop_file(path, what)
-    return None, ""
+    try:
+        for name, other in files.items():
+            if other and _same_file(os.fspath(path), os.fspath(other)):
+                return ValueError(f"{what} {path}: is the run's {name} file: a stop file needs a path of its own"), ""
+        there = os.path.lexists(path)
+    except (TypeError, ValueError) as e:  # not a path at all: the caller agrees on it
+        return ValueError(f"{what} {path!r}: not a file path ({e})"), ""
+    return None, _stale_stop_file(path, what) if there else ""
 
 
 def _stale_stop_file(path: str, what: str) -> str:
@@ -62,11 +69,20 @@ def _stale_stop_file(path: str, what: str) -> str:
             "the job scripts run rm -f on it)")
 
 
-def remove_first(request) -> str:
+def remove_first(request: StopRequest | None) -> str:
     """``"remove STOP, then "`` when ``request`` stopped for its stop file and the file is still there, else "".
 
     The stop line's advice starts with it, so that following the advice does not stop the next run at once.
     Not collective (rank 0, which watches the file, prints the line).
+
+    Parameters
+    ----------
+    request : StopRequest or None
+        The run's stop request.
+
+    Returns
+    -------
+    str
     """
     path = getattr(request, "stop_file", None)
     if path and getattr(request, "reason", None) == f"stop file {path}" and os.path.lexists(path):

@@ -873,7 +873,7 @@ def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
     assert len(lines) == 9 * nprocs, p.stdout
     assert lines[:9] == [
         "True",
-        "data: y: row 7 holds 0.5, not a whole number: class labels must be integers 0..C-1",
+        "data: y: row 7 holds 0.5, not a whole number of int64's range: class labels must be integers 0..C-1",
         "predict: X has no rows",
         "(2, 2)",
         "predict: X must hold real numbers, has dtype complex128",
@@ -882,3 +882,80 @@ def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
         "out notes.txt: exists and is a file hpcgpu did not write: it is not replaced (overwrite=True replaces it)",
         "stop_file r.h5: is the run's out file: a stop file needs a path of its own"], p.stdout
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+_REVIEWED = """
+import os, sys, h5py, numpy as np, hpcgpu
+from hpcgpu import nn, optim
+from hpcgpu.tasks import map as farm_map
+rt = hpcgpu.init("cpu")
+rng = np.random.default_rng(1)
+X, y = rng.normal(size=(60, 3)), rng.integers(0, 2, 60)
+
+
+def trainer(**kw):
+    return hpcgpu.Trainer(nn.Sequential(nn.Dense(3, 2)), nn.SoftmaxCrossEntropy(), optim.Adam(), batch_size=12,
+                          epochs=1, seed=0, runtime=rt, progress="none", overwrite=True, **kw)
+
+
+def said(f):
+    try:
+        f()
+        return "ok"
+    except hpcgpu.AgreedError as e:
+        return str(e)
+
+
+os.makedirs(f"sub{rt.rank}", exist_ok=True)
+np.save(f"sub{rt.rank}/X.npy", X[rt.rank::rt.size])
+mine = np.load(f"sub{rt.rank}/X.npy", mmap_mode="r")
+shard = (mine if rt.rank == 0 else np.array(mine), y[rt.rank::rt.size])  # a memory map on rank 0 alone
+lines = [said(lambda: trainer(out="sub0/X.npy").fit(shard, sharded=True))]
+if rt.rank == 0:
+    with h5py.File("sub0/d.h5", "w") as f:
+        f["X"], f["y"] = X, y
+rt.comm.Barrier()
+os.chdir("sub0")
+with h5py.File("d.h5", "r") as f:
+    t = trainer(out="../r.h5")
+    t.fit((f["X"], f["y"]))
+os.chdir("..")  # the input is the file it was, wherever the process goes
+lines.append(said(lambda: t.save_results(os.path.abspath("sub0/d.h5"))))
+t.close()
+lines.append(said(lambda: trainer().fit((X.astype(object), y))))  # objects that are numbers (a mixed frame)
+big = y.astype(np.float64)
+big[3] = 1e19
+lines.append(said(lambda: trainer(task="classification").fit((X, big))))
+lines.append(said(lambda: trainer(out="runs/--lr/x.h5", stop_file="runs/--lr/x.h5")))  # a path is not a flag
+for there in (False, True):
+    if there and rt.rank == 0:
+        open("STOP", "w").close()
+    rt.comm.Barrier()
+    r = farm_map(lambda i: {"sq": i * i}, [{"i": i} for i in range(6)], f"sweep{int(there)}.h5", stop_file="STOP",
+                 comm=rt.comm)
+    lines.append(f"map stopped={bool(r.stopped)}")
+sys.stdout.write("\\n".join(lines) + "\\n")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_what_the_second_trials_review_found(tmp_path, nprocs):
+    """A memory map on one rank of a sharded fit (the claim is every rank's), an h5py file named relatively and the
+    process moved (the input is its absolute path), features of numbers held as objects, a whole-number float
+    beyond int64, a path with "--" in it, and tasks.map with a stop file (absent, then there) at 1 and 3 ranks."""
+    p = _mpi.run(nprocs, ["-c", _REVIEWED], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 7 * nprocs, (p.stdout, p.stderr)
+    assert lines[:7] == [
+        f"out sub0/X.npy: is also an input (data {tmp_path / 'sub0' / 'X.npy'}); writing it would replace what is "
+        "read: choose another output",
+        f"save_results {tmp_path / 'sub0' / 'd.h5'}: is also an input (data {tmp_path / 'sub0' / 'd.h5'}:/X); "
+        "writing it would replace what is read: choose another output",
+        "ok",
+        "data: y: row 3 holds 1e+19, not a whole number of int64's range: class labels must be integers 0..C-1",
+        "stop_file runs/--lr/x.h5: is the run's out file: a stop file needs a path of its own",
+        "map stopped=False",
+        "map stopped=True"], p.stdout
+    assert p.stderr.count("hpcgpu.tasks: warning: stop_file STOP exists already") == 1, p.stderr

@@ -129,12 +129,11 @@ def _main(argv, stop) -> int:
 
     rt = hpcgpu.init(device=args.device)
     fn = agree_call(lambda: load_function(args.function), catch=(ValueError, FileNotFoundError), comm=rt.comm)
-    err, warning = stop_file_check(args.stop_file, {"--params": args.params, "--out": args.out}) \
-        if rt.rank == 0 else (None, "")
+    files = {"--params": args.params, "--out": args.out, "journal": f"{args.out}.journal" if args.out else None}
+    err, warning = stop_file_check(args.stop_file, files) if rt.rank == 0 else (None, "")
     agree(err, comm=rt.comm)  # rank 0 watches the stop file: its answer for every rank
     if warning:
-        line = "hpcgpu.tasks: " + warning
-        print(line, file=sys.stderr, flush=True)
+        print("hpcgpu.tasks: " + warning, file=sys.stderr, flush=True)
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:

@@ -250,10 +250,10 @@ def _whole_labels(y, start: int, what: str) -> ValueError | None:
     """Float labels given as classes (``task="classification"``) must be whole numbers: the first row that is not."""
     if y.dtype.kind != "f":
         return None
-    bad = np.flatnonzero(~(np.isfinite(y) & (y == np.floor(y))))
+    bad = np.flatnonzero(~(np.isfinite(y) & (y == np.floor(y)) & (np.abs(y) < 2.0**62)))
     if bad.size:
-        return ValueError(f"{what}: row {start + int(bad[0])} holds {float(y[bad[0]])}, not a whole number: class "
-                          "labels must be integers 0..C-1")
+        return ValueError(f"{what}: row {start + int(bad[0])} holds {float(y[bad[0]])}, not a whole number of "
+                          "int64's range: class labels must be integers 0..C-1")
     return None
 
 
@@ -316,7 +316,7 @@ def _arrays_error(X, y, task: str | None, what: str) -> tuple:
     task = task or (task_of(np.dtype("int64") if ykind in "iu" else np.dtype("float64")))
     if err is not None:
         return err, (0, 0), (0,), task
-    if xkind not in "biuf":
+    if xkind not in "biufO":  # objects may be numbers (a frame of mixed columns): their conversion decides
         err = ValueError(f"{what}: X must hold real numbers, has dtype {np.dtype(X.dtype)}")
     elif len(xshape) != 2 or xshape[1] == 0:
         err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {xshape}")

@@ -97,13 +97,24 @@ def _data_inputs(source, what: str) -> list:
         return [Input(os.fspath(source), what)]
     found = []
     for part in source if isinstance(source, (tuple, list)) else (source,):
-        file = getattr(getattr(part, "file", None), "filename", None)  # an h5py Dataset
-        name = getattr(part, "name", None)
+        h5 = getattr(part, "file", None)  # an h5py Dataset: its file, unless one held in memory alone
+        file, name = getattr(h5, "filename", None), getattr(part, "name", None)
         if isinstance(file, str) and isinstance(name, str):
-            found.append(Input(file, what, name))
+            if _on_disk(h5):
+                found.append(Input(os.path.abspath(file), what, name))
         elif isinstance(part, np.memmap) and isinstance(getattr(part, "filename", None), str):
-            found.append(Input(part.filename, what))
+            found.append(Input(os.path.abspath(part.filename), what))
     return found
+
+
+def _on_disk(h5file) -> bool:
+    """Whether an h5py file is backed by a file (not the ``core`` driver's memory alone). Not collective."""
+    if getattr(h5file, "driver", None) != "core":
+        return True
+    try:
+        return bool(h5file.id.get_access_plist().get_fapl_core()[1])  # (increment, backing_store)
+    except Exception:  # noqa: BLE001 - unknown: protect it
+        return True
 
 
 def _same_inputs(given: tuple, first: tuple | None) -> bool:
@@ -240,7 +251,10 @@ class Trainer:
         text = self._words(str(err))
         if text == str(err):
             return err
-        out = type(err)(text)
+        try:
+            out = type(err)(text)
+        except Exception:  # noqa: BLE001 - a constructor with other arguments: the words as they were
+            return err
         out.__cause__ = err.__cause__
         if isinstance(err, AgreedError):
             out.silent = err.silent
@@ -262,7 +276,7 @@ class Trainer:
                 return m.group(0)
             return f"{name}=True" if fields[name] in (bool, "bool") else name
 
-        return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", word, text)
+        return re.sub(r"(?<![\w./-])--([a-z][a-z0-9-]*)", word, text)  # not inside a path (runs/--lr/x.h5)
 
     def _release_stop(self) -> None:
         """Put back the signal handlers this trainer installed (none when the command line's are in force)."""
@@ -291,8 +305,9 @@ class Trainer:
         self._inputs: list = []  # the first fit's files (:func:`_data_inputs`): every later output is checked
         self._overwrite = c.overwrite
         self._claim(build.run_outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
-        err, warning = stop_file_check(c.stop_file, {"--data": c.data, "--out": c.out, "--checkpoint":
-                                                     c.checkpoint_path}) if rt.rank == 0 else (None, "")
+        own = {"--data": c.data, "--out": c.out, "--checkpoint": c.checkpoint_path or c.default_checkpoint,
+               "--trace": c.trace}
+        err, warning = stop_file_check(c.stop_file, own) if rt.rank == 0 else (None, "")
         agree(None if err is None else self._in_words(err), comm=comm)  # rank 0 watches it: its answer for all
         if warning:
             line = "hpcgpu.train: " + self._words(warning)
@@ -370,7 +385,7 @@ class Trainer:
             reworded = self._in_words(e)
             if reworded is e:
                 raise
-            raise reworded from None
+            raise reworded.with_traceback(e.__traceback__) from e.__cause__
         self._claimed.update((os.path.abspath(os.fspath(o.path)), o.dataset) for o in new)
 
     def _warn(self, message: str) -> None:
@@ -519,7 +534,7 @@ class Trainer:
             reworded = self._in_words(e)
             if reworded is e:
                 raise
-            raise reworded from None
+            raise reworded.with_traceback(e.__traceback__) from e.__cause__
         finally:
             self._release_stop()
         return self.history
@@ -680,7 +695,10 @@ class Trainer:
         test = None if test_source is None else self._arrays(test_source, "validation", sharded, 0,
                                                              task=train.task)
         self._validation_from_file = isinstance(test_source, (str, os.PathLike))
-        files = _data_inputs(source, "data") + _data_inputs(validation, "validation")
+        # Every rank's files (sharded data: each rank its own, or a memory map here and a copy there): the claim
+        # is collective, and no rank's input may be any rank's output
+        files = list(dict.fromkeys(f for mine in self.rt.comm.allgather(
+            _data_inputs(source, "data") + _data_inputs(validation, "validation")) for f in mine))
         if files:  # the data given to fit is an input: never one of this trainer's outputs
             self._claim(build.run_outputs(self.config), files)
             self._inputs = files
@@ -927,7 +945,9 @@ class Trainer:
         ------
         ValueError
             ``X`` of another number of features than the model's, not 2-D,
-            or with NaN; an unwritable ``out`` (every rank).
+            or with NaN; no rows; features that are not real numbers
+            (complex, strings) or not an array; an unwritable ``out``
+            (every rank).
         """
         from ..io import split_spec
 
