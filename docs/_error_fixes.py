@@ -407,6 +407,10 @@ FIXES: dict[str, str] = {
         "exits 3, and the stop's line then says to remove the file before the rerun. Remove it (``rm -f "
         "STOP``) before starting; the job scripts in ``jobs/slurm/`` do this before every start and requeue."
     ),
+    "… …: not a file path (…)": (
+        "The stop file (``stop_file=`` of the Trainer or of ``hpcgpu.tasks.map``) is not a path: a number, or "
+        "a string with a NUL byte. Give the path of a file that does not exist yet, e.g. ``stop_file=\"STOP\"``."
+    ),
     "… …: is the run's … file: a stop file needs a path of its own": (
         "The stop file (``--stop-file`` of ``python -m hpcgpu.train`` and ``python -m hpcgpu.tasks``, "
         "``stop_file=`` of the Trainer and of ``hpcgpu.tasks.map``) names the run's data, parameter table, "

@@ -123,14 +123,15 @@ def test_arrays_read_from_a_file_make_it_an_input_of_every_output(tmp_path, npro
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert len(lines) == 6 * nprocs, p.stdout  # every rank raised the same
+    data = tmp_path / "data.h5"
     assert lines[:6] == [
-        "out data.h5: is also an input (data data.h5:/train/X); writing it would replace what is read: choose "
+        f"out data.h5: is also an input (data {data}:/train/X); writing it would replace what is read: choose "
         "another output",
-        "out data.h5:/train/y: is also an input (data data.h5:/train/y); writing it would replace what is read: "
+        f"out data.h5:/train/y: is also an input (data {data}:/train/y); writing it would replace what is read: "
         "choose another output",
-        "save_results data.h5: is also an input (data data.h5:/train/X); writing it would replace what is read: "
+        f"save_results data.h5: is also an input (data {data}:/train/X); writing it would replace what is read: "
         "choose another output",
-        "save_checkpoint data.h5: is also an input (data data.h5:/train/X); writing it would replace what is "
+        f"save_checkpoint data.h5: is also an input (data {data}:/train/X); writing it would replace what is "
         "read: choose another output",
         f"out X.npy: is also an input (data {tmp_path / 'X.npy'}); writing it would replace what is read: choose "
         "another output",

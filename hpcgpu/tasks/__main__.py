@@ -133,7 +133,8 @@ def _main(argv, stop) -> int:
     err, warning = stop_file_check(args.stop_file, files) if rt.rank == 0 else (None, "")
     agree(err, comm=rt.comm)  # rank 0 watches the stop file: its answer for every rank
     if warning:
-        print("hpcgpu.tasks: " + warning, file=sys.stderr, flush=True)
+        line = "hpcgpu.tasks: " + warning  # the message itself: _stop._stale_stop_file
+        print(line, file=sys.stderr, flush=True)
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:

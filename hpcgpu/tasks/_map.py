@@ -215,7 +215,8 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         err, warning = stop_file_check(stop_file, files, "stop_file") if on.rank == 0 else (None, "")
         agree(err, comm=on)  # rank 0 watches the stop file: its answer for every rank
         if warning:
-            print("hpcgpu.tasks: " + warning, file=sys.stderr, flush=True)
+            line = "hpcgpu.tasks: " + warning  # the message itself: _stop._stale_stop_file
+            print(line, file=sys.stderr, flush=True)
         stop = StopRequest(stop_file, check_file=on.rank == 0)
     return run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
                      flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate,
