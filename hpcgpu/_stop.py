@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -61,6 +62,34 @@ def stop_file_check(path: str | None, files: dict, what: str = "--stop-file") ->
     except (TypeError, ValueError) as e:  # not a path at all: the caller agrees on it
         return ValueError(f"{what} {path!r}: not a file path ({e})"), ""
     return None, _stale_stop_file(path, what) if there else ""
+
+
+def agree_stop_file(path: str | None, files: dict, comm, prog: str, what: str = "--stop-file", words=str) -> None:
+    """:func:`stop_file_check` on rank 0, its error raised by every rank, its warning printed by rank 0. Collective.
+
+    Parameters
+    ----------
+    path, files, what
+        As :func:`stop_file_check`.
+    comm : mpi4py.MPI.Intracomm
+        The run's ranks (rank 0 watches the stop file).
+    prog : str
+        The warning line's program name (``hpcgpu.train``).
+    words : callable, optional
+        Puts a message in the caller's words (the Trainer's arguments for the command line's flags).
+
+    Raises
+    ------
+    ValueError
+        The stop file is one of ``files``, or not a path (agreed: every rank).
+    """
+    from .errors import agree
+
+    err, warning = stop_file_check(path, files, what) if comm.rank == 0 else (None, "")
+    agree(None if err is None else ValueError(words(str(err))), comm=comm)
+    if warning:
+        line = f"{prog}: " + words(warning)  # the message itself: _stale_stop_file
+        print(line, file=sys.stderr, flush=True)
 
 
 def _stale_stop_file(path: str, what: str) -> str:

@@ -122,19 +122,15 @@ def _main(argv, stop) -> int:
     """:func:`main` under its stop request."""
     args = parser().parse_args(argv)
     import hpcgpu
-    from hpcgpu._stop import remove_first, stop_file_check
-    from hpcgpu.errors import agree, agree_call
+    from hpcgpu._stop import agree_stop_file, remove_first
+    from hpcgpu.errors import agree_call
 
     from . import run_sweep
 
     rt = hpcgpu.init(device=args.device)
     fn = agree_call(lambda: load_function(args.function), catch=(ValueError, FileNotFoundError), comm=rt.comm)
     files = {"--params": args.params, "--out": args.out, "journal": f"{args.out}.journal" if args.out else None}
-    err, warning = stop_file_check(args.stop_file, files) if rt.rank == 0 else (None, "")
-    agree(err, comm=rt.comm)  # rank 0 watches the stop file: its answer for every rank
-    if warning:
-        line = "hpcgpu.tasks: " + warning  # the message itself: _stop._stale_stop_file
-        print(line, file=sys.stderr, flush=True)
+    agree_stop_file(args.stop_file, files, rt.comm, "hpcgpu.tasks")
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:

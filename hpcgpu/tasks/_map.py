@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -207,16 +206,12 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     """
     stop = None
     if stop_file is not None:
-        from .._stop import StopRequest, stop_file_check
+        from .._stop import StopRequest, agree_stop_file
 
         on = default_comm() if comm is None else comm
         files = {"params": params if isinstance(params, (str, os.PathLike)) else None, "out": out,
                  "journal": f"{os.fspath(out)}.journal" if out is not None else None}
-        err, warning = stop_file_check(stop_file, files, "stop_file") if on.rank == 0 else (None, "")
-        agree(err, comm=on)  # rank 0 watches the stop file: its answer for every rank
-        if warning:
-            line = "hpcgpu.tasks: " + warning  # the message itself: _stop._stale_stop_file
-            print(line, file=sys.stderr, flush=True)
+        agree_stop_file(stop_file, files, on, "hpcgpu.tasks", "stop_file")
         stop = StopRequest(stop_file, check_file=on.rank == 0)
     return run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
                      flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate,

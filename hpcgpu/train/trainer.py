@@ -49,7 +49,7 @@ from .data import (HDF5Rows, Split, ZeroTargets, check_labels, split_off)
 from .groups import ProcessGroups
 from .metrics import HeldOut
 from .precision import Precision, policy
-from .._stop import StopRequest, installed_request, note_stopped, remove_first, stop_file_check, trainers_request
+from .._stop import StopRequest, installed_request, note_stopped, remove_first, agree_stop_file, trainers_request
 from .gemm_threads import GemmPlan
 from .state import TrainState
 
@@ -260,6 +260,13 @@ class Trainer:
             out.silent = err.silent
         return out
 
+    def _raise_in_words(self, err: AgreedError):
+        """Raise ``err`` (being handled) in the caller's words, with its traceback and cause."""
+        reworded = self._in_words(err)
+        if reworded is err:
+            raise err
+        raise reworded.with_traceback(err.__traceback__) from err.__cause__
+
     def _words(self, text: str) -> str:
         """``text`` in the caller's words.
 
@@ -307,11 +314,7 @@ class Trainer:
         self._claim(build.run_outputs(c), [Input(c.data, "--data")] if c.data else [])  # before any work
         own = {"--data": c.data, "--out": c.out, "--checkpoint": c.checkpoint_path or c.default_checkpoint,
                "--trace": c.trace}
-        err, warning = stop_file_check(c.stop_file, own) if rt.rank == 0 else (None, "")
-        agree(None if err is None else self._in_words(err), comm=comm)  # rank 0 watches it: its answer for all
-        if warning:
-            line = "hpcgpu.train: " + self._words(warning)
-            print(line, file=sys.stderr, flush=True)
+        agree_stop_file(c.stop_file, own, comm, "hpcgpu.train", words=self._words)
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(compute_dtype_error(self.xp, self.precision), comm=comm)
@@ -382,10 +385,7 @@ class Trainer:
         try:
             claim(new, [*inputs, *self._inputs], comm=self.rt.comm, overwrite=self._overwrite, prog="hpcgpu.train")
         except AgreedError as e:
-            reworded = self._in_words(e)
-            if reworded is e:
-                raise
-            raise reworded.with_traceback(e.__traceback__) from e.__cause__
+            self._raise_in_words(e)
         self._claimed.update((os.path.abspath(os.fspath(o.path)), o.dataset) for o in new)
 
     def _warn(self, message: str) -> None:
@@ -531,10 +531,7 @@ class Trainer:
                 data, validation = split_off(data, validation, validation_split, sharded)
             self._fit(data, validation, sharded, epochs, list(callbacks))
         except AgreedError as e:  # in the caller's words (the checks name the command line's flags)
-            reworded = self._in_words(e)
-            if reworded is e:
-                raise
-            raise reworded.with_traceback(e.__traceback__) from e.__cause__
+            self._raise_in_words(e)
         finally:
             self._release_stop()
         return self.history
