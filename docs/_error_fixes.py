@@ -350,9 +350,15 @@ FIXES: dict[str, str] = {
         "(``nvidia-smi``), or run more ranks so that each holds less."
     ),
     "…: … must be arrays (or h5py datasets) with a shape (…)": (
-        "``fit((X, y))``, ``evaluate((X, y))`` and ``predict(X)`` take arrays that have a ``shape`` and a "
-        "``dtype``: NumPy or CuPy arrays, or h5py datasets (each rank then reads only its rows). A Python "
-        "list has neither: pass ``numpy.asarray(X)`` and ``numpy.asarray(y)`` (``df.to_numpy()`` for pandas)."
+        "``hpcgpu.train.data.from_arrays`` takes arrays that have a ``shape`` and a ``dtype``: NumPy or CuPy "
+        "arrays, or h5py datasets (each rank then reads only its rows). ``fit``, ``evaluate`` and ``predict`` "
+        "read lists as arrays first; called directly, pass ``numpy.asarray(X)`` and ``numpy.asarray(y)``."
+    ),
+    "…: … cannot be read as arrays (…)": (
+        "``fit((X, y))``, ``evaluate((X, y))`` and ``predict(X)`` take arrays (NumPy or CuPy, h5py datasets, "
+        "frames with ``shape``) or lists that NumPy reads as arrays (``numpy.asarray``): every row of ``X`` "
+        "the same length. A ragged list (rows of different lengths) is none: pad or select the rows, or "
+        "pass ``numpy.asarray(X)`` of the rows you mean (``df.to_numpy()`` for pandas)."
     ),
     "…: X has … rows but y has shape …": (
         "``X`` and ``y`` of one data set differ in length (or ``y`` has no length at all): every row of "

@@ -848,7 +848,11 @@ lines.append(said(lambda: trainer(task="classification").fit((X, half))))
 lines.append(said(lambda: floats.predict(X[:0])))
 lines.append(str(floats.predict(X[:2], root=None).shape))  # a rank with no rows at 3 ranks
 lines.append(said(lambda: floats.predict(X.astype(np.complex128))))
-lines.append(said(lambda: floats.predict(X.tolist())))
+lines.append(str(np.array_equal(floats.predict(X.tolist(), root=None), floats.predict(X, root=None))))
+lists = trainer(task="classification")
+lists.fit((X.tolist(), y.tolist()))  # array_like: lists as NumPy reads them
+lines.append(str(np.array_equal(lists.predict(X, root=None), ints.predict(X, root=None))))
+lines.append(said(lambda: floats.predict([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[1.0]]]))[:35])
 lines.append(said(lambda: trainer(batch_size=1000).fit((X, y))))
 if rt.rank == 0:
     open("notes.txt", "w").write("mine")
@@ -864,20 +868,23 @@ sys.stdout.write("\\n".join(lines) + "\\n")
 def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
     """What a second new user's trial found, each one agreed line in the library's words: whole-number float labels
     train a classifier as their integers do (training.rst promises it), a half is refused naming its row; predict
-    on no rows, on complex or list features is one line; a rank with no rows predicts its share; a refusal names
+    on no rows, on complex or ragged list features is one line (lists NumPy reads as arrays are array_like: they
+    fit and predict as the arrays do); a rank with no rows predicts its share; a refusal names
     Trainer's arguments (batch_size, out, overwrite=True), not the command line's flags; a stop file that is the
     run's own output is refused."""
     p = _mpi.run(nprocs, ["-c", _SECOND_TRIAL], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == 9 * nprocs, p.stdout
-    assert lines[:9] == [
+    assert len(lines) == 11 * nprocs, p.stdout
+    assert lines[:11] == [
         "True",
         "data: y: row 7 holds 0.5, not a whole number of int64's range: class labels must be integers 0..C-1",
         "predict: X has no rows",
         "(2, 2)",
         "predict: X must hold real numbers, has dtype complex128",
-        "predict: X must be arrays (or h5py datasets) with a shape ('list' object has no attribute 'shape')",
+        "True",  # a list of rows predicts as the array does
+        "True",  # and fits as the array does
+        "predict: X cannot be read as arrays",  # a ragged list
         "batch_size 1000 is larger than the training set (120 samples)",
         "out notes.txt: exists and is a file hpcgpu did not write: it is not replaced (overwrite=True replaces it)",
         "stop_file r.h5: is the run's out file: a stop file needs a path of its own"], p.stdout

@@ -105,10 +105,15 @@ with h5py.File("data.h5", "r") as f:  # h5py datasets given to fit: their file i
     lines.append(refused(lambda: t.save_results("data.h5")))
     lines.append(refused(lambda: t.save_checkpoint("data.h5")))
     t.close()
+    t = trainer()  # data in memory; predict's X an h5py dataset: its file is predict's input
+    t.fit((X, y))
+    lines.append(refused(lambda: t.predict(f["train/X"], out="data.h5:/train/X")))
+    t.predict(f["train/X"], out="data.h5:/y_hat")  # another dataset of that file, as with predict("data.h5:...")
+    t.close()
 Xm = np.load("X.npy", mmap_mode="r")  # a memory map given to fit: its file is an input
 lines.append(refused(lambda: trainer(out="X.npy").fit((Xm, y))))
 with h5py.File("data.h5", "r") as f:
-    kept = sorted(f["train"]) == ["X", "y"] and np.array_equal(f["train/y"][:], y)
+    kept = sorted(f["train"]) == ["X", "y"] and np.array_equal(f["train/y"][:], y) and f["y_hat"].shape == (90, 3)
 lines.append(f"kept {kept} {np.array_equal(np.load('X.npy'), X)}")
 sys.stdout.write("\\n".join(lines) + "\\n")
 """
@@ -118,13 +123,14 @@ sys.stdout.write("\\n".join(lines) + "\\n")
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_arrays_read_from_a_file_make_it_an_input_of_every_output(tmp_path, nprocs):
     """h5py datasets (or a NumPy memory map) given to fit: no output of the run may replace their file, even with
-    overwrite=True (a results file over the data file replaced the user's data: found by a new user's trial)."""
+    overwrite=True (a results file over the data file replaced the user's data: found by a new user's trial); an h5py
+    dataset given to predict is its input likewise (another dataset of its file may be written)."""
     p = _mpi.run(nprocs, ["-c", _DATA_AS_ARRAYS], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == 6 * nprocs, p.stdout  # every rank raised the same
+    assert len(lines) == 7 * nprocs, p.stdout  # every rank raised the same
     data = tmp_path / "data.h5"
-    assert lines[:6] == [
+    assert lines[:7] == [
         f"out data.h5: is also an input (data {data}:/train/X); writing it would replace what is read: choose "
         "another output",
         f"out data.h5:/train/y: is also an input (data {data}:/train/y); writing it would replace what is read: "
@@ -133,6 +139,8 @@ def test_arrays_read_from_a_file_make_it_an_input_of_every_output(tmp_path, npro
         "choose another output",
         f"save_checkpoint data.h5: is also an input (data {data}:/train/X); writing it would replace what is "
         "read: choose another output",
+        f"out data.h5:/train/X: is also an input (X {data}:/train/X); writing it would replace what is read: choose "
+        "another output",
         f"out X.npy: is also an input (data {tmp_path / 'X.npy'}); writing it would replace what is read: choose "
         "another output",
         "kept True True"], p.stdout

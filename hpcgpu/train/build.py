@@ -199,8 +199,15 @@ def as_split(data, what: str, sharded: bool, required_rows: int, task: str | Non
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         err = TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}")
     agree(err, comm=comm)
-    X = sample_rows(data[0], model, comm)
-    return agree_call(lambda: from_arrays(X, data[1], dcomm, sharded=sharded, dtype=dtype, task=task,
+    X, y = data
+    try:  # array_like as NumPy reads it: a list (of rows, of labels) becomes an array; arrays stay as they are
+        X = X if hasattr(X, "shape") else np.asarray(X)
+        y = y if hasattr(y, "shape") else np.asarray(y)
+    except (TypeError, ValueError) as e:
+        err = ValueError(f"{what}: {'X' if what == 'predict' else 'X and y'} cannot be read as arrays ({e})")
+    agree(err, comm=comm)
+    X = sample_rows(X, model, comm)
+    return agree_call(lambda: from_arrays(X, y, dcomm, sharded=sharded, dtype=dtype, task=task,
                                           what=what, min_rows=required_rows),
                       catch=(AgreedError,), comm=comm)
 

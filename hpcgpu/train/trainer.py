@@ -460,8 +460,9 @@ class Trainer:
         ----------
         data : (X, y) or str, optional
             The training set: arrays in memory (NumPy, CuPy, h5py
-            datasets: anything with ``len()``, ``shape`` and row slicing), or
-            an HDF5 file in the trainer's layout (``/train/X``, ``/train/y``).
+            datasets: anything with ``len()``, ``shape`` and row slicing;
+            lists are read as NumPy arrays), or an HDF5 file in the
+            trainer's layout (``/train/X``, ``/train/y``).
             Not needed when the trainer was built from a config with ``data``.
             Given once: a later ``fit`` continues the same run on the same
             data (other data is refused: make another Trainer for it).
@@ -952,8 +953,10 @@ class Trainer:
         if out is not None:  # the output policy, before any work: never over X, never over a user's file
             out_path, out_name = split_spec(out, "y_hat")
             source = split_spec(os.fspath(X), "/test/X") if isinstance(X, (str, os.PathLike)) else None
-            self._claim([Output(out_path, what, dataset=out_name)],
-                        [Input(source[0], "X", source[1])] if source else [])
+            # X's file is an input (a path; an h5py dataset or memory map on any rank): never the output's
+            inputs = [Input(source[0], "X", source[1])] if source else list(dict.fromkeys(
+                f for mine in comm.allgather(_data_inputs((X,), "X")) for f in mine))
+            self._claim([Output(out_path, what, dataset=out_name)], inputs)
         source_path = source_name = None
         if isinstance(X, (str, os.PathLike)):
             path, name = split_spec(os.fspath(X), "/test/X")
