@@ -1265,6 +1265,39 @@ FIXES: dict[str, str] = {
         "the one named does not: often a transposed matrix, or a bias gradient not summed over the batch. "
         "For ``z = x @ w + b`` return ``x.T @ dz`` for ``w`` and ``dz.sum(axis=0)`` for ``b``."
     ),
+    "model …: loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), got …": (
+        "``loss_and_grad(params, x, y)`` returns a pair, ``loss_sum, grads``, or a triple with the batch's "
+        "outputs third (for the accuracy, or RMSE and R^2, of each epoch). It returned something else: often "
+        "the loss alone, or a triple built by mistake with a fourth value. Checked on every rank at the first "
+        "step, and said once."
+    ),
+    "model …: loss_and_grad's outputs have shape …, not one row for each of the batch's … samples": (
+        "The outputs a model returns third from ``loss_and_grad`` are the batch's predictions, one row a "
+        "sample (as ``predict(params, x)`` gives them): the metrics compare them with the labels row by row. "
+        "Return the outputs of the ``x`` passed in, not a transposed or reduced array."
+    ),
+    "model …: loss_and_grad's outputs have … column(s) a sample, but the labels include class …: a classifier's "
+    "outputs are one score a class": (
+        "A classifier's outputs are one score (a logit) per class, and the predicted class is the column of "
+        "the largest; labels run 0..C-1, so the outputs need at least C columns. The model's last layer has "
+        "fewer outputs than the data has classes: make it as wide as the number of classes."
+    ),
+    "check_grad: model …'s loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
+    "got …": (
+        "``check_grad`` calls the model's ``loss_and_grad(params, x, y)`` as the trainer does, and it did not "
+        "return ``loss_sum, grads`` (or a triple with the outputs third): often the loss alone."
+    ),
+    "check_grad: …": (
+        "``check_grad`` found what training would refuse in the gradient the model returns (the rest of the "
+        "line is the trainer's own message: a parameter without a gradient, a name ``init`` does not give, a "
+        "shape that is not the parameter's): see that message's entry, above."
+    ),
+    "EarlyStopping: no argument …: it takes monitor, patience, min_delta, mode and restore_best": (
+        "``hpcgpu.train.EarlyStopping`` takes ``monitor``, ``patience``, ``min_delta``, ``mode`` and "
+        "``restore_best`` (True by default: the best epoch's parameters are put back at the end). Keras's "
+        "``restore_best_weights`` is ``restore_best`` here; ``baseline``, ``verbose`` and "
+        "``start_from_epoch`` have no counterpart: a ``Callback`` of one's own does those."
+    ),
     "… does not define init(rng)": (
         "Raised by the base class ``hpcgpu.nn.Model`` when a subclass does not implement ``init``. A model of "
         "your own must define ``init(rng)``, returning its initial parameters as ``{name: array}`` (``rng`` "

@@ -891,6 +891,93 @@ def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+_THIRD_TRIAL = """
+import sys, numpy as np, hpcgpu
+from hpcgpu import nn, optim
+from hpcgpu.train import EarlyStopping
+rt = hpcgpu.init("cpu")
+rng = np.random.default_rng(0)
+X, y = rng.normal(size=(60, 4)), rng.integers(0, 3, 60)
+
+
+class Lin:
+    def __init__(self, mode, width=3):
+        self.mode, self.width = mode, width
+
+    def init(self, rng):
+        return {"W": rng.normal(0, 0.1, (4, self.width)), "b": np.zeros(self.width)}
+
+    def loss_and_grad(self, p, x, y):
+        z = x @ p["W"] + p["b"]
+        e = np.exp(z - z.max(1, keepdims=True))
+        q = e / e.sum(1, keepdims=True)
+        loss = -np.log(q[np.arange(len(y)), y]).sum()
+        q[np.arange(len(y)), y] -= 1
+        g = {"W": x.T @ q, "b": q.sum(0)}
+        if self.mode == "missing":
+            del g["b"]
+        if self.mode == "shape":
+            g["W"] = g["W"].T
+        if self.mode == "loss only":
+            return loss
+        return loss, g, (z.T if self.mode == "outputs" else z[:, :2] if self.mode == "narrow" else z)
+
+    def predict(self, p, x):
+        return x @ p["W"] + p["b"]
+
+
+def said(f):
+    try:
+        f()
+    except hpcgpu.AgreedError as e:
+        return f"{type(e).__name__}: {e}"
+    return "not refused"
+
+
+def fit(model):
+    hpcgpu.Trainer(model, optimizer=optim.SGD(0.1), batch_size=12, epochs=1, seed=0, runtime=rt,
+                   progress="none").fit((X, y))
+
+
+lines = [said(lambda: fit(Lin(m))) for m in ("missing", "shape", "loss only", "outputs")]
+lines.append(said(lambda: fit(Lin("narrow"))))
+lines.append(said(lambda: EarlyStopping(restore_best_weights=True)))
+lines.append(said(lambda: EarlyStopping(patience=-1)))
+try:
+    nn.check_grad(Lin("missing"), X[:4], y[:4])
+except TypeError as e:
+    lines.append(str(e))
+sys.stdout.write("\\n".join(lines) + "\\n")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
+    """What a third new user's trial found: a model of one's own that breaks the contract at its first step (a
+    gradient without a parameter, of the wrong shape; the loss alone; outputs that are not one row a sample, or
+    fewer columns than the labels' classes) is one agreed line, the same on every rank, not a traceback each;
+    Keras's EarlyStopping(restore_best_weights=...) names hpcgpu's restore_best; check_grad names a missing
+    gradient instead of a bare KeyError."""
+    p = _mpi.run(nprocs, ["-c", _THIRD_TRIAL], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 8 * nprocs, p.stdout
+    assert lines[:8] == [
+        "TypeError: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)",
+        "TypeError: model Lin: the gradient of W has shape (3, 4), the parameter (4, 3)",
+        "TypeError: model Lin: loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
+        "got float32",
+        f"TypeError: model Lin: loss_and_grad's outputs have shape (3, {12 // nprocs}), not one row for each of the "
+        f"batch's {12 // nprocs} samples",
+        "TypeError: model Lin: loss_and_grad's outputs have 2 column(s) a sample, but the labels include class 2: "
+        "a classifier's outputs are one score a class",
+        "TypeError: EarlyStopping: no argument restore_best_weights (Keras's name; hpcgpu's is restore_best, True "
+        "by default): it takes monitor, patience, min_delta, mode and restore_best",
+        "ValueError: EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience=-1, mode='auto'",
+        "check_grad: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)"], p.stdout
+
+
 _REVIEWED = """
 import os, sys, h5py, numpy as np, hpcgpu
 from hpcgpu import nn, optim

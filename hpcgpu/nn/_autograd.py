@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from ..errors import agreed
 from ._model import Model
 
 __all__ = ["Torch", "Jax", "Keras"]
@@ -120,12 +121,14 @@ class Torch(Model):
     def __init__(self, module, loss):
         torch = self._torch = _import("torch", "torch")
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"Torch: module must be a torch.nn.Module, got {type(module).__name__}")
+            raise agreed(TypeError(f"Torch: module must be a torch.nn.Module, got {type(module).__name__}"))
         if not callable(loss):
-            raise TypeError(f"Torch: loss must be callable (loss(outputs, y), the sum), got {type(loss).__name__}")
+            raise agreed(TypeError(f"Torch: loss must be callable (loss(outputs, y), the sum), got "
+                                   f"{type(loss).__name__}"))
         if getattr(loss, "reduction", "sum") != "sum":
-            raise TypeError(f"Torch: the loss must sum over the samples ({type(loss).__name__}(reduction=\"sum\")), "
-                            f"got reduction={loss.reduction!r}: hpcgpu divides by the global batch once")
+            raise agreed(TypeError(f"Torch: the loss must sum over the samples ({type(loss).__name__}(reduction="
+                                   f"\"sum\")), got reduction={loss.reduction!r}: hpcgpu divides by the global "
+                                   "batch once"))
         self.names = [n for n, p in module.named_parameters() if p.requires_grad]
         if not self.names:
             raise TypeError(f"Torch: {type(module).__name__} has no trainable parameter")

@@ -93,6 +93,49 @@ class Model:
         raise NotImplementedError(f"{type(self).__name__} does not define predict(params, x)")
 
 
+class ContractError(TypeError):
+    """A model of one's own that breaks the contract in what its first ``loss_and_grad`` returns.
+
+    Raised by :class:`FlatModel` on the first call only; the trainer's step agrees on it over the ranks
+    (:class:`hpcgpu.train.step.Step`), so that every rank says the same one line.
+    """
+
+
+def gradient_error(name: str, grads, shapes) -> TypeError | None:
+    """What a returned gradient lacks: a dict with one array of each parameter's shape; None when it has it.
+
+    Not collective.
+
+    Parameters
+    ----------
+    name : str
+        The model's class name, for the message.
+    grads : object
+        What ``loss_and_grad`` returned second.
+    shapes : sequence of (str, tuple of int)
+        The parameters' names and shapes, in ``init``'s order.
+
+    Returns
+    -------
+    TypeError or None
+    """
+    if not isinstance(grads, dict):
+        return TypeError(f"model {name}: loss_and_grad must return (loss_sum, dict of gradients), got a "
+                         f"{type(grads).__name__} as the gradient")
+    names = [k for k, _ in shapes]
+    missing = [k for k in names if k not in grads]
+    extra = [k for k in grads if k not in names]
+    if missing or extra:
+        return TypeError(f"model {name}: loss_and_grad's gradient has "
+                         + (f"no {', '.join(missing)}" if missing else f"unknown {', '.join(map(str, extra))}")
+                         + f" (the parameters are {', '.join(names)})")
+    for k, shape in shapes:
+        got = tuple(grads[k].shape) if hasattr(grads[k], "shape") else np.shape(grads[k])
+        if got != tuple(shape) and not (math.prod(got) == math.prod(shape) == 1):
+            return TypeError(f"model {name}: the gradient of {k} has shape {got}, the parameter {tuple(shape)}")
+    return None
+
+
 def contract_error(model) -> TypeError | None:
     """What ``model`` lacks of the contract (a one-line error naming it), or None. Not collective.
 
@@ -221,21 +264,36 @@ class FlatModel(FlatParams):
         """Nothing: a model of one's own is never captured in a CUDA graph."""
         return ()
 
-    def _grads_error(self, grads) -> TypeError | None:
+    first_call_agreed = True
+    """The step agrees on the first ``loss_and_grad``'s :class:`ContractError` over the ranks."""
+
+    def _first_call_error(self, got, X, y) -> TypeError | None:
+        """What the first ``loss_and_grad`` returned, checked against the contract, or None.
+
+        The pair (or triple), the gradient by name and shape, the outputs' rows (and, for classification, a
+        column for each label seen).
+        """
         name = type(self.model).__name__
-        if not isinstance(grads, dict):
-            return TypeError(f"model {name}: loss_and_grad must return (loss_sum, dict of gradients), got a "
-                             f"{type(grads).__name__} as the gradient")
-        missing = [k for k, _ in self.shapes if k not in grads]
-        extra = [k for k in grads if k not in self._g]
-        if missing or extra:
-            return TypeError(f"model {name}: loss_and_grad's gradient has "
-                             + (f"no {', '.join(missing)}" if missing else f"unknown {', '.join(map(str, extra))}")
-                             + f" (the parameters are {', '.join(self._g)})")
-        for k, shape in self.shapes:
-            got = tuple(grads[k].shape) if hasattr(grads[k], "shape") else np.shape(grads[k])
-            if got != shape and not (math.prod(got) == math.prod(shape) == 1):
-                return TypeError(f"model {name}: the gradient of {k} has shape {got}, the parameter {shape}")
+        if not (isinstance(got, (tuple, list)) and len(got) in (2, 3)):
+            return TypeError(f"model {name}: loss_and_grad must return (loss_sum, gradients) or (loss_sum, "
+                             f"gradients, outputs), got {type(got).__name__}"
+                             + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
+        err = gradient_error(name, got[1], self.shapes)
+        if err is not None or len(got) < 3 or got[2] is None:
+            return err
+        shape = tuple(getattr(got[2], "shape", np.shape(got[2])))
+        rows = X.shape[0]
+        if not shape or shape[0] != rows:
+            return TypeError(f"model {name}: loss_and_grad's outputs have shape {shape}, not one row for each of "
+                             f"the batch's {rows} samples")
+        if self.task == "classification" and rows:
+            from .. import _device
+
+            classes = int(_device.asnumpy(y).max()) + 1
+            width = math.prod(shape[1:]) if len(shape) > 1 else 1
+            if width < classes:
+                return TypeError(f"model {name}: loss_and_grad's outputs have {width} column(s) a sample, but the "
+                                 f"labels include class {classes - 1}: a classifier's outputs are one score a class")
         return None
 
     def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0, on_layer=None) -> None:
@@ -262,13 +320,13 @@ class FlatModel(FlatParams):
             self._loss_and_grad_into(X, y, accumulate, loss_scale, on_layer)
             return
         got = self.model.loss_and_grad(self._p, self._samples(X), y)
+        if not self._checked:
+            err = self._first_call_error(got, X, y)
+            if err is not None:
+                raise ContractError(str(err))
+            self._checked = True
         loss, grads = got[0], got[1]
         outputs = got[2] if len(got) > 2 else None
-        if not self._checked:
-            err = self._grads_error(grads)
-            if err is not None:
-                raise err
-            self._checked = True
         xp = self.xp
         for k, view in self._g.items():
             g = xp.asarray(grads[k], dtype=self.dtype).reshape(view.shape)

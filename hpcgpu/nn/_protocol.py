@@ -25,7 +25,7 @@ import numpy as np
 
 from ._capabilities import BUILT_IN, OWN, Capabilities
 from ._layers import Layer, Sequential
-from ._model import FlatModel, contract_error
+from ._model import FlatModel, contract_error, gradient_error
 from ._network import Network
 
 __all__ = ["Capabilities", "ModelPlan", "TrainModel", "awaits_data", "check_grad", "host_reference", "plan_model",
@@ -448,6 +448,16 @@ def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: 
         A parameter's error exceeds ``rtol`` (the message names the worst one);
         the model holds CuPy as an attribute (it would get NumPy arrays here
         and CuPy arrays in training: :func:`array_module` serves both).
+    TypeError
+        ``loss_and_grad`` returns no ``(loss_sum, gradients)``, or a gradient
+        without one array of each parameter's shape (as training would refuse).
+
+    Notes
+    -----
+    Its errors are this rank's own (a plain ``ValueError`` or ``TypeError``,
+    not an :class:`hpcgpu.AgreedError`): under :func:`hpcgpu.run_guarded` a
+    failed check ends the job with each calling rank's traceback, which is
+    safe wherever it is called (on every rank, or on rank 0 alone).
     """
     held = _device_module_held(model)
     if held is not None:
@@ -462,7 +472,14 @@ def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: 
     if params is None:
         params = {k: v + rng.normal(0, 0.05, v.shape) for k, v in init.items()}
     params = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
-    analytic = loss_and_grad(params, x, y)[1]  # a model may return its outputs third
+    got = loss_and_grad(params, x, y)  # a model may return its outputs third
+    if not (isinstance(got, (tuple, list)) and len(got) in (2, 3)):
+        raise TypeError(f"check_grad: model {type(model).__name__}'s loss_and_grad must return (loss_sum, "
+                        f"gradients) or (loss_sum, gradients, outputs), got {type(got).__name__}")
+    err = gradient_error(type(model).__name__, got[1], [(k, np.shape(v)) for k, v in params.items()])
+    if err is not None:
+        raise TypeError(f"check_grad: {err}")
+    analytic = got[1]
     errors = {}
     for k, v in params.items():
         a = np.asarray(analytic[k], dtype=np.float64).reshape(v.shape)

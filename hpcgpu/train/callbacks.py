@@ -83,13 +83,23 @@ class EarlyStopping(Callback):
     ValueError
         ``patience`` below 0, an unknown ``mode``; at the first epoch, a ``monitor`` the rows do not have or
         that is NaN (no validation set for ``val_*`` or ``test_*``).
+    TypeError
+        An argument it does not take (Keras's ``restore_best_weights``, ``baseline``...), named in one line.
     """
 
     def __init__(self, monitor: str | None = None, patience: int = 5, min_delta: float = 0.0, mode: str = "auto",
-                 restore_best: bool = True):
+                 restore_best: bool = True, **others):
+        from ..errors import agreed
+
+        if others:  # Keras's other arguments: one line on every rank alike, not a traceback each
+            name = next(iter(others))
+            hint = " (Keras's name; hpcgpu's is restore_best, True by default)" if name == "restore_best_weights" \
+                else ""
+            raise agreed(TypeError(f"EarlyStopping: no argument {name}{hint}: it takes monitor, patience, "
+                                   f"min_delta, mode and restore_best"))
         if patience < 0 or mode not in ("auto", "min", "max"):
-            raise ValueError(f"EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience="
-                             f"{patience!r}, mode={mode!r}")
+            raise agreed(ValueError(f"EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience="
+                                    f"{patience!r}, mode={mode!r}"))
         self.monitor, self.patience, self.min_delta, self.restore_best = monitor, int(patience), min_delta, restore_best
         self._given, self._mode = monitor, mode
         self.larger = monitor is not None and self._larger(monitor)

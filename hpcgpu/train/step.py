@@ -18,6 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..errors import agree
+from ..nn._model import ContractError
+
 if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing is imported at run time
     from ..nn import TrainModel
     from ..optim import LRSchedule, Optimizer
@@ -93,6 +96,7 @@ class Step:
         differ = self.groups.tensor_comm is not None or self.reducer.shard is not None
         comm = self.groups.comm
         self._any = (lambda flag: self.groups.any(flag, comm)) if differ else (lambda flag: flag)
+        self._agreed = False  # the model's first loss_and_grad, its contract agreed on (_first)
 
     def __call__(self, X, y, step: int, stop: bool, reduce: bool = True, read: bool = True):
         """Run global step ``step`` (0-based) on this rank's local batch ``X``, ``y``. Collective.
@@ -128,12 +132,13 @@ class Step:
             self.graph.step(X, y, scale)
         elif K == 1:
             model.randomness(step, 0, self.groups.data_rank)
-            model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook)
+            self._first(lambda: model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook))
         else:  # gradient accumulation: one reduction per step, not per micro-batch
             for k in range(K):
                 model.randomness(step, k, self.groups.data_rank)
-                model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0,
-                                    loss_scale=scale, on_layer=hook if k == K - 1 else None)
+                self._first(lambda k=k: model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm],
+                                                            accumulate=k > 0, loss_scale=scale,
+                                                            on_layer=hook if k == K - 1 else None))
         slots = None
         if reduce:
             self._mark("comm", step)
@@ -142,6 +147,23 @@ class Step:
             self._mark("compute", step)
         self.update(step, scale)
         return slots
+
+    def _first(self, call) -> None:
+        """``call()``, the model's ``loss_and_grad``; the first one of a model of one's own agreed over the ranks.
+
+        Its contract is checked on that call (:class:`hpcgpu.nn._model.ContractError`): every rank then raises
+        the same one line (an :class:`hpcgpu.AgreedError`) instead of each its own traceback.
+        """
+        if self._agreed or not getattr(self.model, "first_call_agreed", False):
+            call()
+            return
+        err = None
+        try:
+            call()
+        except ContractError as e:
+            err = TypeError(str(e))  # a TypeError to the user: the class is the adapter's own
+        agree(err, comm=self.groups.comm)
+        self._agreed = True
 
     def update(self, step: int, scale: float) -> None:
         """The optimizer's update of this rank's parameters (its ZeRO block), and ZeRO's Allgather. Collective.

@@ -332,7 +332,8 @@ class Trainer:
         self.data_path: str | None = None
         self._validation_from_file = True
         self._prepared = False
-        self._first_fit = None  # the first fit's (data, validation, sharded): a later fit may give them again
+        self._first_fit = None  # the first fit's (data, validation, sharded) as given: a later fit may give them
+        self._first_split = None  # and its validation_split
         self._per_fit = c.epochs  # a fit() after the run's end trains this many more (Keras's second fit)
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
@@ -527,6 +528,10 @@ class Trainer:
             # since put back: this fit's own, from its first instant
             self.stop_request = trainers_request(self.config.stop_file, self.rt.rank == 0)
             self._stop_owned = True
+        if self._prepared and data is not None and validation_split in (None, self._first_split) and \
+                _same_inputs((data, validation, sharded), self._first_fit):
+            data = validation = validation_split = None  # the first fit's, as given (split or not): go on
+        given = (data, validation, sharded, validation_split)
         try:
             if validation_split is not None:
                 data, validation = split_off(data, validation, validation_split, sharded)
@@ -535,6 +540,8 @@ class Trainer:
             self._raise_in_words(e)
         finally:
             self._release_stop()
+            if self._first_fit is None and self._prepared:  # what the first fit was given, before any split
+                self._first_fit, self._first_split = given[:3], given[3]
         return self.history
 
     def _fit(self, data, validation, sharded: bool, epochs: int | None = None, callbacks=()) -> None:
@@ -700,7 +707,6 @@ class Trainer:
         if files:  # the data given to fit is an input: never one of this trainer's outputs
             self._claim(build.run_outputs(self.config), files)
             self._inputs = files
-        self._first_fit = (data, validation, sharded)
         self.data_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "(arrays in memory)"
         self._set_data(train, test, "data" if self.data_path.startswith("(") else f"--data {self.data_path}")
         self._prepare()

@@ -596,6 +596,32 @@ def test_fit_again_trains_on_to_the_new_total_as_one_fit_would(capsys):
         twice.fit(epochs=4)
 
 
+def test_fit_again_with_the_same_validation_split_goes_on():
+    """Keras's fit(X, y, validation_split=0.2) twice (found by a third new user's trial: the split's new slices
+    were taken as other data and refused): the same arrays with the same split, or with none, go on with the first
+    fit's rows and held-out rows, the bits of one fit of all the epochs; another fraction is other data."""
+    import hpcgpu
+
+    rng = np.random.default_rng(6)
+    X, y = rng.normal(size=(100, 5)), rng.normal(size=100)
+
+    def trainer(epochs):
+        return hpcgpu.Trainer(nn.Sequential(nn.Dense(8, "tanh"), nn.Dense(1)), nn.MeanSquaredError(),
+                              optim.Adam(0.01), batch_size=16, epochs=epochs, seed=3, progress="none",
+                              dtype="float64")
+
+    once = trainer(6)
+    once.fit((X, y), validation_split=0.2)
+    thrice = trainer(2)
+    thrice.fit((X, y), validation_split=0.2)
+    thrice.fit((X, y), validation_split=0.2)
+    thrice.fit((X, y))
+    assert thrice.epoch == 6 and thrice.history["val_loss"] == once.history["val_loss"]
+    np.testing.assert_array_equal(asnumpy(thrice.model.params), asnumpy(once.model.params))
+    with pytest.raises(ValueError, match="trains on the data of its first fit"):
+        thrice.fit((X, y), validation_split=0.3, epochs=7)
+
+
 def test_two_trainers_keep_their_own_stops_and_put_the_handlers_back(tmp_path, monkeypatch):
     """Two trainers built one after the other: a SIGUSR1 before their fits stops the innermost (the last built)
     after its first step, not the other, and its checkpoint is the working directory's hpcgpu-stopped.ckpt.h5;
