@@ -916,8 +916,9 @@ FIXES: dict[str, str] = {
     ),
     "… must be (X, y) or an HDF5 path, got …": (
         "``fit``, its ``validation=`` and ``evaluate`` take a data set as one pair ``(X, y)`` or as the path "
-        "of an HDF5 file; the value named is something else. The usual cause is ``fit(X, y)``: write "
-        "``fit((X, y))``, the pair in parentheses, and ``validation=(X_val, y_val)``."
+        "of an HDF5 file; the value named is something else. The usual cause is Keras's ``fit(X, y)`` (then "
+        "the line ends ``give fit((X, y))``: ``y`` arrived as ``validation``): write ``fit((X, y))``, the pair "
+        "in parentheses, and ``validation=(X_val, y_val)``."
     ),
     "validation: X has … features, the training data has …": (
         "The validation set given to ``fit(..., validation=(X_val, y_val))`` (or to ``evaluate``) has another "
@@ -1281,6 +1282,18 @@ FIXES: dict[str, str] = {
         "A classifier's outputs are one score (a logit) per class, and the predicted class is the column of "
         "the largest; labels run 0..C-1, so the outputs need at least C columns. The model's last layer has "
         "fewer outputs than the data has classes: make it as wide as the number of classes."
+    ),
+    "…: X row … holds …, beyond …'s range (…): use dtype=\"float64\", or rescale the features": (
+        "A feature given in memory is finite but too large for the trainer's dtype (float32 by default, "
+        "largest 3.4e38): cast, it would become infinity. Train in float64 (``Trainer(..., "
+        "dtype=\"float64\")``), or rescale the features (``Standardize``, or divide by a known scale) before "
+        "``fit``. The same data in a file is said with ``--dtype float64``."
+    ),
+    "hpcgpu.train: warning: a stop would save no checkpoint (…): give checkpoint=": (
+        "A library run with neither ``checkpoint=`` nor ``out=`` writes ``hpcgpu-stopped.ckpt.h5`` in the "
+        "working directory when a signal or the stop file stops it, and the output policy would refuse that "
+        "file (one of yours is there by that name, or the directory is not writable): said at the start of "
+        "``fit``, not after the work. Give ``checkpoint=PATH`` (or ``out=``), or move the file."
     ),
     "check_grad: model …'s loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
     "got …": (

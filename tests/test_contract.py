@@ -943,10 +943,33 @@ lines = [said(lambda: fit(Lin(m))) for m in ("missing", "shape", "loss only", "o
 lines.append(said(lambda: fit(Lin("narrow"))))
 lines.append(said(lambda: EarlyStopping(restore_best_weights=True)))
 lines.append(said(lambda: EarlyStopping(patience=-1)))
+big = X.copy()
+big[5, 1] = -1e300  # finite, beyond float32's range
+lines.append(said(lambda: hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 3)), nn.SoftmaxCrossEntropy(), batch_size=12,
+                                         runtime=rt, progress="none").fit((big, y))))
+def dense(e=1):
+    return hpcgpu.Trainer(nn.Sequential(nn.Dense(5, "relu"), nn.Dense(3)), nn.SoftmaxCrossEntropy(), batch_size=12,
+                          epochs=e, seed=0, runtime=rt, progress="none")
+
+
+lines.append(said(lambda: dense().fit(X, y)))  # Keras's fit(X, y): y arrives as validation
+lines.append(said(lambda: dense().fit((X[:, 0], y))))
+lines.append(said(lambda: dense().fit()))
+runs = [dense(2), dense(2), dense(2)]
+for t, labels in zip(runs, (y, y.reshape(-1, 1), y == 1), strict=True):  # a column; True/False as 1/0
+    t.fit((X, labels))
+ref = [dense(2)]
+ref[0].fit((X, (y == 1).astype(np.int64)))
+lines.append(str([np.array_equal(runs[0].predict(X, root=None), runs[1].predict(X, root=None)),
+                  np.array_equal(runs[2].predict(X, root=None), ref[0].predict(X, root=None))]))
 try:
     nn.check_grad(Lin("missing"), X[:4], y[:4])
 except TypeError as e:
     lines.append(str(e))
+if rt.rank == 0:  # a file of the user's by the name a library stop writes: said at the fit's start
+    open("hpcgpu-stopped.ckpt.h5", "w").write("mine")
+rt.comm.Barrier()
+dense().fit((X, y))
 sys.stdout.write("\\n".join(lines) + "\\n")
 """
 
@@ -957,13 +980,17 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
     """What a third new user's trial found: a model of one's own that breaks the contract at its first step (a
     gradient without a parameter, of the wrong shape; the loss alone; outputs that are not one row a sample, or
     fewer columns than the labels' classes) is one agreed line, the same on every rank, not a traceback each;
-    Keras's EarlyStopping(restore_best_weights=...) names hpcgpu's restore_best; check_grad names a missing
-    gradient instead of a bare KeyError."""
+    Keras's EarlyStopping(restore_best_weights=...) names hpcgpu's restore_best; a finite feature beyond float32's
+    range is named as such (it was "NaN or infinity", after NumPy's overflow warning); Dense(units) given Keras's
+    fit(X, y), 1-D features or no data names that, not the width; labels as a column or True/False train as their
+    integers do; check_grad names a missing gradient instead of a bare KeyError; a user's file by the name a library
+    stop writes its checkpoint to is said at the fit's start (it was found only at the stop, the work lost)."""
     p = _mpi.run(nprocs, ["-c", _THIRD_TRIAL], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == 8 * nprocs, p.stdout
-    assert lines[:8] == [
+    assert len(lines) == 13 * nprocs, p.stdout
+    assert "RuntimeWarning" not in p.stderr, p.stderr
+    assert lines[:13] == [
         "TypeError: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)",
         "TypeError: model Lin: the gradient of W has shape (3, 4), the parameter (4, 3)",
         "TypeError: model Lin: loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
@@ -975,7 +1002,18 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
         "TypeError: EarlyStopping: no argument restore_best_weights (Keras's name; hpcgpu's is restore_best, True "
         "by default): it takes monitor, patience, min_delta, mode and restore_best",
         "ValueError: EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience=-1, mode='auto'",
+        "ValueError: data: X row 5 holds 1e+300, beyond float32's range (3.4e+38): use dtype=\"float64\", or "
+        "rescale the features",
+        "TypeError: data must be (X, y) or an HDF5 path, got ndarray: give fit((X, y)), the features and targets "
+        "as one pair",
+        "ValueError: data: X must be 2-D (N x D) with D > 0, has shape (60,)",
+        "ValueError: fit: give the training data, fit((X, y)) or fit('data.h5')",
+        "[True, True]",
         "check_grad: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)"], p.stdout
+    assert p.stderr.count("hpcgpu.train: warning: a stop would save no checkpoint (the stop's checkpoint "
+                          "hpcgpu-stopped.ckpt.h5: exists and is a file hpcgpu did not write: it is not replaced "
+                          "(overwrite=True replaces it)): give checkpoint=") == 1, p.stderr
+    assert (tmp_path / "hpcgpu-stopped.ckpt.h5").read_text() == "mine"
 
 
 _REVIEWED = """

@@ -195,14 +195,18 @@ def as_split(data, what: str, sharded: bool, required_rows: int, task: str | Non
         return agree_call(lambda: load_split(os.fspath(data), split, dcomm, required=split == "train",
                                              dtype=dtype, min_rows=required_rows, task=task)[0],
                           catch=(AgreedError,), comm=comm)
-    err = None
-    if not (isinstance(data, (tuple, list)) and len(data) == 2):
-        err = TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}")
-    agree(err, comm=comm)
+    agree(pair_error(data, what), comm=comm)
     X, y = data
+    err = None
     try:  # array_like as NumPy reads it: a list (of rows, of labels) becomes an array; arrays stay as they are
         X = X if hasattr(X, "shape") else np.asarray(X)
         y = y if hasattr(y, "shape") else np.asarray(y)
+        kind = np.dtype(getattr(y, "dtype", "f")).kind
+        if kind == "b" and isinstance(y, np.ndarray):  # True/False labels: classes 1 and 0, as Keras takes them
+            y, kind = y.astype(np.int64), "i"
+        if task != "regression" and kind in "iu" and len(y.shape) == 2 and y.shape[1] == 1 and \
+                hasattr(y, "reshape"):  # labels as a column (N, 1), as Keras's sparse losses take them
+            y = y.reshape(y.shape[0])
     except (TypeError, ValueError) as e:
         err = ValueError(f"{what}: {'X' if what == 'predict' else 'X and y'} cannot be read as arrays ({e})")
     agree(err, comm=comm)
@@ -244,6 +248,17 @@ def replicated(mode: str, train: Split, comm: MPI.Intracomm, xp) -> bool:
         except Exception:  # noqa: BLE001 - unknown free memory: do not bet the run on it
             ok = False
     return bool(comm.allreduce(ok, op=MPI.LAND))  # every rank the same way
+
+
+def pair_error(data, what: str) -> TypeError | None:
+    """``data`` that is neither a path nor one pair ``(X, y)``, as a one-line error; None when it is. Not collective.
+
+    Arrays given alone are named as Keras's ``fit(X, y)`` habit (its ``y`` arrives as ``validation``).
+    """
+    if isinstance(data, (str, os.PathLike)) or (isinstance(data, (tuple, list)) and len(data) == 2):
+        return None
+    habit = ": give fit((X, y)), the features and targets as one pair" if hasattr(data, "shape") else ""
+    return TypeError(f"{what} must be (X, y) or an HDF5 path, got {type(data).__name__}{habit}")
 
 
 def input_width(source, comm: MPI.Intracomm) -> int:

@@ -68,6 +68,9 @@ class EarlyStopping(Callback):
         Whether smaller or larger is better; ``"auto"``: larger for accuracy and R^2, smaller otherwise.
     restore_best : bool
         At the end, put back the parameters of the best epoch (each rank its own slice of them).
+    **others
+        Nothing is taken: an argument of Keras's (``restore_best_weights``, ``baseline``...) is refused in one
+        line that names hpcgpu's.
 
     Attributes
     ----------

@@ -287,6 +287,19 @@ def _memory_error(path: str, split: str, n: int, d: int, rows: int, itemsize: in
                        f"({memory / gib:.1f} GiB): run on more nodes, or check the file's declared size")
 
 
+def _beyond_range(src, X, start: int, what: str) -> ValueError | None:
+    """A row finite in the arrays given (``src``) but not in ``X``, their cast to a narrower type, as an error."""
+    bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
+    if not bad.size or np.dtype(getattr(src, "dtype", "O")).kind != "f":
+        return None
+    row = np.asarray(src).reshape(X.shape)[bad[0]]
+    if not np.isfinite(row).all():
+        return None  # NaN or infinity in the data itself: _rows_error says so
+    return ValueError(f"{what}: X row {start + int(bad[0])} holds {float(np.abs(row).max()):.3g}, beyond "
+                      f"{X.dtype}'s range ({float(np.finfo(X.dtype).max):.3g}): use dtype=\"float64\", or rescale "
+                      "the features")
+
+
 def _rows_error(X, y, start: int, xname: str, yname: str) -> ValueError | None:
     """A non-finite feature (or regression target) or a negative label in a shard, as an error naming its row."""
     bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
@@ -404,11 +417,13 @@ def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="floa
     agree(err, comm=comm)
     ytype = np.int64 if task == "classification" else dtype
     try:
-        Xr = np.array(_device.asnumpy(X[lo:hi]), dtype=dtype).reshape(hi - lo, d)
+        src = _device.asnumpy(X[lo:hi])
+        with np.errstate(over="ignore"):  # a finite value beyond the dtype's range: named below, not warned
+            Xr = np.array(src, dtype=dtype).reshape(hi - lo, d)
         yr = np.asarray(_device.asnumpy(y[lo:hi])).reshape((hi - lo,) + yshape[1:])
         err = _whole_labels(yr, start, f"{what}: y") if task == "classification" else None
         yr = np.array(yr, dtype=ytype)
-        err = err or _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
+        err = err or _beyond_range(src, Xr, start, what) or _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
     except (OSError, TypeError, ValueError, MemoryError) as e:
         Xr = yr = None
         err = ValueError(f"{what}: rank {rank} cannot take rows {lo}:{hi} ({type(e).__name__}: {e})")

@@ -37,7 +37,7 @@ from .._version import __version__
 from ..comm import Allreduce
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agreed
-from .._outputs import Input, Output, claim, write_dataset
+from .._outputs import Input, Output, claim, claim_error, write_dataset
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
@@ -334,6 +334,7 @@ class Trainer:
         self._prepared = False
         self._first_fit = None  # the first fit's (data, validation, sharded) as given: a later fit may give them
         self._first_split = None  # and its validation_split
+        self._stop_checkpoint_checked = False  # whether the stop checkpoint's name was checked at a fit's start
         self._per_fit = c.epochs  # a fit() after the run's end trains this many more (Keras's second fit)
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
@@ -565,6 +566,7 @@ class Trainer:
                       f"(fit(epochs=N) trains on to N)", file=sys.stderr, flush=True)
             return
         console.say(results.header(self))
+        self._check_stop_checkpoint()
         self.stopped_by = None  # this fit's (a fit after a stopped one continues the run)
         self._run_epochs(callbacks)
         just_written = c.checkpoint_every and self.step % c.checkpoint_every == 0 and not self.stopped_by
@@ -592,10 +594,16 @@ class Trainer:
         axes multiplied); then the model is planned, checked and bound as at construction.
         """
         model, loss, optimizer = self._pending
-        width = build.input_width(data if data is not None else self.config.data, self.rt.comm)
-        if width < 1:
-            raise agreed(ValueError(f"fit: {model} takes its input features from the data, which gives none: "
-                                    "give them, Dense(n_in, n_out)"))
+        source = data if data is not None else self.config.data
+        width = build.input_width(source, self.rt.comm)
+        if width < 1:  # what is wrong with the data, where it is the data (the same on every rank: the arguments)
+            err = build.pair_error(source, "data") if source is not None else \
+                ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')")
+            if err is None and isinstance(source, (tuple, list)):
+                what = "data"
+                err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {np.shape(source[0])}")
+            raise agreed(err or ValueError(f"fit: {model} takes its input features from the data, which gives none: "
+                                           "give them, Dense(n_in, n_out)"))
         plan = plan_model(model.build(width), loss)
         self._agree_layout(self.config, plan)
         self._bind(plan, optimizer)
@@ -674,6 +682,25 @@ class Trainer:
         with self.watchdog.watch("the stop reason's Allgather", f"at step {self.step}"):
             reasons = self.rt.comm.allgather(self.stop_request.reason)
         return next((r for r in reasons if r), "a stop request")
+
+    def _check_stop_checkpoint(self) -> None:
+        """At a fit's start, a warning where a stop's :data:`STOP_CHECKPOINT` would be refused. Not collective.
+
+        A library run with no checkpoint path writes that file when stopped: a file there that the output policy
+        may not replace is said before the work, not after it (once a Trainer).
+        """
+        c = self.config
+        if c.checkpoint_path or c.default_checkpoint or self.rt.rank != 0 or self._stop_checkpoint_checked:
+            return
+        self._stop_checkpoint_checked = True
+        try:
+            err = claim_error([Output(STOP_CHECKPOINT, "the stop's checkpoint")], self._inputs,
+                              overwrite=self._overwrite)
+        except (OSError, ValueError) as e:  # what claim says at the stop; only a warning here
+            err = e
+        if err is not None:
+            print(f"hpcgpu.train: warning: a stop would save no checkpoint ({self._words(str(err))}): give "
+                  "checkpoint=", file=sys.stderr, flush=True)
 
     def _stop_checkpoint(self) -> str | None:
         """Where a stopped run with no checkpoint configured writes one: :data:`STOP_CHECKPOINT`. Collective.
