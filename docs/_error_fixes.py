@@ -1305,6 +1305,13 @@ FIXES: dict[str, str] = {
         "line is the trainer's own message: a parameter without a gradient, a name ``init`` does not give, a "
         "shape that is not the parameter's): see that message's entry, above."
     ),
+    "fit: no argument …": (
+        "``Trainer.fit`` takes ``data`` (one pair ``(X, y)``, or an HDF5 path), ``validation``, ``sharded``, "
+        "``epochs``, ``validation_split`` and ``callbacks``. The line names a Keras argument and hpcgpu's way "
+        "to say it: ``fit(x=X, y=y)`` is ``fit((X, y))``; ``validation_data=`` is ``validation=``; "
+        "``batch_size`` (the global batch), ``progress`` (for ``verbose``) and the rest belong to the "
+        "``Trainer``; every epoch is shuffled from the seed."
+    ),
     "EarlyStopping: no argument …: it takes monitor, patience, min_delta, mode and restore_best": (
         "``hpcgpu.train.EarlyStopping`` takes ``monitor``, ``patience``, ``min_delta``, ``mode`` and "
         "``restore_best`` (True by default: the best epoch's parameters are put back at the end). Keras's "

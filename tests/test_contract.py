@@ -955,6 +955,7 @@ def dense(e=1):
 lines.append(said(lambda: dense().fit(X, y)))  # Keras's fit(X, y): y arrives as validation
 lines.append(said(lambda: dense().fit((X[:, 0], y))))
 lines.append(said(lambda: dense().fit()))
+lines.append(said(lambda: dense().fit(x=X, y=y)))
 runs = [dense(2), dense(2), dense(2)]
 for t, labels in zip(runs, (y, y.reshape(-1, 1), y == 1), strict=True):  # a column; True/False as 1/0
     t.fit((X, labels))
@@ -988,9 +989,9 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
     p = _mpi.run(nprocs, ["-c", _THIRD_TRIAL], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == 13 * nprocs, p.stdout
+    assert len(lines) == 14 * nprocs, p.stdout
     assert "RuntimeWarning" not in p.stderr, p.stderr
-    assert lines[:13] == [
+    assert lines[:14] == [
         "TypeError: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)",
         "TypeError: model Lin: the gradient of W has shape (3, 4), the parameter (4, 3)",
         "TypeError: model Lin: loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
@@ -1008,6 +1009,7 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
         "as one pair",
         "ValueError: data: X must be 2-D (N x D) with D > 0, has shape (60,)",
         "ValueError: fit: give the training data, fit((X, y)) or fit('data.h5')",
+        "TypeError: fit: no argument x (Keras's; here the data is one pair: fit((X, y)))",
         "[True, True]",
         "check_grad: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)"], p.stdout
     assert p.stderr.count("hpcgpu.train: warning: a stop would save no checkpoint (the stop's checkpoint "

@@ -145,7 +145,8 @@ class EarlyStopping(Callback):
 
             held = any(k.startswith(("test_", "val_")) for k in row)
             why = "no validation set" if self.monitor.startswith(("test_", "val_")) and not held else "not a metric"
-            names = [k for k, v in row.items() if k != "epoch" and isinstance(v, (int, float)) and not math.isnan(v)]
+            names = [k for k, v in row.items() if k.startswith(("train_", "val_", "test_")) and "_seconds_" not in k
+                     and isinstance(v, (int, float)) and not math.isnan(v)]  # the metrics, not lr or timings
             raise agreed(ValueError(f"EarlyStopping: the epochs have no {self.monitor} ({why}"
                                     f"): monitor one of {', '.join(names)}"))
         better = (value > self.best + self.min_delta) if self.larger else (value < self.best - self.min_delta)

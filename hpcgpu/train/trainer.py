@@ -85,6 +85,18 @@ _BOUND = frozenset({"model", "optimizer", "reducer", "watchdog", "opt_state", "e
 before its first fit, and asking says so in one line."""
 
 
+_KERAS_FIT = {
+    "x": " (Keras's; here the data is one pair: fit((X, y)))",
+    "y": " (Keras's; here the data is one pair: fit((X, y)))",
+    "validation_data": " (Keras's; here validation=(X_val, y_val))",
+    "batch_size": " (Keras's; here Trainer(batch_size=...), the global batch)",
+    "verbose": " (Keras's; here Trainer(progress=\"bar\" | \"lines\" | \"none\"))",
+    "shuffle": " (Keras's; here every epoch is shuffled by the seed)",
+    "initial_epoch": " (Keras's; here fit(epochs=N) trains on to N in all)",
+}
+"""Keras's ``fit`` arguments that :meth:`Trainer.fit` does not take, and how hpcgpu says each."""
+
+
 def _data_inputs(source, what: str) -> list:
     """The files ``source`` reads, as the output policy's inputs. Not collective.
 
@@ -455,7 +467,7 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------------
     def fit(self, data=None, validation=None, *, sharded: bool = False, epochs: int | None = None,
-            validation_split: float | None = None, callbacks=()) -> dict[str, list]:
+            validation_split: float | None = None, callbacks=(), **others) -> dict[str, list]:
         """Train until the configured number of epochs, evaluating after each. Collective.
 
         Parameters
@@ -490,6 +502,10 @@ class Trainer:
             epoch), so their decisions agree: ``EarlyStopping(monitor=...,
             patience=...)`` ends the training when a metric stops improving
             and puts back the best epoch's parameters.
+        **others
+            Nothing is taken: Keras's ``fit`` arguments (``x=``, ``y=``,
+            ``validation_data=``, ``batch_size=``...) are refused in one line
+            that names hpcgpu's way to say them.
 
         Returns
         -------
@@ -524,6 +540,9 @@ class Trainer:
         of each later ``fit`` to its end. With a checkpoint path, a
         checkpoint is also written at the end.
         """
+        if others:  # Keras's habits: one line on every rank alike (the arguments), not a traceback each
+            name = next(iter(others))
+            raise agreed(TypeError(f"fit: no argument {name}{_KERAS_FIT.get(name, '')}"))
         if self.stop_request is None or installed_request() is not self.stop_request:
             # a later fit (the first one's handlers were put back at its end), or another trainer's handlers,
             # since put back: this fit's own, from its first instant

@@ -716,6 +716,7 @@ def test_early_stopping_ends_after_patience_and_restores_the_best_epoch():
     with pytest.raises(ValueError, match="EarlyStopping: the epochs have no val_loss \\(no validation set\\)") as e:
         trainer(3).fit((X, y), callbacks=[EarlyStopping()])
     assert isinstance(e.value, AgreedError)
+    assert str(e.value).endswith("monitor one of train_loss, train_accuracy")  # the metrics, not lr or timings
 
 
 @pytest.mark.mpi
