@@ -969,8 +969,11 @@ except TypeError as e:
     lines.append(str(e))
 if rt.rank == 0:  # a file of the user's by the name a library stop writes: said at the fit's start
     open("hpcgpu-stopped.ckpt.h5", "w").write("mine")
+    open(".c.h5.ab12cd34.tmp", "w").write("a killed writer's")  # its warning in the library's words
 rt.comm.Barrier()
 dense().fit((X, y))
+hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 3)), nn.SoftmaxCrossEntropy(), batch_size=12, runtime=rt, progress="none",
+               checkpoint="c.h5").fit((X, y))
 sys.stdout.write("\\n".join(lines) + "\\n")
 """
 
@@ -1016,6 +1019,8 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
                           "hpcgpu-stopped.ckpt.h5: exists and is a file hpcgpu did not write: it is not replaced "
                           "(overwrite=True replaces it)): give checkpoint=") == 1, p.stderr
     assert (tmp_path / "hpcgpu-stopped.ckpt.h5").read_text() == "mine"
+    assert p.stderr.count(f"hpcgpu.train: warning: removed {tmp_path / '.c.h5.ab12cd34.tmp'}, a temporary file of "
+                          "checkpoint c.h5 that a killed writer left") == 1, p.stderr  # not --checkpoint
 
 
 _REVIEWED = """

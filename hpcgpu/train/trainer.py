@@ -396,6 +396,7 @@ class Trainer:
             new = list(outputs)
         if not new:
             return
+        new = [dataclasses.replace(o, what=self._words(o.what)) for o in new]  # its warnings in the caller's words
         try:
             claim(new, [*inputs, *self._inputs], comm=self.rt.comm, overwrite=self._overwrite, prog="hpcgpu.train")
         except AgreedError as e:
