@@ -281,7 +281,7 @@ class FlatModel(FlatParams):
         err = gradient_error(name, got[1], self.shapes)
         if err is not None or len(got) < 3 or got[2] is None:
             return err
-        shape = tuple(getattr(got[2], "shape", np.shape(got[2])))
+        shape = tuple(got[2].shape) if hasattr(got[2], "shape") else np.shape(got[2])  # CuPy's: not np.shape
         rows = X.shape[0]
         if not shape or shape[0] != rows:
             return TypeError(f"model {name}: loss_and_grad's outputs have shape {shape}, not one row for each of "

@@ -250,6 +250,11 @@ def replicated(mode: str, train: Split, comm: MPI.Intracomm, xp) -> bool:
     return bool(comm.allreduce(ok, op=MPI.LAND))  # every rank the same way
 
 
+def array_shape(a) -> tuple:
+    """``a``'s shape: its own (a NumPy or CuPy array, an h5py dataset), or NumPy's reading of it (a list)."""
+    return tuple(a.shape) if hasattr(a, "shape") else np.shape(a)  # np.shape refuses a CuPy array
+
+
 def pair_error(data, what: str) -> TypeError | None:
     """``data`` that is neither a path nor one pair ``(X, y)``, as a one-line error; None when it is. Not collective.
 
@@ -289,7 +294,7 @@ def input_width(source, comm: MPI.Intracomm) -> int:
                 width = 0
         width = comm.bcast(width, root=0)
     elif isinstance(source, (tuple, list)) and len(source) == 2:
-        shape = np.shape(source[0])
+        shape = array_shape(source[0])
         width = math.prod(shape[1:]) if len(shape) >= 2 else 0
     return int(comm.allreduce(width, op=MPI.MAX))
 

@@ -621,7 +621,7 @@ class Trainer:
                 ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')")
             if err is None and isinstance(source, (tuple, list)):
                 what = "data"
-                err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {np.shape(source[0])}")
+                err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {build.array_shape(source[0])}")
             raise agreed(err or ValueError(f"fit: {model} takes its input features from the data, which gives none: "
                                            "give them, Dense(n_in, n_out)"))
         plan = plan_model(model.build(width), loss)

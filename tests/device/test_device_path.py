@@ -789,3 +789,33 @@ def test_staged_summa_never_waits_for_the_compute_stream(nprocs):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_model_of_ones_own_is_checked_on_device_arrays(cp):
+    """The first loss_and_grad's contract check and Dense(units)'s width read CuPy arrays by their own shape
+    (numpy.shape refuses them: the first step of every device run of a model that returns its outputs failed)."""
+    from mpi4py import MPI
+
+    from hpcgpu.nn._model import ContractError, FlatModel
+    from hpcgpu.train import build
+
+    class Lin:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def init(self, rng):
+            return {"W": np.zeros((4, 3)), "b": np.zeros(3)}
+
+        def loss_and_grad(self, p, x, y):
+            z = x @ p["W"] + p["b"]
+            return float((z * z).sum()), {"W": 2 * x.T @ z, "b": 2 * z.sum(0)}, z[: self.rows]
+
+        def predict(self, p, x):
+            return x @ p["W"] + p["b"]
+
+    X, y = cp.asarray(np.ones((5, 4))), cp.asarray(np.array([0, 1, 2, 0, 1]))
+    FlatModel(Lin(5), cp, "float64", task="classification").loss_and_grad(X, y)  # outputs of every row: taken
+    with pytest.raises(ContractError, match=r"outputs have shape \(2, 3\), not one row for each of the batch's 5"):
+        FlatModel(Lin(2), cp, "float64", task="classification").loss_and_grad(X, y)
+    assert build.array_shape(X) == (5, 4) and build.input_width((X, y), MPI.COMM_SELF) == 4
+    assert build.input_width((X[:, 0], y), MPI.COMM_SELF) == 0
