@@ -1278,16 +1278,18 @@ FIXES: dict[str, str] = {
         "Return the outputs of the ``x`` passed in, not a transposed or reduced array."
     ),
     "model …: loss_and_grad's outputs have … column(s) a sample, but the labels include class …: a classifier's "
-    "outputs are one score a class": (
+    "outputs are one score a class (integer targets of a regression: give task=\"regression\")": (
         "A classifier's outputs are one score (a logit) per class, and the predicted class is the column of "
         "the largest; labels run 0..C-1, so the outputs need at least C columns. The model's last layer has "
-        "fewer outputs than the data has classes: make it as wide as the number of classes."
+        "fewer outputs than the data has classes: make it as wide as the number of classes. Integer targets "
+        "are taken as class labels; a regression on integers (counts) says so: ``Trainer(..., "
+        "task=\"regression\")``."
     ),
-    "…: X row … holds …, beyond …'s range (…): use dtype=\"float64\", or rescale the features": (
-        "A feature given in memory is finite but too large for the trainer's dtype (float32 by default, "
-        "largest 3.4e38): cast, it would become infinity. Train in float64 (``Trainer(..., "
-        "dtype=\"float64\")``), or rescale the features (``Standardize``, or divide by a known scale) before "
-        "``fit``. The same data in a file is said with ``--dtype float64``."
+    "… row … holds …, beyond …'s range (…): use dtype=\"float64\", or rescale the data": (
+        "A feature (``X``) or regression target (``y``) given in memory is finite but too large for the "
+        "trainer's dtype (float32 by default, largest 3.4e38): cast, it would become infinity. Train in float64 "
+        "(``Trainer(..., dtype=\"float64\")``), or rescale the data (``Standardize`` for the features, or "
+        "divide by a known scale) before ``fit``. The same data in a file is said with ``--dtype float64``."
     ),
     "hpcgpu.train: warning: a stop would save no checkpoint (…): give checkpoint=": (
         "A library run with neither ``checkpoint=`` nor ``out=`` writes ``hpcgpu-stopped.ckpt.h5`` in the "

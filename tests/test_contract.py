@@ -920,6 +920,8 @@ class Lin:
             g["W"] = g["W"].T
         if self.mode == "loss only":
             return loss
+        if self.mode == "rank 1" and rt.rank == 1:  # one rank breaks the contract: every rank says it
+            del g["b"]
         return loss, g, (z.T if self.mode == "outputs" else z[:, :2] if self.mode == "narrow" else z)
 
     def predict(self, p, x):
@@ -941,6 +943,7 @@ def fit(model):
 
 lines = [said(lambda: fit(Lin(m))) for m in ("missing", "shape", "loss only", "outputs")]
 lines.append(said(lambda: fit(Lin("narrow"))))
+lines.append(said(lambda: fit(Lin("rank 1"))))
 lines.append(said(lambda: EarlyStopping(restore_best_weights=True)))
 lines.append(said(lambda: EarlyStopping(patience=-1)))
 big = X.copy()
@@ -956,6 +959,10 @@ lines.append(said(lambda: dense().fit(X, y)))  # Keras's fit(X, y): y arrives as
 lines.append(said(lambda: dense().fit((X[:, 0], y))))
 lines.append(said(lambda: dense().fit()))
 lines.append(said(lambda: dense().fit(x=X, y=y)))
+rows = X[:6].tolist()
+if rt.rank == rt.size // 2:  # one rank's shard a ragged list, before Dense(units) knows its width: no hang
+    rows[5] = rows[5][:2]
+lines.append(said(lambda: dense().fit((rows, y[:6]), sharded=True)))
 runs = [dense(2), dense(2), dense(2)]
 for t, labels in zip(runs, (y, y.reshape(-1, 1), y == 1), strict=True):  # a column; True/False as 1/0
     t.fit((X, labels))
@@ -992,9 +999,9 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
     p = _mpi.run(nprocs, ["-c", _THIRD_TRIAL], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == 14 * nprocs, p.stdout
+    assert len(lines) == 16 * nprocs, p.stdout
     assert "RuntimeWarning" not in p.stderr, p.stderr
-    assert lines[:14] == [
+    assert lines[:16] == [
         "TypeError: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)",
         "TypeError: model Lin: the gradient of W has shape (3, 4), the parameter (4, 3)",
         "TypeError: model Lin: loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
@@ -1002,17 +1009,20 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
         f"TypeError: model Lin: loss_and_grad's outputs have shape (3, {12 // nprocs}), not one row for each of the "
         f"batch's {12 // nprocs} samples",
         "TypeError: model Lin: loss_and_grad's outputs have 2 column(s) a sample, but the labels include class 2: "
-        "a classifier's outputs are one score a class",
+        "a classifier's outputs are one score a class (integer targets of a regression: give task=\"regression\")",
+        "not refused" if nprocs == 1 else "TypeError: model Lin: loss_and_grad's gradient has no b (the parameters "
+        "are W, b)",
         "TypeError: EarlyStopping: no argument restore_best_weights (Keras's name; hpcgpu's is restore_best, True "
         "by default): it takes monitor, patience, min_delta, mode and restore_best",
         "ValueError: EarlyStopping: patience must be >= 0 and mode auto, min or max, got patience=-1, mode='auto'",
         "ValueError: data: X row 5 holds 1e+300, beyond float32's range (3.4e+38): use dtype=\"float64\", or "
-        "rescale the features",
+        "rescale the data",
         "TypeError: data must be (X, y) or an HDF5 path, got ndarray: give fit((X, y)), the features and targets "
         "as one pair",
         "ValueError: data: X must be 2-D (N x D) with D > 0, has shape (60,)",
         "ValueError: fit: give the training data, fit((X, y)) or fit('data.h5')",
         "TypeError: fit: no argument x (Keras's; here the data is one pair: fit((X, y)))",
+        "ValueError: data: X and y cannot be read as arrays (its rows are not all of one length)",
         "[True, True]",
         "check_grad: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)"], p.stdout
     assert p.stderr.count("hpcgpu.train: warning: a stop would save no checkpoint (the stop's checkpoint "
@@ -1021,6 +1031,44 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
     assert (tmp_path / "hpcgpu-stopped.ckpt.h5").read_text() == "mine"
     assert p.stderr.count(f"hpcgpu.train: warning: removed {tmp_path / '.c.h5.ab12cd34.tmp'}, a temporary file of "
                           "checkpoint c.h5 that a killed writer left") == 1, p.stderr  # not --checkpoint
+
+
+_FIRST_STEP_FAILS = """
+import numpy as np, hpcgpu
+from hpcgpu import optim
+rt = hpcgpu.init("cpu")
+rng = np.random.default_rng(0)
+X, y = rng.normal(size=(48, 4)), rng.normal(size=48)
+
+
+class Reg:
+    def init(self, rng):
+        return {"W": rng.normal(0, 0.1, (4, 1))}
+
+    def loss_and_grad(self, p, x, y):
+        if rt.rank == 1:
+            raise MemoryError("out of memory on this rank's device")
+        r = x @ p["W"] - y.reshape(-1, 1)
+        return float((r * r).sum()), {"W": 2 * x.T @ r}
+
+    def predict(self, p, x):
+        return x @ p["W"]
+
+
+hpcgpu.Trainer(Reg(), optimizer=optim.SGD(0.01), batch_size=8, epochs=1, runtime=rt, progress="none",
+               stall_timeout=3).fit((X, y))
+"""
+
+
+@pytest.mark.mpi
+def test_a_first_step_that_fails_on_one_rank_is_a_stall_not_a_hang(tmp_path):
+    """The first step's agreement on a model's contract is watched as the gradient's Allreduce is: a rank that
+    failed otherwise (its device's memory) never arrives, and the stall watchdog aborts the job (it hung: the
+    review of the third trial's fixes)."""
+    p = _mpi.run(2, ["-c", _FIRST_STEP_FAILS], timeout=120, cwd=tmp_path)
+    assert p.returncode != 0
+    assert "hpcgpu: stall: the first step's contract check (step 1) has waited 3 s (stall timeout 3 s); ranks [1] " \
+           "have not arrived" in p.stderr, p.stderr
 
 
 _REVIEWED = """

@@ -131,7 +131,7 @@ class Torch(Model):
                                    "batch once"))
         self.names = [n for n, p in module.named_parameters() if p.requires_grad]
         if not self.names:
-            raise TypeError(f"Torch: {type(module).__name__} has no trainable parameter")
+            raise agreed(TypeError(f"Torch: {type(module).__name__} has no trainable parameter"))
         self.module, self.loss = module, loss
         self._threads_set = False
         self._key = None

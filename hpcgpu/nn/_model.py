@@ -293,7 +293,8 @@ class FlatModel(FlatParams):
             width = math.prod(shape[1:]) if len(shape) > 1 else 1
             if width < classes:
                 return TypeError(f"model {name}: loss_and_grad's outputs have {width} column(s) a sample, but the "
-                                 f"labels include class {classes - 1}: a classifier's outputs are one score a class")
+                                 f"labels include class {classes - 1}: a classifier's outputs are one score a class "
+                                 "(integer targets of a regression: give task=\"regression\")")
         return None
 
     def loss_and_grad(self, X, y, accumulate: bool = False, loss_scale: float = 1.0, on_layer=None) -> None:

@@ -201,14 +201,9 @@ def as_split(data, what: str, sharded: bool, required_rows: int, task: str | Non
     try:  # array_like as NumPy reads it: a list (of rows, of labels) becomes an array; arrays stay as they are
         X = X if hasattr(X, "shape") else np.asarray(X)
         y = y if hasattr(y, "shape") else np.asarray(y)
-        kind = np.dtype(getattr(y, "dtype", "f")).kind
-        if kind == "b" and isinstance(y, np.ndarray):  # True/False labels: classes 1 and 0, as Keras takes them
-            y, kind = y.astype(np.int64), "i"
-        if task != "regression" and kind in "iu" and len(y.shape) == 2 and y.shape[1] == 1 and \
-                hasattr(y, "reshape"):  # labels as a column (N, 1), as Keras's sparse losses take them
-            y = y.reshape(y.shape[0])
     except (TypeError, ValueError) as e:
-        err = ValueError(f"{what}: {'X' if what == 'predict' else 'X and y'} cannot be read as arrays ({e})")
+        why = "its rows are not all of one length" if "inhomogeneous" in str(e) else str(e)
+        err = ValueError(f"{what}: {'X' if what == 'predict' else 'X and y'} cannot be read as arrays ({why})")
     agree(err, comm=comm)
     X = sample_rows(X, model, comm)
     return agree_call(lambda: from_arrays(X, y, dcomm, sharded=sharded, dtype=dtype, task=task,
@@ -294,7 +289,10 @@ def input_width(source, comm: MPI.Intracomm) -> int:
                 width = 0
         width = comm.bcast(width, root=0)
     elif isinstance(source, (tuple, list)) and len(source) == 2:
-        shape = array_shape(source[0])
+        try:
+            shape = array_shape(source[0])
+        except (TypeError, ValueError):  # a ragged list on this rank: the data's own check names it, agreed
+            shape = ()
         width = math.prod(shape[1:]) if len(shape) >= 2 else 0
     return int(comm.allreduce(width, op=MPI.MAX))
 

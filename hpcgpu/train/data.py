@@ -287,17 +287,28 @@ def _memory_error(path: str, split: str, n: int, d: int, rows: int, itemsize: in
                        f"({memory / gib:.1f} GiB): run on more nodes, or check the file's declared size")
 
 
-def _beyond_range(src, X, start: int, what: str) -> ValueError | None:
-    """A row finite in the arrays given (``src``) but not in ``X``, their cast to a narrower type, as an error."""
-    bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
-    if not bad.size or np.dtype(getattr(src, "dtype", "O")).kind != "f":
+def _beyond_range(src, cast, start: int, name: str) -> ValueError | None:
+    """A row finite in the arrays given (``src``) but not in ``cast``, their narrower type's, as an error.
+
+    ``src`` of objects (a frame of mixed columns) is read as float64 to tell; ``name`` names the array
+    (``data: X``, ``data: y``).
+    """
+    if not cast.size:
         return None
-    row = np.asarray(src).reshape(X.shape)[bad[0]]
+    rows = cast.reshape(cast.shape[0], -1)
+    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+    kind = np.dtype(getattr(src, "dtype", "O")).kind
+    if not bad.size or kind not in "fO":
+        return None
+    try:
+        row = np.asarray(src, dtype=np.float64).reshape(rows.shape)[bad[0]]
+    except (TypeError, ValueError):
+        return None  # objects that are not numbers: the conversion said so already
     if not np.isfinite(row).all():
         return None  # NaN or infinity in the data itself: _rows_error says so
-    return ValueError(f"{what}: X row {start + int(bad[0])} holds {float(np.abs(row).max()):.3g}, beyond "
-                      f"{X.dtype}'s range ({float(np.finfo(X.dtype).max):.3g}): use dtype=\"float64\", or rescale "
-                      "the features")
+    return ValueError(f"{name} row {start + int(bad[0])} holds {float(np.abs(row).max()):.3g}, beyond "
+                      f"{cast.dtype}'s range ({float(np.finfo(cast.dtype).max):.3g}): use dtype=\"float64\", or "
+                      "rescale the data")
 
 
 def _rows_error(X, y, start: int, xname: str, yname: str) -> ValueError | None:
@@ -319,9 +330,10 @@ def _arrays_error(X, y, task: str | None, what: str) -> tuple:
     """``(error or None, X's shape, y's shape, task)`` of arrays given to :func:`from_arrays`. Not collective."""
     err = None
     try:
-        xshape, yshape = tuple(X.shape), tuple(getattr(y, "shape", np.shape(y)))
+        xshape, yshape = tuple(X.shape), (tuple(y.shape) if hasattr(y, "shape") else np.shape(y))
         ykind = np.dtype(y.dtype).kind if hasattr(y, "dtype") else np.asarray(y).dtype.kind
         xkind = np.dtype(X.dtype).kind if hasattr(X, "dtype") else "f"
+        ykind = "i" if ykind == "b" else ykind  # True/False labels: classes 1 and 0, as Keras takes them
     except (AttributeError, TypeError) as e:
         xshape, yshape, ykind, xkind = (), (), "O", "f"
         arrays = "X" if what == "predict" else "X and y"  # predict's y is its own placeholder
@@ -329,6 +341,8 @@ def _arrays_error(X, y, task: str | None, what: str) -> tuple:
     task = task or (task_of(np.dtype("int64") if ykind in "iu" else np.dtype("float64")))
     if err is not None:
         return err, (0, 0), (0,), task
+    if task == "classification" and len(yshape) == 2 and yshape[1] == 1:
+        yshape = yshape[:1]  # labels as a column (N, 1), as Keras's sparse losses take them: read as (N,)
     if xkind not in "biufO":  # objects may be numbers (a frame of mixed columns): their conversion decides
         err = ValueError(f"{what}: X must hold real numbers, has dtype {np.dtype(X.dtype)}")
     elif len(xshape) != 2 or xshape[1] == 0:
@@ -418,12 +432,14 @@ def from_arrays(X, y, comm: MPI.Intracomm, *, sharded: bool = False, dtype="floa
     ytype = np.int64 if task == "classification" else dtype
     try:
         src = _device.asnumpy(X[lo:hi])
-        with np.errstate(over="ignore"):  # a finite value beyond the dtype's range: named below, not warned
+        ysrc = np.asarray(_device.asnumpy(y[lo:hi])).reshape((hi - lo,) + yshape[1:])  # a column (N, 1) of labels
+        err = _whole_labels(ysrc, start, f"{what}: y") if task == "classification" else None
+        with np.errstate(over="ignore", invalid="ignore"):  # a finite value beyond the dtype's range: named below
             Xr = np.array(src, dtype=dtype).reshape(hi - lo, d)
-        yr = np.asarray(_device.asnumpy(y[lo:hi])).reshape((hi - lo,) + yshape[1:])
-        err = _whole_labels(yr, start, f"{what}: y") if task == "classification" else None
-        yr = np.array(yr, dtype=ytype)
-        err = err or _beyond_range(src, Xr, start, what) or _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
+            yr = np.array(ysrc, dtype=ytype)  # True/False labels: 1 and 0
+        err = err or _beyond_range(src, Xr, start, f"{what}: X") or \
+            (_beyond_range(ysrc, yr, start, f"{what}: y") if yr.dtype.kind == "f" else None) or \
+            _rows_error(Xr, yr, start, f"{what}: X", f"{what}: y")
     except (OSError, TypeError, ValueError, MemoryError) as e:
         Xr = yr = None
         err = ValueError(f"{what}: rank {rank} cannot take rows {lo}:{hi} ({type(e).__name__}: {e})")

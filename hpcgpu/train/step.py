@@ -15,6 +15,7 @@ communication: the reducer posts its buckets from the backward pass's
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -132,13 +133,13 @@ class Step:
             self.graph.step(X, y, scale)
         elif K == 1:
             model.randomness(step, 0, self.groups.data_rank)
-            self._first(lambda: model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook))
+            self._first(lambda: model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook), step)
         else:  # gradient accumulation: one reduction per step, not per micro-batch
             for k in range(K):
                 model.randomness(step, k, self.groups.data_rank)
                 self._first(lambda k=k: model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm],
                                                             accumulate=k > 0, loss_scale=scale,
-                                                            on_layer=hook if k == K - 1 else None))
+                                                            on_layer=hook if k == K - 1 else None), step)
         slots = None
         if reduce:
             self._mark("comm", step)
@@ -148,7 +149,7 @@ class Step:
         self.update(step, scale)
         return slots
 
-    def _first(self, call) -> None:
+    def _first(self, call, step: int) -> None:
         """``call()``, the model's ``loss_and_grad``; the first one of a model of one's own agreed over the ranks.
 
         Its contract is checked on that call (:class:`hpcgpu.nn._model.ContractError`): every rank then raises
@@ -162,7 +163,9 @@ class Step:
             call()
         except ContractError as e:
             err = TypeError(str(e))  # a TypeError to the user: the class is the adapter's own
-        agree(err, comm=self.groups.comm)
+        dog = self.reducer.watchdog  # a rank that failed otherwise (its device's memory) never arrives: aborted
+        with dog.watch("the first step's contract check", f"step {step + 1}") if dog else contextlib.nullcontext():
+            agree(err, comm=self.groups.comm)
         self._agreed = True
 
     def update(self, step: int, scale: float) -> None:

@@ -621,7 +621,12 @@ class Trainer:
                 ValueError("fit: give the training data, fit((X, y)) or fit('data.h5')")
             if err is None and isinstance(source, (tuple, list)):
                 what = "data"
-                err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape {build.array_shape(source[0])}")
+                try:
+                    err = ValueError(f"{what}: X must be 2-D (N x D) with D > 0, has shape "
+                                     f"{build.array_shape(source[0])}")
+                except (TypeError, ValueError):  # a ragged list: as the data's own check says it
+                    arrays, why = "X and y", "its rows are not all of one length"
+                    err = ValueError(f"{what}: {arrays} cannot be read as arrays ({why})")
             raise agreed(err or ValueError(f"fit: {model} takes its input features from the data, which gives none: "
                                            "give them, Dense(n_in, n_out)"))
         plan = plan_model(model.build(width), loss)
