@@ -16,6 +16,7 @@ communication: the reducer posts its buckets from the backward pass's
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -97,7 +98,8 @@ class Step:
         differ = self.groups.tensor_comm is not None or self.reducer.shard is not None
         comm = self.groups.comm
         self._any = (lambda flag: self.groups.any(flag, comm)) if differ else (lambda flag: flag)
-        self._agreed = False  # the model's first loss_and_grad, its contract agreed on (_first)
+        # the model's first loss_and_grad agreed on (_first): only a model of one's own has a contract to check
+        self._agreed = not getattr(self.model, "first_call_agreed", False)
 
     def __call__(self, X, y, step: int, stop: bool, reduce: bool = True, read: bool = True):
         """Run global step ``step`` (0-based) on this rank's local batch ``X``, ``y``. Collective.
@@ -133,13 +135,14 @@ class Step:
             self.graph.step(X, y, scale)
         elif K == 1:
             model.randomness(step, 0, self.groups.data_rank)
-            self._first(lambda: model.loss_and_grad(X, y, loss_scale=scale, on_layer=hook), step)
+            lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
+            lg(X, y, loss_scale=scale, on_layer=hook)
         else:  # gradient accumulation: one reduction per step, not per micro-batch
             for k in range(K):
                 model.randomness(step, k, self.groups.data_rank)
-                self._first(lambda k=k: model.loss_and_grad(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm],
-                                                            accumulate=k > 0, loss_scale=scale,
-                                                            on_layer=hook if k == K - 1 else None), step)
+                lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
+                lg(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0, loss_scale=scale,
+                   on_layer=hook if k == K - 1 else None)
         slots = None
         if reduce:
             self._mark("comm", step)
@@ -149,18 +152,16 @@ class Step:
         self.update(step, scale)
         return slots
 
-    def _first(self, call, step: int) -> None:
-        """``call()``, the model's ``loss_and_grad``; the first one of a model of one's own agreed over the ranks.
+    def _first(self, *args, step: int, **kwargs) -> None:
+        """The model's first ``loss_and_grad(*args, **kwargs)``, agreed over the ranks. Collective.
 
-        Its contract is checked on that call (:class:`hpcgpu.nn._model.ContractError`): every rank then raises
-        the same one line (an :class:`hpcgpu.AgreedError`) instead of each its own traceback.
+        A model of one's own checks its contract on that call (:class:`hpcgpu.nn._model.ContractError`): every
+        rank then raises the same one line (an :class:`hpcgpu.AgreedError`) instead of each its own traceback.
+        Later steps call the model directly (``_agreed``, set here; at once for the built-in layers).
         """
-        if self._agreed or not getattr(self.model, "first_call_agreed", False):
-            call()
-            return
         err = None
         try:
-            call()
+            self.model.loss_and_grad(*args, **kwargs)
         except ContractError as e:
             err = TypeError(str(e))  # a TypeError to the user: the class is the adapter's own
         dog = self.reducer.watchdog  # a rank that failed otherwise (its device's memory) never arrives: aborted

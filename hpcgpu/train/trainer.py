@@ -58,6 +58,7 @@ __all__ = ["TrainConfig", "Trainer", "StopRequest"]  # TrainConfig is config.py'
 STOP_CHECKPOINT = "hpcgpu-stopped.ckpt.h5"
 """Where a stopped library run with no checkpoint configured (and no ``out`` to put one beside) writes its
 checkpoint: in the working directory, through the output policy; the stop's line names it."""
+_STOP_OUTPUT = Output(STOP_CHECKPOINT, "the stop's checkpoint")
 
 LIBRARY_DEFAULTS = dict(out=None, schedule="constant", warmup_epochs=0.0, gemm_threads="all")
 """What a Trainer built from a model (library use) changes of :class:`TrainConfig`'s defaults: no results file
@@ -719,7 +720,7 @@ class Trainer:
             return
         self._stop_checkpoint_checked = True
         try:
-            err = claim_error([Output(STOP_CHECKPOINT, "the stop's checkpoint")], self._inputs,
+            err = claim_error([_STOP_OUTPUT], self._inputs,
                               overwrite=self._overwrite)
         except (OSError, ValueError) as e:  # what claim says at the stop; only a warning here
             err = e
@@ -734,7 +735,7 @@ class Trainer:
         a directory it cannot write, gives None and a warning on rank 0.
         """
         try:
-            self._claim([Output(STOP_CHECKPOINT, "the stop's checkpoint")])  # the trainer's one way to the policy
+            self._claim([_STOP_OUTPUT])  # the trainer's one way to the policy
         except AgreedError as e:
             if self.rt.rank == 0:
                 print(f"hpcgpu.train: warning: no checkpoint after the stop: {e}", file=sys.stderr, flush=True)
