@@ -96,9 +96,17 @@ class Model:
 class ContractError(TypeError):
     """A model of one's own that breaks the contract in what its first ``loss_and_grad`` returns.
 
-    Raised by :class:`FlatModel` on the first call only; the trainer's step agrees on it over the ranks
-    (:class:`hpcgpu.train.step.Step`), so that every rank says the same one line.
+    Raised by :class:`FlatModel`: on the first call from a check of what it returned, on later calls where
+    the gradient's write into the flat buffer fails (a name missing, a size that does not reshape); the
+    trainer's step agrees on it over the ranks (:class:`hpcgpu.train.step.Step`), so that every rank says the
+    same one line.
     """
+
+
+def _write_error(model, e: BaseException) -> TypeError:
+    """A returned value that passed the contract's check but could not be written (a loss that is no number)."""
+    return TypeError(f"model {type(model).__name__}: loss_and_grad's result could not be taken "
+                     f"({type(e).__name__}: {e})")
 
 
 def gradient_error(name: str, grads, shapes) -> TypeError | None:
@@ -313,9 +321,10 @@ class FlatModel(FlatParams):
 
         Raises
         ------
-        TypeError
-            The model's gradient is not a dict with one array of the right
-            shape per parameter (checked on the first call).
+        ContractError
+            A ``TypeError``: the model's gradient is not a dict with one array
+            of the right shape per parameter (checked on the first call; on a
+            later call where its write into :attr:`grad` fails).
         """
         if self.into:
             self._loss_and_grad_into(X, y, accumulate, loss_scale, on_layer)
@@ -326,18 +335,23 @@ class FlatModel(FlatParams):
             if err is not None:
                 raise ContractError(str(err))
             self._checked = True
-        loss, grads = got[0], got[1]
-        outputs = got[2] if len(got) > 2 else None
-        xp = self.xp
-        for k, view in self._g.items():
-            g = xp.asarray(grads[k], dtype=self.dtype).reshape(view.shape)
-            if loss_scale != 1:
-                g = g * self.dtype.type(loss_scale)
-            if accumulate:
-                view += g
-            else:
-                view[...] = g
-        self._record(loss, outputs, y, accumulate)
+        try:
+            loss, grads = got[0], got[1]
+            outputs = got[2] if len(got) > 2 else None
+            xp = self.xp
+            for k, view in self._g.items():
+                g = xp.asarray(grads[k], dtype=self.dtype).reshape(view.shape)
+                if loss_scale != 1:
+                    g = g * self.dtype.type(loss_scale)
+                if accumulate:
+                    view += g
+                else:
+                    view[...] = g
+            self._record(loss, outputs, y, accumulate)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            # A later call that breaks the contract fails here (a missing name, a size that does not reshape):
+            # no check is added to the step, the failure itself is turned into the contract's line.
+            raise ContractError(str(self._first_call_error(got, X, y) or _write_error(self.model, e))) from e
 
     def _record(self, loss, outputs, y, accumulate: bool) -> None:
         """The micro-batch's loss sum and metric sum into :attr:`stats` (added with ``accumulate``)."""

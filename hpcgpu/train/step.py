@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import agree
+from ..errors import abort, agree, agreed
 from ..nn._model import ContractError
 
 if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing is imported at run time
@@ -131,26 +132,60 @@ class Step:
             red.set("stop", 1.0 if stop else 0.0)  # before the backward pass posts the bucket that holds it
         hook = red.ready if self.overlap else None
         self.groups.share_buffers(model)  # data rank 0's running statistics (DDP's broadcast_buffers)
-        if self.graph is not None:  # K == 1, no hook: see graphs_plan
-            self.graph.step(X, y, scale)
-        elif K == 1:
-            model.randomness(step, 0, self.groups.data_rank)
-            lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
-            lg(X, y, loss_scale=scale, on_layer=hook)
-        else:  # gradient accumulation: one reduction per step, not per micro-batch
-            for k in range(K):
-                model.randomness(step, k, self.groups.data_rank)
+        broken = None
+        try:
+            if self.graph is not None:  # K == 1, no hook: see graphs_plan
+                self.graph.step(X, y, scale)
+            elif K == 1:
+                model.randomness(step, 0, self.groups.data_rank)
                 lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
-                lg(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0, loss_scale=scale,
-                   on_layer=hook if k == K - 1 else None)
+                lg(X, y, loss_scale=scale, on_layer=hook)
+            else:  # gradient accumulation: one reduction per step, not per micro-batch
+                for k in range(K):
+                    model.randomness(step, k, self.groups.data_rank)
+                    lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
+                    lg(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0, loss_scale=scale,
+                       on_layer=hook if k == K - 1 else None)
+        except ContractError as e:  # a later step of a model of one's own (the first one's is agreed in _first)
+            broken = self._broken(e, step, reduce, read)
         slots = None
         if reduce:
             self._mark("comm", step)
             red.finish(f"step {step + 1}")
             slots = red.read() if read else None
             self._mark("compute", step)
+            # The first slot is the loss sum: a broken rank made it NaN, so every rank of the reduction sees it
+            if slots is not None and (broken is not None or math.isnan(next(iter(slots.values())))):
+                self._agree_broken(broken, step)
         self.update(step, scale)
         return slots
+
+    def _broken(self, e: ContractError, step: int, reduce: bool, read: bool) -> TypeError:
+        """A later step's contract error on this rank: the error the ranks agree on after the reduction.
+
+        The check costs the step nothing: the model's gradient write fails by itself (:class:`ContractError`),
+        and the news rides in the reduction the step makes anyway, as a NaN loss sum (a flag piggybacked on the
+        loss slot). Where nothing is reduced (one rank) it is raised at once; where the reduced slots stay on
+        the device (NCCL: reading them would make the host wait for the GPU every step), no rank can learn it
+        without a new collective per step, and the job is aborted with one line naming the rank.
+        """
+        err = TypeError(f"{e} (at step {step + 1}, rank {self.groups.comm.rank})")
+        if not reduce:  # one rank: nobody else to tell
+            raise agreed(err) from e
+        if not read:
+            abort(f"[rank {self.groups.comm.rank}] error: {err}", 2)
+        self.model.stats[0] = math.nan  # the loss sum's slot, reduced with the gradient
+        return err
+
+    def _agree_broken(self, err: TypeError | None, step: int) -> None:
+        """After a reduction whose loss sum is NaN: every rank raises the lowest broken rank's error. Collective.
+
+        Over the reducer's ranks (all of them saw the NaN); nothing is raised when no rank broke the contract
+        (a loss that diverged: the trainer names it).
+        """
+        dog = self.reducer.watchdog
+        with dog.watch("the step's contract check", f"step {step + 1}") if dog else contextlib.nullcontext():
+            agree(err, comm=self.reducer.comm)
 
     def _first(self, *args, step: int, **kwargs) -> None:
         """The model's first ``loss_and_grad(*args, **kwargs)``, agreed over the ranks. Collective.
