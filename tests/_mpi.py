@@ -267,6 +267,20 @@ def cli_rows(nprocs: int, rows: dict, timeout: float = 120) -> dict:
             return {case: types.SimpleNamespace(**r) for case, r in json.load(f).items()}
 
 
+def rank_lines(directory, nprocs: int, name: str = "lines") -> list[list[str]]:
+    """The lines each rank of a script wrote to its own file ``directory/NAME.RANK``, rank by rank: a check of "the
+    same line on every rank" reads every rank's, not rank 0's alone (the ranks' stdout is one stream, where a
+    rank's missing or different line hides among the others'). Fails the test when a rank wrote no file."""
+    got = []
+    for r in range(nprocs):
+        path = os.path.join(directory, f"{name}.{r}")
+        if not os.path.exists(path):
+            pytest.fail(f"rank {r} wrote no {path}")
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            got.append(f.read().splitlines())
+    return got
+
+
 def script(nprocs: int, name: str, *args, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``tests/mpi/NAME`` on ``nprocs`` ranks; it must exit 0."""
     return run(nprocs, [os.path.join(SCRIPTS, name), *map(str, args)], timeout=timeout, check=True)

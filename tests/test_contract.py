@@ -402,23 +402,86 @@ def _signal_when(args, cwd, sig, ready, delay=0.0, timeout=60, poll=0.05):
     return p, out, err
 
 
+_STOPPED = ["--hidden", "16", "--batch-size", "16", "--epochs", "150", "--progress", "lines", "--seed", "3"]
+"""The run a stop signal interrupts: 150 epochs of 4 steps at 2 ranks, a line each epoch (when to signal)."""
+
+
+def _model_and_losses(path):
+    with h5py.File(path, "r") as f:
+        return {k: f["model"][k][()] for k in f["model"]}, f["metrics/train_loss"][()]
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory, model_file):
+    """The results of the stopped run's options run to the end without a stop (once a pytest-xdist worker)."""
+    t = tmp_path_factory.mktemp("uninterrupted")
+    i = _inputs(t, model_file)
+    p = _mpi.run(NP, ["-m", "hpcgpu.train", "--data", i["data"], *_STOPPED, "--out", str(t / "s.h5")], timeout=240,
+                 cwd=t)
+    assert p.returncode == 0, p.stderr
+    return _model_and_losses(t / "s.h5")
+
+
+def _signal_at_epoch(args, cwd, sig, epoch, timeout=120):
+    """Launch ``args`` on NP ranks, wait until rank 0 has printed the line of ``epoch`` (``--progress lines``), send
+    ``sig`` to every rank; return the job, its stdout and stderr. The job's process group is killed if anything
+    fails."""
+    import re
+    import threading
+
+    p = _launch(args, cwd)
+    lines, err = [], []
+    readers = [threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True),
+               threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)]
+    for r in readers:
+        r.start()
+    try:
+        _wait_until(p, lambda: any(int(m.group(1)) >= epoch for m in map(re.compile(r"epoch\s+(\d+)/").match,
+                                                                           list(lines)) if m), timeout)
+        for pid in _rank_pids(p.pid):
+            os.kill(pid, getattr(signal, sig))
+        p.wait(timeout=timeout)
+        for r in readers:
+            r.join(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    return p, "".join(lines), "".join(err)
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM", "SIGUSR1"], ["SIGINT"]))
-def test_a_stop_signal_checkpoints_and_a_resume_finishes(sig, tmp_path, model_file):
-    """The signal goes to every rank (as a launcher forwards it, or a terminal to its process group); the run
-    stops at a step boundary with a checkpoint, one line, exit 3; --resume then ends where an uninterrupted
-    run ends."""
+def test_a_stop_signal_checkpoints_and_a_resume_finishes(sig, tmp_path, model_file, uninterrupted):
+    """The signal goes to every rank (as a launcher forwards it, or a terminal to its process group) after a random
+    epoch's line; the run stops at a step boundary with a checkpoint of that step (the only checkpoint the run
+    writes: none periodic), one line, exit 3; --resume then ends where an uninterrupted run ends, bitwise (the same
+    ranks)."""
+    import re
+
     i = _inputs(tmp_path, model_file)
-    base = ["-m", "hpcgpu.train", "--data", i["data"], "--hidden", "64", "--batch-size", "16", "--progress",
-            "none", "--out", str(tmp_path / "s.h5"), "--checkpoint-every", "1", "--epochs", "2000"]
-    p, out, err = _signal_when(base, tmp_path, sig, lambda: (tmp_path / "s.ckpt.h5").exists(),
-                               delay=np.random.default_rng().uniform(0, 0.5))  # at a random step
-    assert p.returncode == 3, err
+    args = ["-m", "hpcgpu.train", "--data", i["data"], *_STOPPED, "--out", str(tmp_path / "s.h5"), "--checkpoint",
+            str(tmp_path / "s.ckpt.h5")]
+    epoch = int(np.random.default_rng().integers(1, 20))  # at a random epoch of the first 20 of 150
+    p, out, err = _signal_at_epoch(args, tmp_path, sig, epoch)
+    assert p.returncode == 3, (p.returncode, out, err)
     ours, _ = _mpi.split_launcher(err)
-    assert not ours.strip(), ours  # no traceback
-    assert f"stopped ({sig})" in out and "rerun with --resume" in out, out
+    assert not ours.strip(), ours  # no traceback, nothing on stderr
+    stop = re.search(rf"^hpcgpu\.train: stopped \({sig}\) after step (\d+) \(epoch \d+\); checkpoint "
+                     rf"{re.escape(str(tmp_path / 's.ckpt.h5'))}; rerun with --resume to continue$", out, re.M)
+    assert stop, out
+    step = int(stop.group(1))
+    assert 4 * epoch <= step < 600, (epoch, out)  # after the epoch's line, before the run's end (4 steps an epoch)
+    assert not (tmp_path / "s.h5").exists()  # a stopped run writes no results
     with h5py.File(tmp_path / "s.ckpt.h5", "r") as f:
-        assert int(f.attrs["step"]) >= 1
+        assert int(f.attrs["step"]) == step  # the stop's own checkpoint
+    p = _mpi.run(NP, args + ["--resume"], timeout=240, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    params, losses = _model_and_losses(tmp_path / "s.h5")
+    ref_params, ref_losses = uninterrupted
+    np.testing.assert_array_equal(losses, ref_losses)
+    assert params.keys() == ref_params.keys()
+    for k, v in ref_params.items():
+        np.testing.assert_array_equal(params[k], v, err_msg=k)
 
 
 def _delivered(pids, sig, timeout):
@@ -859,7 +922,7 @@ if rt.rank == 0:
 rt.comm.Barrier()
 lines.append(said(lambda: trainer(out="notes.txt").fit((X, y))))
 lines.append(said(lambda: trainer(out="r.h5", stop_file="r.h5")))
-sys.stdout.write("\\n".join(lines) + "\\n")
+open(f"lines.{rt.rank}", "w").write("\\n".join(lines) + "\\n")  # every rank's lines, each in its file
 """
 
 
@@ -874,9 +937,8 @@ def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
     run's own output is refused."""
     p = _mpi.run(nprocs, ["-c", _SECOND_TRIAL], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    assert len(lines) == 11 * nprocs, p.stdout
-    assert lines[:11] == [
+    each = _mpi.rank_lines(tmp_path, nprocs)
+    assert each == [[
         "True",
         "data: y: row 7 holds 0.5, not a whole number of int64's range: class labels must be integers 0..C-1",
         "predict: X has no rows",
@@ -887,7 +949,7 @@ def test_a_second_trial_of_a_new_user(tmp_path, nprocs):
         "predict: X cannot be read as arrays",  # a ragged list
         "batch_size 1000 is larger than the training set (120 samples)",
         "out notes.txt: exists and is a file hpcgpu did not write: it is not replaced (overwrite=True replaces it)",
-        "stop_file r.h5: is the run's out file: a stop file needs a path of its own"], p.stdout
+        "stop_file r.h5: is the run's out file: a stop file needs a path of its own"]] * nprocs, each
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -981,7 +1043,7 @@ rt.comm.Barrier()
 dense().fit((X, y))
 hpcgpu.Trainer(nn.Sequential(nn.Dense(4, 3)), nn.SoftmaxCrossEntropy(), batch_size=12, runtime=rt, progress="none",
                checkpoint="c.h5").fit((X, y))
-sys.stdout.write("\\n".join(lines) + "\\n")
+open(f"lines.{rt.rank}", "w").write("\\n".join(lines) + "\\n")  # every rank's lines, each in its file
 """
 
 
@@ -998,10 +1060,9 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
     stop writes its checkpoint to is said at the fit's start (it was found only at the stop, the work lost)."""
     p = _mpi.run(nprocs, ["-c", _THIRD_TRIAL], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    assert len(lines) == 16 * nprocs, p.stdout
+    each = _mpi.rank_lines(tmp_path, nprocs)
     assert "RuntimeWarning" not in p.stderr, p.stderr
-    assert lines[:16] == [
+    assert each == [[
         "TypeError: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)",
         "TypeError: model Lin: the gradient of W has shape (3, 4), the parameter (4, 3)",
         "TypeError: model Lin: loss_and_grad must return (loss_sum, gradients) or (loss_sum, gradients, outputs), "
@@ -1024,7 +1085,7 @@ def test_a_third_trial_of_a_new_user(tmp_path, nprocs):
         "TypeError: fit: no argument x (Keras's; here the data is one pair: fit((X, y)))",
         "ValueError: data: X and y cannot be read as arrays (its rows are not all of one length)",
         "[True, True]",
-        "check_grad: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)"], p.stdout
+        "check_grad: model Lin: loss_and_grad's gradient has no b (the parameters are W, b)"]] * nprocs, each
     assert p.stderr.count("hpcgpu.train: warning: a stop would save no checkpoint (the stop's checkpoint "
                           "hpcgpu-stopped.ckpt.h5: exists and is a file hpcgpu did not write: it is not replaced "
                           "(overwrite=True replaces it)): give checkpoint=") == 1, p.stderr
@@ -1121,7 +1182,7 @@ for there in (False, True):
     r = farm_map(lambda i: {"sq": i * i}, [{"i": i} for i in range(6)], f"sweep{int(there)}.h5", stop_file="STOP",
                  comm=rt.comm)
     lines.append(f"map stopped={bool(r.stopped)}")
-sys.stdout.write("\\n".join(lines) + "\\n")
+open(f"lines.{rt.rank}", "w").write("\\n".join(lines) + "\\n")  # every rank's lines, each in its file
 """
 
 
@@ -1133,9 +1194,8 @@ def test_what_the_second_trials_review_found(tmp_path, nprocs):
     beyond int64, a path with "--" in it, and tasks.map with a stop file (absent, then there) at 1 and 3 ranks."""
     p = _mpi.run(nprocs, ["-c", _REVIEWED], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    assert len(lines) == 7 * nprocs, (p.stdout, p.stderr)
-    assert lines[:7] == [
+    each = _mpi.rank_lines(tmp_path, nprocs)
+    assert each == [[
         f"out sub0/X.npy: is also an input (data {tmp_path / 'sub0' / 'X.npy'}); writing it would replace what is "
         "read: choose another output",
         f"save_results {tmp_path / 'sub0' / 'd.h5'}: is also an input (data {tmp_path / 'sub0' / 'd.h5'}:/X); "
@@ -1144,5 +1204,5 @@ def test_what_the_second_trials_review_found(tmp_path, nprocs):
         "data: y: row 3 holds 1e+19, not a whole number of int64's range: class labels must be integers 0..C-1",
         "stop_file runs/--lr/x.h5: is the run's out file: a stop file needs a path of its own",
         "map stopped=False",
-        "map stopped=True"], p.stdout
+        "map stopped=True"]] * nprocs, each
     assert p.stderr.count("hpcgpu.tasks: warning: stop_file STOP exists already") == 1, p.stderr
