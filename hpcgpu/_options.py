@@ -8,7 +8,7 @@ variable                       what it sets
 ``HPCGPU_STALL_TIMEOUT``       seconds a collective may wait before the job is aborted (0: off)
 ``HPCGPU_CUDA_AWARE_MPI``      0/1: whether device buffers go straight to MPI (against the MPI's answer)
 ``HPCGPU_NONBLOCKING_DEVICE``  0/1: whether they go to its non-blocking collectives too
-``HPCGPU_DEVICE``              ``cpu``: ``import hpcgpu`` binds no GPU before ``MPI_Init``
+``HPCGPU_DEVICE``              ``cpu``: ``import hpcgpu`` binds no GPU before ``MPI_Init`` (``auto``, ``gpu``: it may)
 ``HPCGPU_IGNORE_SLURM_NTASKS`` 1: do not refuse N one-rank worlds under ``srun --mpi=none``
 ``HPCGPU_BLAS_OVERSUBSCRIBE``  1: keep a thread variable's count above a bound rank's CPU set
 ``HPCGPU_DATA_DIR``            where the bundled data sets are cached (``~/.cache/hpcgpu``)
@@ -18,7 +18,9 @@ variable                       what it sets
 
 Switches take 0/1, no/yes, false/true or off/on. Not collective: a variable
 is the same on every rank of a job, so every rank reads the same value (and
-raises the same error).
+raises the same error). :func:`error` reads every variable through its reader
+at once: :func:`hpcgpu.init` refuses a bad value there, in one line naming the
+variable, whether or not the run would have read it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["VARIABLES", "text", "switch", "seconds"]
+__all__ = ["VARIABLES", "text", "switch", "seconds", "choice", "error"]
 
 VARIABLES = ("HPCGPU_STALL_TIMEOUT", "HPCGPU_CUDA_AWARE_MPI", "HPCGPU_NONBLOCKING_DEVICE", "HPCGPU_DEVICE",
              "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_BLAS_OVERSUBSCRIBE", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT",
@@ -128,3 +130,71 @@ def seconds(name: str, value: float | None, default: float, what: str) -> float:
     if not t >= 0 or not math.isfinite(t):
         raise ValueError(f"{name} must be >= 0 seconds, got {raw!r}")
     return t
+
+
+DEVICES = ("auto", "cpu", "gpu")
+"""The words ``HPCGPU_DEVICE`` takes (``cpu`` is the one that changes what ``import hpcgpu`` does)."""
+
+
+def choice(name: str, words: tuple, default: str | None = None) -> str | None:
+    """A variable that is one of ``words`` (case aside): the word, else ``default`` when unset or empty.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`VARIABLES`.
+    words : tuple of str
+        The lower-case words it takes.
+    default : str, optional
+
+    Returns
+    -------
+    str or None
+        The word, lower-cased.
+
+    Raises
+    ------
+    ValueError
+        Another word; the message names the variable and the words.
+    """
+    raw = os.environ.get(_known(name), "")
+    v = raw.strip().lower()
+    if not v:
+        return default
+    if v not in words:
+        raise ValueError(f"{name} must be {', '.join(words[:-1])} or {words[-1]}, got {raw!r}")
+    return v
+
+
+_READERS = {
+    "HPCGPU_STALL_TIMEOUT": lambda n: seconds(n, None, 0.0, n),
+    "HPCGPU_CUDA_AWARE_MPI": switch,
+    "HPCGPU_NONBLOCKING_DEVICE": switch,
+    "HPCGPU_DEVICE": lambda n: choice(n, DEVICES),
+    "HPCGPU_IGNORE_SLURM_NTASKS": switch,
+    "HPCGPU_BLAS_OVERSUBSCRIBE": switch,
+    "HPCGPU_DATA_DIR": text,
+    "HPCGPU_POWERCAP_ROOT": text,
+    "HPCGPU_MPIEXEC": text,
+}
+"""How each variable is read: its value's rules live in its reader, and :func:`error` runs them all."""
+
+
+def error() -> ValueError | None:
+    """The first variable set to a value its reader refuses, as a one-line error naming it; None when all are good.
+
+    Not collective (the environment is the same on every rank). Each variable of :data:`VARIABLES` is read
+    through its reader (:func:`switch`, :func:`seconds`, :func:`choice`, :func:`text`), so a value that a run
+    reads late, or only on some machines (``HPCGPU_IGNORE_SLURM_NTASKS`` under Slurm alone), is refused at the
+    start all the same.
+
+    Returns
+    -------
+    ValueError or None
+    """
+    for name in VARIABLES:
+        try:
+            _READERS[name](name)
+        except ValueError as e:
+            return e
+    return None

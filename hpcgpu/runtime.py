@@ -277,7 +277,10 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
 
 
 def _check_init_args(device, blas_threads, collectives) -> None:
-    """``init``'s arguments, the same on every rank: all raise together."""
+    """``init``'s arguments and the ``HPCGPU_*`` variables, the same on every rank: all raise together."""
+    bad = _options.error()
+    if bad is not None:
+        raise agreed(bad)
     if device not in ("auto", "cpu", "gpu"):
         raise agreed(ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}"))
     if collectives not in ("auto", "nccl", "mpi"):
