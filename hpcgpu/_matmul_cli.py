@@ -104,7 +104,28 @@ def _options_error(a: argparse.Namespace) -> ValueError | None:
         err = ValueError(f"--alpha and --beta must be finite, got {a.alpha} and {a.beta}")
     elif a.beta != 0 and not a.c_in:
         err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
+    elif a.out and split_spec(a.out, "C")[1].endswith("/") and split_spec(a.out, "C")[1].strip("/"):
+        path, name = split_spec(a.out, "C")
+        err = ValueError(f"-o {a.out}: the dataset's name ends in '/' (an empty name in group {name.rstrip('/')}): "
+                         f"name the dataset, e.g. -o {path}:{name.rstrip('/')}")
     return err
+
+
+def _bench_memory_error(a, rt, grid) -> MemoryError | None:
+    """Whether ``--bench N``'s matrices fit the host memory of each node, before any is made. Collective.
+
+    Every rank holds its blocks of A, B and C; rank 0 also holds the three global matrices of the one-process
+    reference GEMM. A GPU run holds them in device memory, which this does not check (None).
+    """
+    from ._memory import node_memory_error
+
+    if rt.device != "cpu":
+        return None
+    N, item = a.bench, np.dtype(a.dtype or "float64").itemsize
+    pr, pc = grid.shape
+    need = 3 * -(-N // pr) * -(-N // pc) * item + (3 * N * N * item if rt.rank == 0 else 0)
+    return node_memory_error(need, rt.comm, f"--bench {N}", "give a smaller N (rank 0 also holds the three "
+                             "N x N matrices of the one-process reference)")
 
 
 def main(a: argparse.Namespace) -> int:
@@ -209,7 +230,7 @@ def _input_datasets(a, rank: int) -> list:
     """The ``hpcgpu._outputs.Input`` of every input, on rank 0 (who checks the output); none elsewhere.
 
     An input without ``:DATASET`` names its file's only dataset (left out when it has several: reading it
-    says so).
+    says so); one that is no file (a dangling symbolic link) is the whole of it, for the policy to name.
     """
     from ._outputs import Input
 
@@ -217,7 +238,7 @@ def _input_datasets(a, rank: int) -> list:
         return []
     found = [(what, p, n or _only_dataset(p)) for what, (p, n) in
              ((w, split_spec(s, None)) for w, s in (("A", a.A), ("B", a.B), ("--c-in", a.c_in)) if s)]
-    return [Input(p, what, n) for what, p, n in found if n]
+    return [Input(p, what, n) for what, p, n in found if n or not os.path.exists(p)]
 
 
 def _only_dataset(path: str) -> str | None:
@@ -271,6 +292,7 @@ def _bench(a, rt, grid, mem) -> int:
     from .summa import PHASES, matmul, panel_width, plan_panels
 
     N, dtype = a.bench, np.dtype(a.dtype or "float64")
+    agree(_bench_memory_error(a, rt, grid), comm=rt.comm)
     A = DistMatrix.random((N, N), grid, dtype, seed=1)
     B = DistMatrix.random((N, N), grid, dtype, seed=2)
     algo = _algorithm(a)

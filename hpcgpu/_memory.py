@@ -36,7 +36,8 @@ def host_memory() -> int:
     return memory
 
 
-def node_memory_error(nbytes: int, comm, what: str) -> MemoryError | None:
+def node_memory_error(nbytes: int, comm, what: str,
+                      fix: str = "use more nodes, or fewer ranks per node") -> MemoryError | None:
     """Whether the ranks of this node can each hold ``nbytes`` more; the same answer on every rank.
 
     Collective over ``comm`` (its node-local part, ``Split_type`` SHARED,
@@ -49,6 +50,8 @@ def node_memory_error(nbytes: int, comm, what: str) -> MemoryError | None:
     comm : mpi4py.MPI.Intracomm
     what : str
         Names what is read in the message (``A.h5:A``).
+    fix : str
+        What the message advises (where more nodes do not help: a smaller size).
 
     Returns
     -------
@@ -68,4 +71,4 @@ def node_memory_error(nbytes: int, comm, what: str) -> MemoryError | None:
     if not comm.allreduce(short, op=MPI.LOR):
         return None
     return MemoryError(f"{what}: the ranks of a node need {worst[0]:.1f} GiB for their blocks, more than its memory "
-                       f"({worst[1]:.1f} GiB): use more nodes, or fewer ranks per node")
+                       f"({worst[1]:.1f} GiB): {fix}")
