@@ -126,8 +126,13 @@ def read_model(path: str, what: str = "--model") -> tuple[dict, dict, dict]:
             if "model" not in f or "config" not in f.attrs:
                 raise ValueError(f"{what} {path}: not a results file of python -m hpcgpu.train (no /model)")
             params = {k: f["model"][k][()] for k in f["model"]}
-            spec = json.loads(f.attrs.get("model", "{}"))
-            config = json.loads(f.attrs["config"])
+            try:
+                spec, config = json.loads(f.attrs.get("model", "{}")), json.loads(f.attrs["config"])
+            except ValueError:
+                spec = config = None
+            if not (isinstance(spec, dict) and isinstance(config, dict)):
+                raise ValueError(f"{what} {path}: its model description (the model and config attributes) is not "
+                                 "a JSON object: not a results file of python -m hpcgpu.train")
     except OSError as e:
         from ..io import one_line
 
