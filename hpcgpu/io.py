@@ -687,9 +687,11 @@ def read_weights(path: str, into: dict, what: str = "load_weights", buffers: dic
     ValueError
         Not a results file; a parameter (or buffer) the model has and the
         file lacks, one the file has and the model lacks, or one of another
-        shape (the first of them, by name).
+        shape (the first of them, by name); one that holds NaN or inf (the
+        message names its dataset).
     """
     import h5py
+    import numpy as np
 
     f, err = open_hdf5(path, what)
     if err is not None:
@@ -717,6 +719,10 @@ def read_weights(path: str, into: dict, what: str = "load_weights", buffers: dic
                     if g[name].shape != dst.shape:
                         raise ValueError(f"{what} {path}: {kind} {name} has shape {g[name].shape} in the file, "
                                          f"{dst.shape} in this model")
-                    dst[...] = g[name][()]
+                    src = g[name][()]
+                    if src.dtype.kind in "fc" and not np.isfinite(src).all():  # they would predict NaN for every row
+                        raise ValueError(f"{what} {path}:{g[name].name} holds "
+                                         f"{'NaN' if np.isnan(src).any() else 'inf'}: these weights predict nothing")
+                    dst[...] = src
     except OSError as e:
         raise ValueError(f"{what} {path}: not a readable HDF5 file ({one_line(e)})") from None
