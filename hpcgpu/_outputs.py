@@ -13,7 +13,11 @@ naming the option and the path:
 - ``FILE:a/b`` where ``a`` is a dataset, or where ``a/b`` is a group, or an
   existing dataset hpcgpu did not write (without ``--overwrite``);
 - an input of the run (data, model, parameter table, the task's module), or the
-  same dataset of one;
+  same dataset of one, also where the input reaches it through a soft link, an
+  HDF5 external link or a virtual dataset's source;
+- an input that is a dangling symbolic link; a name too long for its temporary;
+- an output another job holds: a run holds each of its outputs until it ends
+  (an advisory ``flock`` on ``.NAME.lock`` beside it, holding ``host pid``);
 - two outputs of one run on the same file (one replacing the whole file) or on
   the same dataset;
 - a file another process holds open for writing.
@@ -29,17 +33,22 @@ how a later run knows the file is its own to replace.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import socket
 import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ._version import __version__
 from .io import MARK_ATTR
 
 __all__ = ["Output", "Input", "claim", "claim_error", "MARK_ATTR", "MARK_TEXT", "mark_text", "written_by_hpcgpu",
-           "save_figure", "write_text", "write_dataset"]
+           "save_figure", "write_text", "write_dataset", "lock_path", "release"]
 
 MARK_TEXT = "written by hpcgpu"
 """The words hpcgpu puts near the start of every non-HDF5 file it writes (JSON, Markdown, PNG metadata)."""
@@ -272,18 +281,182 @@ def _existing_error(out: Output, overwrite: bool) -> OSError | None:
                            "(--overwrite replaces it)")
 
 
+def _reads(src: Input) -> list[tuple[str, str | None, str | None]]:
+    """Every file (and object) input ``src`` reads: itself, and what its links and virtual datasets lead to.
+
+    ``(file, dataset or None, the link on the way or None)``; soft links of the file system are followed by the
+    comparison (:func:`_same_file`), HDF5's links and virtual sources by :func:`hpcgpu.io.linked_sources`.
+    """
+    from .io import linked_sources
+
+    path = os.fspath(src.path)
+    found = [(path, src.dataset, None)]
+    if os.path.isfile(path):  # an HDF5 file's links: other files are read through them
+        import h5py
+
+        try:
+            hdf5 = h5py.is_hdf5(path)
+        except OSError:
+            hdf5 = False
+        if hdf5:
+            found += linked_sources(path, src.dataset)
+    return found
+
+
 def _input_error(out: Output, inputs: Iterable[Input]) -> ValueError | None:
+    """An output that an input reads, by its name, a soft link, an external link or a virtual dataset."""
     path = os.fspath(out.path)
     if not os.path.exists(path):
         return None
     for src in inputs:
-        if src.path is None or not _same_file(os.fspath(src.path), path):
+        if src.path is None:
             continue
-        if out.dataset is None or _nested(out.dataset, src.dataset):
+        for file, dataset, via in _reads(src):
+            if not _same_file(file, path) or not (out.dataset is None or _nested(out.dataset, dataset)):
+                continue
             named = os.fspath(src.path) + (f":{src.dataset}" if src.dataset is not None else "")
-            return ValueError(f"{out.label()}: is also an input ({src.what} {named}); writing it would replace what "
-                              "is read: choose another output")
+            through = f", through {via}" if via else ""
+            return ValueError(f"{out.label()}: is also an input ({src.what} {named}{through}); writing it would "
+                              "replace what is read: choose another output")
     return None
+
+
+def _dangling_input_error(inputs: Iterable[Input]) -> FileNotFoundError | None:
+    """An input that is a symbolic link to nothing: named with its link's target, before any work."""
+    for src in inputs:
+        path = os.fspath(src.path)
+        if os.path.islink(path) and not os.path.exists(path):
+            named = path + (f":{src.dataset}" if src.dataset is not None else "")
+            return FileNotFoundError(f"{src.what} {named}: a dangling symbolic link (to {os.readlink(path)}): "
+                                     "nothing to read")
+    return None
+
+
+def _name_error(out: Output) -> OSError | None:
+    """Whether the file system takes the longest name written beside ``out``: its temporary (:data:`TEMP_EXTRA`)."""
+    from .io import TEMP_EXTRA
+
+    path = os.fspath(out.path)
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        limit = os.pathconf(d, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return None  # no limit said: the write itself finds one
+    longest = len(os.fsencode(os.path.basename(path))) + TEMP_EXTRA
+    if limit <= 0 or longest <= limit:
+        return None
+    return OSError(f"{out.label()}: its name is too long to write: hpcgpu writes .NAME.XXXXXXXX.tmp beside it first, "
+                   f"{longest} bytes where {d} allows {limit}; give a name of at most {limit - TEMP_EXTRA} bytes")
+
+
+_HELD: dict[str, int] = {}
+"""The lock files this process holds: their path to the open descriptor that holds the lock (:func:`_hold`)."""
+
+
+def lock_path(path: str | os.PathLike) -> str:
+    """The lock file of output ``path``: ``.NAME.lock`` beside the file it names (soft links followed). Not collective.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    str
+        An absolute path.
+    """
+    d, base = os.path.split(os.path.realpath(os.fspath(path)))
+    return os.path.join(d, f".{base}.lock")
+
+
+def _holder(fd: int) -> str:
+    """What a lock file says of its holder: ``"host H, pid P"``."""
+    try:
+        words = os.pread(fd, 512, 0).decode("utf-8", "replace").split()
+    except OSError:
+        words = []
+    return f"host {words[0]}, pid {words[1]}" if len(words) == 2 else "its host and pid not yet written"
+
+
+def _hold(out: Output, taken: list) -> OSError | None:
+    """Hold ``out`` for this process's life: an exclusive ``flock`` on :func:`lock_path`, which holds ``host pid``.
+
+    Not collective (the rank that checks the outputs calls it). A lock this process holds already is kept; a
+    lock file left by a job that ended without removing it (killed) is simply taken, since no process holds
+    its lock. On a file system without locks (``flock`` fails with ENOLCK, EOPNOTSUPP...) nothing is held.
+    The lock files taken are appended to ``taken``.
+    """
+    import errno
+    import fcntl
+
+    lock = lock_path(out.path)
+    if lock in _HELD:
+        return None
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except PermissionError:  # another user's job made it: its lock is still seen through a read-only open
+            try:
+                fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                return OSError(f"{out.label()}: cannot open its lock file {lock} ({e.strerror or e})")
+        except OSError as e:
+            return OSError(f"{out.label()}: cannot create its lock file {lock} ({e.strerror or e})")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = _holder(fd)
+            os.close(fd)
+            return OSError(f"{out.label()}: is being written by another job ({who}): wait for it to end, or "
+                           "write elsewhere")
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            with contextlib.suppress(OSError):  # no locks on this file system: no lock file either
+                os.unlink(lock)
+            return None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if not same:  # its holder removed it between the open and the lock: take the one there now
+            os.close(fd)
+            continue
+        with contextlib.suppress(OSError):  # a full disk: the lock holds without its words
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{socket.gethostname()} {os.getpid()}\n".encode(), 0)
+        _HELD[lock] = fd
+        taken.append(lock)
+        return None
+
+
+def _release(locks: Iterable[str] | None = None) -> None:
+    """Let go of lock files (all of this process's by default): each removed, then its lock released."""
+    for lock in list(_HELD) if locks is None else list(locks):
+        fd = _HELD.pop(lock, None)
+        if fd is None:
+            continue
+        with contextlib.suppress(OSError):  # removed while held: a job that opened it sees that and retries
+            os.unlink(lock)
+        os.close(fd)
+
+
+atexit.register(_release)
+
+
+def release(paths: Iterable[str | os.PathLike]) -> None:
+    """Let other jobs write these outputs: the locks :func:`claim` took on them are released. Not collective.
+
+    The locks are released when the process ends anyway; a library run that
+    ends before its process does (``Trainer.close``) calls this.
+
+    Parameters
+    ----------
+    paths : iterable of str or os.PathLike
+        Outputs this process claimed; others are ignored.
+    """
+    _release([lock_path(p) for p in paths])
 
 
 def _twice_error(outputs: list[Output]) -> ValueError | None:
@@ -298,13 +471,16 @@ def _twice_error(outputs: list[Output]) -> ValueError | None:
     return None
 
 
-def claim_error(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, overwrite: bool = False) \
-        -> OSError | ValueError | None:
+def claim_error(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, overwrite: bool = False,
+                hold: list | None = None) -> OSError | ValueError | None:
     """Everything that would make writing ``outputs`` lose a user's file or fail; the first problem found.
 
     Not collective: rank 0 calls it (:func:`claim` does, then agrees).
-    Nothing is written but a probe file that is removed at once, and
-    missing parent directories of the outputs.
+    Nothing is written but a probe file that is removed at once, missing
+    parent directories of the outputs, and with ``hold`` the lock files.
+    An input is compared with the outputs as every file it reads: soft
+    links followed, and an HDF5 input's external links and virtual
+    datasets (:func:`hpcgpu.io.linked_sources`).
 
     Parameters
     ----------
@@ -314,6 +490,11 @@ def claim_error(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, over
         Every file (or dataset) the run reads.
     overwrite : bool
         Replace existing files (and datasets) hpcgpu did not write.
+    hold : list, optional
+        Hold each output for the rest of this process (an advisory lock
+        beside it, :func:`lock_path`, released at the process's end or by
+        :func:`release`), refusing one another job holds; the lock files
+        taken are appended. None: no lock is taken or looked at.
 
     Returns
     -------
@@ -329,14 +510,19 @@ def claim_error(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, over
     for out in outputs:
         if out.kind not in _KINDS:
             raise ValueError(f"Output.kind must be one of {_KINDS}, got {out.kind!r}")
-    err = _twice_error(outputs)
+    err = _twice_error(outputs) or _dangling_input_error(inputs)
     if err is not None:
         return err
+    taken: list[str] = []
     for out in outputs:
-        err = _place_error(out) or _input_error(out, inputs) or held_error(os.fspath(out.path), out.what) \
+        err = _place_error(out) or _name_error(out) or (_hold(out, taken) if hold is not None else None) \
+            or _input_error(out, inputs) or held_error(os.fspath(out.path), out.what) \
             or _existing_error(out, overwrite)
         if err is not None:
+            _release(taken)
             return err
+    if hold is not None:
+        hold.extend(taken)
     return None
 
 
@@ -344,11 +530,14 @@ def claim(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, comm, over
           prog: str = "hpcgpu", quiet: bool = False) -> None:
     """Claim every output of a run before any work: refuse what would lose a file, remove stale temporaries.
 
-    Collective over ``comm``: rank 0 checks (:func:`claim_error`), every rank
+    Collective over ``comm``: rank 0 checks (:func:`claim_error`) and holds
+    each output for the rest of its process (a lock another job's claim
+    sees: "is being written by another job (host H, pid P)"), every rank
     raises the same agreed error, every node must see the outputs'
     directories (:func:`hpcgpu.io.shared_dir_error`); then rank 0 removes
     the temporaries that killed writers of these outputs left beside them
-    and says so on stderr (one line each).
+    (no live writer holds the output any more) and says so on stderr (one
+    line each).
 
     Parameters
     ----------
@@ -376,7 +565,7 @@ def claim(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, comm, over
     err = None
     if comm.rank == 0:
         try:
-            err = claim_error(outputs, inputs, overwrite=overwrite)
+            err = claim_error(outputs, inputs, overwrite=overwrite, hold=[])  # held until the process ends
         except UnicodeError as e:  # a path the file system's encoding cannot hold
             err = ValueError(f"an output's path cannot be encoded ({e})")
     agree(err, comm=comm)
@@ -485,24 +674,55 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
         lies under a dataset, or is a dataset hpcgpu did not write), every
         rank; the file is left as it was.
     """
-    import h5py
+    from .io import SLACK, WRITE_ERRORS, on_root, reserve, temp_keeping
 
-    from .errors import agree, agreed
-    from .io import on_root, one_line, publish, shared_dir_error, temp_keeping
+    label = f"{what} {path}:{name}"
+    nbytes = int(np.prod(gshape, dtype=np.int64)) * np.dtype(local.dtype).itemsize
+    held: list[str] = []  # the lock this call takes (none when the run's claim holds it already)
 
     def create():
-        err = claim_error([Output(path, what, dataset=name)], overwrite=overwrite)
+        out = Output(path, what, dataset=name)
+        err = claim_error([out], overwrite=overwrite, hold=held)
         if err is not None:
             raise err if isinstance(err, OSError) else OSError(str(err))
         new = not os.path.exists(path)
         try:
-            return temp_keeping(path, name, what), new
-        except OSError as e:
+            tmp = temp_keeping(path, name, what)
+        except WRITE_ERRORS as e:
             if str(e).startswith(f"{what} {path}"):  # temp_keeping's own: the file is not one to replace
                 raise
-            raise OSError(f"{what} {path}:{name}: cannot create a temporary file beside it ({one_line(e)})") from None
+            raise _write_error(e, label, "cannot create a temporary file beside it") from None
+        try:  # the dataset's room before HDF5 writes it: a full disk met inside HDF5 crashes it
+            reserve(tmp, os.path.getsize(tmp) + nbytes + SLACK)
+        except OSError as e:
+            os.unlink(tmp)
+            raise _write_error(e, label, "cannot reserve its space") from None
+        return tmp, new
 
-    tmp, new = on_root(create, comm=comm, bcast=True)
+    try:
+        tmp, new = on_root(create, comm=comm, bcast=True)
+        return _write_into(tmp, new, path, name, gshape, local, where, comm, attrs, what, label)
+    finally:
+        _release(held)
+
+
+def _write_error(e: BaseException, label: str, doing: str) -> OSError:
+    """The one line of a write that failed: a full disk said as such, anything else as ``doing`` and its cause."""
+    from .io import no_space, one_line
+
+    full = no_space(e)
+    if full is not None:
+        return OSError(f"{label}: {full}: nothing was written (free some space, or write elsewhere)")
+    return OSError(f"{label}: {doing} ({one_line(e)})")
+
+
+def _write_into(tmp, new, path, name, gshape, local, where, comm, attrs, what, label) -> str:
+    """:func:`write_dataset` once rank 0 made the temporary ``tmp``: every rank's block, then the rename."""
+    import h5py
+
+    from .errors import agree, agreed
+    from .io import one_line, on_root, publish, shared_dir_error
+
     err = shared_dir_error(path, comm, what)  # the same on every rank
     if err is not None:
         if comm.rank == 0:
@@ -511,9 +731,9 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
     meta = {MARK_ATTR: __version__, **(attrs or {})}
     try:
         writer = _write_mpio if h5py.get_config().mpi else _write_sequential
-        agree(writer(tmp, name, gshape, local, where, meta, new, comm, f"{what} {path}:{name}"), comm=comm)
+        agree(writer(tmp, name, gshape, local, where, meta, new, comm, label), comm=comm)
         on_root(lambda: publish(tmp, path), comm=comm,
-                error=lambda e: OSError(f"{what} {path}:{name}: cannot rename ({one_line(e)})"))
+                error=lambda e: OSError(f"{label}: cannot rename ({one_line(e)})"))
     except BaseException:
         if comm.rank == 0 and os.path.exists(tmp):
             os.unlink(tmp)
@@ -524,19 +744,33 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
 def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
     import h5py
 
-    from .io import WRITE_ERRORS, one_line, write_attrs
+    from .io import WRITE_ERRORS, write_attrs
 
     try:
         with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
-            ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
+            ds = f.create_dataset(name, shape=gshape, dtype=local.dtype, dcpl=_early())
             if local.size:
                 ds[where] = local
             write_attrs(ds, meta)
             if new:
                 write_attrs(f, meta)
+            f.flush()  # a failure said here, not swallowed by the close
     except WRITE_ERRORS as e:
-        return OSError(f"{label}: parallel write failed ({one_line(e)})")
+        return _write_error(e, label, "parallel write failed")
     return None
+
+
+def _early():
+    """A dataset's creation properties: its space allocated at its creation, no fill values written.
+
+    The space lies inside what :func:`hpcgpu.io.reserve` holds; every element is written by a rank.
+    """
+    from h5py import h5d, h5p
+
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
+    return dcpl
 
 
 def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
@@ -544,24 +778,26 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
     from mpi4py.util.sync import Sequential
 
     from .errors import agree
-    from .io import WRITE_ERRORS, one_line, write_attrs
+    from .io import WRITE_ERRORS, write_attrs
 
     err = None
     if comm.rank == 0:
         try:
             with h5py.File(tmp, "r+") as f:
-                ds = f.create_dataset(name, shape=gshape, dtype=local.dtype)
+                ds = f.create_dataset(name, shape=gshape, dtype=local.dtype, dcpl=_early())
                 write_attrs(ds, meta)
                 if new:
                     write_attrs(f, meta)
+                f.flush()  # a failure said here, not swallowed by the close
         except WRITE_ERRORS as e:
-            err = OSError(f"{label}: cannot create ({one_line(e)})")
+            err = _write_error(e, label, "cannot create")
     agree(err, comm=comm)
     with Sequential(comm):
         try:
             if local.size:
                 with h5py.File(tmp, "r+") as f:
                     f[name][where] = local
+                    f.flush()
         except WRITE_ERRORS as e:
-            err = OSError(f"{label}: rank {comm.rank} cannot write its block ({one_line(e)})")
+            err = _write_error(e, label, f"rank {comm.rank} cannot write its block")
     return err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -13,7 +14,7 @@ from .errors import agree
 __all__ = ["on_root", "atomic_path", "temp_beside", "publish", "writable_error", "held_error",
            "shared_dir_error", "open_hdf5", "write_attrs", "temp_keeping", "one_line",
            "remove_stale_temporaries", "split_spec", "new_hdf5", "WRITE_ERRORS", "source_error", "MARK_ATTR",
-           "read_weights"]
+           "read_weights", "reserve", "no_space", "linked_sources", "TEMP_EXTRA", "SLACK"]
 
 MARK_ATTR = "hpcgpu_version"
 """The root attribute of every HDF5 file hpcgpu writes (and the attribute of a dataset it adds to a file): the
@@ -94,9 +95,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     try:
         yield tmp
         publish(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        full = no_space(e)
+        if full is not None:  # one line naming the file, not the temporary
+            raise OSError(f"{full} writing {os.fspath(path)} (nothing of it was replaced)") from None
         raise
 
 
@@ -140,6 +144,11 @@ def new_hdf5(path: str | os.PathLike) -> Iterator[Any]:
         out.write(image.getbuffer())
 
 
+TEMP_EXTRA = len(".") + len(".XXXXXXXX.tmp")
+"""How much longer than its file's name a temporary of :func:`temp_beside` is: ``.NAME.`` and 8 random
+characters and ``.tmp`` (``tempfile.mkstemp``'s)."""
+
+
 def temp_beside(path: str | os.PathLike) -> str:
     """Create an empty temporary file ``.NAME.XXXX.tmp`` in ``path``'s directory; return its name.
 
@@ -166,6 +175,68 @@ def temp_beside(path: str | os.PathLike) -> str:
                                dir=os.path.dirname(os.path.abspath(path)))
     os.close(fd)
     return tmp
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the file system has no room for what is written
+
+
+def no_space(e: BaseException) -> str | None:
+    """Whether a write failed for want of room: the words of its ``errno``, or None. Not collective.
+
+    Parameters
+    ----------
+    e : BaseException
+        What the write raised: an ``OSError`` with ``errno`` ENOSPC, EDQUOT
+        or EFBIG, or an h5py error (``OSError``, ``RuntimeError``) whose text
+        names one of them.
+
+    Returns
+    -------
+    str or None
+        ``"No space left on device"``, ``"Disk quota exceeded"`` or ``"File
+        too large"``; None for any other failure.
+    """
+    if not isinstance(e, (OSError, RuntimeError)):
+        return None
+    if getattr(e, "errno", None) in _FULL:
+        return os.strerror(e.errno)
+    return next((os.strerror(c) for c in _FULL if os.strerror(c) in str(e)), None)
+
+
+def reserve(path: str, nbytes: int) -> None:
+    """Allocate the first ``nbytes`` of the existing file ``path`` on its disk before HDF5 writes into it.
+
+    Not collective. HDF5 (1.10 to 2.0) crashes (SIGSEGV) when a file whose
+    write failed for want of space is closed or its objects released, and
+    h5py reports a close that failed so only as an ignored exception, after
+    which a half-written file looks whole. Blocks allocated first
+    (``posix_fallocate``) cannot run out: a full disk is found here, before
+    HDF5 writes anything. HDF5 truncates the file to its end of data when it
+    closes it, so the space a dataset created with early allocation occupies
+    stays allocated for the ranks that write into it later. A file system
+    without ``fallocate`` (glibc then writes zeros) or one that refuses it
+    (``EOPNOTSUPP``) reserves nothing and is written as before.
+
+    Parameters
+    ----------
+    path : str
+        The temporary file HDF5 will write (:func:`temp_beside`).
+    nbytes : int
+        Its size when written, at least.
+
+    Raises
+    ------
+    OSError
+        ``errno`` ENOSPC (or EDQUOT, EFBIG): there is no room.
+    """
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, max(1, int(nbytes)))
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
 
 
 def publish(tmp: str, path: str | os.PathLike) -> None:
@@ -286,7 +357,6 @@ def held_error(path: str | os.PathLike, what: str = "--out") -> OSError | None:
     OSError or None
         An error naming ``what``, the path and how the writer was seen; ``None``.
     """
-    import errno
     import fcntl
 
     path = os.fspath(path)
@@ -414,8 +484,7 @@ def temp_keeping(path: str | os.PathLike, dataset: str, what: str = "output") ->
     tmp = temp_beside(path)
     try:
         if not os.path.exists(path):
-            with h5py.File(tmp, "w"):
-                pass
+            _empty_hdf5(tmp, 0)  # the dataset's room is its writer's to reserve
             return tmp
         try:
             src = h5py.File(path, "r")
@@ -427,13 +496,38 @@ def temp_keeping(path: str | os.PathLike, dataset: str, what: str = "output") ->
             if there is not None and not isinstance(there, h5py.Dataset):
                 raise OSError(f"{what} {path}:{dataset}: is a {type(there).__name__.lower()} in that file, not a "
                               "dataset: it is not replaced; name another dataset")
-            with h5py.File(tmp, "w") as dst:
+            _empty_hdf5(tmp, os.path.getsize(path) + SLACK)  # the copy's room first: HDF5 never finds a full disk
+            with h5py.File(tmp, "r+") as dst:
                 _copy_group(src["/"], dst["/"], "/" + dataset.strip("/"))
         return tmp
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+SLACK = 256 << 10
+"""Bytes reserved (:func:`reserve`) beyond the data HDF5 writes: the file's metadata, a dataset's header and
+attributes."""
+
+
+def _empty_hdf5(tmp: str, room: int) -> None:
+    """Make the empty file ``tmp`` an empty HDF5 file, ``room`` bytes (if any) allocated on its disk. Not collective.
+
+    The file is built in memory and written as bytes into the reserved space (HDF5's own create would truncate
+    the file and give the reservation back), so that no HDF5 write meets a full disk (:func:`reserve`).
+    """
+    import io as _io
+
+    import h5py
+
+    if room:
+        reserve(tmp, room)
+    image = _io.BytesIO()
+    with h5py.File(image, "w"):
+        pass
+    with open(tmp, "r+b") as f:
+        f.write(image.getbuffer())
 
 
 def _copy_group(src, dst, skip: str) -> None:
@@ -600,17 +694,11 @@ def source_error(path: str, ds, label: str) -> FileNotFoundError | None:
 
     if not ds.is_virtual:
         return None
-    here = os.path.dirname(os.path.abspath(path))
-    prefix = os.environ.get("HDF5_VDS_PREFIX", "")
     for vs in ds.virtual_sources():
         name, dset = vs.file_name, vs.dset_name
         if "%" in name:
             continue
-        if name == ".":
-            found = os.path.abspath(path)
-        else:
-            tries = [name] if os.path.isabs(name) else [os.path.join(p, name) for p in (prefix, here) if p]
-            found = next((t for t in tries if os.path.isfile(t)), None)
+        found = _linked_file(path, name, "HDF5_VDS_PREFIX")
         if found is None:
             return FileNotFoundError(f"{label}: a virtual dataset whose source file {name} is missing (its rows "
                                      "would read as fill values)")
@@ -622,6 +710,147 @@ def source_error(path: str, ds, label: str) -> FileNotFoundError | None:
             return FileNotFoundError(f"{label}: a virtual dataset whose source file {name} cannot be read "
                                      f"({one_line(e)})")
     return None
+
+
+def _linked_file(path: str, name: str, prefix_var: str) -> str | None:
+    """The file an external link's or a virtual dataset's source ``name`` in file ``path`` opens, as HDF5 finds it.
+
+    Not collective. ``"."`` is ``path`` itself; an absolute name is itself; a relative one is tried under each
+    directory of ``$HDF5_EXT_PREFIX`` (links) or ``$HDF5_VDS_PREFIX`` (virtual datasets), then in ``path``'s
+    directory, then (links) in the working directory. None when no such file exists.
+    """
+    if name == ".":
+        return os.path.abspath(path)
+    if os.path.isabs(name):
+        tries = [name]
+    else:
+        dirs = [d for d in os.environ.get(prefix_var, "").split(os.pathsep) if d]
+        dirs.append(os.path.dirname(os.path.abspath(path)))
+        if prefix_var == "HDF5_EXT_PREFIX":
+            dirs.append(os.getcwd())
+        tries = [os.path.join(d, name) for d in dirs]
+    return next((os.path.abspath(t) for t in tries if os.path.isfile(t)), None)
+
+
+def linked_sources(path: str, dataset: str | None = None, limit: int = 10000) -> list[tuple[str, str, str]]:
+    """Every file (and object in it) that reading ``path`` (or its ``dataset``) reads through a link. Not collective.
+
+    An HDF5 file's object may be an external link into another file, a soft
+    link to another object of the same file, or a virtual dataset whose
+    rows come from other files: reading it reads those. The named object
+    (the whole file when ``dataset`` is None) is walked, groups to their
+    members, and each link and virtual source is followed (relative names
+    resolved as HDF5 resolves them, :func:`_linked_file`), so that the
+    output policy can refuse an output that a link leads back to. Files
+    that are missing or not HDF5 end the walk there (reading them says
+    why); at most ``limit`` objects are visited.
+
+    Parameters
+    ----------
+    path : str
+        The input file.
+    dataset : str, optional
+        The object read; None: the whole file.
+    limit : int
+        The most objects visited (a file of many objects, or a cycle of links).
+
+    Returns
+    -------
+    list of (str, str, str)
+        ``(file, object, via)``: the absolute path of a file read, the
+        object's path in it, and the link that leads there
+        (``"the external link ext.h5:/train/X"``, ``"the virtual dataset
+        v.h5:/X"``, ``"the soft link a.h5:/L"``: the first link on the way).
+        Empty when nothing is read through a link.
+    """
+    walk = _LinkWalk(limit)
+    walk.visit(os.path.abspath(path), "/" + (dataset or "").strip("/"), None)
+    return walk.found
+
+
+class _LinkWalk:
+    """:func:`linked_sources`' walk: the files and objects reached, each visited once."""
+
+    def __init__(self, limit: int):
+        self.found: list[tuple[str, str, str]] = []
+        self.seen: set = set()
+        self.limit = limit
+
+    def first(self, file: str, name: str) -> bool:
+        """Whether ``file``'s object ``name`` is seen for the first time (and within the limit)."""
+        key = (os.path.realpath(file), name)
+        if key in self.seen or len(self.seen) >= self.limit:
+            return False
+        self.seen.add(key)
+        return True
+
+    def visit(self, file: str, name: str, via: str | None) -> None:
+        import h5py
+
+        if not self.first(file, name) or not os.path.isfile(file):  # never a FIFO or a device: reading says so
+            return
+        try:
+            f = h5py.File(file, "r", locking=False)
+        except OSError:
+            try:
+                f = h5py.File(file, "r")  # this process has it open with HDF5's locking
+            except OSError:
+                return
+        with f:
+            self.walk(f, file, name, via)
+
+    def reach(self, file: str, name: str, via: str | None, how: str) -> None:
+        """A link leads to ``file``'s object ``name``: it is read, and so is all it links to."""
+        self.found.append((file, name, via or how))
+        self.visit(file, name, via or how)
+
+    def walk(self, f, file: str, name: str, via: str | None) -> None:
+        """Follow ``name`` in the open file ``f`` component by component, then what it names."""
+        import h5py
+
+        parts = [p for p in name.split("/") if p]
+        here = ""
+        for i, part in enumerate(parts):
+            here += "/" + part
+            try:
+                link = f.get(here, getlink=True)
+            except (KeyError, OSError, RuntimeError, ValueError):
+                return
+            rest = "/".join(parts[i + 1:])
+            if isinstance(link, h5py.ExternalLink):
+                target = _linked_file(file, link.filename, "HDF5_EXT_PREFIX")
+                if target is not None:
+                    self.reach(target, _join(link.path, rest), via, f"the external link {file}:{here}")
+                return
+            if isinstance(link, h5py.SoftLink):
+                to = link.path if link.path.startswith("/") else here.rsplit("/", 1)[0] + "/" + link.path
+                self.reach(os.path.abspath(file), _join(to, rest), via, f"the soft link {file}:{here}")
+                return
+            if link is None:
+                return
+        try:
+            self.object(f, f.get(here or "/"), file, here, via)
+        except (KeyError, OSError, RuntimeError, ValueError):
+            return
+
+    def object(self, f, obj, file: str, here: str, via: str | None) -> None:
+        """A virtual dataset's sources; a group's members."""
+        import h5py
+
+        if isinstance(obj, h5py.Dataset) and obj.is_virtual:
+            for vs in obj.virtual_sources():
+                target = None if "%" in vs.file_name else _linked_file(file, vs.file_name, "HDF5_VDS_PREFIX")
+                if target is not None:
+                    self.reach(target, _join(vs.dset_name, ""), via, f"the virtual dataset {file}:{here}")
+        elif isinstance(obj, h5py.Group):
+            for member in obj:
+                if self.first(file, f"{here}/{member}"):
+                    self.walk(f, file, f"{here}/{member}", via)
+
+
+def _join(name: str, rest: str) -> str:
+    """``/name/rest`` of an HDF5 path and what follows it."""
+    return "/" + "/".join(p for p in (name.strip("/"), rest) if p)
 
 
 def write_attrs(obj, attrs: dict) -> None:
