@@ -140,8 +140,13 @@ def _non_utf8_directory(t, i, ds):
 
 
 def _overwrite_asked(t, i, ds):
-    (t / "old.txt").write_text("replace me\n")
-    return (None if ds else str(t / "old.txt")), ("done", "--overwrite")
+    """The user's file where the output goes, --overwrite given: a text file the output replaces whole, or an HDF5
+    file of theirs holding the output's dataset (replaced) beside one of theirs (kept)."""
+    if ds is None:
+        (t / "old.txt").write_text("replace me\n")
+        return str(t / "old.txt"), ("done", "--overwrite")
+    write_h5(t / "theirs.h5", **{ds.strip("/"): np.arange(5.0), "kept": np.arange(3.0)})
+    return str(t / "theirs.h5") + f":{ds}", ("done", "--overwrite")
 
 
 _MOUNTS = []
@@ -218,6 +223,8 @@ depend on what a program reads and how it writes, and run through every program.
 
 
 def _rows():
+    """The table's rows: each condition through the programs it applies to (an input of the run to a program that
+    reads one), a path condition through two programs taking turns (a dataset's through those writing one)."""
     whole = [p for p, (_, _, ds, _) in PROGRAMS.items() if ds is None]
     into = [p for p, (_, _, ds, _) in PROGRAMS.items() if ds is not None]
     rows = []
@@ -225,25 +232,23 @@ def _rows():
         if cond in PATH_CONDITIONS:
             c = PATH_CONDITIONS.index(cond)
             progs = into if cond == "under a dataset" else [whole[c % len(whole)], into[c % len(into)]]
+        elif cond == "an input of the run":
+            progs = [p for p, (_, _, _, reads) in PROGRAMS.items() if reads]
         else:
             progs = list(PROGRAMS)
-        marks = [pytest.mark.xdist_group("output-refusals")] if cond in IN_ONE_LAUNCH else []
-        rows += [pytest.param(prog, cond, id=f"{prog}-{cond}", marks=marks) for prog in progs]
+        rows += [pytest.param(prog, cond, id=f"{prog}-{cond}") for prog in progs]
     return rows
 
 
-@pytest.mark.parametrize("dataset", [None, "C"])
-@pytest.mark.parametrize("condition", PATH_CONDITIONS)
+@pytest.mark.parametrize("condition, dataset", [(c, ds) for c in PATH_CONDITIONS for ds in (None, "C")
+                                                if ds or c != "under a dataset"])
 def test_the_policy_judges_each_path_condition_alone(condition, dataset, tmp_path):
     """The output policy itself, in this process, for every path condition, on a whole file and on a dataset:
     a refusal is one line naming the option and the path with the condition's words; nothing in the directory
     changes."""
     from hpcgpu._outputs import Output, claim_error
 
-    made = CONDITIONS[condition](tmp_path, {}, dataset)
-    if made is None:
-        pytest.skip(f"{condition} needs a dataset output")
-    spec, (outcome, words) = made
+    spec, (outcome, words) = CONDITIONS[condition](tmp_path, {}, dataset)
     path = spec.rsplit(":", 1)[0] if dataset or condition == "under a dataset" else spec
     ds = spec.rsplit(":", 1)[1] if dataset or condition == "under a dataset" else None
     before = _snapshot(tmp_path)
@@ -273,47 +278,11 @@ def _output_case(t, program, condition, model_file):
     return args, out, outcome, words
 
 
-IN_ONE_LAUNCH = {c for c in CONDITIONS if c not in ("a full disk", "a killed writer's temporary",
-                                                     "a non-UTF-8 directory", "a user's file with --overwrite")}
-"""The conditions a program refuses before any work: their rows run in one launch of ranks for each rank count
-(``_mpi.cli_rows``), the others (a run that writes, or fails writing) in a launch each."""
-
-
-@pytest.fixture(scope="session")
-def refusals(tmp_path_factory, model_file):
-    """The rows of :func:`test_the_output_policy` under :data:`IN_ONE_LAUNCH`, each in its own directory, run in one
-    launch a rank count: ``{(program, condition): (result, argv, out, words, before, after)}``."""
-    cases, by_ranks = {}, {}
-    for row in _rows():
-        program, condition = row.values
-        t = tmp_path_factory.mktemp("refusal")
-        made = _output_case(t, program, condition, model_file) if condition in IN_ONE_LAUNCH else None
-        if made is not None:
-            assert made[2] == "refused", (program, condition, made)
-            cases[program, condition] = (t, made, _snapshot(t))
-            by_ranks.setdefault(PROGRAMS[program][0], {})[f"{program} | {condition}"] = made[0]
-    runs = {}
-    for ranks, rows in by_ranks.items():
-        runs.update(_mpi.cli_rows(ranks, rows, timeout=240))
-    return {key: (runs[" | ".join(key)], args, out, words, before, _snapshot(t))
-            for key, (t, (args, out, _, words), before) in cases.items()}
-
-
 @pytest.mark.parametrize("program, condition", _rows())
-def test_the_output_policy(program, condition, tmp_path, model_file, request):
-    if condition in IN_ONE_LAUNCH:
-        # a refusal before any work: this row's launch was shared with the other rows that refuse (one worker)
-        got = request.getfixturevalue("refusals").get((program, condition))
-        if got is None:
-            pytest.skip(f"{condition} does not apply to {program}")
-        p, args, out, words, before, after = got
-        _refused(p, args, out, words, before, after)
-        assert not p.others, p.others
-        return
-    made = _output_case(tmp_path, program, condition, model_file)
-    if made is None:
-        pytest.skip(f"{condition} does not apply to {program}")
-    args, out, outcome, words = made
+def test_the_output_policy(program, condition, tmp_path, model_file):
+    """Each row launched as a user launches the program (``mpiexec -n RANKS python -m ...``), so what the ranks, the
+    HDF5 library's C code, the interpreter's shutdown and the launcher write is all seen."""
+    args, out, outcome, words = _output_case(tmp_path, program, condition, model_file)
     ranks, _, ds, _ = PROGRAMS[program]
     before = _snapshot(tmp_path)
     # A UTF-8 locale's strict stdout (PYTHONIOENCODING=utf-8, as the GPU node's image sets) must still print the
@@ -334,10 +303,25 @@ def test_the_output_policy(program, condition, tmp_path, model_file, request):
         for k, v in before.items():  # the inputs, byte-identical; only the output (and its temporaries) changed
             if os.fsdecode(k) != path and not k.endswith(b".tmp"):
                 assert after.get(k) == v, os.fsdecode(k)
+        if condition == "a user's file with --overwrite":
+            _replaced(program, path, ds)
         if words and words.endswith(".tmp"):
             assert not os.path.exists(tmp_path / words)
             assert "removed" in p.stderr and words in p.stderr
     assert not temporaries, temporaries
+
+
+def _replaced(program, path, ds):
+    """The user's file that --overwrite let the run replace: now hpcgpu's, whole (the user's text is gone), or the
+    output's dataset replaced in the user's HDF5 file and the user's other dataset kept."""
+    from hpcgpu._outputs import written_by_hpcgpu
+
+    if ds is None:
+        assert written_by_hpcgpu(path, "json" if program == "train --trace" else "hdf5") is True, path
+        return
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["kept"][()], np.arange(3.0))
+        assert f[ds].shape != (5,), f[ds]  # the program's result, not the user's arange(5)
 
 
 def _refused(p, args, out, words, before, after):
@@ -623,39 +607,22 @@ def _hostile_case(t, program, condition, model_file):
 
 
 HOSTILE_ROWS = [(p, c) for p in INPUTS
-                for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])]
+                for c in _mpi.cases(list(INPUT_CONDITIONS), ["a virtual dataset with a missing source", "a FIFO"])
+                if not (c == "a virtual dataset with a missing source" and INPUTS[p][2] == "model")]
+"""Every program's input x every condition but a virtual dataset in a model file (a results file has none)."""
 
 
-@pytest.fixture(scope="session")
-def hostile_runs(tmp_path_factory, model_file):
-    """Every row of :func:`test_a_hostile_input_is_one_line_before_any_work`, each in its own directory, in one
-    launch of ranks (``_mpi.cli_rows``; every program here runs at ``NP``): ``{row: (result, path, words, before,
-    after)}``, None for a condition that does not apply."""
-    assert {INPUTS[p][0] for p, _ in HOSTILE_ROWS} == {NP}
-    cases, rows = {}, {}
-    for program, condition in HOSTILE_ROWS:
-        t = tmp_path_factory.mktemp("hostile")
-        made = _hostile_case(t, program, condition, model_file)
-        cases[program, condition] = None if made is None else (t, made, _snapshot(t))
-        if made is not None:
-            rows[f"{program} | {condition}"] = made[0]
-    runs = _mpi.cli_rows(NP, rows, timeout=240)
-    return {key: None if c is None else (runs[" | ".join(key)], c[1][1], c[1][2], c[2], _snapshot(c[0]))
-            for key, c in cases.items()}
-
-
-@pytest.mark.xdist_group("hostile-inputs")  # one worker, one launch for the table
 @pytest.mark.parametrize("program, condition", [pytest.param(p, c, id=f"{p}-{c}") for p, c in HOSTILE_ROWS])
-def test_a_hostile_input_is_one_line_before_any_work(program, condition, hostile_runs):
-    got = hostile_runs[program, condition]
-    if got is None:
-        pytest.skip(f"{condition} does not apply to {program}")
-    p, path, words, before, after = got
+def test_a_hostile_input_is_one_line_before_any_work(program, condition, tmp_path, model_file):
+    """Each row launched as a user launches the program: what HDF5's C code or the launcher writes is seen."""
+    ranks = INPUTS[program][0]
+    args, path, words = _hostile_case(tmp_path, program, condition, model_file)
+    before = _snapshot(tmp_path)
+    p = _mpi.run(ranks, args, timeout=120, cwd=tmp_path)
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and os.path.basename(path) in lines[0], p.stderr
-    assert not p.others, p.others
-    assert after == before
+    assert _snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("sig", _mpi.cases(["SIGINT", "SIGTERM"], ["SIGINT"]))
@@ -723,8 +690,15 @@ class Linear(nn.Model):
         return x @ p["w"] + p["b"]
 
 
-model = (Linear(), None) if len(sys.argv) > 3 else (net, nn.SoftmaxCrossEntropy())
-trainer = hpcgpu.Trainer(*model, runtime=rt, epochs=400, batch_size=32, progress="none", checkpoint=sys.argv[1])
+model = (Linear(), None) if len(sys.argv) > 3 and sys.argv[3] else (net, nn.SoftmaxCrossEntropy())
+resume_to = int(sys.argv[4]) if len(sys.argv) > 4 else None  # resume the stopped run and end its epoch
+trainer = hpcgpu.Trainer(*model, runtime=rt, epochs=400, batch_size=32, progress="none", checkpoint=sys.argv[1],
+                         resume=resume_to is not None)
+if resume_to is not None:
+    trainer.fit((X, y), epochs=resume_to)
+    if rt.rank == 0:
+        print("resumed", trainer.resumed_from, "step", trainer.step, "stopped_by", trainer.stopped_by, flush=True)
+    sys.exit(0)
 if rt.rank == 0:
     open(sys.argv[2], "w").close()  # fit starts now
 trainer.fit((X, y))
@@ -739,20 +713,37 @@ sys.exit(3 if trainer.stopped_by else 0)
 def test_a_stop_at_any_instant_of_fit_is_clean_in_library_mode(sig, tmp_path):
     """From the first instant of the Trainer's construction (MPICH swallowed a SIGUSR1 there, SIGTERM killed the
     rank) through fit (its data's checks, the sampler, the first step) to its end, a stop signal ends in a
-    checkpoint and stopped_by, never a killed process or a swallowed signal."""
+    checkpoint and stopped_by, never a killed process or a swallowed signal; the stop's line is all the run writes
+    on stderr, and the checkpoint (of the step the line names) resumes: the run goes on from it to its epoch's
+    end."""
+    import re
+
     (tmp_path / "fit.py").write_text(_LIBRARY_FIT)
+    ck = str(tmp_path / "ck.h5")
     rng = np.random.default_rng()
     # while the trainer is built, at fit's start, then at a random instant in its steps
     for mark, delay in (("building", 0.0), ("started", 0.0), ("started", rng.uniform(0.05, 1.0))):
         for f in ("ck.h5", "started", "building"):
             if (tmp_path / f).exists():
                 os.unlink(tmp_path / f)
-        building = [str(tmp_path / "building")] if mark == "building" else []  # a model whose init says when
-        p, out, err = _signal_when([str(tmp_path / "fit.py"), str(tmp_path / "ck.h5"), str(tmp_path / "started"),
-                                    *building], tmp_path, sig, (tmp_path / mark).exists, delay=delay, timeout=120,
+        building = str(tmp_path / "building") if mark == "building" else ""  # a model whose init says when
+        argv = [str(tmp_path / "fit.py"), ck, str(tmp_path / "started"), building]
+        p, out, err = _signal_when(argv, tmp_path, sig, (tmp_path / mark).exists, delay=delay, timeout=120,
                                    poll=0.005)
         assert p.returncode == 3, (delay, p.returncode, out, err)
         assert f"stopped_by {sig}" in out and (tmp_path / "ck.h5").exists(), (delay, out, err)
+        ours, _ = _mpi.split_launcher(err)
+        line = re.fullmatch(rf"hpcgpu\.train: stopped \({sig}\) after step (\d+) \(epoch (\d+)\); checkpoint "
+                            rf"{re.escape(ck)}: Trainer\(\.\.\., checkpoint={re.escape(repr(ck))}, resume=True\) "
+                            r"continues\n", ours)
+        assert line, (mark, ours)
+        step, epoch = int(line.group(1)), int(line.group(2))
+        with h5py.File(ck, "r") as f:
+            assert int(f.attrs["step"]) == step, (mark, step)
+        p = _mpi.run(NP, [*argv, str(epoch)], timeout=120, cwd=tmp_path)
+        assert p.returncode == 0, (mark, p.stdout, p.stderr)
+        # 4000 samples in batches of 32: 125 steps an epoch
+        assert p.stdout.splitlines()[-1] == f"resumed {ck} step {epoch * 125} stopped_by None", (mark, p.stdout)
 
 
 @pytest.mark.parametrize("program", _mpi.cases(list(PROGRAMS), ["train --trace", "matmul -o", "tasks -o"]))
@@ -786,11 +777,17 @@ os.write(1, f"ran on {kept}\\n".encode())  # one write: the ranks' lines do not 
 @pytest.mark.parametrize("sig", _mpi.cases(["SIGUSR1", "SIGTERM"], ["SIGUSR1"]))
 def test_a_stop_signal_between_init_and_a_trainer_has_its_default_effect(nprocs, sig, tmp_path):
     """Before a Trainer's stop request exists, a stop signal ends the process as in any Python program: MPICH's
-    MPI_Init installed a SIGUSR1 handler Python does not see, and the program ran on as if never asked to stop.
-    A handler the program installed itself is kept, a Python one and one installed from C (faulthandler's)."""
+    MPI_Init installed a SIGUSR1 handler Python does not see, and the program ran on as if never asked to stop."""
     (tmp_path / "after_init.py").write_text(_AFTER_INIT)
     p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "default", sig], timeout=120, fork=False)
     assert p.returncode != 0 and "ran on" not in p.stdout, (p.returncode, p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_signal_handler_of_the_programs_own_is_kept_by_init(nprocs, tmp_path):
+    """A handler the program installed itself before hpcgpu.init is kept, a Python one and one installed from C
+    (faulthandler's)."""
+    (tmp_path / "after_init.py").write_text(_AFTER_INIT)
     p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "handler", "SIGUSR1"], timeout=120, fork=False)
     assert p.returncode == 0 and p.stdout.count("ran on [10]") == nprocs, (p.returncode, p.stdout, p.stderr)
     p = _mpi.run(nprocs, [str(tmp_path / "after_init.py"), "faulthandler", "SIGUSR1"], timeout=120, fork=False)
