@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from ..errors import agreed
-from ._model import Model
+from ._model import ContractError, Model
 
 __all__ = ["Torch", "Jax", "Keras"]
 
@@ -321,6 +321,23 @@ class Torch(Model):
         finally:
             before.use()
 
+    def _outputs(self, out):
+        """``out``, the module's outputs, when they are one tensor (:class:`ContractError` otherwise)."""
+        if not isinstance(out, self._torch.Tensor):
+            raise ContractError(f"Torch: {type(self.module).__name__} returned a {type(out).__name__}, not a tensor: "
+                                "its forward must return the outputs as one tensor, (n, k) or (n,)")
+        return out
+
+    def _loss_sum(self, loss):
+        """``loss``, what the loss returned, when it is one number in a tensor (:class:`ContractError` otherwise)."""
+        if not isinstance(loss, self._torch.Tensor):
+            raise ContractError(f"Torch: the loss returned a {type(loss).__name__}, not a tensor: loss(outputs, y) "
+                                "must return the sum over the samples as a 0-d tensor")
+        if loss.numel() != 1:
+            raise ContractError(f"Torch: the loss returned a tensor of shape {tuple(loss.shape)}, not one number: "
+                                "loss(outputs, y) must return the sum over the samples (reduction=\"sum\")")
+        return loss
+
     def _target(self, y, outputs):
         t = self._tensor(np.ascontiguousarray(y) if isinstance(y, np.ndarray) else y).to(outputs.device)
         if not t.is_floating_point():
@@ -338,8 +355,8 @@ class Torch(Model):
         self._place(xt.device)
         with torch.enable_grad(), self._seeded(xt.device):
             with self._autocasting(xt.device):
-                out = torch.func.functional_call(self.module, ps, (xt,))
-                loss = self.loss(out, self._target(y, out))
+                out = self._outputs(torch.func.functional_call(self.module, ps, (xt,)))
+                loss = self._loss_sum(self.loss(out, self._target(y, out)))
             grads = torch.autograd.grad(loss, [ps[n] for n in self.names])
         return (float(loss.detach()), {n: self._array(g, x) for n, g in zip(self.names, grads, strict=True)},
                 self._array(out, x))
@@ -381,8 +398,8 @@ class Torch(Model):
         self._place(xt.device)
         with torch.enable_grad(), self._seeded(xt.device):
             with self._autocasting(xt.device):  # the backward pass outside it, as PyTorch's AMP recipe has it
-                out = torch.func.functional_call(self.module, ps, (xt,))
-                loss = self.loss(out, self._target(y, out))
+                out = self._outputs(torch.func.functional_call(self.module, ps, (xt,)))
+                loss = self._loss_sum(self.loss(out, self._target(y, out)))
             # On a GPU the loss sum stays there (a 0-d array by DLPack: no host wait each micro-batch)
             forward_done(float(loss.detach()) if ours is None else self._array(loss.detach(), x),
                          self._array(out.float() if self._autocast is not None else out, x))
@@ -449,7 +466,7 @@ class Torch(Model):
             xt = self._tensor(x)
             self._place(xt.device)
             with torch.no_grad(), self._autocasting(xt.device):
-                out = torch.func.functional_call(self.module, ps, (xt,))
+                out = self._outputs(torch.func.functional_call(self.module, ps, (xt,)))
         finally:
             for m, training in modes:
                 m.training = training
@@ -516,16 +533,17 @@ class Jax(Model):
     def __init__(self, apply, params, loss="cross-entropy"):
         jax = self._jax = _import("jax", "jax")
         if not callable(apply):
-            raise TypeError(f"Jax: apply must be callable (apply(params, x)), got {type(apply).__name__}")
+            raise agreed(TypeError(f"Jax: apply must be callable (apply(params, x)), got {type(apply).__name__}"))
         if isinstance(loss, str):
             if loss not in ("cross-entropy", "mse"):
-                raise TypeError(f"Jax: loss must be 'cross-entropy', 'mse' or a callable, got {loss!r}")
+                raise agreed(TypeError(f"Jax: loss must be 'cross-entropy', 'mse' or a callable, got {loss!r}"))
             loss = _cross_entropy if loss == "cross-entropy" else _squared_errors
         elif not callable(loss):
-            raise TypeError(f"Jax: loss must be 'cross-entropy', 'mse' or a callable, got {type(loss).__name__}")
+            raise agreed(TypeError(f"Jax: loss must be 'cross-entropy', 'mse' or a callable, got "
+                                   f"{type(loss).__name__}"))
         leaves, self._treedef = jax.tree_util.tree_flatten_with_path(params)
         if not leaves:
-            raise TypeError("Jax: params has no leaves (arrays)")
+            raise agreed(TypeError("Jax: params has no leaves (arrays)"))
         self.names = [_path_name(path) for path, _ in leaves]
         self._init = {n: np.array(leaf) for n, (_, leaf) in zip(self.names, leaves, strict=True)}
         self.apply, self._loss = apply, loss
@@ -675,20 +693,21 @@ class Keras(Jax):
     def __init__(self, model, loss="cross-entropy"):
         keras = _import("keras", "keras")
         if keras.backend.backend() != "jax":
-            raise TypeError(f"Keras: the model runs on Keras's {keras.backend.backend()} backend; hpcgpu takes the "
-                            "JAX backend (KERAS_BACKEND=jax before keras is imported)")
+            raise agreed(TypeError(f"Keras: the model runs on Keras's {keras.backend.backend()} backend; hpcgpu "
+                                   "takes the JAX backend (KERAS_BACKEND=jax before keras is imported)"))
         if not getattr(model, "built", False) or not model.trainable_variables:
-            raise TypeError("Keras: the model is not built: give its input shape, keras.Input(shape) as its first "
-                            "layer, or call model.build(input_shape)")
+            raise agreed(TypeError("Keras: the model is not built: give its input shape, keras.Input(shape) as its "
+                                   "first layer, or call model.build(input_shape)"))
         if model.non_trainable_variables:
             names = ", ".join(v.path for v in model.non_trainable_variables[:3])
-            raise TypeError(f"Keras: the model has non-trainable variables ({names}): BatchNorm's statistics and "
-                            "a Dropout's seed state are not carried across steps; use nn.Torch for such a model")
+            raise agreed(TypeError(f"Keras: the model has non-trainable variables ({names}): BatchNorm's statistics "
+                                   "and a Dropout's seed state are not carried across steps; use nn.Torch for such a "
+                                   "model"))
         last = model.layers[-1] if model.layers else None
         if loss == "cross-entropy" and (isinstance(last, keras.layers.Softmax)
                                          or getattr(last, "activation", None) is keras.activations.softmax):
-            raise TypeError("Keras: the last layer applies a softmax; \"cross-entropy\" takes logits (Keras's "
-                            "from_logits=True): leave the softmax out")
+            raise agreed(TypeError("Keras: the last layer applies a softmax; \"cross-entropy\" takes logits "
+                                   "(Keras's from_logits=True): leave the softmax out"))
         self.keras_model = model
         variables = list(model.trainable_variables)
         self._paths = [v.path.replace("/", ".") for v in variables]
