@@ -12,6 +12,15 @@ collective (they have not arrived), prints one report and calls
 
 Without ``MPI_THREAD_MULTIPLE`` the threads cannot talk; each rank then
 aborts on its own after T seconds of waiting and names only itself.
+
+The watchdog is on by default (:data:`DEFAULT_STALL_TIMEOUT`, 600 s): a
+library call that no :class:`Watchdog` of its own watches (SUMMA, a
+DistMatrix's collectives, the agreement of a collective's arguments,
+:func:`hpcgpu.errors.agree_inputs`) waits under :func:`watch`, the process's
+own watchdog, which needs no communicator: a rank that waits T seconds aborts
+the job and names itself and the collective. Its thread starts at the first
+watched wait and wakes every T / 4 seconds (150 s by default), so it costs
+nothing measurable on a step.
 """
 
 from __future__ import annotations
@@ -24,15 +33,23 @@ from contextlib import contextmanager
 from mpi4py import MPI
 
 from . import _nccl, _options
+from . import errors
 from .errors import abort, agreed
 
-__all__ = ["Watchdog", "stall_timeout"]
+__all__ = ["Watchdog", "stall_timeout", "watch", "DEFAULT_STALL_TIMEOUT"]
 
 _TAG = 7741
 
+DEFAULT_STALL_TIMEOUT = 600.0
+"""Seconds a collective may wait when neither an option nor ``HPCGPU_STALL_TIMEOUT`` says: far above any
+legitimate wait of hpcgpu's own (a checkpoint of a large model on a slow file system, a data set's first read,
+a rank's first CUDA or NCCL start: tens of seconds), and short against an allocation's hours that a hang burns."""
+
 
 def stall_timeout(value: float | None = None) -> float:
-    """The stall timeout in seconds: ``value``, else ``$HPCGPU_STALL_TIMEOUT``, else 0 (off).
+    """The stall timeout in seconds: ``value``, else ``$HPCGPU_STALL_TIMEOUT``, else :data:`DEFAULT_STALL_TIMEOUT`.
+
+    0 (the option or the variable) turns the watchdog off.
 
     Not collective. The one place that reads ``HPCGPU_STALL_TIMEOUT``.
 
@@ -54,7 +71,7 @@ def stall_timeout(value: float | None = None) -> float:
         environment are the same on every rank.
     """
     try:
-        return _options.seconds("HPCGPU_STALL_TIMEOUT", value, 0.0, "--stall-timeout")
+        return _options.seconds("HPCGPU_STALL_TIMEOUT", value, DEFAULT_STALL_TIMEOUT, "--stall-timeout")
     except ValueError as e:
         raise agreed(e) from None
 
@@ -63,15 +80,18 @@ class Watchdog:
     """Watches this rank's collectives; aborts the job on a stall.
 
     Collective (construction): all ranks of ``comm`` create it together,
-    with the same ``timeout`` (it duplicates ``comm``).
+    with the same ``timeout`` (it duplicates ``comm``). With ``comm=None``
+    not collective: a watchdog of this process alone, whose thread starts at
+    the first watched wait and which names only this rank (:func:`watch`).
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Intracomm
+    comm : mpi4py.MPI.Intracomm or None
     timeout : float, optional
         Seconds a collective may wait before the job is aborted; 0 turns the
         watchdog off (:meth:`watch` then costs one attribute check). By
-        default ``$HPCGPU_STALL_TIMEOUT`` (see :func:`stall_timeout`).
+        default ``$HPCGPU_STALL_TIMEOUT``, else :data:`DEFAULT_STALL_TIMEOUT`
+        (see :func:`stall_timeout`).
     abort : callable, optional
         Called with the report instead of ``MPI.COMM_WORLD.Abort(1)``
         (tests).
@@ -83,20 +103,28 @@ class Watchdog:
     ...     Allreduce(grad, comm=comm)
     """
 
-    def __init__(self, comm: MPI.Intracomm, timeout: float | None = None, abort=None):
+    def __init__(self, comm: MPI.Intracomm | None, timeout: float | None = None, abort=None):
         self.timeout = stall_timeout(timeout)
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        world = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = world.Get_rank(), world.Get_size()
         self._abort = abort or self._mpi_abort
         self._state = None  # (serial, name, detail, t_enter) while waiting
         self._serial = 0
         self._stop = threading.Event()
         self._thread = None
-        if self.timeout <= 0:
-            self.comm = None
+        self.on = self.timeout > 0
+        self.comm = None
+        self.threads = False  # whether the threads tell rank 0 (a shared communicator and MPI_THREAD_MULTIPLE)
+        if not self.on:
             return
-        self.comm = comm.Dup()
+        if comm is None:
+            return  # this process's own: the thread starts at the first wait (_start)
         _nccl.set_stall_timeout(self.timeout)  # NCCL's waits are on the GPU: its monitor watches those
+        self.comm = comm.Dup()
         self.threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        self._start()
+
+    def _start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="hpcgpu-watchdog", daemon=True)
         self._thread.start()
         # On any exit (an agreed error included) the thread must be gone before
@@ -122,9 +150,11 @@ class Watchdog:
         detail : str
             Where in the run ("step 12").
         """
-        if self.comm is None:
+        if not self.on:
             yield
             return
+        if self._thread is None:
+            self._start()
         self._serial += 1
         self._state = (self._serial, name, detail, time.monotonic())
         try:
@@ -133,11 +163,13 @@ class Watchdog:
             self._state = None
 
     def close(self) -> None:
-        """Stop the thread and free the communicator. Collective."""
+        """Stop the thread and free the communicator. Collective (not with ``comm=None``)."""
+        if self._thread is not None:
+            self._halt()
+            atexit.unregister(self._halt)
+            self._thread = None
         if self.comm is None:
             return
-        self._halt()
-        atexit.unregister(self._halt)
         self.comm.Barrier()  # no report is in flight once everyone is here
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
             self.comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)
@@ -152,14 +184,15 @@ class Watchdog:
         T = self.timeout
         reported = None  # serial of the collective this rank reported waiting in
         waiting: dict[int, tuple] = {}  # rank 0: rank -> (serial, name, detail, since)
-        tick = max(0.05, min(1.0, T / 10))
+        tick = max(0.05, T / 4)  # a report at T/2 and the verdict at T need no finer clock: wake-ups stay rare
         while not self._stop.wait(tick):
             st, now = self._state, time.monotonic()
             reported = self._tell_rank0(st, now, reported)
-            if not self.threads:
-                if st is not None and now - st[3] >= T:
+            if not self.threads:  # each rank judges itself; rank 0 a tick earlier, so one line usually ends it
+                if st is not None and now - st[3] >= T + (tick if self.rank else 0):
+                    where = f" ({st[2]})" if st[2] else ""
                     self._abort(f"hpcgpu: stall: rank {self.rank} waited {now - st[3]:.0f} s in "
-                                f"{st[1]} ({st[2]}); aborting the job")
+                                f"{st[1]}{where}; aborting the job")
                     return
             elif self.rank == 0:
                 report = self._judge(waiting, st, now)
@@ -204,3 +237,41 @@ class Watchdog:
         return (f"hpcgpu: stall: {oldest[1]} ({oldest[2]}) has waited {now - oldest[3]:.0f} s "
                 f"(stall timeout {T:g} s); ranks {missing or 'none'} have not arrived, "
                 f"ranks {sorted(same)} are waiting; aborting the job")
+
+
+_OWN: Watchdog | None = None
+
+
+def watch(name: str, detail: str = ""):
+    """Watch the enclosed wait with this process's own watchdog (made at the first call). Not collective.
+
+    For collectives that no :class:`Watchdog` of a run watches: SUMMA's panels, a DistMatrix's collectives, the
+    agreement of a collective call's arguments. A wait longer than the stall timeout (:func:`stall_timeout`:
+    ``$HPCGPU_STALL_TIMEOUT``, else :data:`DEFAULT_STALL_TIMEOUT`; 0 turns it off) aborts the job with one line
+    naming this rank and ``name``. It costs a thread that wakes every T / 4 seconds, and per wait two attribute
+    stores.
+
+    Parameters
+    ----------
+    name : str
+        The collective, as the stall line names it ("SUMMA panel broadcast").
+    detail : str
+        Where ("panel 3 of 8").
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+
+    Raises
+    ------
+    ValueError
+        ``HPCGPU_STALL_TIMEOUT`` is not a number >= 0 (read at the first call; agreed: the environment is the same
+        on every rank).
+    """
+    global _OWN
+    if _OWN is None:
+        _OWN = Watchdog(None)
+    return _OWN.watch(name, detail)
+
+
+errors._watch = watch  # the agreement of arguments (errors.agree_inputs) waits under it: it lives below this layer
