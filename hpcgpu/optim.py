@@ -18,6 +18,7 @@ fused kernel, one pass (``hpcgpu._kernels``).
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -26,6 +27,20 @@ from ._kernels import kernels as _kernels
 from .errors import agreed
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "OPTIMIZERS", "optimizer_by_name", "LRSchedule"]
+
+
+def _number(name: str, value, ok, want: str) -> float:
+    """``value`` as a float: a real number (not a bool, not a string) for which ``ok`` holds. Not collective.
+
+    Otherwise one agreed line naming ``name`` and what it wants (``want``): a ``TypeError`` for another type, a
+    ``ValueError`` for a number out of range. Agreed: the arguments are the same on every rank (the trainer
+    agrees them, :func:`hpcgpu.errors.agree_inputs`).
+    """
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise agreed(TypeError(f"{name} must be {want}, got {value!r}"))
+    if not ok(float(value)):
+        raise agreed(ValueError(f"{name} must be {want}, got {value!r}"))
+    return float(value)
 
 
 class LRSchedule:
@@ -114,9 +129,7 @@ class Optimizer:
     state_names: tuple = ()
 
     def __init__(self, lr: float):
-        if not (float(lr) > 0 and math.isfinite(float(lr))):
-            raise agreed(ValueError(f"lr must be a positive number, got {lr}"))
-        self.lr = float(lr)
+        self.lr = _number("lr", lr, lambda v: v > 0 and math.isfinite(v), "a positive number")
 
     def init(self, params) -> dict:
         """The state for ``params`` (n,): zeros of its shape, dtype and array module, by name. Not collective.
@@ -156,6 +169,10 @@ class Optimizer:
         """The name and every hyperparameter, JSON-able: a resumed run must have the same."""
         return {"name": self.name, "lr": self.lr}
 
+    def describe(self) -> dict:
+        """What the ranks must agree on (:func:`hpcgpu.errors.agree_inputs`): :meth:`config`. Not collective."""
+        return self.config()
+
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
         return f"{type(self).__name__}({args})"
@@ -194,13 +211,13 @@ class SGD(Optimizer):
 
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0):
         super().__init__(lr)
-        if not 0 <= float(momentum) < 1:
-            raise agreed(ValueError(f"momentum must be in [0, 1), got {momentum}"))
-        if not float(weight_decay) >= 0:
-            raise agreed(ValueError(f"weight_decay must be >= 0, got {weight_decay}"))
+        momentum = _number("momentum", momentum, lambda v: 0 <= v < 1, "a number in [0, 1)")
+        weight_decay = _number("weight_decay", weight_decay, lambda v: v >= 0, "a number >= 0")
+        if not isinstance(nesterov, (bool, np.bool_)):
+            raise agreed(TypeError(f"nesterov must be True or False, got {nesterov!r}"))
         if nesterov and not momentum:
             raise agreed(ValueError("Nesterov momentum needs momentum > 0"))
-        self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
+        self.momentum, self.nesterov, self.weight_decay = momentum, bool(nesterov), weight_decay
         self._blas_checked: tuple = (None, False)
 
     def config(self) -> dict:
@@ -299,14 +316,12 @@ class Adam(Optimizer):
 
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
         super().__init__(lr)
-        b1, b2 = (float(b) for b in betas)
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise agreed(ValueError(f"betas must be in [0, 1), got {tuple(betas)}"))
-        if not float(eps) > 0:
-            raise agreed(ValueError(f"eps must be > 0, got {eps}"))
-        if not float(weight_decay) >= 0:
-            raise agreed(ValueError(f"weight_decay must be >= 0, got {weight_decay}"))
-        self.betas, self.eps, self.weight_decay = (b1, b2), float(eps), float(weight_decay)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise agreed(TypeError(f"betas must be a pair of numbers in [0, 1), got {betas!r}"))
+        b1, b2 = (_number("betas", b, lambda v: 0 <= v < 1, "a pair of numbers in [0, 1)") for b in betas)
+        eps = _number("eps", eps, lambda v: v > 0 and math.isfinite(v), "a positive number")
+        weight_decay = _number("weight_decay", weight_decay, lambda v: v >= 0, "a number >= 0")
+        self.betas, self.eps, self.weight_decay = (b1, b2), eps, weight_decay
         self._scratch = None
 
     def config(self) -> dict:

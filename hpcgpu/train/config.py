@@ -5,12 +5,36 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
 from ..watchdog import stall_timeout
 
 __all__ = ["TrainConfig"]
+
+_WANTS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "True or False",
+          "tuple": "a tuple of integers"}
+"""What :meth:`TrainConfig.type_error` says each field type wants."""
+_PATHS = ("data", "out", "checkpoint", "stop_file", "trace")
+"""The fields that name a file: a string or an ``os.PathLike``."""
+
+
+def _integer(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _of_kind(kind: str, value, path: bool) -> bool:
+    """Whether ``value`` is of the field type ``kind`` (a file name's ``str`` may be an ``os.PathLike``)."""
+    if kind == "int":
+        return _integer(value)
+    if kind == "float":
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str) or path and isinstance(value, os.PathLike)
+    if kind == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, (tuple, list)) and all(_integer(h) for h in value)  # "tuple": hidden widths
 
 
 @dataclass
@@ -198,8 +222,27 @@ class TrainConfig:
         base = self.out[:-3] if self.out.endswith(".h5") else self.out
         return base + ".ckpt.h5"
 
-    def validate(self) -> ValueError | None:
-        """The first bad option, as an error naming it; ``None`` when all are fine."""
+    def type_error(self) -> TypeError | None:
+        """The first option of another type than its field's, as an error naming it and the type; else ``None``.
+
+        Not collective. Integers for ``int`` fields (not bools, not floats: ``epochs=2.5`` is refused), real
+        numbers for ``float`` fields, strings (a file name may be an ``os.PathLike``; None where the field
+        allows it), True or False for switches, a tuple or list of integers for ``hidden``.
+        """
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), f.type.replace(" | None", "")
+            if value is None and (f.type.endswith("| None") or f.name == "out"):
+                continue
+            if not _of_kind(kind, value, f.name in _PATHS):
+                flag = "--" + f.name.replace("_", "-")
+                return TypeError(f"{flag} must be {_WANTS[kind]}, got {value!r}")
+        return None
+
+    def validate(self) -> Exception | None:
+        """The first bad option, as an error naming it (:meth:`type_error` first); ``None`` when all are fine."""
+        err = self.type_error()
+        if err is not None:
+            return err
         checks = [
             (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
             (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
