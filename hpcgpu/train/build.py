@@ -33,7 +33,7 @@ from mpi4py import MPI
 from .. import _blas
 from ..comm import Bcast
 from .._outputs import Output
-from ..errors import AgreedError, agree, agree_call
+from ..errors import AgreedError, agree, agree_call, agree_inputs
 from ..nn import ModelPlan, TrainModel, loss_by_name, plan_model, relu_stack
 from ..optim import LRSchedule, Optimizer
 from ..runtime import Runtime, host_memory
@@ -445,7 +445,10 @@ def bind_model(plan: ModelPlan, optimizer: Optimizer, config: TrainConfig, rt: R
         n_local, layers = plan.size(g.tensor_parallel_size, g.tensor_rank, c.seed)
     except TypeError as e:  # a model of one's own whose init failed: on every rank alike
         err = e
-    agree(err, comm=rt.comm)
+    # The ranks' parameter counts agreed in the same collective (a model of one's own sized by per-rank
+    # arguments would reduce gradients of different lengths); a tensor slice's count is its rank's own.
+    agree_inputs("Trainer", {f"{plan.name}'s parameter count": n_local if g.tensor_parallel_size == 1 else None},
+                 comm=rt.comm, error=err)
     stats = plan.stats  # the loss sum's slot, then the metric's
     agree(memory_error(plan, n_local, len(optimizer.state_names), precision, xp, rt.local_size), comm=rt.comm)
     reducer = GradientReducer(n_local, xp, master, g.data_comm, slots=(*stats, "stop"), watchdog=watchdog,

@@ -36,7 +36,7 @@ from .. import _blas, _device
 from .._version import __version__
 from ..comm import Allreduce
 from ..energy import EnergyMeter
-from ..errors import AgreedError, agree, agree_call, agreed
+from ..errors import AgreedError, agree, agree_call, agree_inputs, agreed
 from .._outputs import Input, Output, claim, claim_error, write_dataset
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, optimizer_by_name
@@ -96,6 +96,30 @@ _KERAS_FIT = {
     "initial_epoch": " (Keras's; here fit(epochs=N) trains on to N in all)",
 }
 """Keras's ``fit`` arguments that :meth:`Trainer.fit` does not take, and how hpcgpu says each."""
+
+
+def _input_form(c: TrainConfig, options: dict, model, loss, optimizer) -> dict:
+    """What the ranks must agree on at a Trainer's construction, by the names the caller gave them.
+
+    Every option of the config (the command line's, or the library's ``lr=``...), the model (the built-in
+    layers by their widths; a model of one's own by its ``describe()``, ``repr`` or type), the loss and the
+    optimizer (its kind and hyper-parameters).
+    """
+    form = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+    form.update({k: v for k, v in options.items() if k not in form})  # an unknown option: its own refusal
+    form.update(model=model, loss=loss, optimizer=optimizer)
+    return form
+
+
+def _data_form(data, validation, sharded: bool) -> dict:
+    """``fit``'s and ``evaluate``'s data as the ranks must agree on it.
+
+    The same arrays' shapes and dtypes, or the same files, on every rank; with ``sharded`` each rank passes its
+    own rows, so only the switch itself.
+    """
+    if sharded is True:
+        return {"sharded": True}
+    return {"data": data, "validation": validation, "sharded": sharded}
 
 
 def _data_inputs(source, what: str) -> list:
@@ -311,14 +335,20 @@ class Trainer:
             if isinstance(loss, Runtime):
                 runtime, loss = loss, None
         base = config if config is not None else TrainConfig(**LIBRARY_DEFAULTS) if model is not None else TrainConfig()
-        try:
-            c = dataclasses.replace(base, **options)
-        except TypeError as e:
-            raise agreed(TypeError(f"Trainer: {e}")) from None
         self._library = model is not None  # errors then name Trainer's arguments, not the command line's flags
-        err = c.validate()
-        if err is not None:
-            raise agreed(self._in_words(err))  # the same config on every rank: all raise it
+        try:
+            c, err = dataclasses.replace(base, **options), None
+        except TypeError as e:
+            c, err = base, TypeError(f"Trainer: {e}")
+        pending = awaits_data(model)
+        err = err or c.validate() or (_model_error(model, loss, built=not pending) if model is not None else None) \
+            or (optimizer_error(optimizer) if optimizer is not None else None)
+        # The first communication: the ranks' arguments agreed (a rank given another lr, model or option is one
+        # line on every rank, not different models or a hang), a rank's own refusal with them. Before init, which
+        # is collective itself and takes the device from them.
+        agree_inputs("Trainer", _input_form(c, options, model, loss, optimizer),
+                     comm=runtime.comm if runtime is not None else MPI.COMM_WORLD,
+                     error=None if err is None else self._in_words(err))
         self.rt = rt = runtime if runtime is not None else init(c.device, collectives=c.collectives)
         comm, self.xp = rt.comm, rt.xp
         self._claimed: set = set()
@@ -331,11 +361,7 @@ class Trainer:
         self.precision: Precision = policy(c.precision, c.dtype)
         c = dataclasses.replace(c, dtype=self.precision.master.name)  # --precision 64-true: float64 in the outputs
         agree(compute_dtype_error(self.xp, self.precision), comm=comm)
-        plan = None
-        pending = awaits_data(model)
-        if model is not None:
-            agree(_model_error(model, loss, built=not pending), comm=comm)
-            plan = None if pending else plan_model(model, loss)
+        plan = None if model is None or pending else plan_model(model, loss)  # the model was agreed above
         if not pending:  # else at the first fit, with the model (_build_model)
             self._agree_layout(c, plan)
         self.groups = ProcessGroups(comm, c.tensor_parallel)
@@ -352,7 +378,6 @@ class Trainer:
         optimizer = optimizer or optimizer_by_name(c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.config = c
         if model is None or pending:  # sized by the first fit's data (the command line's MLP: the config's)
-            agree(optimizer_error(optimizer), comm=comm)  # what can be checked now is checked now
             self._pending = (model, loss, optimizer)
             return
         self._bind(plan, optimizer)
@@ -542,9 +567,14 @@ class Trainer:
         of each later ``fit`` to its end. With a checkpoint path, a
         checkpoint is also written at the end.
         """
+        err = None
         if others:  # Keras's habits: one line on every rank alike (the arguments), not a traceback each
             name = next(iter(others))
-            raise agreed(TypeError(f"fit: no argument {name}{_KERAS_FIT.get(name, '')}"))
+            err = TypeError(f"fit: no argument {name}{_KERAS_FIT.get(name, '')}")
+        callbacks = list(callbacks)
+        agree_inputs("fit", dict(_data_form(data, validation, sharded), epochs=epochs,
+                                 validation_split=validation_split, callbacks=callbacks, **others),
+                     comm=self.rt.comm, error=err)
         if self.stop_request is None or installed_request() is not self.stop_request:
             # a later fit (the first one's handlers were put back at its end), or another trainer's handlers,
             # since put back: this fit's own, from its first instant
@@ -557,7 +587,7 @@ class Trainer:
         try:
             if validation_split is not None:
                 data, validation = split_off(data, validation, validation_split, sharded)
-            self._fit(data, validation, sharded, epochs, list(callbacks))
+            self._fit(data, validation, sharded, epochs, callbacks)
         except AgreedError as e:  # in the caller's words (the checks name the command line's flags)
             self._raise_in_words(e)
         finally:
@@ -957,6 +987,7 @@ class Trainer:
             ``loss`` and ``accuracy`` (classification), or ``loss``, ``rmse``
             and ``r2`` (regression); NaN without data.
         """
+        agree_inputs("evaluate", _data_form(data, None, sharded), comm=self.rt.comm)
         if data is None:
             values = self._test_metrics(self._held_out)  # NaN where the run has none
         else:
@@ -1009,6 +1040,8 @@ class Trainer:
         from ..io import split_spec
 
         comm, dcomm = self.rt.comm, self.groups.data_comm
+        agree_inputs("predict", dict(X=None if sharded else X, sharded=sharded, root=root, out=out, what=what),
+                     comm=comm)
         if out is not None:  # the output policy, before any work: never over X, never over a user's file
             out_path, out_name = split_spec(out, "y_hat")
             source = split_spec(os.fspath(X), "/test/X") if isinstance(X, (str, os.PathLike)) else None
@@ -1171,6 +1204,7 @@ class Trainer:
             Every rank: no such file, not a results file, or a parameter
             missing, extra or of another shape (named).
         """
+        agree_inputs("load_weights", {"path": path}, comm=self.rt.comm)
         self._state.load_weights(path, "load_weights")
 
     def load_global(self, params, states: dict) -> None:
