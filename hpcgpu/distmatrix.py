@@ -15,12 +15,13 @@ from ._gemm import bfloat16_dtype
 from ._version import __version__
 from .blocks import remap
 from .comm import movable
-from .errors import agree, agreed
+from .errors import agree, agree_inputs, agreed
 from .grid import ProcessGrid, default_grid
 from ._memory import node_memory_error
 from ._outputs import write_dataset
 from .io import open_hdf5, source_error
 from .summa import matmul
+from .watchdog import watch
 
 __all__ = ["DistMatrix", "DTYPES"]
 
@@ -40,9 +41,21 @@ def _xp():
 
 
 def _dtype_error(dtype, what: str) -> ValueError | None:
-    if np.dtype(dtype) not in DTYPES:
-        return ValueError(f"{what}: dtype {np.dtype(dtype)} is not one of {', '.join(t.name for t in DTYPES)}")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = repr(dtype)  # not a dtype at all: named as given
+    if dtype not in DTYPES:
+        return ValueError(f"{what}: dtype {dtype} is not one of {', '.join(t.name for t in DTYPES)}")
     return None
+
+
+def _dtype_name(dtype) -> str:
+    """``dtype``'s name (``numpy.float64`` and ``"float64"`` alike; its repr if it is none): what ranks agree on."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return repr(dtype)
 
 
 def _file_dtype(dtype: np.dtype) -> np.dtype:
@@ -122,6 +135,13 @@ class DistMatrix:
         return (f"DistMatrix(gshape={self.gshape}, dtype={self.dtype}, grid={self.grid.shape}, "
                 f"lshape={self.lshape}, xp={self.xp.__name__})")
 
+    def describe(self) -> str:
+        """``"100 x 80 float64 on grid 3x1"``: what every rank's part of the matrix shares. Not collective.
+
+        What :func:`hpcgpu.errors.agree_inputs` compares (the block shape, which is each rank's own, is left out).
+        """
+        return f"{self.gshape[0]} x {self.gshape[1]} {self.dtype} on grid {self.grid.describe()}"
+
     def __matmul__(self, other: DistMatrix) -> DistMatrix:
         return matmul(self, other)
 
@@ -163,23 +183,26 @@ class DistMatrix:
             ``grid`` is not over the same ranks (every rank, before any
             communication).
         """
+        err = None
         if grid.size != self.grid.size or MPI.Comm.Compare(grid.cart, self.grid.cart) not in (
                 MPI.IDENT, MPI.CONGRUENT):
-            raise agreed(ValueError(f"redistribute: grid {grid.shape} is not over the ranks of grid {self.grid.shape}"))
+            err = ValueError(f"redistribute: grid {grid.shape} is not over the ranks of grid {self.grid.shape}")
+        agree_inputs("redistribute", {"matrix": self, "grid": grid}, comm=self.grid.cart, error=err)
         return self._move(grid, transpose=False, conj=False)
 
     def _move(self, grid: ProcessGrid, transpose: bool, conj: bool) -> DistMatrix:
         """This matrix (or its transpose) in ``grid``'s blocks: pack, one Alltoallv, unpack."""
         m, n = self.gshape
         tshape = (n, m) if transpose else (m, n)
-        out = remap(self.local, lambda p: self.grid.block(self.gshape, p), lambda q: grid.block(tshape, q),
-                    self.grid.cart, transpose=transpose, conj=conj)
+        with watch("DistMatrix Alltoallv", "transpose" if transpose else "redistribute"):
+            out = remap(self.local, lambda p: self.grid.block(self.gshape, p), lambda q: grid.block(tshape, q),
+                        self.grid.cart, transpose=transpose, conj=conj)
         return DistMatrix(out, tshape, grid)
 
     # -- constructors ---------------------------------------------------------
     @classmethod
     def zeros(cls, gshape, grid: ProcessGrid | None = None, dtype="float64", xp=None) -> DistMatrix:
-        """A matrix of zeros. Not collective (but every rank must make its block).
+        """A matrix of zeros. Collective over ``grid.cart``: one small agreement of the arguments.
 
         Parameters
         ----------
@@ -202,10 +225,15 @@ class DistMatrix:
         Raises
         ------
         ValueError
-            Unsupported dtype (on every rank, though not as an :class:`~hpcgpu.errors.AgreedError`).
+            Unsupported dtype or a shape that is not two sizes >= 0; arguments that differ across the ranks
+            (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
         grid = default_grid() if grid is None else grid
         xp = _xp() if xp is None else xp
+        err = _shape_error(gshape, "zeros") or _dtype_error(dtype, "zeros")
+        shape = gshape if err else tuple(int(d) for d in gshape)  # a list and a tuple are one shape
+        agree_inputs("zeros", {"gshape": shape, "dtype": _dtype_name(dtype), "grid": grid}, comm=grid.cart,
+                     error=err)
         return cls(xp.zeros(grid.block_shape(tuple(gshape)), dtype=dtype), gshape, grid)
 
     @classmethod
@@ -228,12 +256,16 @@ class DistMatrix:
         Raises
         ------
         ValueError
-            ``a`` on the root is not 2-D or has an unsupported dtype (every rank).
+            ``a`` on the root is not 2-D or has an unsupported dtype; ``root`` or the grid differ across the
+            ranks (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
         grid = default_grid() if grid is None else grid
         xp = _xp() if xp is None else xp
         comm = grid.cart
         meta, err = None, None
+        if not (isinstance(root, int) and 0 <= root < comm.size):  # the same on every rank: raised at once
+            raise agreed(ValueError(f"from_global: root must be a rank of the grid (0 to {comm.size - 1}), "
+                                    f"got {root!r}"))
         if comm.rank == root:
             a = _device.asnumpy(a)
             if a.ndim != 2:
@@ -241,19 +273,20 @@ class DistMatrix:
             else:
                 err = _dtype_error(a.dtype, "from_global")
                 meta = (a.shape, a.dtype)  # the dtype itself: bfloat16's .str is an opaque '<V2'
-        agree(err, comm=comm)
-        gshape, dtype = comm.bcast(meta, root=root)
-        dtype = np.dtype(dtype)
-        if comm.rank == root:
-            for r in range(comm.size):
-                if r != root:
-                    rows, cols = grid.block(gshape, r)
-                    comm.Send(movable(np.ascontiguousarray(a[rows, cols])), dest=r, tag=11)
-            rows, cols = grid.block(gshape)
-            local = np.array(a[rows, cols], order="C")  # a copy: never a view of the caller's array
-        else:
-            local = np.empty(grid.block_shape(gshape), dtype=dtype)
-            comm.Recv(movable(local), source=root, tag=11)
+        agree_inputs("from_global", {"root": root, "grid": grid}, comm=comm, error=err)
+        with watch("DistMatrix.from_global's Bcast and blocks", f"from rank {root}"):
+            gshape, dtype = comm.bcast(meta, root=root)
+            dtype = np.dtype(dtype)
+            if comm.rank == root:
+                for r in range(comm.size):
+                    if r != root:
+                        rows, cols = grid.block(gshape, r)
+                        comm.Send(movable(np.ascontiguousarray(a[rows, cols])), dest=r, tag=11)
+                rows, cols = grid.block(gshape)
+                local = np.array(a[rows, cols], order="C")  # a copy: never a view of the caller's array
+            else:
+                local = np.empty(grid.block_shape(gshape), dtype=dtype)
+                comm.Recv(movable(local), source=root, tag=11)
         return cls(xp.asarray(local), gshape, grid)
 
     @classmethod
@@ -261,7 +294,8 @@ class DistMatrix:
                xp=None) -> DistMatrix:
         """Uniform values in [-1, 1), the same global matrix for a ``seed`` whatever the grid.
 
-        Real and imaginary parts are both uniform. Not collective. The matrix is tiled in ``256 x 256`` tiles, tile
+        Real and imaginary parts are both uniform. Collective over ``grid.cart``: one small agreement of the
+        arguments, then no communication. The matrix is tiled in ``256 x 256`` tiles, tile
         ``(ti, tj)`` drawn from ``numpy.random.default_rng([seed, ti, tj])``;
         a rank draws only the tiles its block touches.
 
@@ -289,16 +323,16 @@ class DistMatrix:
         Raises
         ------
         ValueError
-            Unsupported dtype or negative shape (every rank).
+            Unsupported dtype or negative shape; arguments that differ across the ranks
+            (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
         grid = default_grid() if grid is None else grid
         xp = _xp() if xp is None else xp
+        err = _dtype_error(dtype, "random") or _shape_error(gshape, "random")
+        shape = gshape if err else tuple(int(d) for d in gshape)  # a list and a tuple are one shape
+        agree_inputs("random", {"gshape": shape, "dtype": _dtype_name(dtype), "seed": seed, "grid": grid},
+                     comm=grid.cart, error=err)
         dtype = np.dtype(dtype)
-        err = _dtype_error(dtype, "random") or (
-            ValueError(f"random: shape must be two sizes >= 0, got {gshape}")
-            if len(gshape) != 2 or min(gshape) < 0 else None)
-        if err:
-            raise agreed(err)
         gshape = (int(gshape[0]), int(gshape[1]))
         rows, cols = grid.block(gshape)
         local = np.empty(grid.block_shape(gshape), dtype=dtype)
@@ -363,7 +397,8 @@ class DistMatrix:
             if err is None and meta[2].kind == "c" and np.dtype(dtype).kind != "c":
                 err = ValueError(f"{path}:{meta[0]}: complex data cannot be read as {np.dtype(dtype)} "
                                  "(it would lose the imaginary part)")
-        agree(err, comm=comm)
+        agree_inputs("from_hdf5", {"path": path, "name": name, "transpose": transpose, "grid": grid,
+                                   "dtype": None if dtype is None else _dtype_name(dtype)}, comm=comm, error=err)
         name, dshape, ddtype = meta
         if dtype is None:
             dtype = ddtype if ddtype in DTYPES else np.dtype("float64")
@@ -409,19 +444,23 @@ class DistMatrix:
             on the other ranks.
         """
         comm, grid = self.grid.cart, self.grid
+        err = None if isinstance(root, int) and 0 <= root < comm.size else ValueError(
+            f"gather: root must be a rank of the grid (0 to {comm.size - 1}), got {root!r}")
+        agree_inputs("gather", {"matrix": self, "root": root}, comm=comm, error=err)
         local = _device.asnumpy(self.local)
-        if comm.rank != root:
-            comm.Send(movable(np.ascontiguousarray(local)), dest=root, tag=12)
-            return None
-        out = np.empty(self.gshape, dtype=self.dtype)
-        for r in range(comm.size):
-            rows, cols = grid.block(self.gshape, r)
-            if r == root:
-                out[rows, cols] = local
-            else:
-                buf = np.empty(grid.block_shape(self.gshape, r), dtype=self.dtype)
-                comm.Recv(movable(buf), source=r, tag=12)
-                out[rows, cols] = buf
+        with watch("DistMatrix.gather's blocks", f"to rank {root}"):
+            if comm.rank != root:
+                comm.Send(movable(np.ascontiguousarray(local)), dest=root, tag=12)
+                return None
+            out = np.empty(self.gshape, dtype=self.dtype)
+            for r in range(comm.size):
+                rows, cols = grid.block(self.gshape, r)
+                if r == root:
+                    out[rows, cols] = local
+                else:
+                    buf = np.empty(grid.block_shape(self.gshape, r), dtype=self.dtype)
+                    comm.Recv(movable(buf), source=r, tag=12)
+                    out[rows, cols] = buf
         return out
 
     def to_hdf5(self, path: str, name: str = "C", attrs: dict | None = None, *, overwrite: bool = False,
@@ -470,11 +509,23 @@ class DistMatrix:
             dataset or is a dataset hpcgpu did not write (every rank; the
             file is left as it was).
         """
+        agree_inputs("to_hdf5", {"matrix": self, "path": path, "name": name, "attrs": attrs, "overwrite": overwrite,
+                                 "what": what}, comm=self.grid.cart)
         meta = dict(world_size=self.grid.cart.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local).astype(_file_dtype(self.dtype), copy=False)
-        return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart, attrs=meta,
-                             overwrite=overwrite, what=what)
+        with watch("DistMatrix.to_hdf5's write", f"{path}:{name}"):
+            return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart,
+                                 attrs=meta, overwrite=overwrite, what=what)
+
+
+def _shape_error(gshape, what: str) -> ValueError | None:
+    """Why ``gshape`` is not a global shape (two integer sizes >= 0), or None. No communication."""
+    try:
+        ok = len(gshape) == 2 and all(int(d) == d and d >= 0 for d in gshape)
+    except (TypeError, ValueError):
+        ok = False
+    return None if ok else ValueError(f"{what}: shape must be two sizes >= 0, got {gshape!r}")
 
 
 def _hdf5_meta(path: str, name: str | None):

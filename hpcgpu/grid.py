@@ -8,7 +8,8 @@ from mpi4py import MPI
 
 from ._partition import block_range, block_starts
 from .comm import default_comm
-from .errors import agreed
+from .errors import agree_inputs
+from . import watchdog as _watchdog  # noqa: F401 - the agreement of arguments waits under it
 
 __all__ = ["ProcessGrid", "parse_grid", "default_grid"]
 
@@ -45,8 +46,8 @@ def parse_grid(text: str) -> tuple[int, int]:
 class ProcessGrid:
     """A ``pr x pc`` grid of the ranks of ``comm``, row-major.
 
-    Collective: all ranks of ``comm`` construct it together (``Create_cart``
-    and two ``Sub`` calls).
+    Collective: all ranks of ``comm`` construct it together (the agreement
+    of ``dims``, ``Create_cart`` and two ``Sub`` calls).
 
     Parameters
     ----------
@@ -71,8 +72,10 @@ class ProcessGrid:
     Raises
     ------
     ValueError
-        ``pr * pc`` differs from the number of ranks (raised on every rank,
-        before any communication, as an :class:`hpcgpu.AgreedError`).
+        ``pr * pc`` differs from the number of ranks, or ``dims`` differ
+        across the ranks (raised on every rank, before any other
+        communication, as an :class:`hpcgpu.AgreedError`:
+        :func:`hpcgpu.errors.agree_inputs`).
 
     Notes
     -----
@@ -89,9 +92,9 @@ class ProcessGrid:
         if dims is None:
             dims = tuple(MPI.Compute_dims(size, 2))
         pr, pc = (int(d) for d in dims)
-        if pr < 1 or pc < 1 or pr * pc != size:
-            # every rank computes the same
-            raise agreed(ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks"))
+        err = ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks") \
+            if pr < 1 or pc < 1 or pr * pc != size else None
+        agree_inputs("ProcessGrid", {"dims": (pr, pc)}, comm=comm, error=err)  # before Create_cart, which would hang
         self.shape = (pr, pc)
         self.cart = comm.Create_cart([pr, pc], periods=[False, False], reorder=False)
         self.row, self.col = self.cart.Get_coords(self.cart.Get_rank())
@@ -291,6 +294,10 @@ class ProcessGrid:
 
     def __repr__(self) -> str:
         return f"ProcessGrid({self.shape[0]}x{self.shape[1]}, me=({self.row}, {self.col}))"
+
+    def describe(self) -> str:
+        """``"3x1"``: what every rank's grid must share (:func:`hpcgpu.errors.agree_inputs`). Not collective."""
+        return f"{self.shape[0]}x{self.shape[1]}"
 
 
 def default_grid() -> ProcessGrid:

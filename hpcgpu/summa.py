@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -28,8 +27,9 @@ from . import _device
 from ._gemm import MATH_MODES, accumulator_dtype, gemm
 from .blocks import remap
 from .comm import Ibcast, device_path, movable, traffic
-from .errors import agreed
+from .errors import AgreedError, agree_inputs, agreed
 from .timing import SpanTimer
+from .watchdog import watch
 
 __all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "traffic_model", "DEFAULT_PANEL_MEMORY",
            "PHASES"]
@@ -248,9 +248,20 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
     transa, transb = str(transa).upper(), str(transb).upper()  # PDGEMM takes either case
-    _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
-    shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
-    rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
+    if not _is_matrix(a):  # no grid to agree over: every rank alike (a rank with other types is a bug)
+        _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
+    err, rep = None, 1
+    try:
+        _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
+        shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
+        rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
+    except AgreedError as e:
+        err = e
+    # The one collective before the schedule: a rank with other shapes, dtypes, grids or options would wait in
+    # a panel broadcast that the others never post.
+    agree_inputs("matmul", dict(a=a, b=b, c=c, alpha=alpha, beta=beta, transa=transa, transb=transb, panel=panel,
+                                panel_memory=panel_memory, math_mode=math_mode, algorithm=algorithm,
+                                replication=replication, memory_limit=memory_limit), comm=a.grid.cart, error=err)
     call = _Call(alpha, beta, panel, panel_memory, math_mode, watchdog, rep,
                  SpanTimer(PHASES[:-1], None if a.xp is np else a.xp, on=timings is not None))
     before = traffic()
@@ -285,10 +296,12 @@ class _Call:
         return min(w, k)
 
     def watch(self, p: int, n: int):
-        """The watchdog's context for panel p's broadcasts (nothing without one)."""
-        if self.watchdog is None:
-            return nullcontext()
-        return self.watchdog.watch("SUMMA panel broadcast", f"panel {p + 1} of {n}")
+        """The stall watchdog's context for panel p's broadcasts (:meth:`waiting`)."""
+        return self.waiting("SUMMA panel broadcast", f"panel {p + 1} of {n}")
+
+    def waiting(self, name: str, detail: str = ""):
+        """The stall watchdog's context for a wait: the caller's watchdog, else the process's own (``watch``)."""
+        return (self.watchdog.watch if self.watchdog is not None else watch)(name, detail)
 
 
 def memory_25d(shapes, dtype, grid_size: int, replication: int, panel_memory: int = DEFAULT_PANEL_MEMORY) -> int:
@@ -466,8 +479,9 @@ def _two_and_half(a, b, c, call: _Call) -> None:
 
     t0 = traffic()
     k0, k1 = block_range(k, rep, layer)
-    al = type(a)(remap(a.local, lambda p: grid.block(a.gshape, p), a_dst, grid.cart), (m, k1 - k0), lg)
-    bl = type(b)(remap(b.local, lambda p: grid.block(b.gshape, p), b_dst, grid.cart), (k1 - k0, n), lg)
+    with call.waiting("2.5-D Alltoallv", "A and B onto the layers"):
+        al = type(a)(remap(a.local, lambda p: grid.block(a.gshape, p), a_dst, grid.cart), (m, k1 - k0), lg)
+        bl = type(b)(remap(b.local, lambda p: grid.block(b.gshape, p), b_dst, grid.cart), (k1 - k0, n), lg)
     t1 = traffic()
     acc = xp.empty(lg.block_shape((m, n)), accumulator_dtype(a.dtype))
     if k1 == k0:
@@ -479,7 +493,8 @@ def _two_and_half(a, b, c, call: _Call) -> None:
         _summa(al, bl, acc, plan_panels(k1 - k0, lg, call.width(m, n, k1 - k0, lg, a.dtype.itemsize)), call,
                beta=0.0)
     t2 = traffic()
-    Allreduce(acc, comm=fiber)  # the layers' partial sums
+    with call.waiting("2.5-D Allreduce", "the layers' partial sums"):
+        Allreduce(acc, comm=fiber)
     t3 = traffic()
 
     def c_src(rank):  # layer 0 holds the sum (every layer does; one sender a block)
@@ -488,7 +503,8 @@ def _two_and_half(a, b, c, call: _Call) -> None:
         i, j = divmod(rank, q)
         return slice(*block_range(m, q, i)), slice(*block_range(n, q, j))
 
-    out = remap(acc, c_src, lambda p: grid.block((m, n), p), grid.cart)
+    with call.waiting("2.5-D Alltoallv", "C onto the input grid"):
+        out = remap(acc, c_src, lambda p: grid.block((m, n), p), grid.cart)
     t4 = traffic()
     if call.beta == 0:
         c.local[...] = out
