@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from .._version import __version__
 from ..comm import default_comm
-from ..errors import agree
+from ..errors import agree, agree_inputs
 from ..errors import agreed
 from .._outputs import Input, Output, claim
 from ..io import WRITE_ERRORS, one_line, shared_dir_error
@@ -204,6 +204,10 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     >>> r.summary()                                      # doctest: +SKIP
     '2 tasks: 2 done, 0 failed, 0 pending; makespan 0.01 s on 1 worker, balance 0.98; wrote fits.h5'
     """
+    agree_inputs("map", dict(fn=fn, params=params, out=out, resume=resume, retry_failed=retry_failed, retries=retries,
+                             timeout=timeout, flush_seconds=flush_seconds, progress=progress, stop_file=stop_file,
+                             name=name, isolate=isolate, overwrite=overwrite),
+                 comm=default_comm() if comm is None else comm)
     stop = None
     if stop_file is not None:
         from .._stop import StopRequest, agree_stop_file
