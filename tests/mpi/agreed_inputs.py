@@ -1,0 +1,127 @@
+"""Cases of arguments that differ on the last rank (or are refused on every rank), run one after another.
+
+Usage: agreed_inputs.py DIRECTORY CASE [CASE ...]
+
+Each rank writes one line per case to DIRECTORY/lines.RANK: ``CASE: TYPE: MESSAGE`` for the error the case raised
+(``TYPE`` its ordinary type, ``agreed`` added when it is an :class:`hpcgpu.AgreedError`), ``CASE: ok`` when it
+raised none. A case that hangs or aborts ends the launch, which the test sees.
+
+The hang cases (``stall_*``) do not return: a rank sleeps where the others wait, and the stall watchdog (the
+test sets ``HPCGPU_STALL_TIMEOUT``) must end the job.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import hpcgpu
+from hpcgpu import nn, optim
+from hpcgpu.errors import AgreedError, agree_inputs, plain_type
+
+rt = hpcgpu.init("cpu")
+R, P = rt.rank, rt.size
+LAST = R == P - 1
+rng = np.random.default_rng(0)
+X = rng.normal(size=(60, 4))
+Y = (X[:, 0] > 0).astype(np.int64)
+
+
+def model(width=8):
+    return nn.Sequential(nn.Dense(4, width, activation="relu"), nn.Dense(width, 2))
+
+
+def trainer(*args, **kw):
+    kw.setdefault("progress", "none")
+    kw.setdefault("batch_size", 12)
+    return hpcgpu.Trainer(*args or (model(), nn.SoftmaxCrossEntropy()), **kw)
+
+
+def fitted():
+    t = trainer(epochs=1)
+    t.fit((X, Y))
+    return t
+
+
+def matrices():
+    grid = hpcgpu.ProcessGrid((P, 1))
+    return grid, hpcgpu.DistMatrix.random((8, 8), grid), hpcgpu.DistMatrix.random((8, 8), grid, seed=1)
+
+
+def stall_before(where):
+    """The last rank sleeps (a rank hung in I/O) before ``where``, which the others enter."""
+    if LAST:
+        time.sleep(300)
+    return where()
+
+
+def stall_in_summa():
+    grid, a, b = matrices()
+    if LAST:  # after the agreement: the others wait in the first panel's broadcast
+        import hpcgpu.summa as summa
+
+        real = summa._summa
+        summa._summa = lambda *args, **kw: (time.sleep(300), real(*args, **kw))
+    return hpcgpu.matmul(a, b, panel=2)
+
+
+CASES = {
+    # the Trainer's construction: one rank given another value
+    "sgd_lr": lambda: trainer(model(), nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.5 if LAST else 0.1)),
+    "sgd_or_adam": lambda: trainer(model(), nn.SoftmaxCrossEntropy(), optim.Adam() if LAST else optim.SGD(lr=0.1)),
+    "batch_size": lambda: trainer(batch_size=13 if LAST else 12),
+    "epochs": lambda: trainer(epochs=3 if LAST else 2),
+    "negative_lr": lambda: trainer(lr=-0.1 if LAST else 0.1),
+    "dense_width": lambda: trainer(model(9 if LAST else 8), nn.SoftmaxCrossEntropy()),
+    "loss": lambda: trainer(model(), nn.Huber() if LAST else nn.SoftmaxCrossEntropy()),
+    # the Trainer's construction: a bad type on every rank
+    "batch_size_str": lambda: trainer(batch_size="12"),
+    "epochs_float": lambda: trainer(epochs=2.5),
+    "lr_str": lambda: trainer(lr="0.1"),
+    "sgd_lr_str": lambda: optim.SGD(lr="0.1"),
+    "adam_betas": lambda: optim.Adam(betas=0.9),
+    # fit, evaluate, predict
+    "fit_epochs": lambda: trainer().fit((X, Y), epochs=3 if LAST else 2),
+    "fit_rows": lambda: trainer().fit((X[:59] if LAST else X, Y[:59] if LAST else Y)),
+    "fit_keras": lambda: trainer().fit((X, Y), verbose=0),
+    "evaluate_rows": lambda: fitted().evaluate((X[:30] if LAST else X, Y[:30] if LAST else Y)),
+    "predict_root": lambda: fitted().predict(X, root=P - 1 if LAST else 0),
+    "fit_ok": lambda: fitted() and None,
+    # the agreement itself: one rank's own refusal, the same arguments
+    "own_refusal": lambda: agree_inputs("check", {"x": 1}, error=ValueError("check: refused by rank 1")
+                                        if R == 1 else None),
+    # matrices
+    "grid_dims": lambda: hpcgpu.ProcessGrid((1, P) if LAST else (P, 1)),
+    "random_shape": lambda: hpcgpu.DistMatrix.random((9, 8) if LAST else (8, 8), hpcgpu.ProcessGrid((P, 1))),
+    "zeros_dtype": lambda: hpcgpu.DistMatrix.zeros((8, 8), hpcgpu.ProcessGrid((P, 1)),
+                                                   dtype="float32" if LAST else np.float64),
+    "from_global_root": lambda: hpcgpu.DistMatrix.from_global(np.ones((8, 8)), hpcgpu.ProcessGrid((P, 1)),
+                                                              root=P - 1 if LAST else 0),
+    "matmul_transb": lambda: (lambda g, a, b: hpcgpu.matmul(a, b, transb="T" if LAST else "N"))(*matrices()),
+    "matmul_alpha": lambda: (lambda g, a, b: hpcgpu.matmul(a, b, alpha=2.0 if LAST else 1.0))(*matrices()),
+    "matmul_ok": lambda: (lambda g, a, b: hpcgpu.matmul(a, b) and None)(*matrices()),
+    # the task farm
+    "map_retries": lambda: hpcgpu.tasks.map(abs, {"x": [1, -2, 3]}, retries=1 if LAST else 0, isolate=False),
+    # hangs: the watchdog ends them
+    "stall_trainer": lambda: stall_before(trainer),
+    "stall_summa": stall_in_summa,
+}
+
+
+def main(directory, names):
+    lines = []
+    for name in names:
+        try:
+            CASES[name]()
+            line = f"{name}: ok"
+        except AgreedError as e:
+            line = f"{name}: {plain_type(e).__name__} agreed: {e}"
+        except (ValueError, TypeError) as e:  # a refusal that is not agreed: the test says so
+            line = f"{name}: {type(e).__name__}: {e}"
+        lines.append(line)
+        with open(os.path.join(directory, f"lines.{R}"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+main(sys.argv[1], sys.argv[2:])

@@ -1,0 +1,198 @@
+"""Agreed inputs: a collective's arguments that differ across the ranks are one agreed line on every rank.
+
+A table of rows (case, expected line), run by ``tests/mpi/agreed_inputs.py``: all rows of one table in one launch
+(a launch is slow here), each case catching its error and writing its line, checked on EVERY rank's file. The last
+rank is the one given another value; ``{others}`` and ``{last}`` are the ranks' words at the launch's size. No
+stall timeout is set for these: the agreement ends what used to hang (a matmul of matrices of other shapes, a
+Trainer with other epochs). The watchdog's own rows set ``HPCGPU_STALL_TIMEOUT`` small.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import _mpi
+from hpcgpu.errors import AgreedError, _normal, agree_inputs
+
+TRAINER = {
+    "sgd_lr": "ValueError agreed: Trainer: optimizer.lr differs across ranks: 0.1 on {others}, 0.5 on {last}",
+    "sgd_or_adam": "ValueError agreed: Trainer: optimizer differs across ranks: {{lr: 0.1, momentum: 0.0, "
+                   "name: 'sgd', nesterov: False, weight_decay: 0.0}} on {others}, {{betas: [0.9, 0.999], "
+                   "eps: 1e-08, lr: 0.001, name: 'adam', weight_decay: 0.0}} on {last}",
+    "batch_size": "ValueError agreed: Trainer: batch_size differs across ranks: 12 on {others}, 13 on {last}",
+    "epochs": "ValueError agreed: Trainer: epochs differs across ranks: 2 on {others}, 3 on {last}",
+    "negative_lr": "ValueError agreed: Trainer: lr differs across ranks: 0.1 on {others}, -0.1 on {last}",
+    "dense_width": "ValueError agreed: Trainer: model differs across ranks: Sequential(Dense(4, 8, "
+                   "activation='relu'), Dense(8, 2)) on {others}, Sequential(Dense(4, 9, activation='relu'), "
+                   "Dense(9, 2)) on {last}",
+    "loss": "ValueError agreed: Trainer: loss differs across ranks: SoftmaxCrossEntropy() on {others}, "
+            "Huber(delta=1.0) on {last}",
+    "batch_size_str": "TypeError agreed: batch_size must be an integer, got '12'",
+    "epochs_float": "TypeError agreed: epochs must be an integer, got 2.5",
+    "lr_str": "TypeError agreed: lr must be a number, got '0.1'",
+    "sgd_lr_str": "TypeError agreed: lr must be a positive number, got '0.1'",
+    "adam_betas": "TypeError agreed: betas must be a pair of numbers in [0, 1), got 0.9",
+    "fit_epochs": "ValueError agreed: fit: epochs differs across ranks: 2 on {others}, 3 on {last}",
+    "fit_rows": "ValueError agreed: fit: data differs across ranks: (ndarray of shape (60, 4) and dtype float64, "
+                "ndarray of shape (60,) and dtype int64) on {others}, (ndarray of shape (59, 4) and dtype float64, "
+                "ndarray of shape (59,) and dtype int64) on {last}",
+    "fit_keras": "TypeError agreed: fit: no argument verbose (Keras's; here Trainer(progress=\"bar\" | \"lines\" | "
+                 "\"none\"))",
+    "evaluate_rows": "ValueError agreed: evaluate: data differs across ranks: (ndarray of shape (60, 4) and dtype "
+                     "float64, ndarray of shape (60,) and dtype int64) on {others}, (ndarray of shape (30, 4) and "
+                     "dtype float64, ndarray of shape (30,) and dtype int64) on {last}",
+    "predict_root": "ValueError agreed: predict: root differs across ranks: 0 on {others}, {P1} on {last}",
+    "fit_ok": "ok",
+    "own_refusal": "ValueError agreed: check: refused by rank 1",
+}
+
+MATRICES = {
+    "grid_dims": "ValueError agreed: ProcessGrid: dims differs across ranks: ({P}, 1) on {others}, (1, {P}) on "
+                 "{last}",
+    "random_shape": "ValueError agreed: random: gshape differs across ranks: (8, 8) on {others}, (9, 8) on {last}",
+    "zeros_dtype": "ValueError agreed: zeros: dtype differs across ranks: 'float64' on {others}, 'float32' on "
+                   "{last}",
+    "from_global_root": "ValueError agreed: from_global: root differs across ranks: 0 on {others}, {P1} on {last}",
+    "matmul_transb": "ValueError agreed: matmul: transb differs across ranks: 'N' on {others}, 'T' on {last}",
+    "matmul_alpha": "ValueError agreed: matmul: alpha differs across ranks: 1.0 on {others}, 2.0 on {last}",
+    "matmul_ok": "ok",
+    "map_retries": "ValueError agreed: map: retries differs across ranks: 0 on {others}, 1 on {last}",
+}
+
+
+def _words(nprocs: int) -> dict:
+    others = "rank 0" if nprocs == 2 else f"ranks 0-{nprocs - 2}"
+    return dict(others=others, last=f"rank {nprocs - 1}", P=nprocs, P1=nprocs - 1)
+
+
+def _launch(tmp_path, nprocs: int, table: dict, env=None, timeout: float = 300):
+    p = _mpi.run(nprocs, [f"{_mpi.SCRIPTS}/agreed_inputs.py", str(tmp_path), *table], timeout=timeout, env=env)
+    return p
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("table", [TRAINER, MATRICES], ids=["trainer", "matrices"])
+def test_a_difference_is_one_agreed_line_on_every_rank(tmp_path, nprocs, table):
+    p = _launch(tmp_path, nprocs, table)
+    assert p.returncode == 0, p.stderr
+    words = _words(nprocs)
+    want = [f"{case}: {line.format(**words)}" for case, line in table.items()]
+    for rank, got in enumerate(_mpi.rank_lines(tmp_path, nprocs)):
+        assert got == want, f"rank {rank}"
+
+
+@pytest.mark.parametrize(("case", "where"), [
+    ("stall_trainer", r"Trainer's agreement of its arguments"),
+    ("stall_summa", r"SUMMA panel broadcast \(panel \d+ of \d+\)"),
+])
+def test_a_rank_that_never_arrives_ends_the_job_in_one_line(tmp_path, case, where):
+    """The last rank sleeps where the others wait: the watchdog (on by default; here 3 s) names a waiting rank."""
+    p = _launch(tmp_path, 3, [case], env={"HPCGPU_STALL_TIMEOUT": "3"}, timeout=240)
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("hpcgpu: ")]
+    assert lines and all(re.fullmatch(rf"hpcgpu: stall: rank [01] waited \d+ s in {where}; aborting the job", ln)
+                         for ln in lines), p.stderr
+
+
+def test_the_watchdog_is_on_by_default_and_0_turns_it_off(monkeypatch):
+    from hpcgpu import watchdog
+
+    monkeypatch.delenv("HPCGPU_STALL_TIMEOUT", raising=False)
+    assert watchdog.stall_timeout() == watchdog.DEFAULT_STALL_TIMEOUT == 600
+    monkeypatch.setenv("HPCGPU_STALL_TIMEOUT", "0")
+    assert watchdog.stall_timeout() == 0
+    assert not watchdog.Watchdog(None).on
+    assert watchdog.stall_timeout(5) == 5
+
+
+def test_a_wait_longer_than_the_timeout_is_reported_by_the_process_watchdog():
+    """The process's own watchdog (no communicator) names this rank and the wait; its thread starts at the first
+    wait and ends at close."""
+    import threading
+
+    from hpcgpu.watchdog import Watchdog
+
+    said = []
+    done = threading.Event()
+    wd = Watchdog(None, 0.2, abort=lambda msg: (said.append(msg), done.set()))
+    assert wd._thread is None  # nothing runs until a wait
+    with wd.watch("test Allreduce", "step 3"):
+        assert done.wait(60)
+    wd.close()
+    assert len(said) == 1 and re.fullmatch(
+        r"hpcgpu: stall: rank 0 waited \d+ s in test Allreduce \(step 3\); aborting the job", said[0]), said
+
+
+class _Comm:
+    """One rank's communicator: ``allgather`` returns what each rank of a fixed table sent (this rank's own slot)."""
+
+    def __init__(self, rank: int, sent: list):
+        self.rank, self.sent = rank, sent
+        self.calls = 0
+
+    def Get_size(self):  # noqa: N802 - MPI's name
+        return len(self.sent)
+
+    def allgather(self, value):
+        self.calls += 1
+        return [value if r == self.rank else s[self.calls - 1] for r, s in enumerate(self.sent)]
+
+
+def _as_sent(args: dict, error=None):
+    """What a rank sends in agree_inputs' two collectives for ``args`` (the digest's, then the forms')."""
+    from hpcgpu.errors import _flat, _refusal
+    import hashlib
+
+    form = _normal(args)
+    return [(_refusal(error), hashlib.blake2b(_flat(form).encode(), digest_size=8).digest()), form]
+
+
+def test_one_collective_when_the_arguments_agree_and_two_when_they_differ():
+    same = [_as_sent({"lr": 0.1, "x": np.zeros((3, 2))}) for _ in range(3)]
+    comm = _Comm(1, same)
+    agree_inputs("T", {"lr": 0.1, "x": np.ones((3, 2))}, comm=comm)  # contents are not compared, shapes are
+    assert comm.calls == 1
+    differ = [_as_sent({"lr": lr}) for lr in (0.1, 0.1, 0.5, 0.1, 0.5)]
+    comm = _Comm(0, differ)
+    with pytest.raises(ValueError, match=r"^T: lr differs across ranks: 0\.1 on ranks 0-1, 3, 0\.5 on ranks 2, 4$"):
+        agree_inputs("T", {"lr": 0.1}, comm=comm)
+    assert comm.calls == 2
+
+
+def test_a_difference_wins_over_a_refusal_and_a_refusal_is_agreed():
+    sent = [_as_sent({"lr": 0.1}), _as_sent({"lr": -0.1}, ValueError("lr must be a positive number, got -0.1"))]
+    with pytest.raises(ValueError, match=r"^T: lr differs across ranks: 0\.1 on rank 0, -0\.1 on rank 1$") as e:
+        agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, sent))
+    assert isinstance(e.value, AgreedError)
+    sent = [_as_sent({"lr": 0.1}), _as_sent({"lr": 0.1}, TypeError("x must be an integer, got '1'"))]
+    with pytest.raises(TypeError, match=r"^x must be an integer, got '1'$") as e:
+        agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, sent))
+    assert isinstance(e.value, AgreedError)
+
+
+def test_a_nested_difference_is_named_by_its_path():
+    sent = [_as_sent({"optimizer": {"name": "sgd", "lr": lr}}) for lr in (0.1, 0.2)]
+    with pytest.raises(ValueError, match=r"^T: optimizer\.lr differs across ranks: 0\.1 on rank 0, 0\.2 on rank 1$"):
+        agree_inputs("T", {"optimizer": {"name": "sgd", "lr": 0.1}}, comm=_Comm(0, sent))
+
+
+def test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks():
+    class Plain:  # object.__repr__ holds an address: another on every rank
+        pass
+
+    def f():
+        pass
+
+    assert _normal(Plain()) == _normal(Plain()) == f"{__name__}.test_normal_forms_are_the_same_for_the_same_" \
+        "arguments_on_two_ranks.<locals>.Plain"
+    assert _normal(f) == f"{__name__}.test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks.<locals>.f"
+    assert _normal(np.float32(0.5)) == _normal(0.5) == "0.5"
+    assert _normal(np.int64(3)) == _normal(3) == "3"
+    assert _normal(True) != _normal(1)
+    assert _normal(np.bool_(True)) == _normal(True)
+    assert _normal({"b": 1, "a": 2}) == _normal({"a": 2, "b": 1})
+    assert _normal(list(range(1000))) == "list of 1000, first 0"  # no cost per row
+    assert _normal(np.zeros((2, 3), np.float32)) == "ndarray of shape (2, 3) and dtype float32"
