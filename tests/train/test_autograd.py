@@ -174,11 +174,29 @@ def test_a_trained_module_goes_back_to_plain_pytorch(tmp_path):
     np.testing.assert_array_equal(tree["fc1"]["w"], am.weights()[2])
 
 
+def _signal_at_step(trainer, step, monkeypatch):
+    """A real SIGUSR1 to this process as ``trainer`` asks, at its ``step``-th step, whether a stop was requested (it
+    asks once a step): a signal mid-epoch at a known step, not at a time."""
+    import itertools
+    import signal
+
+    request, asked = trainer.stop_request, itertools.count(1)
+    ask = request.requested
+
+    def requested():
+        if next(asked) == step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return ask()
+
+    monkeypatch.setattr(request, "requested", requested)
+
+
 @pytest.mark.parametrize("kind", _kinds("torch", "torch-dropout", "torch-bn", "jax"))
-def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path):
-    """Checkpoints hold an adapter's parameters as any model's: 2 epochs, then resume=True to 4, is bitwise the
-    run of 4; with dropout too (its masks are drawn from the step's key, not from what ran before), and with
-    BatchNorm's running statistics (the checkpoint's /buffers)."""
+def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path, monkeypatch):
+    """Checkpoints hold an adapter's parameters as any model's: a run of 4 epochs that a signal stops in its 11th
+    step (the third of epoch 2: 8 steps an epoch), then resume=True to its end, is bitwise the run of 4; with
+    dropout too (its masks are drawn from the step's key, not from what ran before), and with BatchNorm's running
+    statistics (the checkpoint's /buffers)."""
     import hpcgpu
 
     X, y = am.data()
@@ -186,10 +204,16 @@ def test_an_autograd_run_stopped_at_a_checkpoint_resumes_bitwise(kind, tmp_path)
     whole = hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **opts)
     whole.fit((X, y))
     ck = str(tmp_path / "ck.h5")
-    hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **dict(opts, epochs=2), checkpoint=ck).fit((X, y))
+    stopped = hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **opts, checkpoint=ck)
+    _signal_at_step(stopped, 11, monkeypatch)
+    stopped.fit((X, y))
+    assert stopped.stopped_by == "SIGUSR1" and stopped.step == 11 and stopped.checkpoint_file == ck, \
+        (stopped.stopped_by, stopped.step)
+    stopped.close()
     resumed = hpcgpu.Trainer(am.model(kind), optimizer=optim.Adam(0.01), **opts, checkpoint=ck, resume=True)
     resumed.fit((X, y))
-    assert resumed.resumed_from == ck and resumed.history["train_loss"] == whole.history["train_loss"]
+    assert resumed.resumed_from == ck and resumed.stopped_by is None and resumed.step == 32
+    assert resumed.history["train_loss"] == whole.history["train_loss"]
     np.testing.assert_array_equal(asnumpy(resumed.model.params), asnumpy(whole.model.params))
     for k, v in whole.model.buffers().items():
         np.testing.assert_array_equal(asnumpy(resumed.model.buffers()[k]), asnumpy(v), err_msg=k)
