@@ -153,29 +153,22 @@ FIXES: dict[str, str] = {
         "without momentum there is nothing to look ahead along. Give a momentum, e.g. "
         "``optim.SGD(lr=0.01, momentum=0.9, nesterov=True)``, or drop ``nesterov``."
     ),
-    "betas must be in [0, 1), got …": (
+    "… must be …, got …": (
+        "An argument of the wrong type or out of its range, named with what it takes: an optimizer's "
+        "(``optim.SGD(lr=...)``, ``momentum``, ``weight_decay``; ``optim.Adam(eps=...)``; a learning rate that "
+        "is 0, negative, NaN or infinite; a string such as ``lr=\"0.1\"``), or a Trainer option of another type "
+        "than its own (``Trainer(batch_size=\"12\")``, ``epochs=2.5``: an integer, a number, a string, True or "
+        "False). Give a value of that type and range, e.g. ``optim.SGD(lr=0.01, momentum=0.9)``, "
+        "``Trainer(model, loss, batch_size=64, epochs=10)``; on the command line these are ``--lr``, "
+        "``--batch-size``..."
+    ),
+    "betas must be a pair of numbers in [0, 1), got …": (
         "``optim.Adam(betas=...)`` and ``optim.AdamW(betas=...)`` take the decay rates of the first and "
-        "second moment estimates, each at least 0 and below 1 (at 1 the bias correction divides by zero). "
-        "Keep the default ``(0.9, 0.999)``, or give two values in that range, e.g. ``betas=(0.9, 0.98)``."
+        "second moment estimates, a pair, each at least 0 and below 1 (at 1 the bias correction divides by "
+        "zero). Keep the default ``(0.9, 0.999)``, or give two values in that range, e.g. ``betas=(0.9, 0.98)``."
     ),
-    "eps must be > 0, got …": (
-        "``optim.Adam(eps=...)`` and ``optim.AdamW(eps=...)`` add ``eps`` to the root of the second moment "
-        "so that a step never divides by zero; it must be positive. Keep the default ``1e-8``, or give "
-        "another small positive value such as ``1e-6``."
-    ),
-    "lr must be a positive number, got …": (
-        "An optimizer of ``hpcgpu.optim`` (``SGD``, ``Adam``, ``AdamW``) was given a learning rate that is 0, "
-        "negative, NaN or infinite. Give a finite positive rate, e.g. ``optim.SGD(lr=0.01)`` or "
-        "``optim.Adam(lr=1e-3)``; on the command line it is ``--lr``."
-    ),
-    "momentum must be in [0, 1), got …": (
-        "``optim.SGD(momentum=...)`` must be at least 0 and below 1: at 1 or more the velocity never decays "
-        "and the steps grow without bound. Give e.g. ``momentum=0.9``, or 0 for plain SGD."
-    ),
-    "weight_decay must be >= 0, got …": (
-        "The ``weight_decay`` of ``optim.SGD``, ``Adam`` or ``AdamW`` cannot be negative (it would push the "
-        "weights away from zero). Give 0 to switch it off. ``SGD`` and ``Adam`` add it to the gradient as "
-        "L2; ``AdamW`` shrinks the weights by ``lr * weight_decay`` every step (default 0.01)."
+    "nesterov must be True or False, got …": (
+        "``optim.SGD(nesterov=...)`` is a switch. Give ``nesterov=True`` (with a momentum) or leave it out."
     ),
     "… does not define update": (
         "Raised by the base class ``hpcgpu.optim.Optimizer`` when a subclass does not implement ``update``. "
@@ -208,14 +201,26 @@ FIXES: dict[str, str] = {
         "The environment variable named (``HPCGPU_STALL_TIMEOUT``) is not a number (``300`` is; ``5min`` is "
         "not). Set it to plain seconds, e.g. ``export HPCGPU_STALL_TIMEOUT=300``, or unset it."
     ),
-    "hpcgpu: stall: rank … waited … s in … (…); aborting the job": (
-        "The stall watchdog (``--stall-timeout`` or ``HPCGPU_STALL_TIMEOUT``) saw this rank wait longer than "
-        "the timeout in the collective named, so it aborted the job instead of letting it hang until the "
-        "allocation ends. This short form comes when the MPI library does not offer ``MPI_THREAD_MULTIPLE``: "
-        "each rank judges only itself, so the stuck rank is one that is *not* named; with thread support "
-        "rank 0 prints ``ranks [...] have not arrived``. Look at what the missing rank was doing (its last "
-        "lines, I/O on a slow file system, a dead node), or raise the timeout if the wait was legitimate "
-        "(see *The job hangs* above)."
+    "hpcgpu: stall: rank … waited … s in …; aborting the job": (
+        "The stall watchdog saw this rank wait longer than the stall timeout in the collective named (with "
+        "where it was, in parentheses), so it aborted the job instead of letting it hang until the allocation "
+        "ends. It is on by default (600 s; ``--stall-timeout``, ``stall_timeout=`` or ``HPCGPU_STALL_TIMEOUT`` "
+        "change it, 0 turns it off). This short form comes from a library call's waits (SUMMA, a DistMatrix's "
+        "collectives, the agreement of a call's arguments) and wherever the MPI library does not offer "
+        "``MPI_THREAD_MULTIPLE``: each rank judges only itself, so the stuck rank is one that is *not* named; a "
+        "training run's own watchdog, with thread support, prints ``ranks [...] have not arrived`` from rank "
+        "0. Look at what the missing rank was doing (its last lines, an exception it raised alone, I/O on a "
+        "slow file system, a dead node), or raise the timeout if the wait was legitimate (see *The job hangs* "
+        "above)."
+    ),
+    "…: … differs across ranks: …": (
+        "The ranks called one collective function (``Trainer(...)``, ``fit``, ``evaluate``, ``predict``, "
+        "``DistMatrix.random``, ``matmul``, ``tasks.map``...) with different values of the argument named: "
+        "each value is listed with the ranks that gave it. An SPMD program must give every rank the same "
+        "arguments (a per-rank seed used by mistake, a config read from a rank-local path, a rank-dependent "
+        "branch). Arrays are compared by shape and dtype, not contents; a nested name (``optimizer.lr``) is "
+        "the part of the object that differs. Every rank raises this, before any other communication: fix "
+        "the script so that the named argument is the same everywhere (sharded data: ``sharded=True``)."
     ),
     # -- Training: data -----------------------------------------------------------------------------------
     "bundled data set: cannot write … (…)": (
@@ -1417,8 +1422,18 @@ FIXES: dict[str, str] = {
         "file; writing there would remove it with everything under it. Name a dataset path that is free or "
         "holds a dataset, e.g. ``-o out.h5:/results/C``."
     ),
-    "random: shape must be two sizes >= 0, got …": (
-        "``DistMatrix.random(gshape)`` takes a pair ``(m, n)`` of non-negative sizes."
+    "…: shape must be two sizes >= 0, got …": (
+        "``DistMatrix.random(gshape)`` and ``DistMatrix.zeros(gshape)`` take a pair ``(m, n)`` of "
+        "non-negative integer sizes."
+    ),
+    "from_global: root must be a rank of the grid (0 to …), got …": (
+        "``DistMatrix.from_global(a, grid, root=...)`` distributes the array held by ``root``, a rank of the "
+        "grid's communicator. Give a rank from 0 to the grid's size - 1 (the same on every rank)."
+    ),
+    "gather: root must be a rank of the grid (0 to …), got …": (
+        "``DistMatrix.gather(root=...)`` collects the matrix on ``root``, a rank of the grid's communicator. "
+        "Give a rank from 0 to the grid's size - 1 (the same on every rank), or write the matrix with "
+        "``to_hdf5`` when it is too large for one rank."
     ),
     "redistribute: grid … is not over the ranks of grid …": (
         "``DistMatrix.redistribute(grid)`` moves blocks among the same ranks, so the new grid must be built "

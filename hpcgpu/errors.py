@@ -273,8 +273,8 @@ def _ranks(ranks: list) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
 
 
-def _difference(where: str, forms: list) -> str:
-    """The line that names the first argument whose forms differ over the ranks (descending into dicts)."""
+def _difference(forms: list) -> tuple[str, str]:
+    """The first argument whose forms differ over the ranks (descending into dicts), and its value on each rank."""
     name, values = "", forms
     while all(isinstance(v, dict) for v in values) and len({tuple(v) for v in values}) == 1:
         key = next(k for k in values[0] if len({_flat(v[k]) for v in values}) > 1)
@@ -287,7 +287,7 @@ def _difference(where: str, forms: list) -> str:
     for r, v in enumerate(values):
         groups.setdefault(_flat(v), []).append(r)
     parts = [f"{text} on {_ranks(rs)}" for text, rs in sorted(groups.items(), key=lambda kv: kv[1][0])]
-    return f"{where}: {name} differs across ranks: {', '.join(parts)}"
+    return name, ", ".join(parts)
 
 
 def agree_inputs(where: str, args, *, comm=None, error: BaseException | None = None) -> None:
@@ -343,7 +343,8 @@ def agree_inputs(where: str, args, *, comm=None, error: BaseException | None = N
         if len({d for _, d in found}) > 1:
             forms = comm.allgather(form)
     if len({d for _, d in found}) > 1:
-        raise agreed(ValueError(_difference(where, forms)))
+        name, values = _difference(forms)
+        raise agreed(ValueError(f"{where}: {name} differs across ranks: {values}"))
     _raise_first([r for r, _ in found], error)
 
 
