@@ -10,6 +10,7 @@ checks that engine itself. This module also holds the activations' kernels the e
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -238,6 +239,8 @@ class Dense(Layer):
             n_out, activation = None, n_out
         if n_out is None:  # Dense(units): the input width comes from the layer before, or the data
             n_in, n_out = None, n_in
+        if not (_whole(n_out) and (n_in is None or _whole(n_in))):
+            raise agreed(TypeError(f"Dense takes integer sizes, got Dense({n_in!r}, {n_out!r})"))
         if (n_in is not None and int(n_in) < 1) or int(n_out) < 1:
             raise agreed(ValueError(f"Dense needs positive sizes, got Dense({n_in}, {n_out})"))
         if activation is not None and activation not in ACTIVATIONS:
@@ -525,6 +528,11 @@ class Sequential(Layer):
         return "Sequential(" + ", ".join(map(repr, self.layers)) + ")"
 
 
+def _whole(value) -> bool:
+    """Whether ``value`` is an integer (Python's or NumPy's; not a bool, a float or a string): a size."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def from_spec(spec: dict) -> Layer:
     """The layer a :meth:`Layer.spec` describes (what a results file records). Not collective.
 
@@ -539,13 +547,18 @@ def from_spec(spec: dict) -> Layer:
     Raises
     ------
     ValueError
-        An unknown layer type.
+        Not a dict, an unknown layer type, or a part of the description missing (every rank alike).
     """
+    if not isinstance(spec, dict):
+        raise agreed(ValueError(f"a layer's description must be a JSON object, got {type(spec).__name__}"))
     kind = spec.get("type")
-    if kind == "Sequential":
-        return Sequential([from_spec(s) for s in spec["layers"]])
-    if kind == "Dense":
-        return Dense(spec["n_in"], spec["n_out"], spec.get("activation"))
+    try:
+        if kind == "Sequential":
+            return Sequential([from_spec(s) for s in spec["layers"]])
+        if kind == "Dense":
+            return Dense(spec["n_in"], spec["n_out"], spec.get("activation"))
+    except KeyError as e:
+        raise agreed(ValueError(f"the description of a {kind} layer has no {e.args[0]!r}")) from None
     if kind == "Standardize":
         return Standardize(spec.get("mean"), spec.get("std"))
     known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU, "Flatten": Flatten}

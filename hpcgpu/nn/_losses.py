@@ -10,6 +10,8 @@ squared errors (regression: RMSE and R^2).
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .. import _device
@@ -174,6 +176,8 @@ class Huber(Loss):
     name = "huber"
 
     def __init__(self, delta: float = 1.0):
+        if not isinstance(delta, numbers.Real) or isinstance(delta, bool):
+            raise agreed(TypeError(f"Huber's delta must be a number > 0, got {delta!r}"))
         if not float(delta) > 0:
             raise agreed(ValueError(f"Huber's delta must be > 0, got {delta}"))
         self.delta = float(delta)
@@ -239,8 +243,10 @@ def loss_from_spec(spec: dict) -> Loss:
     Raises
     ------
     ValueError
-        An unknown loss type.
+        Not a dict, or an unknown loss type (every rank alike).
     """
+    if not isinstance(spec, dict):
+        raise agreed(ValueError(f"a loss's description must be a JSON object, got {type(spec).__name__}"))
     kinds = {"SoftmaxCrossEntropy": SoftmaxCrossEntropy, "MeanSquaredError": MeanSquaredError, "Huber": Huber}
     kind = spec.get("type")
     if kind not in kinds:

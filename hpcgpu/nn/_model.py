@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from ..errors import agreed
 from ._flat import FlatParams
 from ._capabilities import OWN
 
@@ -217,8 +218,12 @@ class FlatModel(FlatParams):
                  task: str = "regression", init: dict | None = None):
         err = contract_error(model)
         if err is not None:
-            raise err
-        self.model, self.xp, self.dtype, self.task, self.seed = model, xp, np.dtype(dtype), task, int(seed)
+            raise agreed(err)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise agreed(TypeError(f"model {type(model).__name__}: dtype {dtype!r} is not a NumPy type")) from None
+        self.model, self.xp, self.dtype, self.task, self.seed = model, xp, dtype, task, int(seed)
         if init is None:  # else ``model.init(numpy.random.default_rng(seed))``'s values, already drawn
             init = model.init(np.random.default_rng(seed))
         if not isinstance(init, dict) or not init:

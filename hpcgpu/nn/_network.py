@@ -24,10 +24,11 @@ from types import ModuleType
 import numpy as np
 
 from .. import _blas, _gemm
+from ..errors import agreed
 from .._kernels import kernels as _fused
 from ._flat import FlatParams, views
 from ._capabilities import BUILT_IN
-from ._layers import Dense, Sequential, activation_backward, activation_forward, uniform_block
+from ._layers import Dense, Sequential, _whole, activation_backward, activation_forward, uniform_block
 from ._losses import Loss, SoftmaxCrossEntropy
 
 __all__ = ["Network", "MLP", "relu_stack", "layer_plan", "local_layout"]
@@ -830,12 +831,16 @@ def relu_stack(sizes) -> Sequential:
 
     Raises
     ------
+    TypeError
+        ``sizes`` is not a sequence of integers (every rank alike: an agreed error).
     ValueError
-        Fewer than two sizes, or a size below 1.
+        Fewer than two sizes, or a size below 1 (likewise).
     """
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__") or not all(map(_whole, sizes)):
+        raise agreed(TypeError(f"layer sizes must be a sequence of integers [D, h_1, ..., C], got {sizes!r}"))
     sizes = [int(s) for s in sizes]
     if len(sizes) < 2 or min(sizes) < 1:
-        raise ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}")
+        raise agreed(ValueError(f"layer sizes must be at least [D, C], all positive, got {sizes}"))
     L = len(sizes) - 1
     return Sequential([Dense(a, b, "relu" if i < L - 1 else None)
                        for i, (a, b) in enumerate(itertools.pairwise(sizes))])

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import agreed
 from ._capabilities import BUILT_IN, OWN, Capabilities
 from ._layers import Layer, Sequential
 from ._model import FlatModel, contract_error, gradient_error
@@ -331,7 +332,7 @@ def plan_model(model, loss=None) -> ModelPlan:
     """
     err = plan_error(model, loss)
     if err is not None:
-        raise err
+        raise agreed(err)  # the model and loss are each rank's alike: every rank raises it
     return _BuiltIn(model, loss) if isinstance(model, Sequential) else _Own(model)
 
 
