@@ -191,29 +191,44 @@ def test_an_input_is_never_an_output(tmp_path):
 
 
 def test_the_mark_says_what_hpcgpu_wrote(tmp_path):
-    """Only files with hpcgpu's mark are replaced without --overwrite; every writer of hpcgpu's puts it on."""
+    """Only files with hpcgpu's mark are replaced without --overwrite; every writer of hpcgpu's puts it on: each file
+    here is written by hpcgpu's own writer (a trainer's results and trace, a report's Markdown, a figure), none by
+    the test."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hpcgpu._outputs import save_figure, write_text
-    from hpcgpu.io import atomic_path, new_hdf5
+    import hpcgpu
+    from hpcgpu import nn, optim
+    from hpcgpu._outputs import save_figure
+    from hpcgpu.report import read_run, write_report
 
     theirs = write_h5(tmp_path / "theirs.h5", x=np.zeros(2))
     assert written_by_hpcgpu(theirs) is False and written_by_hpcgpu(tmp_path / "theirs.h5", "json") is False
-    with atomic_path(tmp_path / "ours.h5") as tmp, new_hdf5(tmp) as f:
-        f["x"] = np.zeros(2)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    t = hpcgpu.Trainer(nn.Sequential(nn.Dense(3, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1), batch_size=10,
+                       epochs=1, progress="none", out=str(tmp_path / "ours.h5"), trace=str(tmp_path / "ours.json"))
+    t.fit((X, (X[:, 0] > 0).astype(np.int64)))
+    t.save_results()  # to out
+    t.write_trace()  # to trace
+    t.close()
+    (tmp_path / "report").mkdir()
+    written = write_report([read_run(str(tmp_path / "ours.h5"))], str(tmp_path / "report"))
+    os.replace(next(f for f in written if f.endswith(".md")), tmp_path / "ours.md")
     fig = plt.figure()
     save_figure(fig, tmp_path / "ours.png")
     plt.close(fig)
-    write_text(tmp_path / "ours.md", "<!-- written by hpcgpu 0 -->\n# a report\n")
     (tmp_path / "notes.txt").write_text("mine\n")
     assert written_by_hpcgpu(tmp_path / "ours.h5") is True
+    assert written_by_hpcgpu(tmp_path / "ours.json", "json") is True
     assert written_by_hpcgpu(tmp_path / "ours.png", "png") is True
     assert written_by_hpcgpu(tmp_path / "ours.md", "text") is True
     assert written_by_hpcgpu(tmp_path / "notes.txt") is None  # not HDF5 at all
-    outs = {"theirs.h5": "hdf5", "ours.h5": "hdf5", "ours.png": "png", "ours.md": "text", "notes.txt": "text"}
+    assert written_by_hpcgpu(tmp_path / "notes.txt", "text") is False
+    outs = {"theirs.h5": "hdf5", "ours.h5": "hdf5", "ours.json": "json", "ours.png": "png", "ours.md": "text",
+            "notes.txt": "text"}
     for name, kind in outs.items():
         err = claim_error([Output(tmp_path / name, "--out", kind=kind)])
         assert (err is None) == name.startswith("ours"), (name, err)
