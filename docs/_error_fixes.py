@@ -1557,13 +1557,32 @@ FIXES: dict[str, str] = {
         "what finished in the journal."
     ),
     (
-        "task …: result … is …, the first result's was …: the function must return the same shapes and "
-        "dtypes for every task"
+        "task …: result … is …, the first result's was …: the function must return the same dtypes for every "
+        "task (shapes may vary: they are stored ragged)"
     ): (
-        "One result changed its shape or dtype from the first task's (an int where a float came first, an "
-        "array of another length). Return the same type and shape for a name in every task: cast "
-        "(``float(x)``) or pad arrays. The sweep stops with exit 2; ``--resume`` after the fix runs the "
-        "tasks not yet done."
+        "One result changed its dtype from the first task's (an int where a float came first, a string where "
+        "a number came first). Return the same type for a name in every task: cast (``float(x)``, "
+        "``numpy.asarray(x, float)``). A shape that varies is fine: such a result is stored ragged "
+        "(:doc:`guide/tasks`, the output). The sweep stops with exit 2 and the journal keeps the finished "
+        "tasks; ``--resume`` after the fix runs the tasks not yet done."
+    ),
+    (
+        "task …: result … is …, the results kept from … are …: the function changed since; rerun with … to "
+        "start afresh"
+    ): (
+        "A resume ran the function on the tasks not yet done, and it now returns a result of another dtype "
+        "than the results the earlier run stored (the function was edited between the runs). The file is "
+        "not written. Put the function back as it was to go on, or start afresh with ``--overwrite`` "
+        "(``overwrite=True``) and run every task with the new function. A result that only changed shape is "
+        "stored ragged with the kept ones, not refused."
+    ),
+    (
+        "task … returned results …, the results kept from … are …: the function changed since; rerun with … "
+        "to start afresh"
+    ): (
+        "A resume ran the function on the tasks not yet done, and it now returns other result names than "
+        "the earlier run stored. The file is not written. Put the function back as it was to go on, or start "
+        "afresh with ``--overwrite`` (``overwrite=True``)."
     ),
     "…: cannot write the results (…); the journal keeps them: --resume": (
         "Rank 0 could not write the HDF5 results file at the end (or at a periodic write): disk full, quota, "
@@ -1778,15 +1797,26 @@ FIXES: dict[str, str] = {
         "numbers, booleans, strings or numeric arrays (``numpy.asarray(x, float)``); keep a CuPy array's "
         "result as ``cupy.asnumpy(x)`` or a float."
     ),
-    "…: written by a sweep of …, not … (rerun without --resume to start afresh)": (
+    "…: written by a sweep of …, not … (… instead of resume starts afresh)": (
         "``--resume`` found an output (or journal) written by a sweep of another task function. Use the "
-        "same ``MODULE:FUNCTION`` as the earlier run, another ``-o``, or rerun without ``--resume`` to "
-        "overwrite it."
+        "same ``MODULE:FUNCTION`` as the earlier run, another ``-o``, or ``--overwrite`` instead of "
+        "``--resume`` to replace it."
     ),
-    "…: written by a sweep over other parameters than … (rerun without --resume to start afresh)": (
+    "…: written by a sweep over other parameters than … (… instead of resume starts afresh)": (
         "``--resume`` found an output (or journal) of a sweep over another parameter table (a different "
         "file content or number of tasks). Resume with the original parameter file, use another ``-o``, or "
-        "rerun without ``--resume``."
+        "``--overwrite`` instead of ``--resume`` to replace it."
+    ),
+    "… holds … finished task… of this sweep: … continues them, … starts afresh": (
+        "The output (or its journal) holds tasks an earlier run of this same sweep finished, and the "
+        "command asked neither to continue nor to start afresh: a plain rerun would have discarded them. "
+        "Add ``--resume`` (``resume=True``) to keep them and run the rest (a requeued job script does so "
+        "itself), or ``--overwrite`` (``overwrite=True``) to run every task again. Nothing was touched."
+    ),
+    "… holds … finished task… of …: … replaces them (or write to another …)": (
+        "The output (or its journal) holds tasks finished by a sweep of another function or over other "
+        "parameters. Write this sweep to another ``-o`` (``out``), or give ``--overwrite`` "
+        "(``overwrite=True``) to replace that sweep's results. Nothing was touched."
     ),
     # -- Files and directories ----------------------------------------------------------------------------
     "…: is a directory, not an HDF5 file": (

@@ -10,9 +10,11 @@ ranks 1 .. P-1 work. One rank works alone. No process is spawned, so it runs
 under any launcher (``srun`` included).
 
 Messages (pickled, on the farm's own duplicate of the communicator):
-worker -> manager ``(records, kind)``, ``kind`` one of ``"more"`` (send me
-work), ``"progress"`` (results of a long chunk, no reply wanted) and
-``"stopping"`` (I stop: the unstarted tasks are returned); manager -> worker
+worker -> manager ``(records, kind, why)``, ``kind`` one of ``"more"`` (send
+me work), ``"progress"`` (results of a long chunk, no reply wanted) and
+``"stopping"`` (I stop: the unstarted tasks are returned; ``why`` names the
+stop signal this worker received, and the manager then stops every worker,
+as for a signal of its own; else ``None``); manager -> worker
 a chunk ``[(task, attempt, kwargs), ...]`` or ``None`` (stop). Each worker
 receives exactly one ``None``, so no message is left unmatched: a stop sent
 while a worker runs a chunk is seen between two tasks (``iprobe``), and a
@@ -32,11 +34,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from mpi4py import MPI
 
 from ..errors import agreed
 from ._params import Params
-from ._store import Journal, Ledger, Record, SchemaError
+from ._store import PENDING, Journal, Ledger, Record, SchemaError
 
 __all__ = ["TaskTimeout", "TaskInfo", "current_task", "chunk_size"]
 
@@ -97,6 +100,7 @@ class Options:
     what: str = "params"  # how messages name the parameter table (--params on the command line)
     retry_failed: bool = False  # resume: run the failed tasks again too
     isolation: str = "process"  # where tasks run, for the file's attribute
+    overwrite: bool = False  # start afresh over an earlier run's finished tasks in out
 
 
 def chunk_size(remaining: int, workers: int) -> int:
@@ -157,6 +161,7 @@ class _Alarm:
             if d is not None and time.monotonic() > d[0]:
                 from mpi4py import MPI
 
+                _CAPTURE.release()  # the rank's own stderr for the line, and the stuck task's lines before it
                 sys.stderr.write(f"[rank {MPI.COMM_WORLD.Get_rank()}] error: {d[1]} is still running "
                                  f"{self.grace:g} s after its --timeout of {self.seconds:g} s (stuck in a native "
                                  "call that ignores signals?): aborting the job; the finished tasks are in the "
@@ -205,18 +210,125 @@ def _to_host(values):
     return out
 
 
+def _flush_streams() -> None:
+    """Python's and C's buffered output to the file descriptors (a task's prints in the files of its capture)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+
+def _prefixed(data: bytes, task: int) -> bytes:
+    """Each line of ``data`` prefixed ``[task ID] `` (a last line without its newline gets one)."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    prefix = b"[task %d] " % task
+    return b"".join(prefix + line + b"\n" for line in lines)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+class _Capture:
+    """A task's stdout and stderr while it runs, then to this process's own, each line prefixed ``[task ID] ``.
+
+    File descriptors 1 and 2, and ``sys.stdout`` and ``sys.stderr`` (which
+    may write elsewhere: a notebook, a test's capture), go to two temporary
+    files during the task, so what a C or Fortran library prints is captured
+    too; when the task ends its lines are written in one piece, so a sweep's
+    log says which task printed what and a task's lines stay together. The
+    files are made once a process and emptied before each task.
+    """
+
+    def __init__(self):
+        self.files: list | None = None
+        self.active: tuple | None = None  # (task, saved fds, streams, wrappers) while a task runs
+        self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def __call__(self, task: int):
+        import io
+        import tempfile
+
+        if self.files is None:
+            self.files = [tempfile.TemporaryFile(prefix="hpcgpu-task-") for _ in range(2)]
+        _flush_streams()
+        streams = [sys.stdout, sys.stderr]
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
+        wrappers = []
+        for fd, f in zip((1, 2), self.files):
+            f.seek(0)
+            f.truncate()
+            os.dup2(f.fileno(), fd)
+            wrappers.append(io.TextIOWrapper(io.FileIO(os.dup(f.fileno()), "w"), encoding="utf-8",
+                                             errors="backslashreplace", write_through=True))
+        sys.stdout, sys.stderr = wrappers
+        self.active = (task, saved, streams, wrappers)
+        try:
+            yield
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Put stdout and stderr back and write the task's lines, prefixed; nothing when no task is captured.
+
+        Also called by the time limit's watchdog before it aborts the job, so that its line and what the
+        stuck task printed reach the log.
+        """
+        with self.lock:
+            if self.active is None:
+                return
+            (task, saved, streams, wrappers), self.active = self.active, None
+            _flush_streams()
+            sys.stdout, sys.stderr = streams
+            for fd, f, stream, wrapper in zip((1, 2), self.files, streams, wrappers):
+                with contextlib.suppress(Exception):
+                    wrapper.close()
+                os.dup2(saved[fd], fd)
+                os.close(saved[fd])
+                f.seek(0)
+                data = f.read()
+                if data:
+                    _emit(stream, fd, _prefixed(data, task))
+
+
+def _emit(stream, fd: int, data: bytes) -> None:
+    """``data`` to ``stream`` (its bytes buffer, or as text: a notebook's), else to file descriptor ``fd``."""
+    try:
+        stream.flush()
+        if hasattr(stream, "buffer"):
+            stream.buffer.write(data)
+            stream.buffer.flush()
+        else:
+            stream.write(data.decode("utf-8", "backslashreplace"))
+            stream.flush()
+    except Exception:  # noqa: BLE001 - no stream (None) or a closed one: the file descriptor
+        _write_all(fd, data)
+
+
+_CAPTURE = _Capture()
+
+
 def run_task(fn, task: int, attempt: int, kwargs: dict, rank: int, alarm: _Alarm) -> Record:
-    """One attempt at one task; an exception (or the time limit) becomes a failed record."""
+    """One attempt at one task, its output captured; an exception (or the time limit) becomes a failed record."""
     global _CURRENT
     _CURRENT = TaskInfo(task, attempt)
     t0 = time.perf_counter()
     try:
-        with alarm(f"task {task} (attempt {attempt + 1})"):
+        with _CAPTURE(task), alarm(f"task {task} (attempt {attempt + 1})"):
             values = _to_host(fn(**kwargs))
         return Record(task, True, attempt, time.perf_counter() - t0, rank, values=values)
-    except (KeyboardInterrupt, MemoryError):
+    except MemoryError:
         raise
-    except BaseException as exc:  # noqa: BLE001 - a task's failure is data; SystemExit included
+    except BaseException as exc:  # noqa: BLE001 - a task's failure is data; SystemExit and KeyboardInterrupt included
+        # A stop signal never raises KeyboardInterrupt in a task (the stop policy's handler or the task process's
+        # records it), so one here is the task's own raise: a failed task, named as what it is.
         return Record(task, False, attempt, time.perf_counter() - t0, rank, error=_one_line(exc))
     finally:
         _CURRENT = None
@@ -254,9 +366,10 @@ class _Keeper:
         self.last_line = time.monotonic()
         self.todo = ledger.params.n
 
-    def start(self) -> None:
+    def start(self, carry: list | None = None) -> None:
+        """Start the journal (keeping ``carry``, the records a resume read from the old one) and the bar."""
         if self.journal is not None:
-            self.journal.restart()
+            self.journal.restart(carry)
         if self.opts.progress in ("bar", "auto") and (self.opts.progress == "bar" or sys.stderr.isatty()):
             from tqdm import tqdm
 
@@ -350,7 +463,7 @@ class _Manager:
         self.finished.update(self.parked)  # they were waiting for an answer: the None is it
         self.parked.clear()
 
-    def on_report(self, w: int, records: list, kind: str) -> None:
+    def on_report(self, w: int, records: list, kind: str, why: str | None = None) -> None:
         for rec in records:
             if isinstance(rec, Record):
                 self.holding[w] -= 1
@@ -360,6 +473,8 @@ class _Manager:
                 self.pending.extendleft(reversed(rec[1]))
         if self.keeper.fatal and self.stopping is None:
             self.begin_stop(self.keeper.fatal)
+        if kind == "stopping" and why and self.stopping is None:  # a stop signal to this worker stops the farm
+            self.begin_stop(f"{why} on rank {w}")
         if kind == "stopping":
             self.stop(w)  # its None may be on the way already; if not, this is it
             self.finished.add(w)
@@ -408,10 +523,10 @@ def work(comm: MPI.Intracomm, runner, stop_request, flush_seconds: float) -> Non
             return
         records: list = []
         last_send = time.monotonic()
-        told_to_stop = False
+        told_to_stop, why = False, None
         for i, (task, attempt, kwargs) in enumerate(chunk):
             if stop_request is not None and stop_request.requested():
-                told_to_stop = True
+                told_to_stop, why = True, stop_request.reason  # the manager stops every worker for it
             elif comm.iprobe(source=0, tag=TAG_WORK):  # only ever a None while a chunk runs
                 told_to_stop = True
             if told_to_stop:
@@ -422,13 +537,13 @@ def work(comm: MPI.Intracomm, runner, stop_request, flush_seconds: float) -> Non
             if i + 1 < len(chunk) and now - last_send >= flush_seconds / 2:
                 _send(comm, records, "progress")
                 records, last_send = [], now
-        _send(comm, records, "stopping" if told_to_stop else "more")
+        _send(comm, records, "stopping" if told_to_stop else "more", why)
 
 
-def _send(comm: MPI.Intracomm, records: list, kind: str) -> None:
+def _send(comm: MPI.Intracomm, records: list, kind: str, why: str | None = None) -> None:
     """Report to the manager; a result that cannot be pickled (a task run in this process) fails its task."""
     try:
-        comm.send((records, kind), dest=0, tag=TAG_REPORT)
+        comm.send((records, kind, why), dest=0, tag=TAG_REPORT)
         return
     except Exception:  # noqa: BLE001 - PicklingError, TypeError, AttributeError...: pickling comes before sending
         pass
@@ -439,7 +554,7 @@ def _send(comm: MPI.Intracomm, records: list, kind: str) -> None:
             except Exception as e:  # noqa: BLE001
                 records[k] = Record(rec.task, False, rec.attempt, rec.seconds, rec.rank,
                                     error=f"its result cannot be sent to the manager ({_one_line(e)})")
-    comm.send((records, kind), dest=0, tag=TAG_REPORT)
+    comm.send((records, kind, why), dest=0, tag=TAG_REPORT)
 
 
 def work_alone(keeper: _Keeper, runner, todo: list[int], params: Params) -> Outcome:
@@ -463,8 +578,8 @@ def work_alone(keeper: _Keeper, runner, todo: list[int], params: Params) -> Outc
     return Outcome(keeper.ledger.counts(), time.monotonic() - t_start, 1, keeper.busy, stopped=stopping)
 
 
-def resume_from(ledger: Ledger, out: str, label: str) -> int:
-    """Load an earlier run's file and journal into ``ledger``; the number of journal records applied.
+def resume_from(ledger: Ledger, out: str, label: str) -> list:
+    """Load an earlier run's file and journal into ``ledger``; the journal's records applied.
 
     Raises
     ------
@@ -474,15 +589,58 @@ def resume_from(ledger: Ledger, out: str, label: str) -> int:
     if os.path.exists(out):
         ledger.load(out, label)
     header, records = Journal.read(out + ".journal")
-    if header is None:
-        return 0
-    ledger._check_same_sweep(header, f"{label}.journal")
-    for rec in records:
+    if header is not None:
+        ledger._check_same_sweep(header, f"{label}.journal")
+        for rec in records:
+            try:
+                ledger.apply(rec)
+            except SchemaError as e:
+                raise ValueError(f"{label}.journal: {e}") from None
+    if ledger.schema is not None:  # a result of another kind from now on is the function's change, said so
+        ledger.schema_from = label
+    return records if header is not None else []
+
+
+def earlier_work(ledger: Ledger, out: str) -> tuple[int, str | None]:
+    """The tasks an earlier run finished (done or failed) in ``out`` and its journal, and whose they are.
+
+    Not collective (rank 0). Reads the file's task status and the journal; a file that is not a
+    results file counts no task (the output policy judged it already).
+
+    Returns
+    -------
+    (int, str or None)
+        The number of finished tasks, and ``None`` when they are this sweep's (same function and
+        parameter table as ``ledger``), else ``"a sweep of FN"`` naming the other one.
+    """
+    import h5py
+
+    finished: set = set()
+    whose = None
+    if os.path.isfile(out):
         try:
-            ledger.apply(rec)
-        except SchemaError as e:
-            raise ValueError(f"{label}.journal: {e}") from None
-    return len(records)
+            with h5py.File(out, "r") as f:
+                status = f.get("tasks/status")
+                if isinstance(status, h5py.Dataset):
+                    finished.update(np.flatnonzero(status[()] != PENDING).tolist())
+                    whose = _whose(ledger, dict(f.attrs))
+        except OSError:
+            pass
+    header, records = Journal.read(out + ".journal")
+    if header is not None and records:
+        finished.update(r.task for r in records)
+        whose = whose or _whose(ledger, header)
+    return len(finished), whose
+
+
+def _whose(ledger: Ledger, attrs: dict) -> str | None:
+    """None when ``attrs`` (a results file's or a journal's header) are ``ledger``'s sweep, else whose they are."""
+    fn = str(attrs.get("function", ""))
+    if fn != ledger.function:
+        return f"a sweep of {fn}"
+    if str(attrs.get("params_digest", "")) != ledger.params.digest() or attrs.get("tasks") != ledger.params.n:
+        return f"a sweep of {fn} over other parameters"
+    return None
 
 
 def balance(outcome: Outcome) -> float:

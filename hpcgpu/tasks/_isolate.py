@@ -20,8 +20,8 @@ every launcher (``mpiexec`` of each MPI, ``srun``). It sees the rank's GPU
 alone (``CUDA_VISIBLE_DEVICES``), and ``hpcgpu.get_runtime()`` (and
 ``hpcgpu.init()``) inside it give a one-rank runtime without a communicator
 whose ``xp`` is the rank's (CuPy on the rank's GPU, or NumPy). It ignores
-SIGINT, SIGTERM and SIGUSR1, which are the rank's to act on (a stop between
-two tasks), and dies with its rank (``PR_SET_PDEATHSIG``).
+SIGINT, SIGTERM, SIGUSR1 and SIGHUP, which are the rank's to act on (a stop
+between two tasks), and dies with its rank (``PR_SET_PDEATHSIG``).
 
 The function reaches the child by reference (pickle, after the child has
 the rank's ``sys.path`` and has loaded the function's module from its file
@@ -401,7 +401,7 @@ class _Pipe:
 def _child(read_fd: int, write_fd: int, parent: int) -> None:
     """The task process: load the function, then run tasks until told to stop or the pipe closes."""
     _die_with(parent)
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
         signal.signal(s, _ignore)  # a handler, not SIG_IGN: programs the task starts get the default back
     conn = _Pipe(read_fd, write_fd)
     try:

@@ -16,7 +16,7 @@ from ..errors import agreed
 from .._outputs import Input, Output, claim
 from ..io import WRITE_ERRORS, one_line, shared_dir_error
 from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Keeper, agreed_outcome, balance, current_task,
-                    manage, resume_from, work, work_alone)
+                    earlier_work, manage, resume_from, work, work_alone)
 from ._isolate import choose, isolation
 from ._params import Params, read_params
 from ._store import DONE, FAILED, PENDING, Ledger
@@ -47,7 +47,8 @@ class SweepResult:
     out : str or None
         The HDF5 file written.
     results : dict of str to numpy.ndarray or None
-        Rank 0: each result over all tasks (task id first; NaN or 0 where not done). Others: ``None``.
+        Rank 0: each result over all tasks (task id first; NaN or 0 where not done); a result whose shape
+        varies, an object array of each task's array (``None`` where not done). Others: ``None``.
     status : numpy.ndarray or None
         Rank 0: int8 per task, :data:`PENDING`, :data:`DONE` or :data:`FAILED`.
     error : list of str or None
@@ -102,9 +103,14 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     fn : callable
         Takes the parameter columns as keyword arguments; returns a dict of
         numbers, booleans, strings or fixed-shape numeric arrays (CuPy
-        arrays are copied to the host). The first result fixes the names,
-        shapes and dtypes. An exception fails that task only, and so does
-        ending the process (see ``isolate``).
+        arrays are copied to the host). The first result fixes the names
+        and dtypes; a result whose shape varies from task to task is stored
+        ragged (``/results/NAME`` each task's values flattened,
+        ``/shapes/NAME`` each task's shape; in ``results`` an object array
+        of each task's array). An exception fails that task only (a
+        ``KeyboardInterrupt`` the task raises too), and so does ending the
+        process (see ``isolate``). What a task prints goes to the rank's
+        stdout and stderr when it ends, each line prefixed ``[task ID]``.
     params : str, os.PathLike, Params, mapping or sequence of dicts
         The task table, read by rank 0; see :func:`read_params`.
     out : str or os.PathLike, optional
@@ -143,7 +149,11 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         line every 30 s, or nothing.
     stop_file : str, keyword-only, optional
         When this file appears, stop handing out tasks, let the running
-        ones finish, write the file and return with ``stopped`` set.
+        ones finish, write the file and return with ``stopped`` set. The
+        same for SIGINT, SIGTERM and SIGUSR1 to any rank while the sweep
+        runs (the stop policy's handlers are installed for its duration,
+        in the main thread); a program run by :func:`hpcgpu.run_guarded`
+        whose sweep stopped then exits 3. ``resume=True`` goes on.
     comm : mpi4py.MPI.Intracomm, keyword-only, optional
         The runtime's communicator by default (duplicated for the farm).
     name : str, keyword-only, optional
@@ -168,6 +178,9 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
         Replace an ``out`` (or its journal) that hpcgpu did not write;
         refused otherwise, before any task runs (the output policy), as
         is an ``out`` that is the parameter table or ``fn``'s source file.
+        Also start afresh over an ``out`` (or journal) that holds an
+        earlier run's finished tasks: without ``resume`` or ``overwrite``
+        such an ``out`` is refused, nothing touched.
 
     Returns
     -------
@@ -178,11 +191,16 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     ------
     ValueError
         Bad arguments or parameter table, an earlier file of another sweep
-        with ``resume``, or results that change names, shapes or dtypes
-        from task to task (the sweep stops; the journal keeps what was
-        done); ``isolate=True`` for a function no child process can load;
-        a ``stop_file`` that is ``params`` or ``out``. Agreed: every rank
+        with ``resume``, or results that change names or dtypes from task
+        to task, or from the results a resume kept (the sweep stops; the
+        journal keeps what was done; the output is not written);
+        ``isolate=True`` for a function no child process can load; a
+        ``stop_file`` that is ``params`` or ``out``. Agreed: every rank
         raises it.
+    FileExistsError
+        ``out`` (or its journal) holds an earlier run's finished tasks and
+        neither ``resume`` nor ``overwrite`` was given (agreed, before any
+        task runs, nothing touched).
     FileNotFoundError
         ``params`` names no file (agreed).
     PermissionError, IsADirectoryError
@@ -204,22 +222,28 @@ def map(fn, params, out: str | os.PathLike | None = None, *, resume: bool = Fals
     >>> r.summary()                                      # doctest: +SKIP
     '2 tasks: 2 done, 0 failed, 0 pending; makespan 0.01 s on 1 worker, balance 0.98; wrote fits.h5'
     """
+    from .._stop import StopRequest, agree_stop_file, note_stopped
+
+    on = default_comm() if comm is None else comm
     agree_inputs("map", dict(fn=fn, params=params, out=out, resume=resume, retry_failed=retry_failed, retries=retries,
                              timeout=timeout, flush_seconds=flush_seconds, progress=progress, stop_file=stop_file,
-                             name=name, isolate=isolate, overwrite=overwrite),
-                 comm=default_comm() if comm is None else comm)
-    stop = None
+                             name=name, isolate=isolate, overwrite=overwrite), comm=on)
     if stop_file is not None:
-        from .._stop import StopRequest, agree_stop_file
-
-        on = default_comm() if comm is None else comm
         files = {"params": params if isinstance(params, (str, os.PathLike)) else None, "out": out,
                  "journal": f"{os.fspath(out)}.journal" if out is not None else None}
         agree_stop_file(stop_file, files, on, "hpcgpu.tasks", "stop_file")
-        stop = StopRequest(stop_file, check_file=on.rank == 0)
-    return run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
-                     flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name, isolate=isolate,
-                     overwrite=overwrite)
+    # The stop policy for the whole sweep: a stop signal to any rank (or the stop file) stops it after the running
+    # tasks, the results written, as the command line does.
+    stop = StopRequest(stop_file, check_file=on.rank == 0, prog="hpcgpu.tasks").install()
+    try:
+        r = run_sweep(fn, params, out, resume=resume, retry_failed=retry_failed, retries=retries, timeout=timeout,
+                      flush_seconds=flush_seconds, progress=progress, stop=stop, comm=comm, name=name,
+                      isolate=isolate, overwrite=overwrite)
+    finally:
+        stop.uninstall()
+    # hpcgpu.run_guarded ends a program whose sweep stopped (and was not finished by a later one) with exit 3.
+    note_stopped(("hpcgpu.tasks.map", os.path.abspath(os.fspath(out)) if out is not None else None), r.stopped)
+    return r
 
 
 def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries=0, timeout=None, flush_seconds=2.0,
@@ -266,7 +290,8 @@ def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries
         if out is not None:  # the output policy, before any task: the results, the journal
             claim(_outputs(out, what), _inputs(fn, params, what), comm=base, overwrite=overwrite, prog="hpcgpu.tasks")
         opts = Options(out=out, resume=resume, retries=retries, timeout=timeout, flush_seconds=flush_seconds,
-                       progress=progress, stop=stop, what=what, retry_failed=retry_failed, isolation=how)
+                       progress=progress, stop=stop, what=what, retry_failed=retry_failed, isolation=how,
+                       overwrite=overwrite)
         comm = base.Dup()  # the farm's messages never match the caller's
         try:
             return _sweep(comm, fn, params, name, opts, runner)
@@ -325,16 +350,37 @@ def _check_args(fn, retries, timeout, flush_seconds, progress, resume, out, retr
         raise agreed(err)
 
 
-def _prepare(fn, params, name: str, opts: Options, what: str) -> tuple[Ledger, list[int], int]:
-    """Rank 0: the table, the output's checks, an earlier run's results. Raises what the user must fix."""
+def _prepare(fn, params, name: str, opts: Options, what: str) -> tuple[Ledger, list[int], list]:
+    """Rank 0: the table, the output's checks, an earlier run's results. Raises what the user must fix.
+
+    Nothing is written here: an earlier run's finished work in ``out`` (or its journal) without
+    ``resume`` or ``overwrite`` is refused, not started afresh.
+    """
     table = read_params(params, what)
     _check_signature(fn, table, name)
-    label = f"-o {opts.out}" if what == "--params" else f"out {opts.out}"
+    cli = what == "--params"
+    label = f"-o {opts.out}" if cli else f"out {opts.out}"
     ledger = Ledger(table, name)
-    loaded = 0
+    ledger.afresh = "--overwrite" if cli else "overwrite=True"
+    carry: list = []
     if opts.resume:
-        loaded = resume_from(ledger, opts.out, label)
-    return ledger, ledger.todo(opts.retry_failed), loaded
+        carry = resume_from(ledger, opts.out, label)
+    elif opts.out is not None and not opts.overwrite:
+        _refuse_earlier_work(ledger, opts.out, cli)
+    return ledger, ledger.todo(opts.retry_failed), carry
+
+
+def _refuse_earlier_work(ledger: Ledger, out: str, cli: bool) -> None:
+    """A FileExistsError when ``out`` or its journal holds finished tasks: a fresh start would discard them."""
+    count, whose = earlier_work(ledger, out)
+    if not count:
+        return
+    resume, overwrite = ("--resume", "--overwrite") if cli else ("resume=True", "overwrite=True")
+    if whose is None:
+        raise FileExistsError(f"{out} holds {count} finished task{'s' * (count != 1)} of this sweep: {resume} "
+                              f"continues them, {overwrite} starts afresh")
+    raise FileExistsError(f"{out} holds {count} finished task{'s' * (count != 1)} of {whose}: {overwrite} "
+                          f"replaces them (or write to another {'-o' if cli else 'out'})")
 
 
 def _check_signature(fn, table: Params, name: str) -> None:
@@ -362,7 +408,7 @@ def _sweep(comm, fn, params, name, opts, runner) -> SweepResult:
     err = None
     if rank == 0:
         try:
-            ledger, todo, loaded = _prepare(fn, params, name, opts, what)
+            ledger, todo, carry = _prepare(fn, params, name, opts, what)
             rt = current_runtime()
             attrs = {"world_size": size, "workers": max(1, size - 1), "hpcgpu_version": __version__,
                      "mpi_library": rt.mpi_library if rt is not None else _library_version(),
@@ -371,19 +417,20 @@ def _sweep(comm, fn, params, name, opts, runner) -> SweepResult:
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             keeper = _Keeper(ledger, opts, attrs)
             keeper.todo = len(todo)
-            if loaded and opts.out:
-                keeper.write()  # the journal's records into the file before the journal restarts
         except (OSError, ValueError) as e:
             err = e
         if err is None:
             try:
-                keeper.start()
+                keeper.start(carry)  # the old journal's records go on in the new one: no file written yet
             except WRITE_ERRORS as e:  # the journal (a full disk, a quota): one line naming it
                 err = OSError(f"{'-o' if what == '--params' else 'out'} {opts.out}: cannot write its journal "
                               f"{opts.out}.journal ({one_line(e)})")
     agree(err, comm=comm)
     if opts.out is not None:  # a requeued job's rank 0 may land on another node: it must find the journal
         agree(shared_dir_error(opts.out, comm, "-o" if what == "--params" else "out"), comm=comm)
+    if rank == 0 and opts.resume and (what == "--params" or opts.progress != "none"):
+        n = ledger.params.n
+        print(f"hpcgpu.tasks: resumed: {n - len(todo)} of {n} tasks kept from {opts.out}", flush=True)
     outcome = None
     try:
         if size == 1:

@@ -31,7 +31,7 @@ STATUS_NAMES = {"pending": PENDING, "done": DONE, "failed": FAILED}
 
 
 class SchemaError(ValueError):
-    """A task's results differ in names, shape or dtype from the first result: they cannot be stored."""
+    """A task's results differ in names or dtypes from the first result (or the kept ones): they cannot be stored."""
 
 
 @dataclass
@@ -79,6 +79,10 @@ def _describe(entry) -> str:
     return f"{'str' if dtype == 'str' else as_dtype(dtype).name} of shape {shape}"
 
 
+RAGGED = None
+"""The shape in a ledger's schema of a result whose shape varies from task to task (stored ragged)."""
+
+
 class Ledger:
     """Every task's status, attempts, timing and results, on the rank that writes the file.
 
@@ -99,24 +103,37 @@ class Ledger:
         self.rank = np.full(n, -1, np.int32)
         self.attempts = np.zeros(n, np.int32)
         self.schema: dict | None = None
+        self.schema_from: str | None = None  # the earlier run's file the schema was read from (a resume), or None
+        self.afresh = "--overwrite"  # how messages name starting afresh (overwrite=True in library mode)
         self.results: dict[str, np.ndarray] = {}
 
     def apply(self, rec: Record) -> None:
         """Record a finished attempt (done or, after its last retry, failed).
 
+        A result whose shape differs from the first result's is stored
+        ragged from then on (:meth:`_make_ragged`): each task's array as it
+        is, not refused.
+
         Raises
         ------
         SchemaError
-            ``rec``'s results differ from the first result's names, shapes or dtypes.
+            ``rec``'s results differ from the first result's names or dtypes.
         """
         if rec.ok:
             schema = result_schema(rec.values, rec.task)
             if self.schema is None:
                 self._allocate(schema)
             elif schema != self.schema:
-                raise SchemaError(self._mismatch(schema, rec.task))
+                if set(schema) != set(self.schema) or any(schema[k][0] != self.schema[k][0] for k in schema):
+                    raise SchemaError(self._mismatch(schema, rec.task))
+                for k in schema:
+                    if self.schema[k][1] is not RAGGED and schema[k][1] != self.schema[k][1]:
+                        self._make_ragged(k)
             for k, v in rec.values.items():
-                self.results[k][rec.task] = v
+                if self.schema[k][1] is RAGGED:
+                    self.results[k][rec.task] = np.array(v)
+                else:
+                    self.results[k][rec.task] = v
             self.status[rec.task], self.error[rec.task] = DONE, ""
         else:
             self.status[rec.task], self.error[rec.task] = FAILED, rec.error
@@ -124,12 +141,34 @@ class Ledger:
 
     def _mismatch(self, schema: dict, task: int) -> str:
         first = self.schema
+        if self.schema_from is not None:  # a resume: the function changed since the kept results were made
+            if set(schema) != set(first):
+                return (f"task {task} returned results {sorted(schema)}, the results kept from {self.schema_from} "
+                        f"are {sorted(first)}: the function changed since; rerun with {self.afresh} to start afresh")
+            k = next(k for k in first if schema[k][0] != first[k][0])
+            return (f"task {task}: result {k!r} is {_kind_name(schema[k][0])}, the results kept from "
+                    f"{self.schema_from} are {_kind_name(first[k][0])}: the function changed since; rerun with "
+                    f"{self.afresh} to start afresh")
         if set(schema) != set(first):
             return (f"task {task} returned results {sorted(schema)}, the first result had {sorted(first)}: "
                     "the function must return the same names for every task")
-        k = next(k for k in first if schema[k] != first[k])
-        return (f"task {task}: result {k!r} is {_describe(schema[k])}, the first result's was "
-                f"{_describe(first[k])}: the function must return the same shapes and dtypes for every task")
+        k = next(k for k in first if schema[k][0] != first[k][0])
+        return (f"task {task}: result {k!r} is {_kind_name(schema[k][0])}, the first result's was "
+                f"{_kind_name(first[k][0])}: the function must return the same dtypes for every task (shapes may "
+                "vary: they are stored ragged)")
+
+    def _make_ragged(self, name: str) -> None:
+        """Result ``name`` from one array of every task's (task id first) to an object array of each task's own."""
+        regular = self.results[name]
+        ragged = np.full(self.params.n, None, dtype=object)
+        for i in np.flatnonzero(self.status == DONE):
+            ragged[i] = regular[i].copy()
+        self.results[name] = ragged
+        self.schema[name] = (self.schema[name][0], RAGGED)
+
+    def ragged(self) -> list[str]:
+        """The names of the results stored ragged (their shape varies from task to task)."""
+        return [k for k, (_, shape) in (self.schema or {}).items() if shape is RAGGED]
 
     def _allocate(self, schema: dict) -> None:
         self.schema = schema
@@ -137,6 +176,8 @@ class Ledger:
         for k, (dtype, shape) in schema.items():
             if dtype == "str":
                 self.results[k] = np.full(n, "", dtype=object)
+            elif shape is RAGGED:
+                self.results[k] = np.full(n, None, dtype=object)
             else:
                 dt = as_dtype(dtype)  # a task's bfloat16 results: ml_dtypes' type, by its name
                 fill = np.nan if dt.kind in "fc" else 0
@@ -182,7 +223,10 @@ class Ledger:
                 _dataset(g, k, col)
             r = f.create_group("results")
             for k, col in self.results.items():
-                _dataset(r, k, col)
+                if self.schema[k][1] is RAGGED:
+                    _ragged_dataset(f, k, col, as_dtype(self.schema[k][0]))
+                else:
+                    _dataset(r, k, col)
             t = f.create_group("tasks")
             status = h5py.enum_dtype(STATUS_NAMES, basetype="i1")
             t.create_dataset("status", data=self.status, dtype=status)
@@ -214,13 +258,22 @@ class Ledger:
             if len(done) and len(f["results"]):
                 schema = {}
                 for k, d in f["results"].items():
-                    kind = "str" if h5py.check_string_dtype(d.dtype) is not None else d.dtype.str
-                    schema[k] = (kind, d.shape[1:])
+                    if h5py.check_string_dtype(d.dtype) is not None:
+                        schema[k] = ("str", ())
+                    elif h5py.check_vlen_dtype(d.dtype) is not None:
+                        schema[k] = (h5py.check_vlen_dtype(d.dtype).str, RAGGED)
+                    else:
+                        schema[k] = (d.dtype.str, d.shape[1:])
                 self._allocate(schema)
                 for k, d in f["results"].items():
                     v = d[()]
                     if schema[k][0] == "str":
                         v = np.array([s.decode() if isinstance(s, bytes) else s for s in v], dtype=object)
+                    elif schema[k][1] is RAGGED:
+                        shapes = f["shapes"][k][()]
+                        for i in done:
+                            self.results[k][i] = v[i].reshape(tuple(int(x) for x in shapes[i]))
+                        continue
                     self.results[k][done] = v[done]
             failed = np.flatnonzero(status == FAILED)
             self.status[done], self.status[failed] = DONE, FAILED
@@ -236,10 +289,33 @@ class Ledger:
         fn, digest = str(attrs.get("function", "")), str(attrs.get("params_digest", ""))
         if digest != self.params.digest() or attrs.get("tasks") != self.params.n:
             raise ValueError(f"{label}: written by a sweep over other parameters than {self.params.source} "
-                             "(rerun without --resume to start afresh)")
+                             f"({self.afresh} instead of resume starts afresh)")
         if fn != self.function:
             raise ValueError(f"{label}: written by a sweep of {fn}, not {self.function} "
-                             "(rerun without --resume to start afresh)")
+                             f"({self.afresh} instead of resume starts afresh)")
+
+
+def _kind_name(dtype: str) -> str:
+    return "a str" if dtype == "str" else f"of dtype {as_dtype(dtype).name}"
+
+
+def _ragged_dataset(f, name: str, col: np.ndarray, dtype: np.dtype) -> None:
+    """A result whose shape varies: ``/results/NAME`` each task's values flattened (variable length, C order),
+    ``/shapes/NAME`` each task's shape (both empty where the task is not done)."""
+    import h5py
+
+    empty, no_shape = np.zeros(0, dtype), np.zeros(0, np.int64)
+    values = np.empty(len(col), dtype=object)
+    shapes = np.empty(len(col), dtype=object)
+    for i, v in enumerate(col):
+        values[i] = empty if v is None else np.ravel(v).astype(dtype, copy=False)
+        shapes[i] = no_shape if v is None else np.array(np.shape(v), np.int64)
+    # data= at creation: assigning an object array of arrays of one length would be read as a 2-D array
+    d = f["results"].create_dataset(name, data=values, dtype=h5py.vlen_dtype(dtype))
+    d.attrs["ragged"] = True
+    d.attrs["description"] = f"each task's values flattened in C order; reshape to /shapes/{name}"
+    s = f.require_group("shapes").create_dataset(name, data=shapes, dtype=h5py.vlen_dtype(np.int64))
+    s.attrs["description"] = f"each task's shape of /results/{name} (empty where not done)"
 
 
 def _dataset(group, name: str, col: np.ndarray) -> None:
@@ -272,10 +348,19 @@ class Journal:
         self.path, self.header = path, header
         self.buffer: list[Record] = []
 
-    def restart(self) -> None:
-        """Start an empty journal (header only), atomically replacing any old one."""
+    def restart(self, carry: list | None = None) -> None:
+        """Start a journal of the header (and ``carry``, an earlier journal's records), atomically replacing any old one.
+
+        Parameters
+        ----------
+        carry : list of Record, optional
+            Records a resume read from the old journal: kept in the new one,
+            so that the HDF5 file need not be written before the first task.
+        """
         with atomic_path(self.path) as tmp, open(tmp, "wb") as f:
             f.write(_frame(self.header))
+            if carry:
+                f.write(_frame(list(carry)))
             f.flush()
             os.fsync(f.fileno())
         self.buffer.clear()

@@ -85,3 +85,35 @@ def crashy(i, how="ok"):
             time.sleep(60)
     xp = hpcgpu.get_runtime().xp  # the task process's one-rank runtime: the rank's xp
     return {"y": float(xp.sqrt(xp.asarray(float(i))))}
+
+
+def changes_kind(i, seconds=0):
+    """Numbers for tasks 0-2, a string from task 3 on: a result of another dtype."""
+    _log(i)
+    return {"x": np.zeros(2) if i < 3 else "three"}
+
+
+def ragged(i, seconds=0):
+    """A vector of i % 3 + 1 values and a matrix of (i % 2 + 1, 2) values: shapes that vary from task to task."""
+    _log(i)
+    return {"v": np.arange(i % 3 + 1, dtype=float), "m": np.full((i % 2 + 1, 2), i), "s": i}
+
+
+def chatty(i, seconds=0):
+    """Prints two lines to stdout, one to stderr, and writes a line on file descriptor 1 as C code would."""
+    import sys
+
+    _log(i)
+    print(f"out {i} a")
+    print(f"err {i}", file=sys.stderr)
+    os.write(1, f"raw {i}\n".encode())
+    print(f"out {i} b", end="")  # a last line without its newline
+    return {"i": i}
+
+
+def interrupted(i, seconds=0):
+    """Task 2 raises KeyboardInterrupt itself."""
+    _log(i)
+    if i == 2:
+        raise KeyboardInterrupt("the task's own")
+    return {"i": i}
