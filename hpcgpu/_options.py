@@ -14,6 +14,7 @@ variable                       what it sets
 ``HPCGPU_DATA_DIR``            where the bundled data sets are cached (``~/.cache/hpcgpu``)
 ``HPCGPU_POWERCAP_ROOT``       where RAPL's counters are read (``/sys/class/powercap``)
 ``HPCGPU_MPIEXEC``             the launcher ``python -m hpcgpu.scaling`` starts its runs with
+``HPCGPU_JOB_STOP_FILE``       a job script's own stop file: there at the start, it is a stop, not a stale file
 =============================  ==========================================================================
 
 Switches take 0/1, no/yes, false/true or off/on. Not collective: a variable
@@ -32,7 +33,7 @@ __all__ = ["VARIABLES", "text", "switch", "seconds", "choice", "error"]
 
 VARIABLES = ("HPCGPU_STALL_TIMEOUT", "HPCGPU_CUDA_AWARE_MPI", "HPCGPU_NONBLOCKING_DEVICE", "HPCGPU_DEVICE",
              "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_BLAS_OVERSUBSCRIBE", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT",
-             "HPCGPU_MPIEXEC")
+             "HPCGPU_MPIEXEC", "HPCGPU_JOB_STOP_FILE")
 
 TRUE = frozenset({"1", "yes", "true", "on"})
 FALSE = frozenset({"0", "no", "false", "off"})
@@ -176,6 +177,7 @@ _READERS = {
     "HPCGPU_DATA_DIR": text,
     "HPCGPU_POWERCAP_ROOT": text,
     "HPCGPU_MPIEXEC": text,
+    "HPCGPU_JOB_STOP_FILE": text,
 }
 """How each variable is read: its value's rules live in its reader, and :func:`error` runs them all."""
 

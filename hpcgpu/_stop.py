@@ -52,6 +52,7 @@ def stop_file_check(path: str | None, files: dict, what: str = "--stop-file") ->
     """
     if not path:
         return None, ""
+    from . import _options
     from ._outputs import _same_file
 
     try:
@@ -59,6 +60,10 @@ def stop_file_check(path: str | None, files: dict, what: str = "--stop-file") ->
             if other and _same_file(os.fspath(path), os.fspath(other)):
                 return ValueError(f"{what} {path}: is the run's {name} file: a stop file needs a path of its own"), ""
         there = os.path.lexists(path)
+        # A job script's own stop file (it removed it before the launch, and names it HPCGPU_JOB_STOP_FILE) that is
+        # there now was made by its trap on a warning signal during the start: a stop, not an earlier run's file.
+        own = _options.text("HPCGPU_JOB_STOP_FILE")
+        there = there and not (own and _same_file(os.fspath(path), own))
     except (TypeError, ValueError) as e:  # not a path at all: the caller agrees on it
         return ValueError(f"{what} {path!r}: not a file path ({e})"), ""
     return None, _stale_stop_file(path, what) if there else ""
