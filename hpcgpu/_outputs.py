@@ -593,12 +593,29 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
     Raises
     ------
     OSError
-        The file cannot be written; nothing is left at ``path`` but what was there.
+        The file cannot be written (a full disk: ``"PATH: No space left on
+        device: nothing was written"``); nothing is left at ``path`` but what
+        was there.
     """
     from .io import atomic_path
 
-    with atomic_path(path) as tmp:
+    with _named(path), atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": mark_text()})
+
+
+@contextlib.contextmanager
+def _named(path):
+    """A full disk met writing ``path`` as one line naming it: ``"PATH: No space left on device: ..."``."""
+    from .io import no_space
+
+    try:
+        yield
+    except OSError as e:
+        if no_space(e) is None:
+            raise
+        err = OSError(f"{os.fspath(path)}: {e}")
+        err.errno = e.errno
+        raise err from None
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -616,11 +633,13 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     Raises
     ------
     OSError
-        The file cannot be written; nothing is left at ``path`` but what was there.
+        The file cannot be written (a full disk: ``"PATH: No space left on
+        device: nothing was written"``); nothing is left at ``path`` but what
+        was there.
     """
     from .io import atomic_path
 
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with _named(path), atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
 
 

@@ -90,6 +90,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     ------
     str
         The temporary name to write to.
+
+    Raises
+    ------
+    OSError
+        What the block raised; a full disk (or quota) as ``"No space left
+        on device: nothing was written"``, for the caller to name the file.
     """
     tmp = temp_beside(path)
     try:
@@ -99,8 +105,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         full = no_space(e)
-        if full is not None:  # one line naming the file, not the temporary
-            raise OSError(f"{full} writing {os.fspath(path)} (nothing of it was replaced)") from None
+        if full is not None:  # one line, without the temporary's name: the caller names the file
+            err = OSError(f"{full}: nothing was written")
+            err.errno = errno.ENOSPC
+            raise err from None
         raise
 
 

@@ -345,18 +345,22 @@ def main(argv=None) -> int:
         return 2
     from mpi4py import MPI
 
-    from ._outputs import Input, claim
+    from ._outputs import Input, claim, release
 
+    outputs = []
     try:
         runs = [read_run(r) for r in a.results]
-        claim(report_outputs(runs, a.out), [Input(r, "RESULTS") for r in a.results], comm=MPI.COMM_SELF,
-              overwrite=a.overwrite, prog="hpcgpu.report")
+        outputs = report_outputs(runs, a.out)
+        claim(outputs, [Input(r, "RESULTS") for r in a.results], comm=MPI.COMM_SELF, overwrite=a.overwrite,
+              prog="hpcgpu.report")
         files = write_report(runs, a.out)
     except (ValueError, OSError) as e:
         from .io import one_line
 
         print(f"hpcgpu.report: error: {one_line(e)}", file=sys.stderr)
         return 2
+    finally:
+        release(o.path for o in outputs)  # written: another job may write them now (main() may run in-process)
     print(f"hpcgpu.report: wrote {len(files)} files to {a.out}: " + ", ".join(os.path.basename(f) for f in files))
     return 0
 

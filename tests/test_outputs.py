@@ -290,7 +290,7 @@ def test_matmul_adds_its_dataset_and_keeps_the_others(tmp_path, matrices):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("out", ["a.h5:A", "a.h5", "a.h5:/A/"])
+@pytest.mark.parametrize("out", ["a.h5:A", "a.h5", "a.h5:/A"])
 def test_matmul_refuses_to_write_over_its_input(tmp_path, matrices, out):
     a, _ = matrices
     p = _mpi.run(2, ["-m", "hpcgpu", "matmul", tmp_path / "a.h5", tmp_path / "b.h5", "-o", f"{tmp_path}/{out}",
@@ -343,3 +343,177 @@ def test_a_device_many_processes_write_is_not_held(monkeypatch):
     for locking in ("TRUE", "FALSE"):
         monkeypatch.setenv("HDF5_USE_FILE_LOCKING", locking)
         assert held_error(os.devnull, "--out") is None
+
+
+# -- outputs no other job can touch: links, locks, names, full disks -------------------------------------------------
+
+def test_linked_sources_follow_external_soft_and_virtual_links(tmp_path, monkeypatch):
+    """What an input reads through links, resolved as HDF5 does: a relative external link beside its file (not the
+    working directory), a chain of links, a soft link, a virtual dataset's sources (``.`` its own file); a cycle
+    ends."""
+    from hpcgpu.io import linked_sources
+
+    (tmp_path / "sub").mkdir()
+    write_h5(tmp_path / "sub" / "data.h5", X=np.zeros(3))
+    with h5py.File(tmp_path / "sub" / "mid.h5", "w") as f:
+        f["g/X"] = h5py.ExternalLink("data.h5", "/X")
+        f["loop"] = h5py.ExternalLink("mid.h5", "/loop")
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f["train/X"] = h5py.ExternalLink("sub/mid.h5", "/g")
+        f["alias"] = h5py.SoftLink("/train")
+        f["own"] = np.ones(3)
+        layout = h5py.VirtualLayout((3,), "f8")
+        layout[...] = h5py.VirtualSource(".", "own", shape=(3,))
+        f.create_virtual_dataset("v", layout)
+    monkeypatch.chdir(tmp_path / "sub")  # a relative link is found beside its file, wherever the run starts
+    src, sub = str(tmp_path / "in.h5"), str(tmp_path / "sub")
+    assert linked_sources(src, "/train/X/X") == [
+        (f"{sub}/mid.h5", "/g/X", f"the external link {src}:/train/X"),
+        (f"{sub}/data.h5", "/X", f"the external link {src}:/train/X")]
+    assert linked_sources(src, "alias")[0] == (src, "/train", f"the soft link {src}:/alias")
+    assert linked_sources(src, "v") == [(src, "/own", f"the virtual dataset {src}:/v")]
+    whole = {(os.path.basename(f), d) for f, d, _ in linked_sources(src)}
+    assert {("mid.h5", "/g"), ("data.h5", "/X"), ("in.h5", "/own")} <= whole
+    assert linked_sources(f"{sub}/mid.h5", "loop") == [(f"{sub}/mid.h5", "/loop",
+                                                       f"the external link {sub}/mid.h5:/loop")]
+    assert linked_sources(src, "own") == []
+
+
+def test_a_name_too_long_for_its_temporary_is_refused_at_the_claim(tmp_path):
+    """A legal name with no room for its temporary's suffix (.NAME.XXXXXXXX.tmp) is refused before any work, not
+    after the training (File name too long, the run lost)."""
+    from hpcgpu.io import TEMP_EXTRA
+
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    fits = tmp_path / ("f" * (limit - TEMP_EXTRA - 3) + ".h5")
+    long = tmp_path / ("x" * (limit - TEMP_EXTRA - 2) + ".h5")
+    assert claim_error([Output(fits, "--out")]) is None
+    assert str(claim_error([Output(long, "--out")])) == (
+        f"--out {long}: its name is too long to write: hpcgpu writes .NAME.XXXXXXXX.tmp beside it first, "
+        f"{limit + 1} bytes where {tmp_path} allows {limit}; give a name of at most {limit - TEMP_EXTRA} bytes")
+    assert os.listdir(tmp_path) == []
+
+
+_CLAIM_ELSEWHERE = """
+import sys
+from hpcgpu._outputs import Output, claim_error
+print(claim_error([Output(sys.argv[1], "-o", dataset="C")], hold=[]))
+"""
+
+
+def test_a_held_output_is_refused_to_another_process_until_released(tmp_path):
+    """The lock beside an output: another process's claim names this one (host, pid) while it holds it; released,
+    the lock file is gone and the other process takes it."""
+    import socket
+
+    from hpcgpu._outputs import lock_path, release
+
+    out = tmp_path / "r.h5"
+    held = []
+    assert claim_error([Output(out, "--out")], hold=held) is None and held == [lock_path(out)]
+    assert (tmp_path / ".r.h5.lock").read_text() == f"{socket.gethostname()} {os.getpid()}\n"
+    other = subprocess.run([sys.executable, "-c", _CLAIM_ELSEWHERE, str(out)], capture_output=True, text=True,
+                           timeout=60, env=_mpi.environment())
+    assert other.stdout == (f"-o {out}:C: is being written by another job (host {socket.gethostname()}, pid "
+                            f"{os.getpid()}): wait for it to end, or write elsewhere\n"), other.stderr
+    release([out])
+    assert os.listdir(tmp_path) == []
+    other = subprocess.run([sys.executable, "-c", _CLAIM_ELSEWHERE, str(out)], capture_output=True, text=True,
+                           timeout=60, env=_mpi.environment())
+    assert other.stdout == "None\n", other.stderr
+    assert os.listdir(tmp_path) == []  # released at that process's end
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_dangling_link_as_an_input_is_one_line(tmp_path, matrices, nprocs):
+    os.symlink("gone.h5", tmp_path / "dang.h5")
+    p = _mpi.run(nprocs, ["-m", "hpcgpu", "matmul", tmp_path / "a.h5", f"{tmp_path}/dang.h5:B", "-o",
+                          tmp_path / "c.h5"], timeout=90)
+    assert _one_line_exit_2(p) == (f"hpcgpu: error: B {tmp_path}/dang.h5:B: a dangling symbolic link (to gone.h5): "
+                                   "nothing to read")
+    assert sorted(os.listdir(tmp_path)) == ["a.h5", "b.h5", "dang.h5"]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A small file system (tmpfs, root only) holding an earlier file, filled but for ``free`` bytes:
+    ``make(free) -> directory``."""
+    import shutil
+
+    mounted = []
+
+    def make(free):
+        if os.geteuid() != 0 or not shutil.which("mount"):
+            pytest.skip("a full file system needs root (mount -t tmpfs)")
+        d = tmp_path / "full"
+        d.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)],
+                          capture_output=True).returncode:
+            pytest.skip("mount -t tmpfs is not allowed here")
+        mounted.append(d)
+        with h5py.File(d / "prev.h5", "w") as f:  # earlier outputs, which must survive whole
+            f.attrs["hpcgpu_version"] = "0"
+            f["earlier"] = np.arange(4.0)
+        (d / "report.md").write_text("<!-- written by hpcgpu 0 -->\n")
+        with open(d / "filler", "wb", buffering=0) as f:
+            try:
+                while f.write(b"\0" * 4096):
+                    pass
+            except OSError:
+                pass
+            f.truncate(max(0, os.fstat(f.fileno()).st_size - free))
+        return d
+
+    yield make
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def _files(d):
+    return {n: (d / n).read_bytes() for n in sorted(os.listdir(d)) if n != "filler"}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+@pytest.mark.parametrize("into", ["new.h5", "prev.h5"])
+@pytest.mark.parametrize("free", [0, 16 << 10])
+def test_matmul_on_a_full_disk_is_one_line(tmp_path, full_disk, nprocs, into, free):
+    """No room for C, in a new file or added to an existing one: one line, exit 2, the earlier file whole, no
+    temporary (a few KiB free segfaulted inside HDF5 and published a broken file, "wrote" and exit 0 before; the
+    existing file's copy was a RuntimeError traceback)."""
+    rng = np.random.default_rng(0)
+    write_h5(tmp_path / "a.h5", A=rng.normal(size=(40, 40)))
+    write_h5(tmp_path / "b.h5", B=rng.normal(size=(40, 40)))
+    d = full_disk(free)
+    before = _files(d)
+    p = _mpi.run(nprocs, ["-m", "hpcgpu", "matmul", tmp_path / "a.h5", tmp_path / "b.h5", "-o", f"{d}/{into}:C"],
+                 timeout=120)
+    assert _one_line_exit_2(p) == (f"hpcgpu: error: -o {d}/{into}:C: No space left on device: nothing was written "
+                                   "(free some space, or write elsewhere)")
+    assert _files(d) == before  # no temporary, no lock file, the earlier file as it was
+
+
+def test_reports_on_a_full_disk_are_one_line(full_disk):
+    """A report's PNG and Markdown on a full disk: one line naming the file, the earlier file whole, no temporary."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hpcgpu._outputs import save_figure, write_text
+
+    d = full_disk(0)
+    before = _files(d)
+    fig = plt.figure()
+    fig.gca().plot(np.arange(100.0))
+    try:
+        with pytest.raises(OSError) as png:
+            save_figure(fig, d / "learning.png")
+    finally:
+        plt.close(fig)
+    with pytest.raises(OSError) as text:
+        write_text(d / "report.md", "<!-- written by hpcgpu 0 -->\n" + "| a row |\n" * 2000)
+    assert str(png.value) == f"{d}/learning.png: No space left on device: nothing was written"
+    assert str(text.value) == f"{d}/report.md: No space left on device: nothing was written"
+    assert _files(d) == before
