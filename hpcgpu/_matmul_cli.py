@@ -54,7 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_collectives(p)
     p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort, naming the ranks that have not arrived, when a panel broadcast waits this long "
-                        "(default: $HPCGPU_STALL_TIMEOUT, else off)")
+                        "(default: $HPCGPU_STALL_TIMEOUT, else 600; 0: off)")
     p.add_argument("--transa", choices=("N", "T", "C"), default="N",
                    help="op(A): A, its transpose, or its conjugate transpose (PDGEMM's TRANSA)")
     p.add_argument("--transb", choices=("N", "T", "C"), default="N", help="op(B), as --transa")

@@ -127,7 +127,7 @@ def _run_options(p: ArgumentParser, d: TrainConfig) -> None:
                    help="write a Chrome trace (chrome://tracing, Perfetto) of every step's phases, a track per rank")
     g.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
                    help="abort the job, naming the ranks that have not arrived, when a collective waits this "
-                        "long (default: $HPCGPU_STALL_TIMEOUT, else off)")
+                        "long (default: $HPCGPU_STALL_TIMEOUT, else 600; 0: off)")
 
 
 def _checkpoint_options(p: ArgumentParser, d: TrainConfig) -> None:

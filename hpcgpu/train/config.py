@@ -115,7 +115,8 @@ class TrainConfig:
     stall_timeout : float or None
         Seconds a collective may wait before the job is aborted with a
         report of the ranks that have not arrived (0: off; ``None``:
-        ``$HPCGPU_STALL_TIMEOUT``, else off; see
+        ``$HPCGPU_STALL_TIMEOUT``, else 600, see
+        :data:`hpcgpu.watchdog.DEFAULT_STALL_TIMEOUT` and
         :class:`hpcgpu.watchdog.Watchdog`).
     tensor_parallel : int
         T: the ranks form a data x tensor grid of ``P / T`` replicas of T
