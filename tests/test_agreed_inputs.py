@@ -73,6 +73,7 @@ def _launch(tmp_path, nprocs: int, table: dict, env=None, timeout: float = 300):
     return p
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3])
 @pytest.mark.parametrize("table", [TRAINER, MATRICES], ids=["trainer", "matrices"])
 def test_a_difference_is_one_agreed_line_on_every_rank(tmp_path, nprocs, table):
@@ -84,6 +85,7 @@ def test_a_difference_is_one_agreed_line_on_every_rank(tmp_path, nprocs, table):
         assert got == want, f"rank {rank}"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(("case", "where"), [
     ("stall_trainer", r"Trainer's agreement of its arguments"),
     ("stall_summa", r"SUMMA panel broadcast \(panel \d+ of \d+\)"),
