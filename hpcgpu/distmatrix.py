@@ -140,7 +140,7 @@ class DistMatrix:
 
         What :func:`hpcgpu.errors.agree_inputs` compares (the block shape, which is each rank's own, is left out).
         """
-        return f"{self.gshape[0]} x {self.gshape[1]} {self.dtype} on grid {self.grid.describe()}"
+        return f"{self.gshape[0]} x {self.gshape[1]} {self.dtype} on grid {self.grid.shape[0]}x{self.grid.shape[1]}"
 
     def __matmul__(self, other: DistMatrix) -> DistMatrix:
         return matmul(self, other)

@@ -215,9 +215,10 @@ _LONG = 16  # a list or tuple longer than this is normalized by its length and i
 def _normal(value, depth: int = 0):
     """``value`` in a form that is the same on two ranks exactly when their arguments are: str leaves, dicts, lists.
 
-    Floats by ``repr`` (round-trip exact), ints, strings, bools and None by ``repr``; arrays (anything with
-    ``shape`` and ``dtype``) by type, shape and dtype, never by contents; dicts sorted by key; objects by their
-    ``describe()`` hook, a ``__repr__`` of their own, or their type's name (never an address).
+    Floats by ``repr`` (round-trip exact), ints, strings, bools and None by ``repr``; containers item by item
+    (dicts and sets sorted); arrays (anything with a ``shape``) by type, shape and dtype, never by contents;
+    functions and classes by their qualified names; other objects by their ``describe()`` hook, a ``__repr__``
+    of their own, or their type's name (never an address).
     """
     if type(value) in _PLAIN or value is None:  # the common case first: an argument of a built-in type
         return repr(value)
@@ -227,19 +228,32 @@ def _normal(value, depth: int = 0):
         return repr(float(value))
     if depth > 6:
         return type(value).__name__
+    if isinstance(value, (dict, set, frozenset, list, tuple)):
+        return _normal_container(value, depth)
+    return _normal_object(value, depth)
+
+
+def _normal_container(value, depth: int):
+    """:func:`_normal` of a dict, set, list or tuple."""
     if isinstance(value, dict):
         return {repr(k) if not isinstance(k, str) else k: _normal(v, depth + 1)
                 for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))}
-    if isinstance(value, (list, tuple)):
-        kind = type(value).__name__
-        if len(value) > _LONG:
-            return f"{kind} of {len(value)}, first {_flat(_normal(value[0], depth + 1))}"
-        return [kind, *(_normal(v, depth + 1) for v in value)]
+    kind = type(value).__name__
+    if isinstance(value, (set, frozenset)):  # iteration order follows each process's hash seed: sorted
+        return [kind, *sorted((_normal(v, depth + 1) for v in value), key=_flat)]
+    if len(value) > _LONG:
+        return f"{kind} of {len(value)}, first {_flat(_normal(value[0], depth + 1))}"
+    return [kind, *(_normal(v, depth + 1) for v in value)]
+
+
+def _normal_object(value, depth: int):
+    """:func:`_normal` of anything but a number, a string or a container."""
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    if shape is not None and dtype is not None:
-        if shape == () and hasattr(value, "item"):  # a NumPy scalar (a bool_, a datetime64): by its value
+    if isinstance(shape, tuple):  # an array of any kind (NumPy, CuPy, h5py, torch; a table): never its contents
+        if shape == () and dtype is not None and hasattr(value, "item"):  # a NumPy scalar (a bool_): its value
             return _normal(value.item(), depth + 1)
-        return f"{type(value).__name__} of shape {tuple(int(d) for d in shape)} and dtype {dtype}"
+        dims = tuple(int(d) if isinstance(d, numbers.Integral) else d for d in shape)
+        return f"{type(value).__name__} of shape {dims}" + (f" and dtype {dtype}" if dtype is not None else "")
     if isinstance(value, type) or callable(value) and hasattr(value, "__qualname__"):  # a class, a function
         return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
     describe = getattr(value, "describe", None)

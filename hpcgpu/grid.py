@@ -295,11 +295,6 @@ class ProcessGrid:
     def __repr__(self) -> str:
         return f"ProcessGrid({self.shape[0]}x{self.shape[1]}, me=({self.row}, {self.col}))"
 
-    def describe(self) -> str:
-        """``"3x1"``: what every rank's grid must share (:func:`hpcgpu.errors.agree_inputs`). Not collective."""
-        return f"{self.shape[0]}x{self.shape[1]}"
-
-
 def default_grid() -> ProcessGrid:
     """The ``Compute_dims`` grid over the runtime's communicator, made once.
 

@@ -196,5 +196,6 @@ def test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks():
     assert _normal(True) != _normal(1)
     assert _normal(np.bool_(True)) == _normal(True)
     assert _normal({"b": 1, "a": 2}) == _normal({"a": 2, "b": 1})
+    assert _normal({"b", "a"}) == ["set", "'a'", "'b'"]  # not in the order of this process's string hashes
     assert _normal(list(range(1000))) == "list of 1000, first 0"  # no cost per row
     assert _normal(np.zeros((2, 3), np.float32)) == "ndarray of shape (2, 3) and dtype float32"
