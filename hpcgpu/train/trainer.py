@@ -212,7 +212,9 @@ class Trainer:
     ------
     ValueError, TypeError, FileNotFoundError, OSError
         Bad options, model or data, on every rank with the same message (an
-        :class:`hpcgpu.AgreedError`): see :meth:`TrainConfig.validate`,
+        :class:`hpcgpu.AgreedError`): options, model, loss or optimizer that
+        differ across the ranks (:func:`hpcgpu.errors.agree_inputs`, the
+        construction's first communication); see :meth:`TrainConfig.validate`,
         :func:`hpcgpu.train.data.load_split`; a model without the contract;
         a model of one's own with tensor parallelism or mixed precision;
         an output that cannot be written or is an input.
@@ -542,7 +544,9 @@ class Trainer:
         Raises
         ------
         ValueError, TypeError
-            Bad data (every rank, one line): see
+            Bad data (every rank, one line): arguments that differ across
+            the ranks (the data's shapes and dtypes unless ``sharded``,
+            ``epochs``...: :func:`hpcgpu.errors.agree_inputs`); see
             :func:`hpcgpu.train.data.from_arrays`; data of another number of
             features or targets than the model's; data given to a later
             ``fit``; ``epochs`` fewer than the epochs done; a
@@ -572,9 +576,6 @@ class Trainer:
             name = next(iter(others))
             err = TypeError(f"fit: no argument {name}{_KERAS_FIT.get(name, '')}")
         callbacks = list(callbacks)
-        agree_inputs("fit", dict(_data_form(data, validation, sharded), epochs=epochs,
-                                 validation_split=validation_split, callbacks=callbacks, **others),
-                     comm=self.rt.comm, error=err)
         if self.stop_request is None or installed_request() is not self.stop_request:
             # a later fit (the first one's handlers were put back at its end), or another trainer's handlers,
             # since put back: this fit's own, from its first instant
@@ -585,6 +586,11 @@ class Trainer:
             data = validation = validation_split = None  # the first fit's, as given (split or not): go on
         given = (data, validation, sharded, validation_split)
         try:
+            # The first communication: the arguments agreed over the ranks (under the stop request: its first instant
+            # comes before this)
+            agree_inputs("fit", dict(_data_form(data, validation, sharded), epochs=epochs,
+                                     validation_split=validation_split, callbacks=callbacks, **others),
+                         comm=self.rt.comm, error=err)
             if validation_split is not None:
                 data, validation = split_off(data, validation, validation_split, sharded)
             self._fit(data, validation, sharded, epochs, callbacks)
@@ -1034,8 +1040,9 @@ class Trainer:
         ValueError
             ``X`` of another number of features than the model's, not 2-D,
             or with NaN; no rows; features that are not real numbers
-            (complex, strings) or not an array; an unwritable ``out``
-            (every rank).
+            (complex, strings) or not an array; an unwritable ``out``;
+            arguments that differ across the ranks (``X``'s shape and dtype
+            unless ``sharded``, ``root``, ``out``) (every rank).
         """
         from ..io import split_spec
 
