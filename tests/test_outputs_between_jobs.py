@@ -42,8 +42,8 @@ def paused_claim(*args, **kw):
 
 
 policy.claim = paused_claim
-sys.argv = ["hpcgpu", *sys.argv[1:]]
-runpy.run_module("hpcgpu", run_name="__main__")
+sys.argv = [os.environ["MODULE"], *sys.argv[1:]]
+runpy.run_module(os.environ["MODULE"], run_name="__main__")
 """
 
 
@@ -56,14 +56,14 @@ def matrices(tmp_path):
 
 @pytest.fixture
 def paused_job(tmp_path_factory):
-    """Start ``mpiexec -n 2 python -m hpcgpu ARGS`` that stops right after its output claim until released:
-    ``start(args) -> (process, rank 0's pid)``; ``go()`` lets it finish."""
+    """Start ``mpiexec -n 2 python -m MODULE ARGS`` that stops right after its output claim until released:
+    ``start(args, module="hpcgpu") -> (process, rank 0's pid)``; ``go(process)`` lets it finish."""
     procs = []
     sync = tmp_path_factory.mktemp("sync")  # apart from the job's files
     claimed, go = sync / "claimed", sync / "go"
 
-    def start(args):
-        env = _mpi.environment({"CLAIMED": str(claimed), "GO": str(go)})
+    def start(args, module="hpcgpu"):
+        env = _mpi.environment({"CLAIMED": str(claimed), "GO": str(go), "MODULE": module})
         p = subprocess.Popen([_mpi.mpiexec(), "-n", "2", sys.executable, "-c", PAUSED, *map(str, args)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                              start_new_session=True)
@@ -123,6 +123,31 @@ def test_a_second_job_on_a_file_another_job_writes_is_refused(tmp_path, matrices
         np.testing.assert_allclose(f["C1"][()], c, rtol=1e-12)
         np.testing.assert_allclose(f["C2"][()], c, rtol=1e-12)
     assert sorted(os.listdir(tmp_path)) == ["a.h5", "b.h5", "shared.h5"]  # no lock file or temporary left
+
+
+@pytest.mark.mpi
+def test_a_second_run_on_a_checkpoint_another_run_writes_is_refused(tmp_path, paused_job):
+    """Two training runs with one --checkpoint, the second with --resume: the second is one line naming the first,
+    before it removes anything (its start-up removed the first's live temporary, and the first died writing); once
+    the first has ended, the second resumes from its checkpoint."""
+    X, y = blobs(80, d=4)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    ckpt = tmp_path / "c.h5"
+    train = ["--data", data, "--checkpoint", ckpt, "--hidden", "4", "--batch-size", "20", "--schedule", "constant",
+             "--progress", "none"]
+    first, pid = paused_job([*train, "--out", tmp_path / "r1.h5", "--epochs", "1"], module="hpcgpu.train")
+    p = _mpi.run(2, ["-m", "hpcgpu.train", *train, "--out", tmp_path / "r2.h5", "--epochs", "2", "--resume"],
+                 timeout=120)
+    assert _line(p) == (f"hpcgpu.train: error: --checkpoint {ckpt}: is being written by another job (host "
+                        f"{socket.gethostname()}, pid {pid}): wait for it to end, or write elsewhere")
+    code, out, err = paused_job.go(first)
+    assert code == 0, (out, err)
+    p = _mpi.run(2, ["-m", "hpcgpu.train", *train, "--out", tmp_path / "r2.h5", "--epochs", "2", "--resume"],
+                 timeout=120)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(tmp_path / "r2.h5", "r") as f:  # the first epoch's metrics from the checkpoint, then the second
+        assert list(f["metrics/epoch"][()]) == [1, 2]
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".")) == []  # no lock file or temporary left
 
 
 @pytest.mark.mpi
