@@ -262,7 +262,7 @@ class _Capture:
         streams = [sys.stdout, sys.stderr]
         saved = {fd: os.dup(fd) for fd in (1, 2)}
         wrappers = []
-        for fd, f in zip((1, 2), self.files):
+        for fd, f in zip((1, 2), self.files, strict=True):
             f.seek(0)
             f.truncate()
             os.dup2(f.fileno(), fd)
@@ -287,7 +287,7 @@ class _Capture:
             (task, saved, streams, wrappers), self.active = self.active, None
             _flush_streams()
             sys.stdout, sys.stderr = streams
-            for fd, f, stream, wrapper in zip((1, 2), self.files, streams, wrappers):
+            for fd, f, stream, wrapper in zip((1, 2), self.files, streams, wrappers, strict=True):
                 with contextlib.suppress(Exception):
                     wrapper.close()
                 os.dup2(saved[fd], fd)

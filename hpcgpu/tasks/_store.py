@@ -300,8 +300,11 @@ def _kind_name(dtype: str) -> str:
 
 
 def _ragged_dataset(f, name: str, col: np.ndarray, dtype: np.dtype) -> None:
-    """A result whose shape varies: ``/results/NAME`` each task's values flattened (variable length, C order),
-    ``/shapes/NAME`` each task's shape (both empty where the task is not done)."""
+    """A result whose shape varies, written ragged: its values and its shapes, a row a task.
+
+    ``/results/NAME`` holds each task's values flattened (variable length, C order), ``/shapes/NAME`` each
+    task's shape; both are empty where the task is not done.
+    """
     import h5py
 
     empty, no_shape = np.zeros(0, dtype), np.zeros(0, np.int64)
@@ -349,7 +352,7 @@ class Journal:
         self.buffer: list[Record] = []
 
     def restart(self, carry: list | None = None) -> None:
-        """Start a journal of the header (and ``carry``, an earlier journal's records), atomically replacing any old one.
+        """Start a journal of the header (and ``carry``, an old journal's records), atomically replacing the old one.
 
         Parameters
         ----------
