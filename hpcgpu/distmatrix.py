@@ -6,6 +6,8 @@ Nothing global is held by one rank unless the user asks for it
 
 from __future__ import annotations
 
+import numbers
+import os
 
 import numpy as np
 from mpi4py import MPI
@@ -183,6 +185,8 @@ class DistMatrix:
             ``grid`` is not over the same ranks (every rank, before any
             communication).
         """
+        if not isinstance(grid, ProcessGrid):  # no grid to agree over: each rank's arguments alike
+            raise agreed(TypeError(f"redistribute: grid must be a ProcessGrid, got {type(grid).__name__}"))
         err = None
         if grid.size != self.grid.size or MPI.Comm.Compare(grid.cart, self.grid.cart) not in (
                 MPI.IDENT, MPI.CONGRUENT):
@@ -228,7 +232,7 @@ class DistMatrix:
             Unsupported dtype or a shape that is not two sizes >= 0; arguments that differ across the ranks
             (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
-        grid = default_grid() if grid is None else grid
+        grid = _grid_of(grid, "zeros")
         xp = _xp() if xp is None else xp
         err = _shape_error(gshape, "zeros") or _dtype_error(dtype, "zeros")
         shape = gshape if err else tuple(int(d) for d in gshape)  # a list and a tuple are one shape
@@ -259,7 +263,7 @@ class DistMatrix:
             ``a`` on the root is not 2-D or has an unsupported dtype; ``root`` or the grid differ across the
             ranks (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
-        grid = default_grid() if grid is None else grid
+        grid = _grid_of(grid, "from_global")
         xp = _xp() if xp is None else xp
         comm = grid.cart
         meta, err = None, None
@@ -326,9 +330,9 @@ class DistMatrix:
             Unsupported dtype or negative shape; arguments that differ across the ranks
             (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
-        grid = default_grid() if grid is None else grid
+        grid = _grid_of(grid, "random")
         xp = _xp() if xp is None else xp
-        err = _dtype_error(dtype, "random") or _shape_error(gshape, "random")
+        err = _dtype_error(dtype, "random") or _shape_error(gshape, "random") or _seed_error(seed)
         shape = gshape if err else tuple(int(d) for d in gshape)  # a list and a tuple are one shape
         agree_inputs("random", {"gshape": shape, "dtype": _dtype_name(dtype), "seed": seed, "grid": grid},
                      comm=grid.cart, error=err)
@@ -388,10 +392,11 @@ class DistMatrix:
         """
         import h5py
 
-        grid = default_grid() if grid is None else grid
+        grid = _grid_of(grid, "from_hdf5")
         xp = _xp() if xp is None else xp
         comm = grid.cart
-        meta, err = _hdf5_meta(path, name)
+        err = _names_error(path, name, "from_hdf5", none=True)
+        meta, err = (None, err) if err else _hdf5_meta(path, name)
         if err is None and dtype is not None:
             err = _dtype_error(dtype, f"{path}:{meta[0]}")
             if err is None and meta[2].kind == "c" and np.dtype(dtype).kind != "c":
@@ -510,13 +515,41 @@ class DistMatrix:
             file is left as it was).
         """
         agree_inputs("to_hdf5", {"matrix": self, "path": path, "name": name, "attrs": attrs, "overwrite": overwrite,
-                                 "what": what}, comm=self.grid.cart)
+                                 "what": what}, comm=self.grid.cart, error=_names_error(path, name, "to_hdf5"))
         meta = dict(world_size=self.grid.cart.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local).astype(_file_dtype(self.dtype), copy=False)
         with watch("DistMatrix.to_hdf5's write", f"{path}:{name}"):
             return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart,
                                  attrs=meta, overwrite=overwrite, what=what)
+
+
+def _grid_of(grid, what: str) -> ProcessGrid:
+    """``grid``, or the default grid for None; anything else is one agreed line.
+
+    Collective only where it makes the default grid. A grid of another type leaves no communicator to agree
+    over: the arguments are each rank's alike, and every rank raises the same error.
+    """
+    if grid is None:
+        return default_grid()
+    if not isinstance(grid, ProcessGrid):
+        raise agreed(TypeError(f"{what}: grid must be a ProcessGrid, got {type(grid).__name__}"))
+    return grid
+
+
+def _seed_error(seed) -> TypeError | None:
+    """Why ``seed`` is not a seed (an integer >= 0), or None. No communication."""
+    ok = isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0
+    return None if ok else TypeError(f"random: seed must be an integer >= 0, got {seed!r}")
+
+
+def _names_error(path, name, what: str, none: bool = False) -> TypeError | None:
+    """Why ``path`` is not a path or ``name`` not a dataset's name (a string; None where ``none``), or None."""
+    if not isinstance(path, (str, os.PathLike)):
+        return TypeError(f"{what}: path must be a str or os.PathLike, got {type(path).__name__}")
+    if not (isinstance(name, str) or (name is None and none)):
+        return TypeError(f"{what}: name must be a dataset's name (str), got {type(name).__name__}")
+    return None
 
 
 def _shape_error(gshape, what: str) -> ValueError | None:

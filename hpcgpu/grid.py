@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 
 from mpi4py import MPI
 
 from ._partition import block_range, block_starts
 from .comm import default_comm
-from .errors import agree_inputs
+from .errors import agree_inputs, agreed
 from . import watchdog as _watchdog  # noqa: F401 - the agreement of arguments waits under it
 
 __all__ = ["ProcessGrid", "parse_grid", "default_grid"]
 
 _GRIDS: dict = {}
+
+
+def _integers(values, what: str, none: bool = False) -> None:
+    """Refuse ``values`` (a tuple of arguments) unless each is an integer, or None where ``none``. Not collective.
+
+    Raises an agreed ``TypeError`` naming ``what``: arguments are each rank's alike, so every rank raises it.
+    """
+    for v in values:
+        if not ((v is None and none) or (isinstance(v, numbers.Integral) and not isinstance(v, bool))):
+            raise agreed(TypeError(f"{what} must be integers, got {values if len(values) > 1 else v!r}"))
+
+
+def _pair(gshape, what: str) -> None:
+    """Refuse ``gshape`` unless it is two integers (a global shape). Not collective."""
+    if isinstance(gshape, (str, bytes)) or not hasattr(gshape, "__len__") or len(gshape) != 2:
+        raise agreed(TypeError(f"{what} must be two integers, got {gshape!r}"))
+    _integers(tuple(gshape), what)
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -88,12 +106,18 @@ class ProcessGrid:
     def __init__(self, dims: tuple[int, int] | None = None, *, comm: MPI.Intracomm | None = None):
         if comm is None:
             comm = default_comm()
+        if not isinstance(comm, MPI.Intracomm):  # no communicator to agree over: each rank's alike
+            raise agreed(TypeError(f"ProcessGrid: comm must be an mpi4py.MPI.Intracomm, got {type(comm).__name__}"))
         size = comm.Get_size()
         if dims is None:
             dims = tuple(MPI.Compute_dims(size, 2))
-        pr, pc = (int(d) for d in dims)
-        err = ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks") \
-            if pr < 1 or pc < 1 or pr * pc != size else None
+        try:  # a refusal of the type is agreed below, with the other ranks' arguments
+            _pair(dims, "ProcessGrid: dims (pr, pc)")
+            pr, pc = (int(d) for d in dims)
+            err = ValueError(f"--grid {pr}x{pc} has {pr * pc} places for {size} ranks") \
+                if pr < 1 or pc < 1 or pr * pc != size else None
+        except TypeError as e:
+            pr, pc, err = dims, None, e
         agree_inputs("ProcessGrid", {"dims": (pr, pc)}, comm=comm, error=err)  # before Create_cart, which would hang
         self.shape = (pr, pc)
         self.cart = comm.Create_cart([pr, pc], periods=[False, False], reorder=False)
@@ -128,6 +152,7 @@ class ProcessGrid:
         int
             ``row * pc + col`` (the grid is row-major and not reordered).
         """
+        _integers((row, col), "ProcessGrid.rank_of: row and col")
         return self.cart.Get_cart_rank([row, col])
 
     def rows(self, m: int, row: int | None = None) -> slice:
@@ -153,6 +178,7 @@ class ProcessGrid:
         ValueError
             ``row`` is not a grid row.
         """
+        _integers((m, row), "ProcessGrid.rows: m and row", none=True)
         return slice(*block_range(m, self.shape[0], self.row if row is None else row))
 
     def cols(self, n: int, col: int | None = None) -> slice:
@@ -178,6 +204,7 @@ class ProcessGrid:
         ValueError
             ``col`` is not a grid column.
         """
+        _integers((n, col), "ProcessGrid.cols: n and col", none=True)
         return slice(*block_range(n, self.shape[1], self.col if col is None else col))
 
     def row_starts(self, m: int) -> list[int]:
@@ -196,6 +223,7 @@ class ProcessGrid:
             ``pr + 1`` nondecreasing offsets: grid row ``i`` holds rows
             ``starts[i]:starts[i + 1]``.
         """
+        _integers((m,), "ProcessGrid.row_starts: m")
         return block_starts(m, self.shape[0])
 
     def col_starts(self, n: int) -> list[int]:
@@ -214,6 +242,7 @@ class ProcessGrid:
             ``pc + 1`` nondecreasing offsets: grid column ``j`` holds columns
             ``starts[j]:starts[j + 1]``.
         """
+        _integers((n,), "ProcessGrid.col_starts: n")
         return block_starts(n, self.shape[1])
 
     def block(self, gshape: tuple[int, int], rank: int | None = None) -> tuple[slice, slice]:
@@ -234,6 +263,8 @@ class ProcessGrid:
             ``(self.rows(m, i), self.cols(n, j))`` for the grid position
             ``(i, j)`` of ``rank``.
         """
+        _pair(gshape, "ProcessGrid.block: gshape")
+        _integers((rank,), "ProcessGrid.block: rank", none=True)
         if rank is None:
             return self.rows(gshape[0]), self.cols(gshape[1])
         i, j = self.cart.Get_coords(rank)

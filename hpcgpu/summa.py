@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -252,6 +253,7 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
         _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
     err, rep = None, 1
     try:
+        _check_types(alpha, beta, panel, panel_memory, memory_limit, replication, timings, stats)
         _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
         shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
         rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
@@ -533,6 +535,23 @@ def _check_c(c, shape, a, beta, b=None) -> None:
 def _is_matrix(x) -> bool:
     """Whether ``x`` is a distributed matrix (:class:`hpcgpu.DistMatrix`: its local block, global shape, grid)."""
     return all(hasattr(x, name) for name in ("local", "gshape", "grid", "dtype", "xp"))
+
+
+def _check_types(alpha, beta, panel, panel_memory, memory_limit, replication, timings, stats) -> None:
+    """The types of :func:`matmul`'s numbers and dicts, each refused in one agreed line naming it."""
+    for name, x in (("alpha", alpha), ("beta", beta)):
+        if not (isinstance(x, numbers.Number) or (isinstance(x, np.ndarray) and x.ndim == 0
+                                                   and x.dtype.kind in "biufc")):
+            raise agreed(TypeError(f"matmul: {name} must be a number, got {x!r}"))
+    for name, x, none in (("panel", panel, True), ("replication", replication, True)):
+        if not ((x is None and none) or (isinstance(x, numbers.Integral) and not isinstance(x, bool))):
+            raise agreed(TypeError(f"matmul: {name} must be an integer, got {x!r}"))
+    for name, x, none in (("panel_memory", panel_memory, False), ("memory_limit", memory_limit, True)):
+        if not ((x is None and none) or (isinstance(x, numbers.Real) and not isinstance(x, bool) and x > 0)):
+            raise agreed(TypeError(f"matmul: {name} must be a number of bytes > 0, got {x!r}"))
+    for name, x in (("timings", timings), ("stats", stats)):
+        if x is not None and not isinstance(x, dict):
+            raise agreed(TypeError(f"matmul: {name} must be a dict to fill, or None, got {type(x).__name__}"))
 
 
 def _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode) -> None:
