@@ -2190,12 +2190,13 @@ FIXES: dict[str, str] = {
         '``-o FILE:NAME`` names a group of ``FILE`` (which holds other objects), not a dataset. It is not '
         'replaced: name a dataset (``FILE:NAME/y_hat``) or another path.'
     ),
-    ("…: the ranks of a node need … GiB for their blocks, more than its memory (… GiB): use more nodes, or fewer "
-     "ranks per node"): (
-        "A matrix (``matmul``'s A, B or C, ``hpcgpu.DistMatrix.from_hdf5``) or the MLP of ``info --hidden`` "
-        "declares more data than the ranks of one node can hold in memory (the node's memory, or its cgroup's "
-        "limit under Slurm). It is refused before anything is allocated. Spread the job over more nodes, run "
-        "fewer ranks per node, or check the dataset's declared shape (a typo in a generator)."
+    "…: the ranks of a node need … GiB for their blocks, more than its memory (… GiB): …": (
+        "A matrix (``matmul``'s A, B or C, ``hpcgpu.DistMatrix.from_hdf5``), the MLP of ``info --hidden`` or the "
+        "matrices of ``matmul --bench N`` declare more data than the ranks of one node can hold in memory (the "
+        "node's memory, or its cgroup's limit under Slurm). It is refused before anything is allocated. Do what "
+        "the line says: spread the job over more nodes, run fewer ranks per node, or check the dataset's "
+        "declared shape (a typo in a generator); for ``--bench``, give a smaller N (rank 0 also holds the "
+        "three N x N matrices of its one-process reference)."
     ),
     "… …: cannot write its journal ….journal (…)": (
         "The task farm keeps a journal beside ``-o`` (``OUT.journal``) so that a killed sweep loses at most "
@@ -2238,5 +2239,151 @@ FIXES: dict[str, str] = {
         "a validation label (``/test/y``, ``validation=``) lies outside them: a model of C classes can never "
         "predict it, and the accuracy would be wrong without a word. Relabel both sets together "
         "(``numpy.unique(y, return_inverse=True)``), or set ``num_classes`` to the true count."
+    ),
+    # -- The boundary of library errors: a model's contract after its first step, saved models, variables ------
+    "… (at step …, rank …)": (
+        "A model of one's own (or an autograd adapter) broke its contract at a later step than the first, on the "
+        "rank named (the lowest of those that did): the message before the parentheses says how (a gradient of "
+        "another size, a parameter's gradient missing). The gradient's write into the trainer's flat buffer "
+        "failed there; the other ranks learn it from the step's own gradient ``Allreduce`` (the rank makes its "
+        "loss sum NaN) and every rank raises the same line, at no cost to a step that keeps the contract. Fix "
+        "``loss_and_grad`` so that every call, on every rank, returns every parameter's gradient in its shape "
+        "(a branch taken only at some steps or on some ranks is the usual cause)."
+    ),
+    "[rank …] error: …": (
+        "As the line above, on a GPU run whose reduced loss sums stay on the device (NCCL): no rank can learn of "
+        "another's broken contract without a collective of its own every step, so the rank that found it ends "
+        "the job (``MPI_Abort``) with this one line naming itself. Fix the model as above."
+    ),
+    "model …: loss_and_grad's result could not be taken (…: …)": (
+        "A model of one's own returned something whose gradient or loss sum could not be written into the "
+        "trainer's buffers although its names and shapes were right (a loss sum that is a string or an array "
+        "of several numbers, a gradient of another type). Return the loss sum as a float (or a 0-d array) and "
+        "each gradient as an array of its parameter's shape."
+    ),
+    "model …: dtype … is not a NumPy type": (
+        "``FlatModel(model, dtype=...)`` was given a type NumPy does not know. Give ``\"float64\"`` or "
+        "``\"float32\"``."
+    ),
+    "Torch: … returned a …, not a tensor: its forward must return the outputs as one tensor, (n, k) or (n,)": (
+        "The module given to ``nn.Torch`` returns a tuple, a dict or something else than one tensor from its "
+        "``forward``. The trainer hands that tensor to the loss and scores it; wrap the module so that it "
+        "returns the one output the loss takes (``lambda x: module(x)[0]`` as a ``torch.nn.Module``)."
+    ),
+    ("Torch: the loss returned a …, not a tensor: loss(outputs, y) must return the sum over the samples as a 0-d "
+     "tensor"): (
+        "The loss given to ``nn.Torch`` returns a Python number (``.item()``, ``float(...)``) or another object: "
+        "autograd needs the tensor. Return the loss tensor itself, summed over the samples "
+        "(``torch.nn.MSELoss(reduction=\"sum\")``)."
+    ),
+    ("Torch: the loss returned a tensor of shape …, not one number: loss(outputs, y) must return the sum over the "
+     "samples (reduction=\"sum\")"): (
+        "The loss given to ``nn.Torch`` returns one value a sample (``reduction=\"none\"``, or a function without "
+        "its ``.sum()``). hpcgpu needs the sum over the micro-batch, which it divides by the global batch once: "
+        "add ``.sum()`` or give the loss module ``reduction=\"sum\"``."
+    ),
+    "Dense takes integer sizes, got Dense(…, …)": (
+        "``nn.Dense`` was given a size that is not an integer (``4.5``, ``\"64\"``). Give whole numbers: "
+        "``Dense(64, 10)``, or ``Dense(10)`` to take the input width from the layer before or the data."
+    ),
+    "Huber's delta must be a number > 0, got …": (
+        "``nn.Huber(delta)`` was given something other than a number. Give the threshold between the quadratic "
+        "and the linear part as a positive number, ``nn.Huber(1.0)``."
+    ),
+    "layer sizes must be a sequence of integers [D, h_1, ..., C], got …": (
+        "``nn.relu_stack`` (or ``nn.MLP``) takes a list of integer widths, the inputs' first and the outputs' "
+        "last; it was given a string or numbers of another type. Write ``relu_stack([784, 256, 10])``."
+    ),
+    "a layer's description must be a JSON object, got …": (
+        "``nn.from_spec`` (what ``load_model`` uses to rebuild the layers a results file records) was given "
+        "something other than a dict. Give it what ``Layer.spec()`` returned, or load the model with "
+        "``hpcgpu.load_model``."
+    ),
+    "the description of a … layer has no …": (
+        "A layer's description (a results file's ``model`` attribute, or a dict given to ``nn.from_spec``) "
+        "lacks a part that layer needs (``n_in`` and ``n_out`` for a ``Dense``, ``layers`` for a "
+        "``Sequential``). The file was edited or written by another program: train it again, or give the "
+        "missing part."
+    ),
+    "a loss's description must be a JSON object, got …": (
+        "``nn.loss_from_spec`` was given something other than a dict. Give it what ``Loss.spec()`` returned."
+    ),
+    ("… …: its model description (the model and config attributes) is not a JSON object: not a results file of "
+     "python -m hpcgpu.train"): (
+        "``load_model`` or ``predict --model`` read a results file whose ``model`` or ``config`` attribute is "
+        "not a JSON object (not JSON at all, or a list): the file was not written by hpcgpu's trainer, or was "
+        "changed since. Give the results file a training run wrote (``--out``, ``save_results``)."
+    ),
+    "… …: its model description has no …: the file was not written by python -m hpcgpu.train, or was changed since": (
+        "The results file's model description lacks a part hpcgpu needs to rebuild the model (its ``loss``, its "
+        "``net``). Give the results file a training run wrote, unchanged; a model of one's own is rebuilt by its "
+        "own code and ``Trainer.load_weights``."
+    ),
+    "… …: its model description is not one of hpcgpu's layers and loss (…)": (
+        "The results file's model description names layers or a loss in a form hpcgpu does not build (the "
+        "reason follows in parentheses). Give the results file a training run wrote, unchanged."
+    ),
+    "… …:… holds …: these weights predict nothing": (
+        "The weights in the dataset named hold NaN or an infinity: every prediction would be NaN. A run that "
+        "diverged is refused before it writes a results file, so the file was written otherwise or changed "
+        "since. Train again (a smaller learning rate), or load the weights of an earlier good run."
+    ),
+    "… must be … or …, got …": (
+        "The environment variable named takes one of the words listed (``HPCGPU_DEVICE``: ``auto``, ``cpu`` "
+        "or ``gpu``), and another was set. Every ``HPCGPU_*`` variable is checked when ``hpcgpu.init`` starts, "
+        "whether or not the run would read it. Set one of the words, or unset the variable."
+    ),
+    "-o …: the dataset's name ends in '/' (an empty name in group …): name the dataset, e.g. -o …:…": (
+        "``matmul -o FILE:NAME/`` names a group, not a dataset: HDF5 has no dataset of an empty name. Leave "
+        "out the trailing ``/`` (``-o C.h5:results/C``)."
+    ),
+    "ProcessGrid: comm must be an mpi4py.MPI.Intracomm, got …": (
+        "``ProcessGrid(comm=...)`` was given something other than an MPI communicator. Give an "
+        "``mpi4py.MPI.Intracomm`` (``rt.comm`` of ``hpcgpu.init()``), or leave it out for the runtime's own."
+    ),
+    "… must be integers, got …": (
+        "A ``ProcessGrid`` method or its ``dims`` was given sizes or positions that are not integers "
+        "(``\"4\"``, ``2.5``). Give Python or NumPy integers; ``parse_grid(\"2x3\")`` reads the command line's "
+        "``ROWSxCOLS`` form."
+    ),
+    "… must be two integers, got …": (
+        "A grid's ``dims`` or a global shape was given as something other than two integers (``\"2x2\"``, three "
+        "numbers). Give a pair, ``ProcessGrid((2, 2))``, ``grid.block((m, n))``."
+    ),
+    "…: grid must be a ProcessGrid, got …": (
+        "A ``DistMatrix`` constructor was given a ``grid`` that is not a ``hpcgpu.ProcessGrid`` (a string like "
+        "``\"2x1\"``). Make one, ``hpcgpu.ProcessGrid((2, 1))``, or leave ``grid`` out for the default grid."
+    ),
+    "redistribute: grid must be a ProcessGrid, got …": (
+        "``DistMatrix.redistribute`` takes the ``hpcgpu.ProcessGrid`` to move the matrix onto. Make one over "
+        "the same ranks, ``hpcgpu.ProcessGrid((1, P))``."
+    ),
+    "random: seed must be an integer >= 0, got …": (
+        "``DistMatrix.random`` seeds NumPy's generator with an integer, the same on every rank. Give one, "
+        "``seed=1``."
+    ),
+    "…: path must be a str or os.PathLike, got …": (
+        "``DistMatrix.from_hdf5`` or ``to_hdf5`` was given a path that is not a string or a ``pathlib.Path``. "
+        "Give the file's path."
+    ),
+    "…: name must be a dataset's name (str), got …": (
+        "``DistMatrix.from_hdf5`` or ``to_hdf5`` was given a dataset name that is not a string. Give the "
+        "dataset's path in the file, ``\"A\"`` or ``\"/group/A\"``."
+    ),
+    "matmul: … must be a number, got …": (
+        "``hpcgpu.matmul``'s ``alpha`` or ``beta`` is not a number (a string, a list). Give a Python or NumPy "
+        "scalar: ``alpha=2.0``."
+    ),
+    "matmul: … must be an integer, got …": (
+        "``hpcgpu.matmul``'s ``panel`` (the panel width in columns) or ``replication`` (2.5-D's layers) is not "
+        "an integer. Give a whole number, or leave it out for the default."
+    ),
+    "matmul: … must be a number of bytes > 0, got …": (
+        "``hpcgpu.matmul``'s ``panel_memory`` or ``memory_limit`` is in bytes: give a positive number "
+        "(``256 * 2**20``), not a string like ``\"256M\"``."
+    ),
+    "matmul: … must be a dict to fill, or None, got …": (
+        "``hpcgpu.matmul`` fills the dict given as ``timings`` or ``stats`` with its figures. Give an empty dict "
+        "(``t = {}; matmul(A, B, timings=t)``), or leave it out."
     ),
 }
