@@ -2148,7 +2148,47 @@ FIXES: dict[str, str] = {
         "An output is one of the run's own inputs (the data, the model, a matrix, the parameter table, the "
         "task's module), or the same dataset of one. Writing it would destroy what the run reads. Choose "
         'another file, or another dataset of the same file (``predict -o data.h5:/y_hat`` beside ``/X`` is '
-        'fine).'
+        'fine). An input is every file it reads: ``, through the external link ext.h5:/train/X`` (or a '
+        'virtual dataset, or a soft link) names the link in the input that leads into the output.'
+    ),
+    '… …: a dangling symbolic link (to …): nothing to read': (
+        'An input (a matrix of ``matmul``, ``--data``, ``--params``) is a symbolic link whose target does not '
+        "exist; the target is named. Point the link at the file, or give the file's own path."
+    ),
+    '…: is being written by another job (…): wait for it to end, or write elsewhere': (
+        'Another run (its host and process id are named) holds this output: every run holds its outputs, '
+        'checkpoints and journals for its whole duration through a lock file ``.NAME.lock`` beside each, so '
+        'two jobs never write one file (two ``matmul -o shared.h5:C1`` and ``:C2`` at once kept only one '
+        "dataset). Wait for that job to end, or write elsewhere. A lock file left by a killed job holds no "
+        'lock and is taken by the next run; on a file system without working locks see :ref:`outputs-locks`.'
+    ),
+    '…: cannot open its lock file … (…)': (
+        "The output's lock file ``.NAME.lock`` exists (another user's run made it) and cannot be opened even "
+        "to read; the reason follows. Ask its owner, or write elsewhere."
+    ),
+    '…: cannot create its lock file … (…)': (
+        "The output's lock file ``.NAME.lock`` cannot be created beside it; the reason follows (a directory "
+        'one can write files in but not create new ones in, a quota on inodes). Write elsewhere.'
+    ),
+    ('…: its name is too long to write: hpcgpu writes .NAME.XXXXXXXX.tmp beside it first, … bytes where … allows '
+     '…; give a name of at most … bytes'): (
+        'Every output is written to a temporary ``.NAME.XXXXXXXX.tmp`` beside it and renamed, and that name '
+        "is 14 bytes longer than the output's: the directory's file system (``NAME_MAX``, 255 bytes on most) "
+        'cannot hold it. Refused before any work (it failed after the whole training). Give a shorter name.'
+    ),
+    '…: …: nothing was written (free some space, or write elsewhere)': (
+        'The disk (or the quota: ``Disk quota exceeded``; or the file size limit: ``File too large``) has no '
+        'room for this output. A dataset added to a file reserves its space before HDF5 writes it, so the '
+        'file is as it was and no temporary is left. Free space, or write elsewhere, and run again.'
+    ),
+    '…: nothing was written': (
+        'A file hpcgpu writes whole (a results file, a checkpoint, a trace, a report\'s PNG or Markdown) met a '
+        'full disk or quota (``No space left on device: nothing was written``, after the file\'s name). The '
+        'temporary is removed and the earlier file, if any, is as it was. Free space, or write elsewhere.'
+    ),
+    '… …:…: cannot reserve its space on the disk (…)': (
+        'Before HDF5 writes a dataset into a file, its space is allocated (``posix_fallocate``), and that '
+        'failed for another reason than a full disk; the reason follows. The file is as it was.'
     ),
     '…: is also …: one would replace the other; give each output its own file': (
         'Two outputs of one run name the same file (``--out r.h5 --checkpoint r.h5``, ``--out r.h5 --trace '

@@ -693,7 +693,7 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
         lies under a dataset, or is a dataset hpcgpu did not write), every
         rank; the file is left as it was.
     """
-    from .io import SLACK, WRITE_ERRORS, on_root, reserve, temp_keeping
+    from .io import SLACK, WRITE_ERRORS, on_root, one_line, reserve, temp_keeping
 
     label = f"{what} {path}:{name}"
     nbytes = int(np.prod(gshape, dtype=np.int64)) * np.dtype(local.dtype).itemsize
@@ -710,12 +710,14 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
         except WRITE_ERRORS as e:
             if str(e).startswith(f"{what} {path}"):  # temp_keeping's own: the file is not one to replace
                 raise
-            raise _write_error(e, label, "cannot create a temporary file beside it") from None
+            raise _no_room(e, label) or OSError(f"{what} {path}:{name}: cannot create a temporary file beside it "
+                                                f"({one_line(e)})") from None
         try:  # the dataset's room before HDF5 writes it: a full disk met inside HDF5 crashes it
             reserve(tmp, os.path.getsize(tmp) + nbytes + SLACK)
         except OSError as e:
             os.unlink(tmp)
-            raise _write_error(e, label, "cannot reserve its space") from None
+            raise _no_room(e, label) or OSError(f"{what} {path}:{name}: cannot reserve its space on the disk "
+                                                f"({one_line(e)})") from None
         return tmp, new
 
     try:
@@ -725,14 +727,14 @@ def write_dataset(path: str, name: str, gshape: tuple, local, where: tuple, *, c
         _release(held)
 
 
-def _write_error(e: BaseException, label: str, doing: str) -> OSError:
-    """The one line of a write that failed: a full disk said as such, anything else as ``doing`` and its cause."""
-    from .io import no_space, one_line
+def _no_room(e: BaseException, label: str) -> OSError | None:
+    """A write that failed for want of room as one line naming the output (``label``); None for other failures."""
+    from .io import no_space
 
     full = no_space(e)
-    if full is not None:
-        return OSError(f"{label}: {full}: nothing was written (free some space, or write elsewhere)")
-    return OSError(f"{label}: {doing} ({one_line(e)})")
+    if full is None:
+        return None
+    return OSError(f"{label}: {full}: nothing was written (free some space, or write elsewhere)")
 
 
 def _write_into(tmp, new, path, name, gshape, local, where, comm, attrs, what, label) -> str:
@@ -752,7 +754,7 @@ def _write_into(tmp, new, path, name, gshape, local, where, comm, attrs, what, l
         writer = _write_mpio if h5py.get_config().mpi else _write_sequential
         agree(writer(tmp, name, gshape, local, where, meta, new, comm, label), comm=comm)
         on_root(lambda: publish(tmp, path), comm=comm,
-                error=lambda e: OSError(f"{label}: cannot rename ({one_line(e)})"))
+                error=lambda e: OSError(f"{what} {path}:{name}: cannot rename ({one_line(e)})"))
     except BaseException:
         if comm.rank == 0 and os.path.exists(tmp):
             os.unlink(tmp)
@@ -763,7 +765,7 @@ def _write_into(tmp, new, path, name, gshape, local, where, comm, attrs, what, l
 def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
     import h5py
 
-    from .io import WRITE_ERRORS, write_attrs
+    from .io import WRITE_ERRORS, one_line, write_attrs
 
     try:
         with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
@@ -775,7 +777,7 @@ def _write_mpio(tmp, name, gshape, local, where, meta, new, comm, label):
                 write_attrs(f, meta)
             f.flush()  # a failure said here, not swallowed by the close
     except WRITE_ERRORS as e:
-        return _write_error(e, label, "parallel write failed")
+        return _no_room(e, label) or OSError(f"{label}: parallel write failed ({one_line(e)})")
     return None
 
 
@@ -797,7 +799,7 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
     from mpi4py.util.sync import Sequential
 
     from .errors import agree
-    from .io import WRITE_ERRORS, write_attrs
+    from .io import WRITE_ERRORS, one_line, write_attrs
 
     err = None
     if comm.rank == 0:
@@ -809,7 +811,7 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
                     write_attrs(f, meta)
                 f.flush()  # a failure said here, not swallowed by the close
         except WRITE_ERRORS as e:
-            err = _write_error(e, label, "cannot create")
+            err = _no_room(e, label) or OSError(f"{label}: cannot create ({one_line(e)})")
     agree(err, comm=comm)
     with Sequential(comm):
         try:
@@ -818,5 +820,5 @@ def _write_sequential(tmp, name, gshape, local, where, meta, new, comm, label):
                     f[name][where] = local
                     f.flush()
         except WRITE_ERRORS as e:
-            err = _write_error(e, label, f"rank {comm.rank} cannot write its block")
+            err = _no_room(e, label) or OSError(f"{label}: rank {comm.rank} cannot write its block ({one_line(e)})")
     return err
