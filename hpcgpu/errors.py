@@ -314,8 +314,9 @@ def agree_inputs(where: str, args, *, comm=None, error: BaseException | None = N
     by a ``describe()`` method, a ``__repr__`` of their own, or their type's name), hashes the result
     (BLAKE2b, 8 bytes) and one ``allgather`` of (this rank's refusal or None, digest) decides. Only when the
     digests differ does a second ``allgather`` (of the normalized values) run, on every rank, to name the
-    difference. It costs one small collective per call (measured: about 30 microseconds at 3 ranks on 2
-    oversubscribed cores, MPICH).
+    difference. It costs one small collective per call and the normalization (measured on 2 loaded cores:
+    26 microseconds for a matrix's arguments, 97 for a Trainer's config; at 3 oversubscribed ranks under
+    MPICH 1.3 ms a call against 0.6 ms for the bare ``allgather``). At one rank it does nothing.
 
     Parameters
     ----------
