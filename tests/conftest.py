@@ -17,7 +17,8 @@ def pytest_addoption(parser):
         "--device", choices=("host", "standin"), default="host",
         help="standin: run the whole suite as on a GPU node, with tests/device's CuPy stand-in as `cupy` "
              "(one visible device, so --device auto picks the device path) in this process and in every rank "
-             "the tests start")
+             "the tests start; with -m device only the tests whose path differs on a device (make test's "
+             "second pass)")
 
 
 def pytest_configure(config):
@@ -49,22 +50,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under --device=standin, only the tests marked ``device`` run: those whose code path differs on a device
-    (device arrays, streams, the collectives path, device state in a checkpoint). The first pass ran every test;
-    a refusal before any device work, a file tool or a CPU-only subject would run the same code twice.
-
-    Under pytest-xdist (``-n N --dist loadgroup``), the tests of tests/slurm and tests/cluster run on one worker:
+    """Under pytest-xdist (``-n N --dist loadgroup``), the tests of tests/slurm and tests/cluster run on one worker:
     they share the session's Slurm and network-namespace nodes, which one worker starts once."""
     for item in items:
         rel = os.path.relpath(str(item.path), HERE).split(os.sep)[0]
         if rel in ("slurm", "cluster"):
             item.add_marker(pytest.mark.xdist_group("nodes"))
-    if config.getoption("--device") != "standin":
-        return
-    host = [i for i in items if i.get_closest_marker("device") is None]
-    if host:
-        config.hook.pytest_deselected(items=host)
-        items[:] = [i for i in items if i not in host]
 
 
 def _loadgroup_error(config) -> str | None:
@@ -86,10 +77,12 @@ def _loadgroup_error(config) -> str | None:
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Under --device=standin, the folders that manage a device themselves are not collected: tests/device
-    poses the stand-in (and its absence) per test in the first pass; tests/slurm runs the CPU job scripts
-    (``--device cpu``) and only ``sbatch --test-only`` for the GPU ones; tests/cluster binds stand-in GPUs
-    itself."""
+    """Under --device=standin every test runs but those of the folders that manage a device themselves, which are
+    not collected: tests/device poses the stand-in (and its absence) per test in the first pass; tests/slurm runs
+    the CPU job scripts (``--device cpu``) and only ``sbatch --test-only`` for the GPU ones; tests/cluster binds
+    stand-in GPUs itself. Every other test, marked ``device`` or not, so that one whose code takes the device path
+    only on a GPU node (a program's default ``--device auto``) is seen; ``-m device`` narrows the pass to the tests
+    whose path is known to differ on a device (make test's second pass; CI's runs them all: .ci/run)."""
     if config.getoption("--device") == "standin":
         rel = os.path.relpath(str(collection_path), HERE)
         return rel.split(os.sep)[0] in ("device", "slurm", "cluster")
