@@ -517,3 +517,35 @@ def test_reports_on_a_full_disk_are_one_line(full_disk):
     assert str(png.value) == f"{d}/learning.png: No space left on device: nothing was written"
     assert str(text.value) == f"{d}/report.md: No space left on device: nothing was written"
     assert _files(d) == before
+
+
+_HELD_UNTIL_CLOSE = """
+import os, subprocess, sys, numpy as np, hpcgpu
+from hpcgpu import nn, optim
+
+def other():  # another process's claim of the trainer's out
+    return subprocess.run([sys.executable, "-c", sys.argv[1], "r.h5"], capture_output=True, text=True).stdout.strip()
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(40, 3))
+t = hpcgpu.Trainer(nn.Sequential(nn.Dense(3, 2)), nn.SoftmaxCrossEntropy(), optim.SGD(0.1), batch_size=10,
+                   epochs=1, progress="none", out="r.h5", runtime=hpcgpu.init("cpu"))
+t.fit((X, (X[:, 0] > 0).astype(np.int64)))
+print(other().replace(str(os.getpid()), "PID"))
+t.close()
+print(other(), sorted(os.listdir(".")))
+"""
+
+
+@pytest.mark.mpi
+def test_a_trainer_holds_its_outputs_until_it_is_closed(tmp_path):
+    """Library mode: the outputs a Trainer claimed are held while it lives (another process is refused) and let go
+    by close(), not only at the process's end (a notebook's closed trainer kept other jobs out)."""
+    import socket
+
+    p = _mpi.run(1, ["-c", _HELD_UNTIL_CLOSE, _CLAIM_ELSEWHERE], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        f"-o r.h5:C: is being written by another job (host {socket.gethostname()}, pid PID): wait for it to end, or "
+        "write elsewhere",
+        "None []"], p.stdout  # let go: no lock file left either

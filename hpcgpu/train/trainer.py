@@ -37,7 +37,7 @@ from .._version import __version__
 from ..comm import Allreduce
 from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agree_inputs, agreed
-from .._outputs import Input, Output, claim, claim_error, write_dataset
+from .._outputs import Input, Output, claim, claim_error, release, write_dataset
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
@@ -485,6 +485,7 @@ class Trainer:
         after its trainer no longer keeps the trainer's memory alive.
         """
         self._release_stop()
+        release(path for path, _ in self._claimed)  # its outputs' locks: another job may write them now
         if "model" in self.__dict__:
             self.__dict__["model"].release()
         for part, free in (("watchdog", "close"), ("energy", "free")):  # absent while the model waits for data
