@@ -1,14 +1,15 @@
 """MPICH's ranks give up the CPU while they wait, on a node with more ranks than cores.
 
 MPICH's progress engine polls while a rank waits in a collective, with a
-``sched_yield`` every 1000 polls. With more ranks than cores (``mpiexec -n 8``
-on a 2-core laptop or CI machine) the waiting ranks then take the CPU from the
-one the others wait for: the README's main job (8 ranks on 2 cores) took 8.9 s,
-7.0 s of it in the kernel, and 5.9 s with ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1``
-(a short ``nanosleep`` instead, 1.6 s in the kernel). MPICH reads its control
-variables at ``MPI_Init``, so this runs at ``import hpcgpu``, before mpi4py's
-import initializes MPI. A variable the user set is never changed; Open MPI
-yields by itself when it knows the node is oversubscribed.
+``sched_yield`` every 1000 polls. With more than two ranks a core
+(``mpiexec -n 8`` on a 2-core laptop or CI machine) the waiting ranks then take
+the CPU from the one the others wait for: the README's main job (8 ranks on 2
+cores) took 8.9 s, 7.0 s of it in the kernel, and 5.9 s with
+``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` (a ``nanosleep`` instead, 1.6 s in the
+kernel). At two ranks a core MPICH's polling is the faster (:func:`when_oversubscribed`).
+MPICH reads its control variables at ``MPI_Init``, so this runs at ``import hpcgpu``,
+before mpi4py's import initializes MPI. A variable the user set is never
+changed; Open MPI yields by itself when it knows the node is oversubscribed.
 
 OpenBLAS likewise starts its threads when NumPy loads it: one a core, each
 spinning a while, in every rank (eight ranks of a 16-core node started 128
@@ -30,9 +31,11 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["HEAVY_YIELD", "blas_at_start", "mpi_start", "when_oversubscribed"]
+__all__ = ["HEAVY_YIELD", "RANKS_A_CORE", "blas_at_start", "mpi_start", "when_oversubscribed"]
 
 HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
+RANKS_A_CORE = 2
+"""The most ranks a core at which MPICH's waiting ranks keep polling; above it they sleep (:data:`HEAVY_YIELD`)."""
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 """The launcher's count of this node's ranks: Hydra's (MPICH, Intel MPI), Open MPI's."""
 
@@ -106,17 +109,28 @@ def blas_started(var: str | None) -> None:
 
 
 def when_oversubscribed() -> bool:
-    """Set :data:`HEAVY_YIELD` when the launcher put more ranks on this node than it has cores; whether it did.
+    """Set :data:`HEAVY_YIELD` where the launcher put more than :data:`RANKS_A_CORE` ranks a core on this node.
 
-    Not collective (every rank of a node decides the same from the same
-    variables). Nothing is set when the variable (or its ``MPICH_`` alias) is
-    already set, or no launcher said how many ranks the node has.
+    Returns whether it did. Not collective (every rank of a node decides the
+    same from the same variables). Nothing is set when the variable (or its
+    ``MPICH_`` alias) is already set, or no launcher said how many ranks the
+    node has.
+
+    Heavy yield waits with ``nanosleep(1 ns)`` between polls, which the
+    kernel rounds up to its timer slack (50 us by default): about 70 us a
+    poll, measured, so a waiting rank wakes some 14,000 times a second and
+    sees a peer's message up to 70 us late, at every stage of a reduction.
+    At two ranks a core that costs more than the polling saves: the trainer
+    (784-256-256-10, batch 256, 4 ranks on 2 cores, the machine otherwise
+    quiet) made 17,000-21,000 samples/s with it and 26,000-31,000 without;
+    at four ranks a core (the README's job, 8 ranks) it still wins, 9.5-10.8 s
+    against 12.6-16.0 s.
     """
     if HEAVY_YIELD in os.environ or "MPICH_ENABLE_HEAVY_YIELD" in os.environ:
         return False
     for var in LOCAL_SIZE_VARS:
         value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > (os.cpu_count() or 1):
+        if value.isdigit() and int(value) > RANKS_A_CORE * (os.cpu_count() or 1):
             os.environ[HEAVY_YIELD] = "1"
             return True
     return False
