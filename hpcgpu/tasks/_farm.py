@@ -210,15 +210,23 @@ def _to_host(values):
     return out
 
 
+_LIBC: list = []  # C's stdio, loaded on the first capture: [fflush] or [None] where there is none
+
+
 def _flush_streams() -> None:
     """Python's and C's buffered output to the file descriptors (a task's prints in the files of its capture)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    with contextlib.suppress(Exception):
-        import ctypes
+    if not _LIBC:
+        try:
+            import ctypes
 
-        ctypes.CDLL(None).fflush(None)
+            _LIBC.append(ctypes.CDLL(None).fflush)
+        except (OSError, AttributeError):
+            _LIBC.append(None)
+    if _LIBC[0] is not None:
+        _LIBC[0](None)
 
 
 def _prefixed(data: bytes, task: int) -> bytes:
@@ -250,6 +258,24 @@ class _Capture:
         self.files: list | None = None
         self.active: tuple | None = None  # (task, saved fds, streams, wrappers) while a task runs
         self.lock = threading.Lock()
+
+    def named(self) -> list[str]:
+        """Capture into two named files (a task process's: its rank reads them if the process dies in a task).
+
+        Returns
+        -------
+        list of str
+            The stdout file and the stderr file; the caller removes them.
+        """
+        import tempfile
+
+        paths = []
+        self.files = []
+        for what in ("stdout", "stderr"):
+            fd, path = tempfile.mkstemp(prefix=f"hpcgpu-task-{what}-")
+            self.files.append(os.fdopen(fd, "w+b"))
+            paths.append(path)
+        return paths
 
     @contextlib.contextmanager
     def __call__(self, task: int):
@@ -294,6 +320,8 @@ class _Capture:
                 os.close(saved[fd])
                 f.seek(0)
                 data = f.read()
+                f.seek(0)
+                f.truncate()  # written out: not again by a rank that finds this process dead later
                 if data:
                     _emit(stream, fd, _prefixed(data, task))
 

@@ -32,6 +32,7 @@ be named so: they run in the rank's process (see :func:`choose`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -268,6 +269,8 @@ class ProcessRunner:
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.ready: str | None = None  # "" once the child said it is ready; else why it is not
+        self.outputs: list = []  # the files the child captures a task's stdout and stderr in (it names them)
+        self.task: int | None = None  # the task the child runs
         self.starts = 0
         self.start()
 
@@ -317,14 +320,34 @@ class ProcessRunner:
             return "died", death_cause(self._reap())
 
     def _reap(self) -> int:
-        """Kill the child if it runs, collect its exit status, forget it (the next task starts another)."""
+        """Kill the child if it runs, collect its exit status, forget it (the next task starts another).
+
+        What the task it ran had printed is written out, prefixed with its id, as the child would have
+        done at the task's end: the lines before a crash are the ones most wanted.
+        """
         proc, self.proc = self.proc, None
         if proc.poll() is None:
             proc.kill()
         rc = proc.wait()
         self.conn.close()
         self.conn = None
+        self._salvage()
         return rc
+
+    def _salvage(self) -> None:
+        """The dead child's capture files: their lines to this rank's stdout and stderr, then the files removed."""
+        from ._farm import _emit, _prefixed
+
+        outputs, self.outputs = self.outputs, []
+        for fd, stream, path in zip((1, 2), (sys.stdout, sys.stderr), outputs, strict=False):
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                os.unlink(path)
+            except OSError:
+                continue
+            if data and self.task is not None:
+                _emit(stream, fd, _prefixed(data, self.task))
 
     def wait_ready(self) -> None:
         """Start a child if none runs, and wait until it has loaded the function (or failed to)."""
@@ -340,6 +363,8 @@ class ProcessRunner:
             if msg[0] == "died":
                 msg = ("broken", f"{msg[1]} while loading the task function")
             self.ready = msg[1] if msg[0] == "broken" else ""
+            if msg[0] == "ready":
+                self.outputs = list(msg[1] or [])
 
     def run(self, task: int, attempt: int, kwargs: dict) -> Record:
         """One attempt at one task in the child; its death or a hang past the grace is a failed record."""
@@ -349,6 +374,7 @@ class ProcessRunner:
         if self.ready:
             return Record(task, False, attempt, 0.0, self.rank, error=self.ready)
         t0 = time.perf_counter()
+        self.task = task
         try:
             self.conn.send((task, attempt, kwargs))
         except OSError:
@@ -381,6 +407,10 @@ class ProcessRunner:
             self.proc.wait()
         self.conn.close()
         self.proc = self.conn = None
+        for path in self.outputs:  # the child wrote its last task's lines itself
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.outputs = []
 
 
 class _Pipe:
@@ -408,7 +438,7 @@ def _child(read_fd: int, write_fd: int, parent: int) -> None:
         init = conn.recv()
     except (EOFError, OSError):
         return
-    from ._farm import _Alarm, _one_line, run_task
+    from ._farm import _CAPTURE, _Alarm, _one_line, run_task
 
     rank = init["rank"]
     try:
@@ -419,7 +449,7 @@ def _child(read_fd: int, write_fd: int, parent: int) -> None:
     except BaseException as e:  # noqa: BLE001 - the rank records it for every task of this process
         conn.send(("broken", f"the task process could not load the function: {_one_line(e)}"))
         return
-    conn.send(("ready", None))
+    conn.send(("ready", _CAPTURE.named()))  # the rank reads these files if this process dies in a task
     while True:
         try:
             msg = conn.recv()

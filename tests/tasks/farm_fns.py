@@ -117,3 +117,15 @@ def interrupted(i, seconds=0):
     if i == 2:
         raise KeyboardInterrupt("the task's own")
     return {"i": i}
+
+
+def crashes_after_printing(i, seconds=0):
+    """Task 1 prints a line, then ends its process with SIGSEGV's default action (a crash in native code)."""
+    import signal
+
+    _log(i)
+    print(f"step {i} before the crash", flush=True)
+    if i == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(10)
+    return {"i": i}

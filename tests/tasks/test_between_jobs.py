@@ -253,3 +253,18 @@ def test_a_failed_requeue_ends_the_job_script_non_zero(script, tmp_path):
     assert "scontrol requeue failed: tasks are pending in" in stderr and "requeueing" in stdout, (stdout, stderr)
     with h5py.File(tmp_path / "results" / "77" / "tasks.h5") as f:
         assert (f["tasks/status"][()] == 0).any()  # pending tasks: a COMPLETED job would have hidden them
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_what_a_task_printed_before_its_process_died_reaches_the_log(nprocs, tmp_path):
+    params, out, tmp = _slow_params(tmp_path / "p.csv", 3, 0.0), tmp_path / "r.h5", tmp_path / "tmp"
+    tmp.mkdir()
+    p = _farm(nprocs, [f"{FNS}:crashes_after_printing", "--params", params, "-o", str(out), "--progress", "none"],
+              tmp_path, env={"TMPDIR": str(tmp)})
+    assert p.returncode == 4 and "3 tasks: 2 done, 1 failed" in p.stdout, (p.stdout, p.stderr)
+    for i in range(3):  # once each: the dead process's lines by its rank, the others' by their process
+        assert p.stdout.splitlines().count(f"[task {i}] step {i} before the crash") == 1, p.stdout
+    with h5py.File(out) as f:
+        assert "signal 11" in f["tasks/error"][1].decode()
+    assert not list(tmp.glob("hpcgpu-task-*"))  # the capture files of every task process removed
