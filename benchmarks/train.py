@@ -191,7 +191,8 @@ def sweep(a, data: str) -> int:
             "best_samples_per_second": float(max(r["ours"])),
             "peer_samples_per_second": float(np.median(r["peer"])) if r["peer"] else None,
             "peer_best_samples_per_second": float(max(r["peer"])) if r["peer"] else None,
-            "baseline_samples_per_second": float(np.median(r["base"])) if r["base"] else None, "runs": r}
+            "baseline_samples_per_second": float(np.median(r["base"])) if r["base"] else None,
+            "baseline_best_samples_per_second": float(max(r["base"])) if r["base"] else None, "runs": r}
            for (h, b, sp), r in runs.items()]
     print(f"cores here: {len(os.sched_getaffinity(0))}; {a.samples} samples; samples/s: median over {a.repeat} "
           f"rounds of the median of epochs 2..{a.epochs}; RxT: R ranks x T threads (OMP_NUM_THREADS=T), "
@@ -220,7 +221,9 @@ def sweep(a, data: str) -> int:
             r["baseline_ratio_to_peer"] = base / peer if peer else None
             r["ratio_to_baseline"] = r["samples_per_second"] / base
             vs = f", baseline vs peer {r['baseline_ratio_to_peer']:.3f}" if peer else ""
-            print(f"{'':>18} {'':>5} {'':>6} baseline {a.baseline}: {base:.0f}/s; ours / baseline "
+            lo, hi = min(r["runs"]["base"]), r["baseline_best_samples_per_second"]
+            print(f"{'':>18} {'':>5} {'':>6} baseline {a.baseline}: {base:.0f}/s (rounds {lo:.0f}-{hi:.0f}, ours "
+                  f"{min(r['runs']['ours']):.0f}-{r['best_samples_per_second']:.0f}); ours / baseline "
                   f"{r['ratio_to_baseline']:.3f}{vs}")
     os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
