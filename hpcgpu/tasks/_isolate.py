@@ -269,7 +269,7 @@ class ProcessRunner:
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.ready: str | None = None  # "" once the child said it is ready; else why it is not
-        self.outputs: list = []  # the files the child captures a task's stdout and stderr in (it names them)
+        self.outputs: list = []  # the child's capture files of a task's stdout and stderr, open here, unlinked
         self.task: int | None = None  # the task the child runs
         self.starts = 0
         self.start()
@@ -339,11 +339,11 @@ class ProcessRunner:
         from ._farm import _emit, _prefixed
 
         outputs, self.outputs = self.outputs, []
-        for fd, stream, path in zip((1, 2), (sys.stdout, sys.stderr), outputs, strict=False):
+        for fd, stream, f in zip((1, 2), (sys.stdout, sys.stderr), outputs, strict=False):
             try:
-                with open(path, "rb") as f:
+                with f:
+                    f.seek(0)
                     data = f.read()
-                os.unlink(path)
             except OSError:
                 continue
             if data and self.task is not None:
@@ -364,7 +364,7 @@ class ProcessRunner:
                 msg = ("broken", f"{msg[1]} while loading the task function")
             self.ready = msg[1] if msg[0] == "broken" else ""
             if msg[0] == "ready":
-                self.outputs = list(msg[1] or [])
+                self.outputs = _open_unlinked(msg[1] or [])
 
     def run(self, task: int, attempt: int, kwargs: dict) -> Record:
         """One attempt at one task in the child; its death or a hang past the grace is a failed record."""
@@ -407,10 +407,24 @@ class ProcessRunner:
             self.proc.wait()
         self.conn.close()
         self.proc = self.conn = None
-        for path in self.outputs:  # the child wrote its last task's lines itself
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        for f in self.outputs:  # the child wrote its last task's lines itself
+            f.close()
         self.outputs = []
+
+
+def _open_unlinked(paths: list) -> list:
+    """The task process's capture files, opened here and removed at once.
+
+    Nothing is left behind, even when the rank is killed, and the rank still reads what the process
+    wrote until it closes them.
+    """
+    files = []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            files.append(open(path, "rb"))  # noqa: SIM115 - held open until the child's end
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return files
 
 
 class _Pipe:
