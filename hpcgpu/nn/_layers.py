@@ -336,6 +336,9 @@ class Standardize(Layer):
         ValueError
             Lengths that differ, a ``std`` not positive, or values not finite.
         """
+        if not all(np.asarray(a).dtype.kind in "biuf" for a in (mean, std)):
+            raise agreed(TypeError(f"Standardize: mean and std must be arrays of numbers, got "
+                                   f"{np.asarray(mean).dtype} and {np.asarray(std).dtype}"))
         m, s = np.asarray(mean, dtype=np.float64).ravel(), np.asarray(std, dtype=np.float64).ravel()
         if m.shape != s.shape or not m.size:
             raise agreed(ValueError(f"Standardize: mean and std must have one value a feature, got {m.size} and "

@@ -20,6 +20,7 @@ the user's loss never has to know the number of ranks.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -223,6 +224,8 @@ class FlatModel(FlatParams):
             dtype = np.dtype(dtype)
         except TypeError:
             raise agreed(TypeError(f"model {type(model).__name__}: dtype {dtype!r} is not a NumPy type")) from None
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+            raise agreed(TypeError(f"model {type(model).__name__}: seed must be an integer, got {seed!r}"))
         self.model, self.xp, self.dtype, self.task, self.seed = model, xp, dtype, task, int(seed)
         if init is None:  # else ``model.init(numpy.random.default_rng(seed))``'s values, already drawn
             init = model.init(np.random.default_rng(seed))

@@ -69,6 +69,8 @@ def layer_plan(sizes, tensor: int = 1, rank: int = 0) -> list[dict]:
     """
     from .._partition import block_range
 
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__") or not all(map(_whole, sizes)):
+        raise agreed(TypeError(f"layer sizes must be a sequence of integers [D, h_1, ..., C], got {sizes!r}"))
     sizes = [int(s) for s in sizes]
     L = len(sizes) - 1
     plan, start = [], 0

@@ -15,6 +15,7 @@ implementation of the same two classes. Nothing else in hpcgpu asks which kind a
 
 from __future__ import annotations
 
+import numbers
 import sys
 import types
 from abc import ABC, abstractmethod
@@ -26,6 +27,7 @@ import numpy as np
 from ..errors import agreed
 from ._capabilities import BUILT_IN, OWN, Capabilities
 from ._layers import Layer, Sequential
+from ._losses import Loss
 from ._model import FlatModel, contract_error, gradient_error
 from ._network import Network
 
@@ -297,6 +299,9 @@ def plan_error(model, loss, built: bool = True) -> Exception | None:
     if isinstance(model, Layer) and not isinstance(model, Sequential):
         return TypeError(f"model {type(model).__name__} is a layer: give a Sequential of layers, "
                          f"Sequential({type(model).__name__}(...))")
+    if loss is not None and not isinstance(loss, Loss):
+        return TypeError(f"loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got "
+                         f"{type(loss).__name__}")
     if isinstance(model, Sequential):
         if loss is None:
             return ValueError("a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), "
@@ -465,6 +470,14 @@ def check_grad(model, x, y, *, loss=None, params=None, eps: float = 1e-6, rtol: 
         raise ValueError(f"check_grad: the model holds CuPy itself (its attribute {held}), but check_grad passes it "
                          f"NumPy arrays on the host: compute with the module of the arrays given, xp = "
                          f"hpcgpu.nn.array_module(x), and it runs in both")
+    err = plan_error(model, loss, built=False)
+    if err is None and not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (eps, rtol)):
+        err = TypeError(f"check_grad: eps and rtol must be numbers, got {eps!r} and {rtol!r}")
+    if err is None and not all(np.asarray(a).dtype.kind in "biuf" for a in (x, y)):
+        err = TypeError(f"check_grad: x and y must be arrays of numbers, got {np.asarray(x).dtype} and "
+                        f"{np.asarray(y).dtype}")
+    if err is not None:
+        raise err  # this rank's own, as every error of check_grad
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y)
     if np.issubdtype(y.dtype, np.floating):
         y = y.astype(np.float64)
