@@ -303,15 +303,20 @@ def _reads(src: Input) -> list[tuple[str, str | None, str | None]]:
     return found
 
 
-def _input_error(out: Output, inputs: Iterable[Input]) -> ValueError | None:
-    """An output that an input reads, by its name, a soft link, an external link or a virtual dataset."""
+def _input_error(out: Output, inputs: Iterable[Input], reads: dict) -> ValueError | None:
+    """An output that an input reads, by its name, a soft link, an external link or a virtual dataset.
+
+    ``reads`` keeps each input's :func:`_reads` for the next output (a whole file's walk is done once).
+    """
     path = os.fspath(out.path)
     if not os.path.exists(path):
         return None
     for src in inputs:
         if src.path is None:
             continue
-        for file, dataset, via in _reads(src):
+        if src not in reads:
+            reads[src] = _reads(src)
+        for file, dataset, via in reads[src]:
             if not _same_file(file, path) or not (out.dataset is None or _nested(out.dataset, dataset)):
                 continue
             named = os.fspath(src.path) + (f":{src.dataset}" if src.dataset is not None else "")
@@ -514,9 +519,10 @@ def claim_error(outputs: Iterable[Output], inputs: Iterable[Input] = (), *, over
     if err is not None:
         return err
     taken: list[str] = []
+    reads: dict = {}
     for out in outputs:
         err = _place_error(out) or _name_error(out) or (_hold(out, taken) if hold is not None else None) \
-            or _input_error(out, inputs) or held_error(os.fspath(out.path), out.what) \
+            or _input_error(out, inputs, reads) or held_error(os.fspath(out.path), out.what) \
             or _existing_error(out, overwrite)
         if err is not None:
             _release(taken)
