@@ -2426,4 +2426,20 @@ FIXES: dict[str, str] = {
         "``hpcgpu.matmul`` fills the dict given as ``timings`` or ``stats`` with its figures. Give an empty dict "
         "(``t = {}; matmul(A, B, timings=t)``), or leave it out."
     ),
+    "Standardize: mean and std must be arrays of numbers, got … and …": (
+        "``nn.Standardize(mean, std)`` was given something other than numbers (strings, objects). Give the "
+        "features' means and standard deviations as arrays of one number a feature, or neither (the trainer "
+        "computes them from the data)."
+    ),
+    "model …: seed must be an integer, got …": (
+        "``FlatModel(model, seed=...)`` seeds the generator handed to ``model.init``: give an integer."
+    ),
+    "check_grad: eps and rtol must be numbers, got … and …": (
+        "``nn.check_grad``'s step ``eps`` and tolerance ``rtol`` are numbers (``eps=1e-6``, ``rtol=1e-4``). "
+        "Like every error of ``check_grad`` it is the calling rank's own (it may run on rank 0 alone)."
+    ),
+    "check_grad: x and y must be arrays of numbers, got … and …": (
+        "``nn.check_grad(model, x, y)`` evaluates the model on ``x`` and ``y``: give arrays of numbers (a few "
+        "rows of the training data), not strings or objects."
+    ),
 }
