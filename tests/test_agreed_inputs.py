@@ -30,6 +30,8 @@ TRAINER = {
                    "Dense(9, 2)) on {last}",
     "loss": "ValueError agreed: Trainer: loss differs across ranks: SoftmaxCrossEntropy() on {others}, "
             "Huber(delta=1.0) on {last}",
+    "own_model_width": "ValueError agreed: Trainer: model Linear's parameter count differs across ranks: 4 on "
+                       "{others}, 8 on {last}",
     "batch_size_str": "TypeError agreed: batch_size must be an integer, got '12'",
     "epochs_float": "TypeError agreed: epochs must be an integer, got 2.5",
     "lr_str": "TypeError agreed: lr must be a number, got '0.1'",

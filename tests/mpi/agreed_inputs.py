@@ -49,6 +49,23 @@ def matrices():
     return grid, hpcgpu.DistMatrix.random((8, 8), grid), hpcgpu.DistMatrix.random((8, 8), grid, seed=1)
 
 
+class Linear:
+    """A model of one's own whose width comes from an argument (the last rank is given another)."""
+
+    def __init__(self, width):
+        self.width = width
+
+    def init(self, rng):
+        return {"w": rng.normal(size=(4, self.width)) * 0.1}
+
+    def loss_and_grad(self, params, x, y):
+        r = x @ params["w"] - y[:, None]
+        return float((r * r).sum()), {"w": 2 * x.T @ r}
+
+    def predict(self, params, x):
+        return x @ params["w"]
+
+
 def stall_before(where):
     """The last rank sleeps (a rank hung in I/O) before ``where``, which the others enter."""
     if LAST:
@@ -75,6 +92,7 @@ CASES = {
     "negative_lr": lambda: trainer(lr=-0.1 if LAST else 0.1),
     "dense_width": lambda: trainer(model(9 if LAST else 8), nn.SoftmaxCrossEntropy()),
     "loss": lambda: trainer(model(), nn.Huber() if LAST else nn.SoftmaxCrossEntropy()),
+    "own_model_width": lambda: hpcgpu.Trainer(Linear(2 if LAST else 1), batch_size=12, progress="none"),
     # the Trainer's construction: a bad type on every rank
     "batch_size_str": lambda: trainer(batch_size="12"),
     "epochs_float": lambda: trainer(epochs=2.5),
