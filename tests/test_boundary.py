@@ -249,6 +249,15 @@ LIBRARY_ROWS = {
     "nn.from_spec: a Dense without its sizes": (
         "nn.from_spec({'type': 'Dense'})", "ValueError",
         lambda p, n: "the description of a Dense layer has no 'n_in'", None),
+    "nn.Standardize: a mean of strings": (
+        "nn.Standardize(mean=['a'], std=[1.0])", "TypeError",
+        lambda p, n: "Standardize: mean and std must be arrays of numbers, got <U1 and float64", None),
+    "nn.plan_model: a loss given by its name": (
+        "nn.plan_model(nn.Sequential(nn.Dense(2, 2)), 'mse')", "TypeError",
+        lambda p, n: "loss must be an hpcgpu.nn loss (SoftmaxCrossEntropy, MeanSquaredError, Huber), got str", None),
+    "nn.FlatModel: a seed as a string": (
+        "nn.FlatModel(Bad(1, [], 'shape'), seed='x')", "TypeError",
+        lambda p, n: "model Bad: seed must be an integer, got 'x'", None),
     "nn.FlatModel: an object without the contract's methods": (
         "nn.FlatModel(object())", "TypeError",
         lambda p, n: "model object: needs the method(s) init, loss_and_grad, predict (init(rng), loss_and_grad("
