@@ -564,8 +564,18 @@ class Jax(Model):
             return out.astype(flat[0].dtype)
 
         def objective(flat, x, y):
+            # Checked while JAX traces the function (once a compilation), not at every step
             out = forward(flat, x)
-            return loss(out, y), out
+            if isinstance(out, (tuple, list, dict)) or not hasattr(out, "shape"):
+                raise ContractError(f"Jax: {getattr(apply, '__name__', 'apply')} returned a {type(out).__name__}, "
+                                    "not an array: apply must return the outputs as one array, (n, k) or (n,)")
+            value = loss(out, y)
+            if getattr(value, "shape", None) != ():
+                got = f"an array of shape {value.shape}" if hasattr(value, "shape") else \
+                    f"a {type(value).__name__}"
+                raise ContractError(f"Jax: the loss returned {got}, not one number: loss(outputs, y) must return the "
+                                    "sum over the samples")
+            return value, out
 
         self._value_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
         self._predict = jax.jit(forward)
