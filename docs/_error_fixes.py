@@ -2442,4 +2442,13 @@ FIXES: dict[str, str] = {
         "``nn.check_grad(model, x, y)`` evaluates the model on ``x`` and ``y``: give arrays of numbers (a few "
         "rows of the training data), not strings or objects."
     ),
+    "Jax: … returned a …, not an array: apply must return the outputs as one array, (n, k) or (n,)": (
+        "The ``apply`` given to ``nn.Jax`` returns a tuple, a dict or something else than one array. The trainer "
+        "hands that array to the loss and scores it: return the one output the loss takes (checked once, while "
+        "JAX traces the function)."
+    ),
+    "Jax: the loss returned …, not one number: loss(outputs, y) must return the sum over the samples": (
+        "The loss given to ``nn.Jax`` returns one value a sample (or something other than an array): "
+        "``jax.value_and_grad`` needs the one number, the sum over the micro-batch. Add ``.sum()``."
+    ),
 }
