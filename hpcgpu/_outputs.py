@@ -99,6 +99,10 @@ class Output:
 class Input:
     """A file (or one dataset of a file) that a run reads: never an output of the same run.
 
+    The output policy compares every file the input reads with the outputs:
+    the file by any name (soft links), and for an HDF5 file what its
+    external links and virtual datasets lead to (:func:`claim_error`).
+
     Parameters
     ----------
     path : str or os.PathLike

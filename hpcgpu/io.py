@@ -747,9 +747,11 @@ def linked_sources(path: str, dataset: str | None = None, limit: int = 10000) ->
     link to another object of the same file, or a virtual dataset whose
     rows come from other files: reading it reads those. The named object
     (the whole file when ``dataset`` is None) is walked, groups to their
-    members, and each link and virtual source is followed (relative names
-    resolved as HDF5 resolves them, :func:`_linked_file`), so that the
-    output policy can refuse an output that a link leads back to. Files
+    members, and each link and virtual source is followed (a relative name
+    as HDF5 finds it: under ``$HDF5_EXT_PREFIX`` or ``$HDF5_VDS_PREFIX``,
+    then in the linking file's directory; a link's also in the working
+    directory), so that the output policy can refuse an output that a link
+    leads back to. Files
     that are missing or not HDF5 end the walk there (reading them says
     why); at most ``limit`` objects are visited.
 
