@@ -204,6 +204,14 @@ LIBRARY_ROWS = {
     "nn.Jax: params without leaves": (
         "nn.Jax(lambda params, x: x, {'w': []})", "TypeError", lambda p, n: "Jax: params has no leaves (arrays)",
         "jax"),
+    "nn.Jax: an apply returning a tuple": (
+        _FIT.format(model="nn.Jax(lambda params, x: (x @ params['w'], x), {'w': np.zeros(2)}, loss='mse')"),
+        "TypeError", lambda p, n: "Jax: <lambda> returned a tuple, not an array: apply must return the outputs as one "
+                                  "array, (n, k) or (n,)", "jax"),
+    "nn.Jax: a loss that is not one number": (
+        _FIT.format(model="nn.Jax(lambda params, x: x @ params['w'], {'w': np.zeros(2)}, loss=lambda o, t: o - t)"),
+        "TypeError", lambda p, n: f"Jax: the loss returned an array of shape ({12 // n},), not one number: "
+                                  "loss(outputs, y) must return the sum over the samples", "jax"),
     "load_model: a description without its loss": (
         "hpcgpu.load_model(p['noloss'])", "ValueError",
         lambda p, n: f"load_model {p['noloss']}: its model description has no 'loss': the file was not written by "
