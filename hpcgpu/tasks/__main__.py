@@ -40,8 +40,9 @@ def parser() -> ArgumentParser:
     p.add_argument("-o", "--out", default="results/tasks.h5",
                    help="HDF5 output (/params, /results, /tasks); OUT.journal beside it while the sweep runs")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an OUT (or OUT.journal) that hpcgpu did not write; without it such a file is refused "
-                        "before any task runs")
+                   help="replace an OUT (or OUT.journal) that hpcgpu did not write, or start afresh over the finished "
+                        "tasks an earlier run left in OUT; without it (or --resume) such a file is refused before any "
+                        "task runs")
     p.add_argument("--resume", action="store_true",
                    help="keep the done and failed tasks of the earlier run in OUT (and its journal), run the tasks "
                         "not yet run")
