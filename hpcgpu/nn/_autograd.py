@@ -84,14 +84,18 @@ class Torch(Model):
     Parameters
     ----------
     module : torch.nn.Module
-        Any module (``x -> outputs``, outputs of shape (n, k) or (n,)). Its buffers (BatchNorm's running
-        statistics) stay in the module and are updated there in training; the trainer makes every
-        data-parallel rank's those of data rank 0 before each step (DDP's ``broadcast_buffers``), and keeps
+        Any module (``x -> outputs``, outputs of shape (n, k) or (n,)). Its trainable parameters
+        (``requires_grad``; a tied weight once, under its first name) are the trainer's. Its buffers
+        (BatchNorm's running statistics) and frozen parameters (``requires_grad=False``) stay in the module,
+        the buffers updated there in training; the trainer makes every data-parallel rank's those of data rank
+        0, the frozen parameters once, the buffers before each step (DDP's ``broadcast_buffers``), and keeps
         them in checkpoints and the results file (``/buffers``).
     loss : callable
         ``loss(outputs, y)``, the SUM over the samples: ``torch.nn.CrossEntropyLoss(reduction="sum")`` for
         integer labels, ``torch.nn.MSELoss(reduction="sum")`` for targets. A loss module with another
-        ``reduction`` is refused (the mean would make the gradient depend on the number of ranks).
+        ``reduction`` is refused (the mean would make the gradient depend on the number of ranks); a loss
+        function that averages (``F.cross_entropy``'s default) at the first step, where the trainer compares
+        the loss of a micro-batch with the sum of its halves' once (:meth:`forward_loss`).
 
     Raises
     ------
@@ -99,17 +103,29 @@ class Torch(Model):
         PyTorch is not installed.
     TypeError
         ``module`` is not a ``torch.nn.Module`` or has no trainable parameter; ``loss`` is not callable or
-        does not sum.
+        does not sum. At the first step (the contract's agreed line): a parameter with a post-accumulate-grad
+        hook.
 
     Notes
     -----
+    A hook registered on a trainable parameter (``p.register_hook(fn)``, before ``fit`` or between steps) runs
+    on each micro-batch's gradient of this rank's loss SUM as autograd computes it, before the gradient is added
+    into the buffer the reducer reduces (as in PyTorch, before ``.grad``): what it returns is what is reduced.
+    ``register_post_accumulate_grad_hook`` is the reducer's own place: refused.
+
     PyTorch runs the module on the rank's threads (those :func:`hpcgpu.init` gave NumPy's BLAS: the Slurm CPU
     set, ``OMP_NUM_THREADS``), and NumPy's BLAS then runs one thread in this process: two thread pools
     spinning on the same cores made a step 30 times slower (2 cores, measured).
 
-    A training step puts the module in training mode when it is in eval mode (``predict`` and ``evaluate`` run
-    it in eval mode and put it back); a submodule you set to eval mode yourself (a frozen BatchNorm) stays so,
-    as under DDP, which never calls ``train()``.
+    A training step puts the module in training mode when it is in eval mode; ``predict``, ``evaluate`` and
+    ``fit``'s validation run it in eval mode under ``torch.no_grad()``, forward only (:meth:`forward_loss`),
+    and put each submodule's mode back, so evaluating never changes the model (BatchNorm's statistics
+    included); a submodule you set to eval mode yourself (a frozen BatchNorm) stays so, as under DDP, which
+    never calls ``train()``.
+
+    Integer features reach the module as int64 (an ``nn.Embedding``'s indices), floating ones in the trainer's
+    type; the module's floating buffers are cast to that type at its first step (``64-true`` for a module made
+    in float32). Its outputs come back in their own shape ((n,) stays (n,)), bfloat16 ones as float32.
 
     Dropout and other randomness in a training step draw from PyTorch's generator seeded for that step,
     micro-batch and data-parallel rank (:meth:`set_rng_key`, called by the trainer), the process's own
@@ -129,14 +145,17 @@ class Torch(Model):
             raise agreed(TypeError(f"Torch: the loss must sum over the samples ({type(loss).__name__}(reduction="
                                    f"\"sum\")), got reduction={loss.reduction!r}: hpcgpu divides by the global "
                                    "batch once"))
-        self.names = [n for n, p in module.named_parameters() if p.requires_grad]
+        params = dict(module.named_parameters())  # a tied weight once, under its first name (functional_call's)
+        self.names = [n for n, p in params.items() if p.requires_grad]
         if not self.names:
             raise agreed(TypeError(f"Torch: {type(module).__name__} has no trainable parameter"))
+        self.frozen = [n for n, p in params.items() if not p.requires_grad]
+        self._params = [params[n] for n in self.names]  # whose hooks the leaf tensors take (_hooks_of)
         self.module, self.loss = module, loss
         self._threads_set = False
         self._key = None
         self._autocast = None  # torch's 16-bit type of the forward pass under mixed precision
-        self._device = None  # where the module's buffers are moved to: the trainer's arrays' device
+        self._device = None  # where the module's buffers are moved to: the trainer's arrays' (device, dtype)
         self._torch_streams = {}  # CuPy's views of torch's streams, by handle (made once each)
 
     def __repr__(self) -> str:
@@ -163,16 +182,21 @@ class Torch(Model):
         self._threads_set = True
 
     def buffers(self) -> dict:
-        """The module's buffers by name, as live arrays (NumPy views of its tensors; CuPy's on a GPU).
+        """The module's state that is not trained, by name, as live arrays (NumPy views of its tensors; CuPy's on a
+        GPU): its buffers (BatchNorm's running statistics) and its frozen parameters (``requires_grad=False``).
 
-        Not collective. The trainer writes into them (rank 0's, on every rank) and reads them for checkpoints.
+        Not collective. The trainer writes into them (data rank 0's, on every rank: the frozen parameters once,
+        the buffers before each step, :meth:`hpcgpu.train.groups.ProcessGroups.share_buffers`) and keeps them in
+        checkpoints and the results file (``/buffers``).
 
         Returns
         -------
         dict of str to array
+            A tied buffer or frozen parameter once, under its first name.
         """
         out = {}
-        for n, b in self.module.named_buffers():
+        params = dict(self.module.named_parameters())
+        for n, b in [*self.module.named_buffers(), *((n, params[n]) for n in self.frozen)]:
             if b.device.type == "cpu":
                 out[n] = b.detach().numpy()
             else:
@@ -180,6 +204,18 @@ class Torch(Model):
 
                 out[n] = cupy.from_dlpack(b.detach())
         return out
+
+    def constant_buffers(self) -> frozenset:
+        """The names in :meth:`buffers` that training never changes: the frozen parameters. Not collective.
+
+        The trainer makes them data rank 0's once, where the buffers are shared before every step (a frozen
+        backbone is not sent again each step).
+
+        Returns
+        -------
+        frozenset of str
+        """
+        return frozenset(self.frozen)
 
     precisions = ("bf16-mixed",)
     """The mixed precision it takes: ``bf16-mixed`` (``torch.autocast`` to bfloat16 on float32 master weights).
@@ -349,6 +385,7 @@ class Torch(Model):
         torch = self._torch
         self._take_threads()
         ps = {n: self._tensor(params[n]).requires_grad_(True) for n in self.names}
+        self._take_hooks(ps)
         if not self.module.training:  # as loss_and_grad_into
             self.module.train()
         xt = self._tensor(x)
@@ -417,7 +454,7 @@ class Torch(Model):
         grad hook each that signals :meth:`loss_and_grad_into`'s current ``ready``: the views, the hooks and
         their registration are not remade at every micro-batch (0.1 ms of a 0.85 ms step here).
         """
-        key = tuple((id(params[n]), id(grads[n])) for n in self.names)
+        key = (tuple((id(params[n]), id(grads[n])) for n in self.names), self._hook_ids())
         cached = getattr(self, "_leaf_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -442,8 +479,32 @@ class Torch(Model):
             p.grad = self._tensor(grads[n])
             p.register_post_accumulate_grad_hook(hook(n))
             ps[n] = p
+        self._take_hooks(ps)
         self._leaf_cache = (key, ps, params, grads)  # the arrays kept: their ids stay theirs
         return ps
+
+    def _hook_ids(self) -> tuple:
+        """The ids of the hooks on the module's trainable parameters: the leaf tensors are remade when they change."""
+        return tuple((tuple(p._backward_hooks or ()), tuple(p._post_accumulate_grad_hooks or ()))
+                     for p in self._params)
+
+    def _take_hooks(self, ps: dict) -> None:
+        """Register the hooks of the module's parameters (``p.register_hook``) on their leaf tensors ``ps``.
+
+        The module runs on leaf tensors of the trainer's buffers, not on its own parameters, whose hooks autograd
+        would never reach: each hook runs on its leaf's gradient of the micro-batch's loss sum as autograd
+        computes it, before it is added into the gradient buffer that the reducer reduces (as in PyTorch, where it
+        runs before the gradient is added into ``.grad``). A post-accumulate-grad hook is the reducer's place:
+        refused (:class:`ContractError`).
+        """
+        for n, p in zip(self.names, self._params, strict=True):
+            if p._post_accumulate_grad_hooks:
+                raise ContractError(f"Torch: parameter {n} has a post-accumulate-grad hook "
+                                    "(register_post_accumulate_grad_hook), which hpcgpu does not run: its reducer "
+                                    "takes each gradient there; p.register_hook(fn) runs on each micro-batch's "
+                                    "gradient")
+            for fn in (p._backward_hooks or {}).values():
+                ps[n].register_hook(fn)
 
     def release(self) -> None:
         """Drop the leaf tensors on the trainer's buffers (:meth:`hpcgpu.Trainer.close` calls it). Not collective.
@@ -485,7 +546,9 @@ class Torch(Model):
         Returns
         -------
         dict of str to torch.Tensor
-            For ``module.load_state_dict``.
+            Every key of ``module.state_dict()``, for ``module.load_state_dict(..., strict=True)``: the trained
+            parameters (``/model``), the frozen ones and the buffers (``/buffers``), a tied weight under each of
+            its names (one tensor); a module's extra state (``get_extra_state``) as the module holds it.
 
         Raises
         ------
@@ -497,7 +560,11 @@ class Torch(Model):
         into = {n: np.zeros_like(v) for n, v in self.init(None).items()}
         buffers = {n: np.zeros_like(_host(v)) for n, v in self.buffers().items()}
         read_weights(path, into, "Torch.state_dict", buffers=buffers)
-        return {n: self._torch.from_numpy(v) for n, v in {**into, **buffers}.items()}
+        values = {n: self._torch.from_numpy(v) for n, v in {**into, **buffers}.items()}
+        # each tensor's first name (the one it is saved under), for each of its names in the module's state_dict
+        first = {id(t): n for n, t in [*self.module.named_parameters(), *self.module.named_buffers()]}
+        return {k: values[first[id(t)]] if id(t) in first else t
+                for k, t in self.module.state_dict(keep_vars=True).items()}
 
 
 class Jax(Model):
@@ -512,7 +579,9 @@ class Jax(Model):
     apply : callable
         ``apply(params, x) -> outputs`` of shape (n, k) or (n,), pure (jittable).
     params : pytree
-        The initial parameters (dicts, lists, tuples of arrays).
+        The initial parameters (dicts, lists, tuples of floating-point arrays), every leaf trained: nn.Jax has
+        no non-trainable leaves (no ``state=``, no BatchNorm statistics carried across steps); a constant
+        belongs in ``apply``'s closure.
     loss : {"cross-entropy", "mse"} or callable
         ``"cross-entropy"``: softmax cross-entropy of logits against integer labels, summed;
         ``"mse"``: the sum of squared errors; or ``loss(outputs, y)`` returning the SUM over the samples.
@@ -522,7 +591,8 @@ class Jax(Model):
     ImportError
         JAX is not installed.
     TypeError
-        ``apply`` or ``loss`` not callable, an unknown loss name, a pytree without leaves.
+        ``apply`` or ``loss`` not callable, an unknown loss name, a pytree without leaves, a leaf that is
+        not floating point (an integer table would be trained as floats).
 
     Notes
     -----
@@ -546,6 +616,11 @@ class Jax(Model):
             raise agreed(TypeError("Jax: params has no leaves (arrays)"))
         self.names = [_path_name(path) for path, _ in leaves]
         self._init = {n: np.array(leaf) for n, (_, leaf) in zip(self.names, leaves, strict=True)}
+        for n, v in self._init.items():  # trained as floats otherwise: an index table or a counter would move
+            if v.dtype.kind != "f" and v.dtype.name != "bfloat16":
+                raise agreed(TypeError(f"Jax: params leaf {n} is {v.dtype}, not floating point: every leaf of "
+                                       "params is trained (nn.Jax has no non-trainable leaves); keep constants in "
+                                       "apply's closure"))
         self.apply, self._loss = apply, loss
         self._dlpack = None  # on a GPU: whether JAX takes the trainer's device arrays by DLPack (known at first)
         self._compile(None)

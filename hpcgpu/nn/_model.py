@@ -387,6 +387,19 @@ class FlatModel(FlatParams):
         get = getattr(self.model, "buffers", None)
         return dict(get()) if callable(get) else {}
 
+    def constant_buffers(self) -> frozenset:
+        """The names in :meth:`buffers` that no step changes (:class:`hpcgpu.nn.Torch`'s frozen parameters).
+
+        Not collective. The trainer makes them data rank 0's once, not before every step.
+
+        Returns
+        -------
+        frozenset of str
+            Empty for a model that does not say (each buffer is then shared before every step).
+        """
+        get = getattr(self.model, "constant_buffers", None)
+        return frozenset(get()) if callable(get) else frozenset()
+
     def set_sample_shape(self, shape: tuple) -> None:
         """Take the shape of one sample: the trainer's rows reach the model as ``(n, *shape)``. Not collective.
 

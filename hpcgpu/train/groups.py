@@ -54,6 +54,7 @@ class ProcessGroups:
         self.comm, self.tensor_parallel_size = comm, int(tensor_parallel)
         T = self.tensor_parallel_size
         self.grid = None
+        self._shared = None  # the id of the model whose buffers share_buffers has sent all of once
         if T == 1:
             self.data_comm, self.tensor_comm, self.tensor_rank = comm, None, 0
             return
@@ -156,9 +157,13 @@ class ProcessGroups:
     def share_buffers(self, model) -> None:
         """Make every data-parallel rank's buffers those of data rank 0, in place. Collective over the data group.
 
-        PyTorch DDP's ``broadcast_buffers``: a model's state that is not trained (BatchNorm's running
-        statistics, which each rank updates from its own rows) is rank 0's before each step. Nothing to do at
-        one data-parallel rank or without buffers.
+        PyTorch DDP's: a model's state that is not trained is rank 0's. At the first call every buffer is
+        sent (DDP's broadcast of the module's state at construction: a frozen layer each rank initialized its
+        own way); after it only those that training changes (``broadcast_buffers``: BatchNorm's running
+        statistics, which each rank updates from its own rows), not the model's ``constant_buffers()`` (frozen
+        parameters: no step changes them, and resuming or loading weights writes the same values on every
+        rank). Called before each step, evaluation and prediction. Nothing to do at one data-parallel rank or
+        without buffers.
 
         Parameters
         ----------
@@ -169,8 +174,11 @@ class ProcessGroups:
         if self.data_parallel_size == 1:
             return
         buffers = model.buffers()
+        skip = getattr(model, "constant_buffers", frozenset)() if self._shared == id(model) else ()
+        self._shared = id(model)
         for name in sorted(buffers):
-            Bcast(buffers[name], root=0, comm=self.data_comm)
+            if name not in skip:
+                Bcast(buffers[name], root=0, comm=self.data_comm)
 
     def gather_rows(self, local, n_global: int, root: int | None = 0):
         """Every data-parallel rank's block of rows, in rank order, on global rank ``root``. Collective.
