@@ -11,6 +11,7 @@ so nobody burns an allocation on a hang (mpi4py's ``run.py`` does the same).
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import sys
 import traceback
@@ -96,19 +97,43 @@ def _takes_an_argument(fn) -> bool:
     return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
-def _print_paths_as_bytes() -> None:
-    """Make stdout and stderr write a path's undecodable bytes back as they were.
+PRINTABLE = "hpcgpu.printable"
+"""The encoding error handler of hpcgpu's output streams (:func:`_print_anything`)."""
+
+
+def _printable(err: UnicodeError):
+    """The encoding error handler of :data:`PRINTABLE`.
+
+    A path's undecodable bytes as they were (``surrogateescape``), any other character the stream's encoding
+    cannot write as a backslash escape (``backslashreplace``).
+    """
+    if isinstance(err, UnicodeEncodeError):
+        bad = err.object[err.start:err.end]
+        if all("\udc80" <= c <= "\udcff" for c in bad):
+            return bytes(ord(c) - 0xDC00 for c in bad), err.end
+    return codecs.backslashreplace_errors(err)
+
+
+def _print_anything() -> None:
+    """Make stdout and stderr write any text: a line that names a path never ends a run.
 
     A file name that is not valid UTF-8 reaches Python as lone surrogates
-    (PEP 383). Under a UTF-8 locale Python's stdout encodes strictly, and with
-    ``PYTHONIOENCODING=utf-8`` (set by some images, the GPU node's among them)
-    so does the C locale's: the "wrote ..." line after a finished run then
-    raised ``UnicodeEncodeError`` and aborted the job. ``surrogateescape``
-    writes the name's original bytes, which is what ``ls`` shows.
+    (PEP 383), which a strict stream refuses even under UTF-8; a stream
+    whose encoding cannot write a name's characters at all
+    (``PYTHONIOENCODING=ascii``, a C locale's ASCII) refuses a valid one.
+    The "wrote ..." line after a finished run then raised
+    ``UnicodeEncodeError`` and the job ended with status 1 after its work
+    was done. :data:`PRINTABLE` writes undecodable bytes back as they were
+    (what ``ls`` shows) and the rest as backslash escapes. Streams whose
+    errors a user chose other than strict are left as they are.
     """
+    try:
+        codecs.lookup_error(PRINTABLE)
+    except LookupError:
+        codecs.register_error(PRINTABLE, _printable)
     for stream in (sys.stdout, sys.stderr):
-        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
+        if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors=PRINTABLE)
 
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str | None = None) -> None:
@@ -142,19 +167,35 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     exits with status 3, as the command lines do, so a job script that
     requeues on 3 does so for a library program too; a status ``main``
     returns itself is kept.
+
+    The stop policy holds from ``main``'s first instant
+    (:func:`hpcgpu._stop.guard_request`): a stop signal (SIGINT, SIGTERM,
+    SIGUSR1, SIGHUP) while ``main`` loads its data is recorded, and the
+    first ``Trainer`` or ``hpcgpu.tasks.map`` it runs stops at its first
+    safe point. A second SIGINT at any instant, also after a stop while
+    the process ends and MPI finalizes (:func:`hpcgpu._stop.finish`), ends
+    the job with one line and status 130. A ``KeyboardInterrupt`` that
+    ``main`` raises itself on a rank is one line from that rank, not a
+    traceback, and the job is aborted with status 130.
     """
-    _print_paths_as_bytes()
+    _print_anything()
     if prog is None:  # the script's name; python -m pkg's package
         path = sys.argv[0] if sys.argv else ""
         script = os.path.basename(path)
         if script == "__main__.py":
             script = os.path.basename(os.path.dirname(os.path.abspath(path)))
         prog = script if script and script != "-c" else "hpcgpu"
-    from ._stop import EXIT_STOPPED, stop_count, stopped
+    from . import _early
+    from ._stop import EXIT_STOPPED, finish_at_exit, guard_request, stop_count, stopped
 
+    finish_at_exit(prog)
     before = stop_count()
+    guard = guard_request(prog)
     try:
-        rc = main(argv) if _takes_an_argument(main) or argv is not None else main()
+        try:
+            rc = main(argv) if _takes_an_argument(main) or argv is not None else main()
+        finally:
+            guard.uninstall()
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - the whole point
@@ -162,6 +203,11 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
             if world_rank() == 0 and not exc.silent:  # one line, however a library worded it
                 print(f"{prog}: error: {one_line(exc)}", file=sys.stderr, flush=True)
             sys.exit(2)
+        if isinstance(exc, KeyboardInterrupt) and _early.sigints():  # after a Ctrl-C: the second, every rank's
+            _early.end_now(prog)
+        if isinstance(exc, KeyboardInterrupt):  # main's own, on this rank alone: the others may wait in MPI
+            abort(f"{prog}: KeyboardInterrupt on rank {world_rank()}: ending the job now, without saving "
+                  f"(exit {_early.EXIT_INTERRUPTED})", _early.EXIT_INTERRUPTED)
         tb = "".join(traceback.format_exception(exc))
         abort(f"[rank {world_rank()}] error: {type(exc).__name__}: {exc}\n{tb}")
     sys.exit(rc or (EXIT_STOPPED if stopped(before) else 0))

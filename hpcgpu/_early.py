@@ -26,13 +26,15 @@ import sys
 import threading
 import time
 
-__all__ = ["catch", "end_now", "os_actions", "received", "received_all", "release", "undo_mpi_init"]
+__all__ = ["catch", "count_sigint", "end_now", "name_program", "os_actions", "received", "received_all", "release",
+           "sigints", "undo_mpi_init"]
 
 EXIT_INTERRUPTED = 130
 """The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
 
-SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+SIGNALS = ("SIGTERM", "SIGUSR1", "SIGHUP", "SIGINT")
 _received: list[str] = []
+_sigints = [0]  # SIGINTs this process has taken so far, by any of hpcgpu's handlers: the second ends the job
 _installed: dict = {}
 _prog = "hpcgpu"
 _ENDING = threading.Lock()
@@ -40,14 +42,29 @@ _ENDING = threading.Lock()
 
 def _record(signum, frame) -> None:
     name = signal.Signals(signum).name
-    if name == "SIGINT" and name in _received:  # Ctrl-C twice while starting: end now, as the stop policy does
+    if name == "SIGINT" and count_sigint():  # Ctrl-C twice (while starting, or after a stop): end now
         end_now(_prog)
     if name not in _received:
         _received.append(name)
 
 
+def count_sigint() -> bool:
+    """Count one SIGINT taken by a handler of hpcgpu's; whether it is the process's second (the job ends now).
+
+    Not collective. The count is the process's, not a run's: a Ctrl-C that stopped a run, then another while
+    the stopped run writes its checkpoint, returns, or finalizes MPI, is a second Ctrl-C.
+    """
+    _sigints[0] += 1
+    return _sigints[0] > 1
+
+
+def sigints() -> int:
+    """The SIGINTs this process's hpcgpu handlers have taken so far. Not collective."""
+    return _sigints[0]
+
+
 def catch(prog: str) -> None:
-    """Record SIGTERM, SIGUSR1 and SIGINT instead of dying (main thread only); a signal with a handler is left.
+    """Record SIGTERM, SIGUSR1, SIGHUP and SIGINT instead of dying (main thread only); a signal with a handler is left.
 
     Called by hpcgpu's programs first (their ``__main__``, and ``hpcgpu._scripts`` for the console script
     ``hpcgpu-train``), never by an import.
@@ -101,14 +118,20 @@ def world_rank() -> int:
     return 0
 
 
+def name_program(prog: str) -> None:
+    """Name the program in the line :func:`end_now` prints from a handler of this module (``"hpcgpu.train"``)."""
+    global _prog
+    _prog = prog
+
+
 def end_now(prog: str) -> None:
     """A second SIGINT: one line from rank 0, then this process ends with :data:`EXIT_INTERRUPTED`.
 
-    Every rank got the signal (the launcher forwards a Ctrl-C to all). Rank 0 writes the line and goes; the
-    others give it the first turn, since a launcher ends the whole job as soon as any rank exits non-zero, and
-    under load a rank 0 not yet scheduled was killed before its line (two suites at once found it, with 2 s
-    given). Bounded: a rank 0 that is gone or stuck costs the others 6 s; where the launcher ends the job when
-    rank 0 exits (Hydra, Open MPI), they go with it at once.
+    Every rank got the signal (the launcher forwards a Ctrl-C to all) and every rank ends at once, rank 0
+    after writing its line. At once, because a rank that outlives another inside MPI (a collective's wait,
+    a progress thread) may find the other gone, abort, and have the launcher kill the job with its banner
+    (MPICH's Hydra did, even after MPI_Finalize, and for ranks that waited a few seconds to give rank 0 the
+    first turn). A rank 0 that is not scheduled until after the others are gone can lose its line.
 
     Parameters
     ----------
@@ -124,9 +147,6 @@ def end_now(prog: str) -> None:
             os.write(2, line.encode("utf-8", "replace"))
         except OSError:
             pass
-        time.sleep(0.2)  # let the launcher pass the line on before the job goes
-    else:
-        time.sleep(6.0)
     os._exit(EXIT_INTERRUPTED)
 
 
@@ -137,8 +157,11 @@ class _SigAction(ctypes.Structure):
                 ("restorer", ctypes.c_void_p)]
 
 
-MPI_INIT_SIGNALS = ("SIGUSR1",)
-"""The signals whose action ``MPI_Init`` may change behind Python's back (MPICH's and Intel MPI's SIGUSR1)."""
+MPI_INIT_SIGNALS = ("SIGUSR1", "SIGHUP")
+"""The stop signals whose action the MPI library changes behind Python's back: ``MPI_Init``'s SIGUSR1 handler
+(MPICH, Intel MPI) and UCX's SIGHUP handler, installed when the library loads (MPICH's and Open MPI's wheels:
+UCX's ``UCX_DEBUG_SIGNO``, which turns on debug logging). Open MPI's own handlers of SIGSEGV, SIGBUS, SIGFPE and
+SIGABRT (its backtrace on a crash) are left."""
 
 
 def os_actions() -> dict | None:
@@ -164,18 +187,22 @@ def os_actions() -> dict | None:
 
 
 def undo_mpi_init(before: dict | None) -> list:
-    """Put back each signal action ``MPI_Init`` changed since ``before`` (:func:`os_actions`); the signals put back.
+    """Put back each stop signal's action the MPI library changed since ``before`` (:func:`os_actions`); those put back.
 
     Not collective. MPICH's ``MPI_Init`` (and Intel MPI's) installs a
     SIGUSR1 handler of its own where the process has none, unseen by Python:
     a SIGUSR1 (Slurm's ``--signal``) was then swallowed, and the program ran
-    on as if never asked to stop. hpcgpu imports ``mpi4py.MPI`` (which runs
+    on as if never asked to stop. UCX (under MPICH's and Open MPI's wheels)
+    installs a SIGHUP handler when the library loads, which switches its
+    logging to debug: a SIGHUP (a closed terminal, a launcher's hang-up)
+    then filled the log and the run went on. hpcgpu imports ``mpi4py.MPI`` (which runs
     ``MPI_Init``) between two looks at the actions (``hpcgpu._yield``), so
     between the runtime's start and a Trainer's (whose stop request takes
     over from its construction) a stop signal has the effect it had before:
     the default (the process ends) or a handler the program set, Python's or
     C's (``faulthandler.register``). A ``mpi4py.MPI`` imported before
-    ``import hpcgpu`` is not watched.
+    ``import hpcgpu`` is not watched (a stop request's handlers, Python's,
+    replace the library's all the same).
     """
     after = os_actions()
     if before is None or after is None:

@@ -177,9 +177,10 @@ def _main(a: argparse.Namespace, stop) -> int:
     claim([Output(out_path, "-o", dataset=out_name)], _input_datasets(a, rt.rank), comm=rt.comm,
           overwrite=a.overwrite, prog="hpcgpu matmul")
     A, B, C, (m, k, n), alpha, beta = _inputs(a, grid)
-    if rt.comm.allreduce(stop.requested(), op=MPI.LOR):  # the safe point before the multiply
-        if rt.rank == 0:
-            print(f"hpcgpu matmul: stopped ({stop.reason or 'a stop request on another rank'}) before the multiply; "
+    reasons = rt.comm.allgather(stop.reason if stop.requested() else None)  # the safe point before the multiply
+    if any(reasons):
+        if rt.rank == 0:  # the lowest rank's reason, the same words whichever rank was signalled
+            print(f"hpcgpu matmul: stopped ({next(r for r in reasons if r)}) before the multiply; "
                   f"nothing written to {a.out}", flush=True)
         return EXIT_STOPPED
     wd = Watchdog(rt.comm, timeout)

@@ -1,4 +1,4 @@
-"""The stop policy: SIGINT, SIGTERM, SIGUSR1 and a stop file are one request to stop at the next safe point.
+"""The stop policy: SIGINT, SIGTERM, SIGUSR1, SIGHUP and a stop file are one request to stop at the next safe point.
 
 One mechanism for one promise ("a stop loses nothing"), used by the trainer
 (command line and ``fit``), the task farm and matmul, below all of them. A
@@ -8,9 +8,13 @@ ranks at its next safe point (a step boundary, a task, before C is written),
 saves what it has (a checkpoint, the results so far), prints one line and
 exits :data:`EXIT_STOPPED` (3: stopped, resumable). A second SIGINT (a person
 pressing Ctrl-C again) ends the job at once with one line and exit 130, even
-while the process waits inside MPI; a second SIGTERM or SIGUSR1 takes the
-signal's default action. Importing hpcgpu installs nothing (its programs
-record stop signals from their first instant: :mod:`hpcgpu._early`).
+while the process waits inside MPI, and also after the stop, while the run
+writes its checkpoint, returns and finalizes MPI (:func:`finish`); a second
+SIGTERM, SIGUSR1 or SIGHUP takes the signal's default action. SIGHUP (a
+closed terminal, a launcher's hang-up) is a stop as SIGTERM is. Importing
+hpcgpu installs nothing (its programs record stop signals from their first
+instant: :mod:`hpcgpu._early`; :func:`hpcgpu.run_guarded` from its main's:
+:func:`guard_request`).
 """
 
 from __future__ import annotations
@@ -125,15 +129,18 @@ def remove_first(request: StopRequest | None) -> str:
 
 
 class StopRequest:
-    """A request to stop at the next safe point: SIGINT, SIGTERM, SIGUSR1, or a stop file.
+    """A request to stop at the next safe point: SIGINT, SIGTERM, SIGUSR1, SIGHUP, or a stop file.
 
     Not collective: each rank records its own requests; the program agrees
     on them at its next safe point (the trainer in the step's Allreduce, the
     farm between tasks, matmul before it writes), so all ranks stop
     together. A second SIGINT ends the job at once (one line from rank 0,
     exit :data:`EXIT_INTERRUPTED`), also while the main thread waits in MPI
-    or a BLAS call; a second SIGTERM or SIGUSR1 takes the signal's default
-    action (the process ends), for a user who really means it.
+    or a BLAS call, and after :meth:`uninstall` (the count of SIGINTs is the
+    process's); a second SIGTERM, SIGUSR1 or SIGHUP takes the signal's
+    default action (the process ends), for a user who really means it.
+    SIGHUP (a closed terminal or session, a launcher's hang-up) stops as
+    SIGTERM does.
 
     Parameters
     ----------
@@ -153,7 +160,7 @@ class StopRequest:
     Attributes
     ----------
     reason : str or None
-        ``"SIGINT"``, ``"SIGUSR1"``, ``"SIGTERM"`` or ``"stop file PATH"`` once requested.
+        ``"SIGINT"``, ``"SIGUSR1"``, ``"SIGTERM"``, ``"SIGHUP"`` or ``"stop file PATH"`` once requested.
 
     Examples
     --------
@@ -165,7 +172,7 @@ class StopRequest:
     ...     stop.uninstall()
     """
 
-    SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP")
 
     def __init__(self, stop_file: str | None = None, check_file: bool = True, interval: float = 1.0,
                  prog: str = "hpcgpu"):
@@ -175,16 +182,17 @@ class StopRequest:
         self._old: dict = {}  # what a second signal of a kind gets (its default action)
         self._restore: dict = {}  # what uninstall puts back
         self._watcher = None
-        self._sigints = 0
         self.trainers = False  # a Trainer's own (hpcgpu.train.trainer): another Trainer never adopts it
+        self.guards = False  # the guard's (guard_request): a request installed inside takes its signal over
 
     def _handler(self, signum, frame):
         import signal
 
+        from . import _early
+
         name = signal.Signals(signum).name
         if name == "SIGINT":
-            self._sigints += 1
-            if self._sigints > 1:
+            if _early.count_sigint():  # the process's second, this request's or an earlier one's
                 self._end_now()
         elif self.reason == name:  # the same signal again: its default action
             signal.signal(signum, self._old.get(name, signal.SIG_DFL))
@@ -223,7 +231,9 @@ class StopRequest:
             os.close(r)
             os.close(w)
             return
-        seen = [self._sigints]
+        from . import _early
+
+        seen = [_early.sigints()]  # its own count from here (the handler counts the same signals once more)
 
         def watch():
             # The thread owns the read end and closes it itself, at the end of file that closing the write end
@@ -264,7 +274,9 @@ class StopRequest:
         """Install the signal handlers (main thread only; elsewhere a no-op). Not collective.
 
         A stop signal the program recorded while it was starting
-        (:mod:`hpcgpu._early`) becomes this request's reason.
+        (:mod:`hpcgpu._early`), or that the guard's request
+        (:func:`guard_request`) recorded before this one, becomes this
+        request's reason (taken from the guard: it stops one run).
 
         Returns
         -------
@@ -276,26 +288,35 @@ class StopRequest:
         from . import _early
 
         if threading.current_thread() is threading.main_thread():
+            outer = installed_request()
+            if outer is not None and outer.guards and outer.reason and not self.reason:
+                self.reason, outer.reason = outer.reason, None
             for name in self.SIGNALS:
                 self._restore[name] = self._old[name] = signal.signal(getattr(signal, name), self._handler)
                 if self._old[name] is _early._record:  # the default action is what a second signal gets
                     self._old[name] = signal.SIG_DFL if name != "SIGINT" else signal.default_int_handler
             self.reason = self.reason or _early.received()
-            self._sigints = int("SIGINT" in _early.received_all())
             self._watch_sigints()
         return self
 
     def uninstall(self) -> None:
         """Put the previous handlers back (a program's start-up recorder too: a late signal is kept, not fatal).
 
-        Not collective; main thread only (elsewhere a no-op).
+        Not collective; main thread only (elsewhere a no-op). Once the
+        process has taken a SIGINT, Python's default in its place (a
+        ``KeyboardInterrupt`` wherever the program is) becomes the start-up
+        recorder's action, which ends the job on the next one.
         """
         import signal
         import threading
 
+        from . import _early
+
         if threading.current_thread() is not threading.main_thread():
             return
         for name, h in self._restore.items():
+            if name == "SIGINT" and _early.sigints() and h in (signal.default_int_handler, signal.SIG_DFL):
+                h = _early._record  # a second Ctrl-C after the stop: one line and exit 130, not a traceback
             signal.signal(getattr(signal, name), h)
         self._old.clear()
         self._restore.clear()
@@ -320,6 +341,77 @@ def trainers_request(stop_file: str | None = None, check_file: bool = False) -> 
     request = StopRequest(stop_file, check_file=check_file, prog="hpcgpu.train")
     request.trainers = True
     return request.install()
+
+
+def guard_request(prog: str) -> StopRequest:
+    """The request :func:`hpcgpu.run_guarded` installs around a program's main (main thread only). Not collective.
+
+    A stop signal before the program's run installs its own request (the data's loading, before a
+    :class:`hpcgpu.Trainer` or ``hpcgpu.tasks.map``) is recorded, not a ``KeyboardInterrupt`` or the
+    process's end, and the run's request takes it over: the run stops at its first safe point. No Trainer
+    adopts it (``trainers``): each installs its own, as in a program of its own. A program that installs
+    no request of its own runs to its end; a second SIGINT ends it at once.
+
+    Parameters
+    ----------
+    prog : str
+        The program's name, which begins the line a second SIGINT prints.
+    """
+    request = StopRequest(prog=prog)
+    request.trainers = request.guards = True
+    return request.install()
+
+
+_FINISHING: list = []
+
+
+def finish_at_exit(prog: str) -> None:
+    """Have :func:`finish` end this process (once, at its exit, whatever ``prog`` last ran). Not collective.
+
+    :func:`hpcgpu.run_guarded` calls it on every rank before the program's main.
+    """
+    from . import _early
+
+    _early.name_program(prog)
+    if not _FINISHING:
+        import atexit
+
+        _FINISHING.append(prog)
+        atexit.register(finish)
+
+
+def finish() -> None:
+    """The end of a guarded process: the ranks meet, then MPI is finalized, with hpcgpu's SIGINT action. Collective.
+
+    Run at exit (:func:`finish_at_exit`; mpi4py finalizes after Python's exit hooks, when Python has put
+    SIGINT's default action back and MPI_Finalize holds the interpreter's lock, so that a Ctrl-C there killed
+    the rank and the launcher printed its banner). Here every rank waits for the others in a nonblocking
+    barrier, polled from Python, so a SIGINT is handled while it waits: the process's second ends the job
+    (one line, exit 130, :func:`hpcgpu._early.end_now`). Once every rank is there, a SIGINT is late: the
+    work is done and the job ends with its status (after MPI_Finalize the launcher ends the whole job as
+    soon as one rank exits otherwise, banner and all). SIGTERM, SIGUSR1 and SIGHUP are late from the start.
+    Does nothing where MPI is not running or off the main thread.
+    """
+    from . import _early
+
+    mpi = sys.modules.get("mpi4py.MPI")
+    if threading.current_thread() is not threading.main_thread() or mpi is None:
+        return
+    if not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    request, met = mpi.COMM_WORLD.Ibarrier(), [False]
+
+    def sigint(signum, frame):  # between two polls, never inside MPI
+        met[0] = met[0] or request.Test()
+        if not met[0]:
+            _early._record(signum, frame)
+
+    for name in StopRequest.SIGNALS:
+        signal.signal(getattr(signal, name), sigint if name == "SIGINT" else signal.SIG_IGN)
+    while not (met[0] or request.Test()):
+        time.sleep(0.002)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mpi.Finalize()  # quick once every rank is here
 
 
 def installed_request() -> StopRequest | None:

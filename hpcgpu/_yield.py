@@ -142,9 +142,10 @@ class _MPIStart:
     Placed first in ``sys.meta_path`` by :func:`mpi_start` at ``import hpcgpu``; at the import of ``mpi4py.MPI``
     it asks the finders after it for the module (mpi4py's own opens the MPI library there, to learn its ABI:
     the library's first load, whose UCX constructor reads ``UCX_MEM_EVENTS``), with ``UCX_MEM_EVENTS=no`` set for
-    that search only in a singleton, and wraps the module's loader so that what ``MPI_Init`` does to the signal
-    actions is undone (:func:`hpcgpu._early.undo_mpi_init`). It does nothing after its first use, and leaves
-    ``sys.meta_path`` once the module is loaded (not while the import system walks the list).
+    that search only in a singleton, and wraps the module's loader so that what the library's load and
+    ``MPI_Init`` do to the stop signals' actions is undone (:func:`hpcgpu._early.undo_mpi_init`). It does nothing
+    after its first use, and leaves ``sys.meta_path`` once the module is loaded (not while the import system walks
+    the list).
     """
 
     done = False
@@ -156,6 +157,7 @@ class _MPIStart:
         cls.done = True
         from . import _early
 
+        before = _early.os_actions()  # before the library loads: UCX's constructor installs its SIGHUP handler
         ucx = _ucx_unhooked()
         if ucx:  # a singleton: no peer needs UCX's memory hooks
             os.environ[UCX_MEM_EVENTS] = "no"
@@ -170,7 +172,7 @@ class _MPIStart:
             if ucx:
                 os.environ.pop(UCX_MEM_EVENTS, None)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Restoring(spec.loader, _early.os_actions())
+            spec.loader = _Restoring(spec.loader, before)
         return spec
 
 
