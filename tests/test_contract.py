@@ -513,7 +513,8 @@ def _rank_pids(launcher_pid):
 
 def test_a_second_sigint_ends_the_job_at_once(tmp_path, model_file):
     """Two Ctrl-C a moment apart while the ranks are inside a long step (in BLAS and MPI, where Python runs no
-    handler): one line, exit 130, before the step ends."""
+    handler): hpcgpu's one line and exit 130 (a stop at the step's end would be exit 3), never the MPI library's
+    banner."""
     i = _inputs(tmp_path, model_file)
     p = _launch(["-m", "hpcgpu.train", "--data", i["data"], "--hidden", "6144,6144", "--batch-size", "64",
                  "--progress", "none", "--out", str(tmp_path / "s.h5"), "--checkpoint-every", "1", "--epochs", "50",
@@ -527,18 +528,17 @@ def test_a_second_sigint_ends_the_job_at_once(tmp_path, model_file):
         # must be delivered before the second is sent. A fixed 0.3 s was not enough under load (two suites at
         # once: a rank not scheduled for 0.3 s saw one SIGINT and stopped gracefully while the others ended).
         _delivered(pids, signal.SIGINT, timeout=30)
-        t0 = time.time()
         for pid in pids:
             os.kill(pid, signal.SIGINT)
         out, err = p.communicate(timeout=60)
-        assert time.time() - t0 < 5
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     ours, _ = _mpi.split_launcher(err)
     lines = [ln for ln in ours.splitlines() if ln.strip()]
-    assert p.returncode != 0 and p.returncode != 3, (p.returncode, err)
+    assert p.returncode == 130, (p.returncode, out, err)
     assert lines == ["hpcgpu.train: second SIGINT: ending the job now, without saving (exit 130)"], err
+    assert "BAD TERMINATION" not in out, out
 
 
 # -- hostile inputs: every program x every input option x every condition ----------------------------------------
