@@ -1143,6 +1143,21 @@ FIXES: dict[str, str] = {
         "``nn.Keras`` runs the model as a JAX function: set ``KERAS_BACKEND=jax`` in the environment (or "
         "``os.environ[\"KERAS_BACKEND\"] = \"jax\"`` before the first ``import keras``), with JAX installed."
     ),
+    "Torch: parameter … has a post-accumulate-grad hook (register_post_accumulate_grad_hook), which hpcgpu does "
+    "not run: its reducer takes each gradient there; p.register_hook(fn) runs on each micro-batch's gradient": (
+        "``nn.Torch`` takes each parameter's final gradient with a post-accumulate-grad hook of its own, to post "
+        "its bucket's Allreduce during the backward pass; a hook of yours there would see the buffer, not your "
+        "parameter, and is never silently skipped. Register ``p.register_hook(fn)`` instead: it runs on each "
+        "micro-batch's gradient (of this rank's loss sum) before it is added to what the ranks reduce, and what "
+        "it returns is reduced. An optimizer step in a hook is the trainer's optimizer's job."
+    ),
+    "Jax: params leaf … is …, not floating point: every leaf of params is trained (nn.Jax has no non-trainable "
+    "leaves); keep constants in apply's closure": (
+        "``nn.Jax`` trains every leaf of ``params`` in the trainer's floating type: an integer leaf (an index "
+        "table, a step counter) would be trained as floats. Leave it out of ``params`` and let ``apply`` close "
+        "over it (``functools.partial(apply, table=...)``); state that changes in training (flax's "
+        "``batch_stats``) is not carried: use ``nn.Torch`` for such a model."
+    ),
     "Keras: the model is not built: give its input shape, keras.Input(shape) as its first layer, or call "
     "model.build(input_shape)": (
         "A Keras model has variables only once its input shape is known; ``nn.Keras`` takes them at its "
