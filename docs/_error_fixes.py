@@ -692,6 +692,21 @@ FIXES: dict[str, str] = {
         "of ranks. Give the loss ``reduction=\"sum\"``: the trainer divides the summed gradient by the global "
         "batch once, which is the mean over the whole batch at any number of ranks."
     ),
+    "model …: the loss does not sum over the samples (a micro-batch's loss is not the sum of its halves'): give a "
+    "loss with reduction=\"sum\" (torch.nn.functional.cross_entropy(outputs, y, reduction=\"sum\")); hpcgpu "
+    "divides by the global batch once": (
+        "At the first step the loss of a micro-batch is compared once with the sum of its two halves' losses (in "
+        "eval mode, so each sample's loss is its own): a loss FUNCTION that averages (PyTorch's "
+        "``F.cross_entropy``, ``F.mse_loss`` by default, a JAX loss ending in ``.mean()``) gives half that sum, "
+        "and the model would depend on the number of ranks. Pass ``reduction=\"sum\"`` (or use ``.sum()``): the "
+        "trainer divides the summed gradient by the global batch once."
+    ),
+    "model … takes … features (those it was first given), got … ones": (
+        "A model of your own takes integer features (they reach it as int64: an ``nn.Embedding``'s indices) or "
+        "floating ones, as the first data it was given had them; ``fit``'s validation, ``evaluate`` and "
+        "``predict`` must give the same kind. Convert the features (``X.astype(np.int64)`` or "
+        "``X.astype(np.float32)``) to the kind the model was trained on."
+    ),
     "Torch: … has no trainable parameter": (
         "Every parameter of the module has ``requires_grad=False`` (or it has none): there is nothing to train. "
         "Unfreeze the parameters to train."

@@ -301,21 +301,31 @@ class Torch(Model):
         return t.from_numpy(a) if isinstance(a, np.ndarray) else t.from_dlpack(a)
 
     def _array(self, tensor, like):
+        """``tensor`` as ``like``'s kind of array (NumPy or CuPy): bfloat16 (autocast's outputs) as float32.
+
+        NumPy has no bfloat16 of its own (ml_dtypes' is not PyTorch's to give), so a bfloat16 tensor is widened to
+        float32 first, which holds each of its values exactly.
+        """
+        tensor = tensor.detach()
+        if tensor.dtype == self._torch.bfloat16:
+            tensor = tensor.float()
         if isinstance(like, np.ndarray):
-            return tensor.detach().numpy()
+            return tensor.numpy()
         import cupy  # a device array: CuPy is there
 
-        return cupy.from_dlpack(tensor.detach())
+        return cupy.from_dlpack(tensor)
 
-    def _place(self, device) -> None:
-        """Move the module (its buffers: BatchNorm's running statistics) to ``device``, the trainer's arrays', once.
+    def _place(self, device, dtype) -> None:
+        """Move the module (its buffers: BatchNorm's running statistics) to ``device`` and floating ``dtype``, once.
 
-        Its parameters take no part (the trainer's buffers stand in for them); its buffers must be where the
-        micro-batch is. Their values move with them (written before the first step, a resume's included).
+        ``device`` and ``dtype`` are the trainer's arrays' (its parameters' type: float64 under ``64-true`` for a
+        module made in float32). Its parameters take no part (the trainer's buffers stand in for them); its
+        buffers must be where the micro-batch is, in the parameters' type. Their values move with them (written
+        before the first step, a resume's included).
         """
-        if device != self._device:
-            self.module.to(device)
-            self._device = device
+        if (device, dtype) != self._device:
+            self.module.to(device=device, dtype=dtype)
+            self._device = (device, dtype)
 
     @staticmethod
     def _stream(x):
@@ -389,7 +399,7 @@ class Torch(Model):
         if not self.module.training:  # as loss_and_grad_into
             self.module.train()
         xt = self._tensor(x)
-        self._place(xt.device)
+        self._place(xt.device, ps[self.names[0]].dtype)
         with torch.enable_grad(), self._seeded(xt.device):
             with self._autocasting(xt.device):
                 out = self._outputs(torch.func.functional_call(self.module, ps, (xt,)))
@@ -432,7 +442,7 @@ class Torch(Model):
         if not self.module.training:  # (a submodule the user put in eval mode stays so, as under DDP)
             self.module.train()
         xt = self._tensor(x)
-        self._place(xt.device)
+        self._place(xt.device, ps[self.names[0]].dtype)
         with torch.enable_grad(), self._seeded(xt.device):
             with self._autocasting(xt.device):  # the backward pass outside it, as PyTorch's AMP recipe has it
                 out = self._outputs(torch.func.functional_call(self.module, ps, (xt,)))
@@ -516,22 +526,65 @@ class Torch(Model):
         self._leaf_cache = None
         self._ready = self._ours = None
 
-    def predict(self, params, x):
-        """The module's outputs for ``x``, in eval mode, without autograd. Not collective."""
+    def _evaluated(self, params, x, y=None):
+        """The module's outputs for ``x`` (and the loss sum against ``y``), in eval mode under ``torch.no_grad()``.
+
+        No autograd graph, no backward pass: BatchNorm uses (and never updates) its running statistics, Dropout
+        passes everything, and each submodule's mode is put back after (a submodule the user froze stays so).
+        """
         torch = self._torch
         self._take_threads()
         ps = {n: self._tensor(params[n]) for n in self.names}
-        modes = [(m, m.training) for m in self.module.modules()]  # each put back: a frozen submodule stays so
+        modes = [(m, m.training) for m in self.module.modules()]
         self.module.eval()
         try:
             xt = self._tensor(x)
-            self._place(xt.device)
+            self._place(xt.device, ps[self.names[0]].dtype)
             with torch.no_grad(), self._autocasting(xt.device):
                 out = self._outputs(torch.func.functional_call(self.module, ps, (xt,)))
+                loss = None if y is None else self._loss_sum(self.loss(out, self._target(y, out)))
         finally:
             for m, training in modes:
                 m.training = training
-        return self._array(out.float() if self._autocast is not None else out, x)
+        return out, loss
+
+    def predict(self, params, x):
+        """The module's outputs for ``x``, in eval mode, without autograd. Not collective.
+
+        Parameters
+        ----------
+        params : dict of str to array
+            The trainer's parameters by name.
+        x : array, shape (n, ...)
+            Integer features as int64 (an ``nn.Embedding``'s indices), floating ones in the trainer's dtype.
+
+        Returns
+        -------
+        array
+            The module's outputs in their own shape ((n,) stays (n,)); bfloat16 ones as float32.
+        """
+        return self._array(self._evaluated(params, x)[0], x)
+
+    def forward_loss(self, params, x, y):
+        """The loss sum and the outputs of ``x`` against ``y``, forward only, in eval mode. Not collective.
+
+        What evaluation uses (``Trainer.evaluate``, ``fit``'s validation): the module in eval mode under
+        ``torch.no_grad()``, no backward pass, so evaluating changes nothing of the model (BatchNorm's running
+        statistics included).
+
+        Parameters
+        ----------
+        params : dict of str to array
+        x, y : array
+            Rows of the features and their targets.
+
+        Returns
+        -------
+        (float, array)
+            The loss sum and the outputs, as :meth:`predict` gives them.
+        """
+        out, loss = self._evaluated(params, x, y)
+        return float(loss.float()), self._array(out, x)
 
     def state_dict(self, path: str) -> dict:
         """The module's ``state_dict`` from a results file's ``/model`` (and ``/buffers``) group, by name.
@@ -654,6 +707,7 @@ class Jax(Model):
 
         self._value_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
         self._predict = jax.jit(forward)
+        self._forward_loss = jax.jit(objective)  # evaluation: the same loss and outputs, no gradient
 
     precisions = ("bf16-mixed",)
     """The mixed precision it takes: ``bf16-mixed`` (the function in bfloat16 on float32 master weights, as
@@ -720,6 +774,27 @@ class Jax(Model):
         back = back or np.asarray
         loss = float(loss)  # the whole call is done: its results may be handed over
         return loss, {n: back(g) for n, g in zip(self.names, grads, strict=True)}, back(out)
+
+    def forward_loss(self, params, x, y):
+        """The loss sum and the outputs of ``x`` against ``y``, under ``jax.jit`` without a gradient. Not collective.
+
+        What evaluation uses (``Trainer.evaluate``, ``fit``'s validation).
+
+        Parameters
+        ----------
+        params : dict of str to array
+        x, y : array
+            Rows of the features and their targets.
+
+        Returns
+        -------
+        (float, array)
+            The loss sum and the outputs, as :meth:`predict` gives them.
+        """
+        (*flat, xj, yj), back = self._to_jax([params[n] for n in self.names] + [x, y], x)
+        loss, out = self._forward_loss(flat, xj, yj)
+        loss = float(loss)  # the whole call is done: its outputs may be handed over
+        return loss, (back or np.asarray)(out)
 
     def predict(self, params, x):
         """``apply(params, x)`` under ``jax.jit``: a NumPy array, or a CuPy array for a device ``x``."""

@@ -50,9 +50,20 @@ class Model:
         computed from them at no extra pass; without them it is NaN.
         ``params`` holds views into the trainer's flat buffer: read them,
         never write them. ``x`` and ``y`` are this rank's rows of the
-        micro-batch, in the array module.
+        micro-batch, in the array module: ``x`` in the trainer's floating
+        type, or int64 where the data's features are integers.
     predict(params, x)
-        The model's outputs for ``x`` (n rows): an array of n rows.
+        The model's outputs for ``x`` (n rows): an array of n rows, (n,) or
+        (n, k) or more axes; ``Trainer.predict`` keeps that shape.
+    forward_loss(params, x, y), optional
+        ``(loss_sum, outputs)`` of a forward pass only, in evaluation mode
+        (no dropout, BatchNorm's running statistics used and left as they
+        are): what ``evaluate`` and ``fit``'s validation use, so evaluating
+        never changes the model (:class:`hpcgpu.nn.Torch`, :class:`hpcgpu.nn.Jax`).
+        Without it evaluation takes ``loss_and_grad``'s loss and drops its
+        gradient. With it the first step also checks, once, that the loss
+        sums over the samples: the micro-batch's loss against the sum of its
+        halves' (a mean is one agreed line).
     buffers(), optional
         ``{name: array}``: the model's state that is not trained
         (BatchNorm's running statistics), live arrays the model updates in
@@ -246,6 +257,8 @@ class FlatModel(FlatParams):
         self._checked = False
         self.into = callable(getattr(model, "loss_and_grad_into", None))
         self.sample_shape: tuple | None = None  # the samples' shape where they have more than one axis
+        self.integer_features: bool | None = None  # whether the features reach the model as int64 (first data's)
+        self._loss_checked = False  # the first call's check that the loss sums over the samples
         self._index = {k: i for i, (k, _) in enumerate(self.shapes)}  # a parameter's place, by name
 
     def release(self) -> None:
@@ -334,6 +347,11 @@ class FlatModel(FlatParams):
             of the right shape per parameter (checked on the first call; on a
             later call where its write into :attr:`grad` fails).
         """
+        if not self._loss_checked:
+            err = self._mean_loss_error(X, y)
+            if err is not None:
+                raise ContractError(str(err))
+            self._loss_checked = True
         if self.into:
             self._loss_and_grad_into(X, y, accumulate, loss_scale, on_layer)
             return
@@ -360,6 +378,27 @@ class FlatModel(FlatParams):
             # A later call that breaks the contract fails here (a missing name, a size that does not reshape):
             # no check is added to the step, the failure itself is turned into the contract's line.
             raise ContractError(str(self._first_call_error(got, X, y) or _write_error(self.model, e))) from e
+
+    def _mean_loss_error(self, X, y) -> TypeError | None:
+        """Whether the model's loss averages over the samples instead of summing them (the first call's check).
+
+        Where the model has a forward-only loss (``forward_loss``: :class:`hpcgpu.nn.Torch`, :class:`~hpcgpu.nn.Jax`),
+        the loss of the micro-batch is compared, once, with the sum of its two halves' losses, in eval mode
+        (BatchNorm's running statistics, no dropout: each sample's loss its own). A mean (PyTorch's loss functions
+        by default) is half that sum: the gradient would then depend on the number of ranks.
+        """
+        forward = getattr(self.model, "forward_loss", None)
+        n = X.shape[0]
+        if not callable(forward) or n < 2:
+            return None
+        xs, h = self._samples(X), n // 2
+        whole = float(forward(self._p, xs, y)[0])
+        halves = [float(forward(self._p, xs[a:b], y[a:b])[0]) for a, b in ((0, h), (h, n))]
+        if not math.isfinite(whole) or abs(whole - sum(halves)) <= 1e-2 * sum(abs(v) for v in halves):
+            return None
+        return TypeError(f"model {type(self.model).__name__}: the loss does not sum over the samples (a micro-batch's "
+                         "loss is not the sum of its halves'): give a loss with reduction=\"sum\" (torch.nn.functional"
+                         ".cross_entropy(outputs, y, reduction=\"sum\")); hpcgpu divides by the global batch once")
 
     def _record(self, loss, outputs, y, accumulate: bool) -> None:
         """The micro-batch's loss sum and metric sum into :attr:`stats` (added with ``accumulate``)."""
@@ -423,8 +462,34 @@ class FlatModel(FlatParams):
                              f"got {shape}")
         self.sample_shape = shape
 
+    def set_integer_features(self, integer: bool) -> None:
+        """Take the kind of the features: integers (an ``nn.Embedding``'s indices) reach the model as int64.
+
+        Not collective. Set by the first data the trainer is given (``fit``'s, ``evaluate``'s or ``predict``'s
+        arrays); the trainer holds the rows in its floating type, and integer ones go back to int64 on their way
+        to the model (exactly: whole numbers up to 2**24 in float32, 2**53 in float64).
+
+        Parameters
+        ----------
+        integer : bool
+            The features are integers.
+
+        Raises
+        ------
+        ValueError
+            Another kind than the one taken before.
+        """
+        integer = bool(integer)
+        if self.integer_features is not None and integer != self.integer_features:
+            took, got = ("integer", "floating") if self.integer_features else ("floating", "integer")
+            raise ValueError(f"model {type(self.model).__name__} takes {took} features (those it was first given), "
+                             f"got {got} ones")
+        self.integer_features = integer
+
     def _samples(self, X):
-        """``X``'s rows in the samples' shape (a view), where the samples have one."""
+        """``X``'s rows in the samples' shape (a view), where the samples have one; int64 for integer features."""
+        if self.integer_features:
+            X = X.astype(np.int64)
         return X if self.sample_shape is None else X.reshape(X.shape[0], *self.sample_shape)
 
     def adapt_inputs(self, X, comm) -> None:
@@ -510,7 +575,7 @@ class FlatModel(FlatParams):
         return (r * r).sum()
 
     def predict(self, X, chunk: int = 8192):
-        """The model's ``predict(params, X)``, as an (n, k) array of the model's dtype. Not collective.
+        """The model's ``predict(params, X)``, in the shape the model gives its outputs. Not collective.
 
         Parameters
         ----------
@@ -520,19 +585,25 @@ class FlatModel(FlatParams):
 
         Returns
         -------
-        xp.ndarray, shape (n, k)
+        xp.ndarray, shape (n, ...)
+            The model's outputs: (n,) for a model of one output a sample that returns (n,), (n, k) for (n, k);
+            (0, 1) without rows.
         """
         xp = self.xp
         parts = []
         for s in range(0, X.shape[0], chunk):
             out = xp.asarray(self.model.predict(self._p, self._samples(X[s : s + chunk])))
-            parts.append(out.reshape(out.shape[0], -1) if out.ndim != 2 else out)
+            parts.append(out.reshape(out.shape[0], 1) if out.ndim == 0 else out)
         if not parts:
             return xp.zeros((0, 1), dtype=self.dtype)
         return parts[0] if len(parts) == 1 else xp.concatenate(parts)
 
     def evaluate_sums(self, X, y, chunk: int = 8192):
-        """Loss sum (the model's own) and metric sum (from :meth:`predict`) over ``X``, ``y``. Not collective.
+        """Loss sum (the model's own) and metric sum of its outputs over ``X``, ``y``. Not collective.
+
+        Forward only where the model has ``forward_loss`` (an autograd adapter: eval mode, no gradient), so
+        evaluating changes nothing of the model; otherwise ``loss_and_grad``'s loss (its gradient dropped) and
+        :meth:`predict`'s outputs.
 
         Parameters
         ----------
@@ -548,8 +619,14 @@ class FlatModel(FlatParams):
         """
         xp = self.xp
         tot = xp.zeros(2, dtype=np.float64)
+        forward = getattr(self.model, "forward_loss", None)
         for s in range(0, X.shape[0], chunk):
             xs, ys = X[s : s + chunk], y[s : s + chunk]
-            loss = self.model.loss_and_grad(self._p, self._samples(xs), ys)[0]
-            tot += xp.asarray([float(loss), float(self._metric(self.predict(xs, chunk), ys))])
+            if callable(forward):  # forward only, in eval mode: evaluating changes nothing of the model
+                loss, out = forward(self._p, self._samples(xs), ys)
+                out = xp.asarray(out)
+            else:  # the contract's only loss is loss_and_grad's: its gradient is dropped
+                loss = self.model.loss_and_grad(self._p, self._samples(xs), ys)[0]
+                out = self.predict(xs, chunk)
+            tot += xp.asarray([float(loss), float(self._metric(out, ys))])
         return tot

@@ -141,13 +141,22 @@ def sample_rows(X, model: TrainModel, comm: MPI.Intracomm):
     """
     shape = getattr(X, "shape", None)
     multi = shape is not None and len(shape) > 2
-    samples = {s for s in comm.allgather(tuple(int(d) for d in shape[1:]) if multi else None) if s}
+    # integer features on a rank with rows (one without rows may pass an empty array of any type)
+    integer = shape is not None and shape[0] > 0 and np.dtype(getattr(X, "dtype", "f")).kind in "iu"
+    mine = comm.allgather((tuple(int(d) for d in shape[1:]) if multi else None, integer))
+    samples = {s for s, _ in mine if s}
     err = None
     if len(samples) > 1:
         err = ValueError(f"the ranks' features have samples of different shapes: {sorted(samples)}")
     elif samples:
         try:
             model.set_sample_shape(samples.pop())
+        except ValueError as e:
+            err = e
+    take_kind = getattr(model, "set_integer_features", None)  # a model of one's own: integers reach it as int64
+    if err is None and callable(take_kind):
+        try:
+            take_kind(any(i for _, i in mine))
         except ValueError as e:
             err = e
     agree(err, comm=comm)

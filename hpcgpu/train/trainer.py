@@ -1032,9 +1032,10 @@ class Trainer:
 
         Returns
         -------
-        numpy.ndarray of shape (N, k), or None
-            On ``root`` (every rank with ``root=None``); None elsewhere and with ``out``.
-            For classification the outputs are logits (before the softmax).
+        numpy.ndarray of shape (N, ...), or None
+            On ``root`` (every rank with ``root=None``); None elsewhere and with ``out``. In the model's
+            output shape: (N, k) for the built-in layers, (N,) for a model of one's own (a PyTorch module, a
+            JAX function) whose outputs are (n,). For classification the outputs are logits (before the softmax).
 
         Raises
         ------
@@ -1070,15 +1071,15 @@ class Trainer:
         if split.n_global == 0:  # every rank alike: no output has a width to give
             raise agreed(ValueError(f"{named}: X has no rows"))
         local = _device.asnumpy(self.model.predict(self.xp.asarray(split.X))).astype(dtype, copy=False)
-        k = int(dcomm.allreduce(local.shape[1] if local.ndim == 2 and local.shape[0] else 0, op=MPI.MAX))
-        local = local.reshape(local.shape[0], k)
+        # the model's output shape a sample, from the ranks with rows: (n,) outputs stay (n,)
+        tail = next(t for t in dcomm.allgather(local.shape[1:] if local.shape[0] else None) if t is not None)
         if out is not None:
             path, name = split_spec(out, "y_hat")
             err = None
             if self.groups.tensor_rank == 0:  # one tensor column writes: every column holds the same rows
                 try:
-                    write_dataset(path, name, (split.n_global, k), local,
-                                  (slice(split.start, split.stop), slice(None)), comm=dcomm,
+                    write_dataset(path, name, (split.n_global, *tail), local.reshape(local.shape[0], *tail),
+                                  (slice(split.start, split.stop),) + (slice(None),) * len(tail), comm=dcomm,
                                   attrs=dict(hpcgpu_version=__version__, rows=split.n_global),
                                   what=what, overwrite=self._overwrite)
                 except AgreedError as e:
@@ -1088,7 +1089,9 @@ class Trainer:
             if err is not None:
                 raise agreed(OSError(err))
             return None
-        return self.groups.gather_rows(np.ascontiguousarray(local), split.n_global, root)
+        k = math.prod(tail)
+        full = self.groups.gather_rows(np.ascontiguousarray(local.reshape(local.shape[0], k)), split.n_global, root)
+        return None if full is None else full.reshape(split.n_global, *tail)
 
     def flops_per_sample(self) -> float:
         """Floating-point operations of one sample's forward and backward pass, as the model counts them.
