@@ -95,6 +95,10 @@ def _optimizer_options(p: ArgumentParser, d: TrainConfig) -> None:
     g.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs,
                    help="epochs between decays (--schedule step)")
     g.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="decay factor (--schedule step)")
+    g.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX",
+                   help="scale the averaged gradient to a global L2 norm of at most MAX (history: grad_norm)")
+    g.add_argument("--clip-grad-value", type=float, default=None, metavar="MAX",
+                   help="clamp each element of the averaged gradient to [-MAX, MAX]")
 
 
 def _parallel_options(p: ArgumentParser, d: TrainConfig) -> None:

@@ -569,7 +569,8 @@ def bind_data(parts: ModelParts, config: TrainConfig, rt: Runtime, groups: Proce
     # the held-out set's series: test_* for a data file's /test split, val_* for a validation set given in
     # Python (arrays, validation_split), as Keras names them; none without a held-out set (Keras's history too)
     held = None if test is None or test.n_global == 0 else "test" if validation_from_file else "val"
-    metrics = EpochMetrics(m.task, train.outputs, precision.compute is not None, timing_keys, held_out=held)
+    metrics = EpochMetrics(m.task, train.outputs, precision.compute is not None, timing_keys, held_out=held,
+                           norms=c.clip_grad_norm is not None)
     # One rank on a GPU, or several over NCCL: each step's loss and metric sums (reduced, over NCCL) stay on the
     # device (a row of stats) until the epoch ends, a checkpoint or a stop needs them, so no step waits for the
     # GPU; a stop request is agreed on the host. Otherwise the reduced slots are read every step: free on the
@@ -583,7 +584,8 @@ def bind_data(parts: ModelParts, config: TrainConfig, rt: Runtime, groups: Proce
                 params=parts.update_params, precision=precision, groups=g, micro_batches=sampler.micro_batches,
                 micro_batch=sampler.local_micro_batch, batch=sampler.global_batch, schedule=schedule,
                 graph=StepGraph(m, warn=warn) if graphs else None, overlap=overlap,
-                padded_params=parts.params_pad, timer=timer)
+                padded_params=parts.params_pad, timer=timer, clip_norm=c.clip_grad_norm,
+                clip_value=c.clip_grad_value, metrics=metrics)
     return DataParts(config=c, train=train, sampler=sampler, schedule=schedule, held_out=HeldOut(test, xp, g.data_comm),
                      metrics=metrics, stats_on_device=on_device,
                      stats=xp.zeros((steps, 2), dtype=m.dtype) if on_device else None, step=step,

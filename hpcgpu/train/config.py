@@ -60,6 +60,18 @@ class TrainConfig:
         K must divide B, and B / K must be at least the number of ranks.
     lr : float
         Peak learning rate (per mean-loss gradient).
+    clip_grad_norm : float or None
+        Scale the gradient so that its global L2 norm is at most this
+        (PyTorch's ``clip_grad_norm_`` after DDP's reduction): the norm of
+        the reduced, averaged gradient over all parameters, the same on
+        every rank, after the last micro-batch and after mixed precision's
+        unscaling (a skipped step is left alone). The epoch's mean and
+        largest pre-clip norms are the history's ``grad_norm`` and
+        ``grad_norm_max``. None: no clipping.
+    clip_grad_value : float or None
+        Clamp each element of the reduced, averaged gradient to
+        ``[-clip_grad_value, clip_grad_value]`` (PyTorch's
+        ``clip_grad_value_``). None: no clipping.
     momentum, weight_decay : float
         SGD momentum, and the weight decay: L2 for SGD and Adam,
         decoupled for AdamW.
@@ -170,6 +182,8 @@ class TrainConfig:
     batch_size: int = 64
     grad_accum_steps: int = 1
     lr: float = 0.05
+    clip_grad_norm: float | None = None
+    clip_grad_value: float | None = None
     momentum: float = 0.9
     weight_decay: float = 1e-4
     optimizer: str = "sgd"
@@ -252,6 +266,14 @@ class TrainConfig:
              f"got {self.grad_accum_steps}"),
             (self.lr > 0 and math.isfinite(self.lr), f"--lr must be a positive number, got {self.lr}"),
             (0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}"),
+            (self.clip_grad_norm is None or 0 < self.clip_grad_norm < math.inf,
+             f"--clip-grad-norm must be a positive number, got {self.clip_grad_norm}"),
+            (self.clip_grad_value is None or 0 < self.clip_grad_value < math.inf,
+             f"--clip-grad-value must be a positive number, got {self.clip_grad_value}"),
+            (self.clip_grad_norm is None or self.clip_grad_value is None,
+             "--clip-grad-norm and --clip-grad-value: give one of them"),
+            (self.clip_grad_norm is None or self.tensor_parallel == 1,
+             "--clip-grad-norm does not combine with --tensor-parallel; --clip-grad-value does"),
             (self.optimizer in ("sgd", "adam", "adamw"),
              f"--optimizer must be sgd, adam or adamw, got {self.optimizer!r}"),
             (self.task in ("", "classification", "regression"),

@@ -25,6 +25,9 @@ UNITS = {"seconds": "s", "samples_per_second": "1/s", "lr": "1", "epoch": "1", "
 
 MIXED = ("loss_scale", "skipped_steps")
 """bf16-mixed and 16-mixed only."""
+NORMS = ("grad_norm", "grad_norm_max")
+"""With ``clip_grad_norm`` only: the mean and the largest of the epoch's pre-clip gradient norms (of the averaged
+gradient, in the loss's units per parameter unit)."""
 
 ENERGY = ("energy_joules", "energy_joules_cpu", "energy_joules_gpu", "gflop", "joules_per_gflop")
 """Per epoch's training steps, over all nodes (:mod:`hpcgpu.energy`): joules in all (the parts that could be
@@ -115,6 +118,8 @@ class EpochMetrics:
         The timing series (``<phase>_seconds_{min,mean,max}``), empty without timing.
     held_out : {"test", "val"} or None
         The held-out set's prefix (:func:`metric_names`); None: the run has no held-out set.
+    norms : bool
+        Record the pre-clip gradient norms (:data:`NORMS`, with ``clip_grad_norm``).
 
     Attributes
     ----------
@@ -130,13 +135,16 @@ class EpochMetrics:
         Training time of the running epoch so far (s).
     skipped : int
         Steps of the running epoch skipped for a gradient overflow.
+    norm_sums : list of float
+        The running epoch's pre-clip norms: their sum, their largest, their count.
     """
 
     def __init__(self, task: str, outputs: int = 1, mixed: bool = False, timing_keys: tuple = (),
-                 held_out: str | None = "test"):
+                 held_out: str | None = "test", norms: bool = False):
         self.task, self.outputs, self.held_out = task, max(1, int(outputs)), held_out
         self.metrics = (("epoch",) + metric_names(task, held_out) + ("lr", "seconds", "samples_per_second")
-                        + (MIXED if mixed else ()) + ENERGY)
+                        + (MIXED if mixed else ()) + (NORMS if norms else ()) + ENERGY)
+        self.norm_sums = [0.0, 0.0, 0]
         self.series = self.metrics + tuple(timing_keys)
         self.history: dict[str, list] = {k: [] for k in self.series}
         self.totals = np.zeros(2)
@@ -167,6 +175,16 @@ class EpochMetrics:
                 f"{loss_sum / batch}; the last checkpoint is kept; start again with a smaller --lr "
                 f"(a resume keeps the checkpoint's --lr)"))
         self.totals += (loss_sum, metric_sum)
+
+    def add_norm(self, norm: float) -> None:
+        """Add an update's pre-clip gradient norm (the same on every rank) to the running epoch's.
+
+        Parameters
+        ----------
+        norm : float
+        """
+        s = self.norm_sums
+        s[0], s[1], s[2] = s[0] + norm, max(s[1], norm), s[2] + 1
 
     def train_values(self, n: int) -> dict:
         """The running epoch's training loss and metric over ``n`` samples.
@@ -221,15 +239,18 @@ class EpochMetrics:
         ----------
         row : dict
         """
+        total, top, count = self.norm_sums
+        if count:
+            row = {"grad_norm": total / count, "grad_norm_max": top, **row}
         for k in self.series:
             self.history[k].append(row.get(k, math.nan))
         self.totals[:] = 0.0
-        self.seconds, self.skipped = 0.0, 0
+        self.seconds, self.skipped, self.norm_sums = 0.0, 0, [0.0, 0.0, 0]
 
     def state_dict(self) -> dict:
-        """``epoch_totals``, ``epoch_seconds``, ``skipped_steps``, ``history`` (copies). Not collective."""
+        """``epoch_totals``, ``epoch_seconds``, ``skipped_steps``, ``norm_sums``, ``history`` (copies). Not collective."""
         return dict(epoch_totals=self.totals.tolist(), epoch_seconds=self.seconds, skipped_steps=self.skipped,
-                    history={k: list(v) for k, v in self.history.items()})
+                    norm_sums=list(self.norm_sums), history={k: list(v) for k, v in self.history.items()})
 
     def load_state_dict(self, state: dict) -> None:
         """Take :meth:`state_dict`'s values; series a checkpoint lacks (timing) are NaN for its epochs.
@@ -249,6 +270,8 @@ class EpochMetrics:
         self.totals[:] = totals
         self.seconds = float(state["epoch_seconds"])
         self.skipped = int(state.get("skipped_steps", 0))
+        total, top, count = state.get("norm_sums", (0.0, 0.0, 0))
+        self.norm_sums = [float(total), float(top), int(count)]
         history = state.get("history", {})
         self.history = {k: list(history.get(k, [])) for k in self.series}
         n = len(self.history["epoch"])

@@ -21,6 +21,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+from mpi4py import MPI
+
+from .._partition import block_range
 from ..errors import abort, agree, agreed
 from ..nn._model import ContractError
 
@@ -30,6 +34,7 @@ if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing
     from ..timing import PhaseTimer
     from .cuda_graphs import StepGraph
     from .groups import ProcessGroups
+    from .metrics import EpochMetrics
     from .precision import Precision
     from .reducer import GradientReducer
 
@@ -74,6 +79,11 @@ class Step:
         Marks the ``comm`` and ``compute`` phases.
     skipped_last : bool
         The last step's update was skipped (16-mixed: the gradient overflowed).
+    clip_norm, clip_value : float or None
+        Clip the reduced, averaged gradient to this global L2 norm, or each
+        element to this magnitude (:meth:`clip`); None: not clipped.
+    metrics : hpcgpu.train.metrics.EpochMetrics or None
+        Given each update's pre-clip norm (with ``clip_norm``).
     """
 
     model: TrainModel
@@ -93,6 +103,9 @@ class Step:
     updates: int = 0
     timer: PhaseTimer | None = field(default=None, repr=False)
     skipped_last: bool = False
+    clip_norm: float | None = None
+    clip_value: float | None = None
+    metrics: EpochMetrics | None = field(default=None, repr=False)
 
     def __post_init__(self):
         # A skip is decided alike on every rank: over all of them where the ranks hold different slices.
@@ -137,12 +150,12 @@ class Step:
             if self.graph is not None:  # K == 1, no hook: see graphs_plan
                 self.graph.step(X, y, scale)
             elif K == 1:
-                model.randomness(step, 0, self.groups.data_rank)
+                model.randomness(step, 0, self.groups.data_rank, first=self._first_row(0))
                 lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
                 lg(X, y, loss_scale=scale, on_layer=hook)
             else:  # gradient accumulation: one reduction per step, not per micro-batch
                 for k in range(K):
-                    model.randomness(step, k, self.groups.data_rank)
+                    model.randomness(step, k, self.groups.data_rank, first=self._first_row(k))
                     lg = model.loss_and_grad if self._agreed else functools.partial(self._first, step=step)
                     lg(X[k * lm : (k + 1) * lm], y[k * lm : (k + 1) * lm], accumulate=k > 0, loss_scale=scale,
                        on_layer=hook if k == K - 1 else None)
@@ -159,6 +172,15 @@ class Step:
                 self._agree_broken(broken, step)
         self.update(step, scale)
         return slots
+
+    def _first_row(self, k: int) -> int:
+        """The position in the step's global batch of this rank's first row of micro-batch ``k``.
+
+        The sampler's split: global micro-batch ``k`` is positions ``k B/K .. (k + 1) B/K``, and this rank's
+        rows of it the data-parallel block ``block_range(B/K, D, data_rank)``.
+        """
+        b = self.batch // self.micro_batches
+        return k * b + block_range(b, self.groups.data_parallel_size, self.groups.data_rank)[0]
 
     def _broken(self, e: ContractError, step: int, reduce: bool, read: bool) -> TypeError:
         """A later step's contract error on this rank: the error the ranks agree on after the reduction.
@@ -220,11 +242,50 @@ class Step:
         if skip:
             return
         self.updates += 1
-        self.optimizer.update(grad, self.state, self.params, lr=self.schedule(step),
-                              scale=1.0 / (self.batch * scale), count=self.updates)
+        mean = 1.0 / (self.batch * scale)  # the reduced sum to the mean gradient, the loss scale divided out
+        mean *= self.clip(grad, mean)
+        self.optimizer.update(grad, self.state, self.params, lr=self.schedule(step), scale=mean,
+                              count=self.updates)
         if red.shard is not None:
             self._mark("comm", step)
             red.allgather(self.padded_params)
+
+    def clip(self, grad, mean: float) -> float:
+        """Clip the gradient ``mean * grad`` (the reduced, averaged one); the factor left for the update. Collective.
+
+        ``clip_value``: each element of ``mean * grad`` clamped to ``[-clip_value, clip_value]``, in place
+        (PyTorch's ``clip_grad_value_``). ``clip_norm``: the factor ``min(1, clip_norm / (norm + 1e-6))`` of
+        PyTorch's ``clip_grad_norm_`` (after DDP's all-reduce), ``norm`` the global L2 norm of ``mean * grad``
+        over all parameters: one dot product of the buffer, and with ZeRO-1 one small ``Allreduce`` of the
+        shards' squared norms over the data-parallel ranks, so the norm and the factor are the same on every
+        rank. The factor multiplies the update's scale: no pass over the buffer to scale it. The pre-clip
+        norm goes to :attr:`metrics`.
+
+        Parameters
+        ----------
+        grad : xp.ndarray, shape (n,)
+            The reduced gradient sum (this rank's ZeRO block with ZeRO-1), float32 or float64.
+        mean : float
+            What turns ``grad`` into the averaged gradient: 1 / (global batch x loss scale).
+
+        Returns
+        -------
+        float
+            1.0 unless the norm is clipped.
+        """
+        red = self.reducer
+        if self.clip_value is not None:
+            bound = self.clip_value / mean
+            red.xp.clip(grad, -bound, bound, out=grad)
+        if self.clip_norm is None:
+            return 1.0
+        squared = np.array([float(red.xp.dot(grad, grad))])
+        if red.shard is not None and red.comm.size > 1:  # the ranks' blocks: one number each
+            red.comm.Allreduce(MPI.IN_PLACE, squared, op=MPI.SUM)
+        norm = math.sqrt(squared[0]) * mean
+        if self.metrics is not None:
+            self.metrics.add_norm(norm)
+        return min(1.0, self.clip_norm / (norm + 1e-6))
 
     def _mark(self, phase: str, step: int) -> None:
         if self.timer is not None:

@@ -1,0 +1,164 @@
+"""Gradient clipping (``clip_grad_norm``, ``clip_grad_value``) against a reference computed by hand in NumPy.
+
+A linear model of one's own (two parameters: the norm is global over both) on full batches, so each step's
+gradient is the whole set's mean whatever the ranks and the sample order: the reference clips it and steps,
+as PyTorch's ``clip_grad_norm_`` after DDP's all-reduce does. The same file is the ranks' script
+(``python test_clipping.py``): every case at 3 ranks in one launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+N, D, K = 24, 4, 2  # samples (one full batch a step), inputs, outputs
+EPOCHS, LR = 4, 0.1
+CASES = {  # name: (Trainer options, momentum)
+    "norm": (dict(clip_grad_norm=0.5), 0.0),
+    "value": (dict(clip_grad_value=0.05), 0.0),
+    "accumulated": (dict(clip_grad_norm=0.5, grad_accum_steps=2), 0.0),
+    "zero1": (dict(clip_grad_norm=0.5, zero_stage=1), 0.9),
+    "unclipped_big_bound": (dict(clip_grad_norm=1e6), 0.0),
+}
+
+
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(N, D))
+    return X, X @ rng.normal(size=(D, K)) * 3.0 + 1.0
+
+
+def start():
+    rng = np.random.default_rng(4)
+    return {"w": rng.normal(size=(D, K)), "b": rng.normal(size=K)}
+
+
+class Linear:
+    """``x @ w + b`` with half the summed squared error: the gradient in closed form."""
+
+    def init(self, rng):
+        return start()
+
+    def loss_and_grad(self, params, x, y):
+        r = x @ params["w"] + params["b"] - y
+        return 0.5 * float((r * r).sum()), {"w": x.T @ r, "b": r.sum(axis=0)}
+
+    def predict(self, params, x):
+        return x @ params["w"] + params["b"]
+
+
+def fit(case: str):
+    """The trainer's run of ``case`` (collective): parameters and the history."""
+    import hpcgpu
+    from hpcgpu import optim
+
+    options, momentum = CASES[case]
+    t = hpcgpu.Trainer(Linear(), optimizer=optim.SGD(lr=LR, momentum=momentum, weight_decay=0.0),
+                       batch_size=N, epochs=EPOCHS, dtype="float64", progress="none", seed=1, **options)
+    t.fit(data())
+    params = {k: np.asarray(v).tolist() for k, v in t.params.items()}
+    hist = {k: list(map(float, t.history[k])) for k in ("grad_norm", "grad_norm_max") if k in t.history}
+    t.close()
+    return {"params": params, "history": hist}
+
+
+def reference(case: str):
+    """The same run by hand: mean gradient, clip (PyTorch's formulas), SGD with momentum."""
+    options, momentum = CASES[case]
+    X, Y = data()
+    p = start()
+    v = {k: np.zeros_like(a) for k, a in p.items()}
+    norms = []
+    for _ in range(EPOCHS):
+        r = X @ p["w"] + p["b"] - Y
+        g = {"w": X.T @ r / N, "b": r.sum(axis=0) / N}
+        if "clip_grad_value" in options:
+            c = options["clip_grad_value"]
+            g = {k: np.clip(a, -c, c) for k, a in g.items()}
+        if "clip_grad_norm" in options:
+            norm = np.sqrt(sum((a * a).sum() for a in g.values()))
+            norms.append(norm)
+            coef = min(1.0, options["clip_grad_norm"] / (norm + 1e-6))
+            g = {k: a * coef for k, a in g.items()}
+        for k in p:
+            v[k] = momentum * v[k] + g[k]
+            p[k] = p[k] - LR * v[k]
+    return p, norms
+
+
+def _check(case: str, got: dict) -> None:
+    want, norms = reference(case)
+    for k, a in want.items():
+        np.testing.assert_allclose(np.asarray(got["params"][k]), a, rtol=1e-10, atol=1e-12, err_msg=f"{case}: {k}")
+    if norms:  # one step an epoch: the epoch's mean and largest are the step's
+        np.testing.assert_allclose(got["history"]["grad_norm"], norms, rtol=1e-10, err_msg=case)
+        np.testing.assert_allclose(got["history"]["grad_norm_max"], norms, rtol=1e-10, err_msg=case)
+    else:
+        assert got["history"] == {}, case  # no norm series without clip_grad_norm
+
+
+def test_the_reference_clips():
+    """The cases clip (else they would not test it): the first step's norm is above the bound."""
+    _, norms = reference("norm")
+    assert norms[0] > 0.5 and reference("norm")[0]["b"][0] != reference("unclipped_big_bound")[0]["b"][0]
+    X, Y = data()
+    r = X @ start()["w"] + start()["b"] - Y
+    assert np.abs(X.T @ r / N).max() > 0.05  # the value bound bites
+
+
+@pytest.mark.parametrize("case", ["norm", "value", "accumulated", "unclipped_big_bound"])
+def test_clipping_at_one_rank_is_the_reference(case):
+    _check(case, fit(case))
+
+
+def test_zero1_at_one_rank_is_the_reference():
+    _check("zero1", fit("zero1"))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_clipping_at_several_ranks_is_the_reference(ranks):
+    """Every case in one launch: the norm is the reduced gradient's (ZeRO-1: over the ranks' blocks), the same
+    on every rank, and the model the reference's."""
+    import _mpi
+
+    p = _mpi.run(ranks, [os.path.abspath(__file__)], timeout=240)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert sorted(got) == sorted(CASES)
+    for case, run in got.items():
+        assert run["alike"], case  # every rank has rank 0's parameters and norms
+        _check(case, run)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(clip_grad_norm=0.0), "clip_grad_norm must be a positive number, got 0.0"),
+    (dict(clip_grad_value=-1.0), "clip_grad_value must be a positive number, got -1.0"),
+    (dict(clip_grad_norm=float("nan")), "clip_grad_norm must be a positive number, got nan"),
+    (dict(clip_grad_norm=1.0, clip_grad_value=1.0), "clip_grad_norm and clip_grad_value: give one of them"),
+    (dict(clip_grad_norm="1"), "clip_grad_norm must be a number, got '1'"),
+])
+def test_bad_clipping_options_are_one_line_naming_them(options, message):
+    import hpcgpu
+
+    with pytest.raises((ValueError, TypeError)) as e:
+        hpcgpu.Trainer(Linear(), **options)
+    assert str(e.value) == message
+
+
+if __name__ == "__main__":  # the ranks' script: every case, rank 0 prints what it got
+    from mpi4py import MPI
+
+    out = {}
+    for name in CASES:
+        run = fit(name)
+        runs = MPI.COMM_WORLD.allgather(run)
+        run["alike"] = all(r == runs[0] for r in runs)
+        out[name] = run
+    if MPI.COMM_WORLD.rank == 0:
+        print(json.dumps(out), flush=True)
+    sys.exit(0)
