@@ -13,8 +13,8 @@ The trainer drives both through one protocol: :func:`plan_model` gives a :class:
 framework's model is one more implementation of the two.
 """
 
-from ._layers import (ACTIVATIONS, GELU, Activation, Dense, Flatten, Layer, ReLU, Sequential, Standardize, Tanh,
-                      from_spec, uniform_block)
+from ._layers import (ACTIVATIONS, GELU, Activation, Dense, Dropout, Flatten, Layer, ReLU, Sequential, Standardize,
+                      Tanh, from_spec, uniform_block)
 from ._losses import LOSSES, Huber, Loss, MeanSquaredError, SoftmaxCrossEntropy, loss_by_name, loss_from_spec
 from ._model import FlatModel, Model
 from ._capabilities import Capabilities
@@ -22,8 +22,8 @@ from ._protocol import ModelPlan, TrainModel, array_module, awaits_data, check_g
 from ._network import MLP, Network, layer_plan, local_layout, relu_stack
 from ._autograd import Jax, Keras, Torch
 
-__all__ = ["ACTIVATIONS", "Activation", "Dense", "Flatten", "GELU", "Layer", "ReLU", "Sequential", "Standardize",
-           "Tanh", "from_spec",
+__all__ = ["ACTIVATIONS", "Activation", "Dense", "Dropout", "Flatten", "GELU", "Layer", "ReLU", "Sequential",
+           "Standardize", "Tanh", "from_spec",
            "LOSSES", "Huber", "Loss", "MeanSquaredError", "SoftmaxCrossEntropy", "loss_by_name", "loss_from_spec",
            "FlatModel", "Model", "array_module", "check_grad", "Capabilities", "ModelPlan", "TrainModel",
            "awaits_data", "plan_model", "plan_error",

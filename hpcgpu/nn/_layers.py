@@ -1,10 +1,10 @@
-"""The layers of the built-in models: Dense, ReLU, Tanh, GELU, Standardize and a sequential container.
+"""The layers of the built-in models: Dense, ReLU, Tanh, GELU, Dropout, Standardize and a sequential container.
 
 A layer is a description: its parameters' names and shapes, its initializer and its spec (what a results
 file records). It holds no arrays and runs nothing: the one engine that computes a :class:`Sequential` of
 :class:`Dense` layers is :class:`hpcgpu.nn.Network` (the trainer's, on NumPy or CuPy, fused, split for tensor
 parallelism, in 16 bits under mixed precision, captured in a CUDA graph), and :func:`hpcgpu.nn.check_grad`
-checks that engine itself. This module also holds the activations' kernels the engine applies.
+checks that engine itself. This module also holds the activations' and dropout's kernels the engine applies.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from .. import _device
 from ..errors import agreed
 
-__all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Sequential", "Standardize",
-           "Flatten", "ACTIVATIONS", "activation_forward", "activation_backward"]
+__all__ = ["uniform_block", "Layer", "Activation", "Dense", "ReLU", "Tanh", "GELU", "Dropout", "Sequential",
+           "Standardize", "Flatten", "ACTIVATIONS", "activation_forward", "activation_backward", "dropout_keep"]
 
 ACTIVATIONS = ("relu", "tanh", "gelu")
 """The activations a :class:`Dense` layer can apply to its output (``None``: linear)."""
@@ -150,6 +150,69 @@ def uniform_block(seed: int, stream: int, shape, rows, cols, bound: float) -> np
     return out
 
 
+_M64 = 2**64 - 1
+
+
+def _fmix64(x: int) -> int:
+    """SplitMix64's finalizer on a Python int (a bijection of 64-bit words)."""
+    x &= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _fmix64_xp(xp, x):
+    """SplitMix64's finalizer on an xp array of uint64, in place (integer operations: NumPy and CuPy alike)."""
+    x ^= x >> xp.uint64(30)
+    x *= xp.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> xp.uint64(27)
+    x *= xp.uint64(0x94D049BB133111EB)
+    x ^= x >> xp.uint64(31)
+    return x
+
+
+def dropout_keep(xp, key: tuple, rows, units: tuple, rate: float, dtype):
+    """Inverted dropout's multiplier for rows ``rows`` and units ``units``: 0 or ``1 / (1 - rate)``. Not collective.
+
+    Each element is a hash of ``(key, row, unit)`` (SplitMix64's finalizer over the counter
+    ``row * width + unit``, keyed twice): a function of where the element is, never of what was drawn
+    before, so a sample keeps its mask whichever rank, device or tensor-parallel slice computes it, and a
+    resumed run draws what the uninterrupted one did. Integer operations in ``xp``: one vectorized pass.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    key : tuple of int
+        What the masks depend on besides the element: ``(seed, step, layer)``.
+    rows : xp.ndarray, shape (n,), integer
+        Each row's global index (its position in the step's global batch).
+    units : (int, int, int)
+        ``(lo, hi, width)``: the columns ``[lo, hi)`` of a layer of ``width`` outputs.
+    rate : float
+        The probability that an element is dropped, ``0 <= rate < 1``.
+    dtype : numpy.dtype
+        The multiplier's dtype.
+
+    Returns
+    -------
+    xp.ndarray, shape (n, hi - lo)
+    """
+    k1 = 0
+    for part in key:
+        k1 = _fmix64(k1 ^ (int(part) & _M64) ^ 0x9E3779B97F4A7C15)
+    k2 = _fmix64(k1 + 0x632BE59BD9B4E019)
+    lo, hi, width = units
+    x = xp.asarray(rows, dtype=xp.uint64)[:, None] * xp.uint64(width) + xp.arange(lo, hi, dtype=xp.uint64)
+    x += xp.uint64(k1)
+    x = _fmix64_xp(xp, x)
+    x ^= xp.uint64(k2)
+    x = _fmix64_xp(xp, x)
+    # The top 53 bits are a uniform draw in [0, 2**53): kept when not below rate * 2**53.
+    kept = (x >> xp.uint64(11)) >= xp.uint64(int(rate * 2**53))
+    return kept.astype(dtype) * dtype.type(1.0 / (1.0 - rate))
+
+
 class Layer:
     """What a layer says of itself: its parameters' names and shapes, its output width, its initializer, its spec.
 
@@ -279,6 +342,48 @@ class Dense(Layer):
         return f"Dense({self.n_out_}{act})" if self.n_in is None else f"Dense({self.n_in}, {self.n_out_}{act})"
 
 
+class Dropout(Layer):
+    """Inverted dropout of the Dense layer before it, in training only (Keras's and PyTorch's ``Dropout``).
+
+    Each output is zeroed with probability ``rate`` and the others scaled by ``1 / (1 - rate)``; evaluation
+    and prediction pass everything.
+
+    Parameters
+    ----------
+    rate : float
+        The probability of dropping an element, ``0 <= rate < 1``.
+
+    Raises
+    ------
+    TypeError
+        ``rate`` is not a number.
+    ValueError
+        ``rate`` is not in ``[0, 1)``.
+
+    Notes
+    -----
+    The mask of a sample is drawn from its position in the step's global batch, the step, the seed, the
+    layer and the unit (:func:`dropout_keep`), never from a per-rank generator: the trainer draws the same
+    masks at any number of data-parallel ranks, so the same seed and global batch give the same model at
+    any rank count (to summation order), and in any tensor-parallel split. A Dropout follows a Dense layer
+    (after its activation) that is not the last.
+    """
+
+    def __init__(self, rate: float):
+        if not isinstance(rate, numbers.Real) or isinstance(rate, bool):
+            raise agreed(TypeError(f"Dropout takes a rate, a number in [0, 1), got {rate!r}"))
+        if not 0 <= float(rate) < 1:
+            raise agreed(ValueError(f"Dropout's rate must be in [0, 1), got {rate!r}"))
+        self.rate = float(rate)
+
+    def spec(self) -> dict:
+        """``{"type": "Dropout", "rate"}``."""
+        return {"type": "Dropout", "rate": self.rate}
+
+    def __repr__(self):
+        return f"Dropout({self.rate})"
+
+
 class Flatten(Layer):
     """Samples of any shape as rows of features: ``(n, d1, d2, ...)`` to ``(n, d1 * d2 * ...)`` (Keras's ``Flatten``).
 
@@ -382,6 +487,11 @@ def _check_order(layers) -> None:
         if isinstance(lay, Standardize) and i != lead:
             raise agreed(ValueError("Standardize must be the first layer of a Sequential (the inputs' own), "
                                     "or the second after Flatten"))
+    dense = [i for i, lay in enumerate(layers) if isinstance(lay, Dense)]
+    for i, lay in enumerate(layers):
+        after = i > 0 and isinstance(layers[i - 1], (Dense, Activation))
+        if isinstance(lay, Dropout) and not (after and i < dense[-1]):
+            raise agreed(ValueError("Dropout must follow a Dense layer (or its activation) that is not the last"))
 
 
 def _fold(layers) -> list:
@@ -427,11 +537,13 @@ class Sequential(Layer):
         The input features are known: the first Dense layer was given them,
         or :meth:`build` was called (the trainer's first ``fit``).
     dense : bool
-        Every layer after Flatten and Standardize is Dense.
+        Every layer after Flatten and Standardize is Dense (or Dropout).
     flatten : bool
         The first layer is :class:`Flatten`: the model takes samples of any shape.
     activations : list
         Each Dense layer's activation (``None``: linear).
+    dropouts : list of float
+        The rate of the :class:`Dropout` after each Dense layer (0: none).
 
     Raises
     ------
@@ -463,9 +575,16 @@ class Sequential(Layer):
         body = rest[1:] if self.standardize is not None else rest
         if self.standardize is not None:
             self.standardize.n_out(first.n_in)
-        self.dense = all(isinstance(lay, Dense) for lay in body)
-        self.sizes = [body[0].n_in] + [lay.n_out_ for lay in body] if self.dense and self.built else None
+        self.dense = all(isinstance(lay, (Dense, Dropout)) for lay in body)
+        dense = [lay for lay in body if isinstance(lay, Dense)]
+        self.sizes = [dense[0].n_in] + [lay.n_out_ for lay in dense] if self.dense and self.built else None
         self.activations = [lay.activation for lay in folded if isinstance(lay, Dense)]
+        self.dropouts = [0.0] * len(self.activations)
+        i = -1
+        for lay in folded:
+            i += isinstance(lay, Dense)
+            if isinstance(lay, Dropout):
+                self.dropouts[i] = lay.rate
 
     def build(self, n_in: int) -> Sequential:
         """Give the first Dense layer, made as ``Dense(units)``, its input features. Not collective.
@@ -564,6 +683,8 @@ def from_spec(spec: dict) -> Layer:
         raise agreed(ValueError(f"the description of a {kind} layer has no {e.args[0]!r}")) from None
     if kind == "Standardize":
         return Standardize(spec.get("mean"), spec.get("std"))
+    if kind == "Dropout":
+        return Dropout(spec.get("rate", 0.0))
     known = {"ReLU": ReLU, "Tanh": Tanh, "GELU": GELU, "Flatten": Flatten}
     if kind in known:
         return known[kind]()

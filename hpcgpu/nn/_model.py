@@ -501,7 +501,7 @@ class FlatModel(FlatParams):
         comm : mpi4py.MPI.Intracomm
         """
 
-    def randomness(self, step: int, micro_batch: int, rank: int) -> None:
+    def randomness(self, step: int, micro_batch: int, rank: int, first: int = 0) -> None:
         """Seed the model's randomness (dropout) for one micro-batch of one step on one rank. Not collective.
 
         A model that defines ``set_rng_key(key)`` (:class:`hpcgpu.nn.Torch`) gets ``key = (seed, step,
@@ -512,6 +512,8 @@ class FlatModel(FlatParams):
         ----------
         step, micro_batch, rank : int
             The global step, the micro-batch in it and the data-parallel rank about to compute.
+        first : int
+            The position in the step's global batch of the micro-batch's first local row (not used here).
         """
         set_key = getattr(self.model, "set_rng_key", None)
         if callable(set_key):

@@ -17,6 +17,7 @@ cross-entropy of the command line.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from types import ModuleType
@@ -28,7 +29,7 @@ from ..errors import agreed
 from .._kernels import kernels as _fused
 from ._flat import FlatParams, views
 from ._capabilities import BUILT_IN
-from ._layers import Dense, Sequential, _whole, activation_backward, activation_forward, uniform_block
+from ._layers import Dense, Sequential, _whole, activation_backward, activation_forward, dropout_keep, uniform_block
 from ._losses import Loss, SoftmaxCrossEntropy
 
 __all__ = ["Network", "MLP", "relu_stack", "layer_plan", "local_layout"]
@@ -238,6 +239,11 @@ class Network(FlatParams):
         sizes = net.sizes
         self.sizes, self.xp, self.dtype = sizes, xp, np.dtype(dtype)
         self.activations = list(net.activations)
+        self.dropouts = list(net.dropouts)
+        if any(self.dropouts):  # the masks change every step: a captured graph would replay one
+            self.capabilities = dataclasses.replace(BUILT_IN, cuda_graphs=False)
+        self._where = (0, 0)  # (step, first row): where the next training micro-batch sits (randomness)
+        self._dropped = {}  # layer -> (multiplier, output before dropout) of the last training forward pass
         self.tensor = (int(tensor[0]), int(tensor[1]))
         if self.tensor[0] > 1 and tensor_allreduce is None:
             raise ValueError("a tensor-parallel model needs tensor_allreduce")
@@ -358,6 +364,7 @@ class Network(FlatParams):
         seed : int
             The same values on every rank and device, at any tensor degree.
         """
+        self.seed = int(seed)  # dropout's masks are keyed by it too
         host = np.zeros(self.n_params, dtype=self.dtype)
         views = self._views(host)
         for i, lay in enumerate(self.plan):
@@ -506,14 +513,20 @@ class Network(FlatParams):
         """
         return {}
 
-    def randomness(self, step: int, micro_batch: int, rank: int) -> None:
-        """Nothing: the built-in layers draw no random numbers in a step. Not collective.
+    def randomness(self, step: int, micro_batch: int, rank: int, first: int = 0) -> None:
+        """Say where the next training micro-batch sits, for :class:`~hpcgpu.nn.Dropout`'s masks. Not collective.
+
+        A sample's mask is a function of ``(seed, step, its position in the step's global batch, layer,
+        unit)`` (:func:`~hpcgpu.nn._layers.dropout_keep`): the same at any number of data-parallel ranks.
 
         Parameters
         ----------
         step, micro_batch, rank : int
             The global step, the micro-batch in it and the data-parallel rank about to compute.
+        first : int
+            The position in the step's global batch of the micro-batch's first local row (rows follow on).
         """
+        self._where = (int(step), int(first))
 
     def predict(self, X, chunk: int = 8192):
         """:meth:`forward` in chunks of ``chunk`` rows (bounded temporaries). Not collective.
@@ -612,8 +625,20 @@ class Network(FlatParams):
                 pre = self._bias_act(z, i, keep=acts is not None)
                 if pres is not None:
                     pres.append(pre)
+            if acts is not None and self.dropouts[i]:
+                z = self._dropout(z, i)
             a = z.astype(self.compute_dtype) if mixed and not last else z
         return z
+
+    def _dropout(self, z, i: int):
+        """Layer ``i``'s output ``z`` after its dropout (a new array); the mask and ``z`` kept for the backward pass."""
+        xp, (step, first) = self.xp, self._where
+        lo, hi = self.plan[i]["cols"] if self.plan[i]["kind"] == "col" else (0, z.shape[1])
+        rows = xp.arange(first, first + z.shape[0], dtype=np.int64)
+        keep = dropout_keep(xp, (self.seed, step, i), rows, (lo, hi, self.sizes[i + 1]), self.dropouts[i],
+                            self.dtype)
+        self._dropped[i] = (keep, z)
+        return z * keep
 
     def _mm(self, a, b):
         """``a @ b``, a new array of the model's dtype.
@@ -750,6 +775,9 @@ class Network(FlatParams):
             if self.plan[i]["kind"] == "col":  # each rank's part of the input gradient: sum them
                 self._tp_reduce(da)
             act = self.activations[i - 1]  # of the layer whose output a_in is
+            if self.dropouts[i - 1]:  # a_in is the output after dropout: its mask, then the output before it
+                keep, a_in = self._dropped.pop(i - 1)
+                da *= keep
             if act == "relu" and fused is not None and not mixed:  # a_in = max(z, 0): z > 0 <=> a_in > 0
                 fused.relu_backward(a_in, da)
             else:
