@@ -140,6 +140,14 @@ class TrainConfig:
         1: ZeRO stage 1, the momentum sharded over the data-parallel ranks
         (a ``Reduce_scatter`` of the gradient, each rank's block updated,
         an ``Allgather`` of the parameters).
+    sync_batchnorm : bool
+        BatchNorm normalizes over the GLOBAL batch in training (PyTorch's
+        ``SyncBatchNorm``): each ``BatchNorm1d/2d/3d`` of an
+        :class:`hpcgpu.nn.Torch` module takes its mean and variance from
+        the data-parallel ranks' local batches together (an Allreduce per
+        layer forward and backward), so the model does not depend on the
+        number of ranks. Nothing to do for other models (the built-in
+        layers have no BatchNorm). False: each rank's rows alone.
     data_placement : {"auto", "sharded", "replicated"}
         ``sharded``: each rank holds its ``1/P`` of the training set and the
         rows each epoch needs arrive by one ``Alltoallv`` per epoch;
@@ -212,6 +220,7 @@ class TrainConfig:
     data_placement: str = "auto"
     tensor_parallel: int = 1
     zero_stage: int = 0
+    sync_batchnorm: bool = False
     trace: str | None = None
     timing: bool = True
     overwrite: bool = False

@@ -391,6 +391,10 @@ class Trainer:
         p = build.bind_model(plan, optimizer, self.config, self.rt, self.groups, self.precision,
                              tensor_allreduce=self._tensor_allreduce)
         self.model: TrainModel = p.model
+        if self.config.sync_batchnorm:  # BatchNorm over the global batch: its sums over the data-parallel ranks
+            from ..nn._syncbn import sync_batchnorm
+
+            sync_batchnorm(self.model, lambda buf: Allreduce(buf, comm=self.groups.data_comm))
         self.optimizer, self.opt_state, self.reducer, self.watchdog = p.optimizer, p.opt_state, p.reducer, p.watchdog
         self._update_params, self._params_pad, self._stat_names = p.update_params, p.params_pad, p.stat_names
         self._parts = p
