@@ -1198,6 +1198,18 @@ FIXES: dict[str, str] = {
         "data's number of features as the first layer's ``n_in`` and, for the last layer, the number of "
         "classes (or of regression targets) as ``n_out``."
     ),
+    "Dropout takes a rate, a number in [0, 1), got …": (
+        "``nn.Dropout(rate)`` takes the probability of dropping an element, a number: ``nn.Dropout(0.5)``."
+    ),
+    "Dropout's rate must be in [0, 1), got …": (
+        "The rate is the probability of dropping an element: 0 drops nothing, and 1 would drop everything (no "
+        "gradient reaches the layers before). Give a rate in [0, 1), such as 0.1 to 0.5."
+    ),
+    "Dropout must follow a Dense layer (or its activation) that is not the last": (
+        "The built-in ``nn.Dropout`` drops outputs of the Dense layer before it (after its activation): put it "
+        "between two Dense layers, ``nn.Sequential(nn.Dense(64, 128, \"relu\"), nn.Dropout(0.2), "
+        "nn.Dense(128, 10))``; not first, not after the last layer (the logits), not twice in a row."
+    ),
     "Dense(…, …) follows a layer of … outputs": (
         "In a ``Sequential`` each ``Dense`` layer's ``n_in`` must equal the ``n_out`` of the layer before it; "
         "the layer named does not fit its predecessor. Make the sizes chain: "
