@@ -169,11 +169,11 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     returns itself is kept.
 
     The stop policy holds from ``main``'s first instant
-    (:func:`hpcgpu._stop.guard_request`): a stop signal (SIGINT, SIGTERM,
+    (``hpcgpu._stop.guard_request``): a stop signal (SIGINT, SIGTERM,
     SIGUSR1, SIGHUP) while ``main`` loads its data is recorded, and the
     first ``Trainer`` or ``hpcgpu.tasks.map`` it runs stops at its first
     safe point. A second SIGINT at any instant, also after a stop while
-    the process ends and MPI finalizes (:func:`hpcgpu._stop.finish`), ends
+    the process ends and MPI finalizes (``hpcgpu._stop.finish``), ends
     the job with one line and status 130. A ``KeyboardInterrupt`` that
     ``main`` raises itself on a rank is one line from that rank, not a
     traceback, and the job is aborted with status 130.

@@ -363,6 +363,7 @@ def guard_request(prog: str) -> StopRequest:
 
 
 _FINISHING: list = []
+"""The process that registered :func:`finish` (its pid)."""
 
 
 def finish_at_exit(prog: str) -> None:
@@ -376,7 +377,7 @@ def finish_at_exit(prog: str) -> None:
     if not _FINISHING:
         import atexit
 
-        _FINISHING.append(prog)
+        _FINISHING.append(os.getpid())
         atexit.register(finish)
 
 
@@ -395,8 +396,8 @@ def finish() -> None:
     from . import _early
 
     mpi = sys.modules.get("mpi4py.MPI")
-    if threading.current_thread() is not threading.main_thread() or mpi is None:
-        return
+    if threading.current_thread() is not threading.main_thread() or mpi is None or os.getpid() not in _FINISHING:
+        return  # a process forked from a rank is no rank
     if not mpi.Is_initialized() or mpi.Is_finalized():
         return
     request, met = mpi.COMM_WORLD.Ibarrier(), [False]

@@ -311,7 +311,7 @@ def test_a_keyboard_interrupt_raised_on_one_rank_is_one_line(tmp_path):
         "hpcgpu.run_guarded(main, prog='ki.py')\n")
     p = _mpi.run(3, [tmp_path / "ki.py"], timeout=120)
     assert p.returncode == 130, (p.stdout, p.stderr)
-    mine = [ln for ln in _ours(p.stderr) if not ln.startswith("Abort(130)")]  # MPICH's MPI_Abort adds its own line
+    mine = [ln for ln in _ours(p.stderr) if not ln.startswith("Abort(130)") and ln.strip("\x00")]  # MPI_Abort's
     assert mine == ["ki.py: KeyboardInterrupt on rank 1: ending the job now, without saving (exit 130)"], p.stderr
     assert "Traceback" not in p.stdout + p.stderr
 
