@@ -17,6 +17,14 @@ FIXES: dict[str, str] = {
         "smaller ``--batch-size`` or fewer ranks per GPU; an error inside your own task function or module is "
         "yours to fix; anything else is a bug: report it with the job's stderr."
     ),
+    "…: KeyboardInterrupt on rank …: ending the job now, without saving (exit …)": (
+        "A program under ``hpcgpu.run_guarded`` raised ``KeyboardInterrupt`` itself on the rank named (a "
+        "callback's, a model's ``forward``, a library that turns a signal into one): not a stop signal, which "
+        "the stop policy takes as a request to stop at the next safe point. The other ranks may be waiting in "
+        "MPI, so the job is aborted (status 130; the MPI library adds its ``Abort(130)`` line) and nothing is "
+        "saved beyond the last checkpoint. Find what raised it on that rank; to stop a run cleanly from your "
+        "code, create its stop file or send the process SIGTERM (``os.kill(os.getpid(), signal.SIGTERM)``)."
+    ),
     "expected widths like 256,256, got …": (
         "``--hidden`` (of ``python -m hpcgpu.train`` or ``python -m hpcgpu info``) takes comma-separated "
         "integers, and the value given was not that. Write the widths of the hidden layers as "
@@ -223,6 +231,12 @@ FIXES: dict[str, str] = {
         "the script so that the named argument is the same everywhere (sharded data: ``sharded=True``)."
     ),
     # -- Training: data -----------------------------------------------------------------------------------
+    "drop_last=…: only drop_last=True is supported (the last N mod B samples of each epoch's order are left out of it)": (
+        "``GlobalBatchSampler`` was given ``drop_last=False`` (or another value): an epoch is ``N // B`` steps "
+        "of exactly B samples, and the last ``N mod B`` samples of its order wait for a later epoch (the "
+        "order is drawn anew each epoch, the same at any number of ranks). Leave ``drop_last`` out; to train "
+        "every sample every epoch, choose a batch size that divides the number of training samples."
+    ),
     "bundled data set: cannot write … (…)": (
         "Rank 0 could not write the bundled data set (the digits, or Fashion-MNIST) to its cache, "
         "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), before training: the directory is not writable, "
