@@ -64,6 +64,14 @@ def checks(rt) -> dict:
         t.fit((X, y))
         out[name] = _params(t)
         t.close()
+    if rt.size == 2:  # the dropout model split over a tensor group of 2: rank 0's slices
+        net = nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dropout(0.4), nn.Dense(16, 8, "tanh"), nn.Dropout(0.3),
+                            nn.Dense(8, 2))
+        t = hpcgpu.Trainer(net, loss=nn.SoftmaxCrossEntropy(), optimizer=optim.SGD(0.1, momentum=0.9),
+                           grad_accum_steps=2, tensor_parallel=2, **common)
+        t.fit((X, y))
+        out["dropout_tensor_parallel"] = _params(t)
+        t.close()
     if HAS_TORCH:
         for name, sync in (("bn_sync", True), ("bn_local", False)):
             t = hpcgpu.Trainer(_bn_module(), optimizer=optim.SGD(0.05, momentum=0.9), sync_batchnorm=sync, **common)
@@ -151,12 +159,19 @@ def test_one_rank_sync_batchnorm_is_pytorchs():
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_same_model_at_any_number_of_ranks(n):
-    """Built-in Dropout (with gradient accumulation) and ``sync_batchnorm=True`` give at 2 and 3 ranks the
-    parameters (and BatchNorm's running statistics) of one rank, to summation order; BatchNorm without it does
-    not (each rank normalizes over its own rows)."""
+    """Built-in Dropout (with gradient accumulation; at 2 ranks also split over a tensor group) and
+    ``sync_batchnorm=True`` give at 2 and 3 ranks the parameters (and BatchNorm's running statistics) of one rank,
+    to summation order; BatchNorm without it does not (each rank normalizes over its own rows)."""
     got, one = _ranks(n), _one_rank()
     for k, v in one["dropout"].items():
         np.testing.assert_allclose(got["dropout"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+    if n == 2:  # tensor rank 0 holds the first layer's first 8 outputs and the second's first 8 inputs
+        tp, whole = got["dropout_tensor_parallel"], {k: np.asarray(v) for k, v in one["dropout"].items()}
+        parts = {"p:fc0.weight": whole["p:fc0.weight"][:, :8], "p:fc0.bias": whole["p:fc0.bias"][:8],
+                 "p:fc1.weight": whole["p:fc1.weight"][:8], "p:fc1.bias": whole["p:fc1.bias"],
+                 "p:fc2.weight": whole["p:fc2.weight"], "p:fc2.bias": whole["p:fc2.bias"]}
+        for k, v in parts.items():
+            np.testing.assert_allclose(tp[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
     if HAS_TORCH:
         for k, v in one["bn_sync"].items():
             np.testing.assert_allclose(got["bn_sync"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
