@@ -231,6 +231,12 @@ FIXES: dict[str, str] = {
         "the script so that the named argument is the same everywhere (sharded data: ``sharded=True``)."
     ),
     # -- Training: data -----------------------------------------------------------------------------------
+    "drop_last=…: only drop_last=True is supported (the last N mod B samples of each epoch's order are left out of it)": (
+        "``GlobalBatchSampler`` was given ``drop_last=False`` (or another value): an epoch is ``N // B`` steps "
+        "of exactly B samples, and the last ``N mod B`` samples of its order wait for a later epoch (the "
+        "order is drawn anew each epoch, the same at any number of ranks). Leave ``drop_last`` out; to train "
+        "every sample every epoch, choose a batch size that divides the number of training samples."
+    ),
     "bundled data set: cannot write … (…)": (
         "Rank 0 could not write the bundled data set (the digits, or Fashion-MNIST) to its cache, "
         "``$HPCGPU_DATA_DIR`` (default ``~/.cache/hpcgpu``), before training: the directory is not writable, "

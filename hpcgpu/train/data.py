@@ -586,6 +586,21 @@ class GlobalBatchSampler:
     replicate : bool
         Every rank holds the whole training set (see above); collective
         (construction then gathers it).
+    drop_last : bool
+        True (the only value taken): the last ``N mod B`` samples of each
+        epoch's order are not trained in that epoch, so every step averages
+        over exactly B samples (the learning rate means the same at every
+        step, and a step's shapes never change). The order is drawn anew
+        every epoch, so no sample is left out for good, and the dropped
+        samples are the same whatever P is. PyTorch's ``DataLoader``
+        trains the partial batch by default; hpcgpu does not.
+
+    Raises
+    ------
+    ValueError
+        ``drop_last`` is not True (an :class:`hpcgpu.AgreedError`: the value
+        is the same on every rank, so every rank raises it, before any
+        communication).
 
     Attributes
     ----------
@@ -596,8 +611,9 @@ class GlobalBatchSampler:
     n_global : int
         N, the training samples over all ranks.
     steps : int
-        Global batches per epoch, ``N // B`` (the last partial batch is
-        dropped, so every step averages over exactly B samples).
+        Global batches per epoch, ``N // B`` (``drop_last``).
+    dropped : int
+        ``N mod B``: the samples of each epoch's order left out of it.
     local_micro_batch : int
         ``len(block_range(B / K, P, rank))``: B/(K P), rounded up on the
         last ``(B / K) mod P`` ranks. Uneven local batches are exact: the
@@ -607,11 +623,15 @@ class GlobalBatchSampler:
     """
 
     def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm, xp=np,
-                 micro_batches: int = 1, replicate: bool = False):
+                 micro_batches: int = 1, replicate: bool = False, drop_last: bool = True):
+        if drop_last is not True:
+            raise agreed(ValueError(f"drop_last={drop_last!r}: only drop_last=True is supported (the last "
+                                    "N mod B samples of each epoch's order are left out of it)"))
         self.train, self.global_batch, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
         self.micro_batches = int(micro_batches)
         self.n_global, self.data_parallel_size = train.n_global, comm.size
         self.steps = self.n_global // self.global_batch
+        self.dropped = self.n_global - self.steps * self.global_batch
         P = self.data_parallel_size
         self.bounds = [block_range(self.global_batch // self.micro_batches, P, r) for r in range(P)]
         lo, hi = self.bounds[comm.rank]
