@@ -26,7 +26,8 @@ from . import _blas, _device
 from ._kernels import kernels as _kernels
 from .errors import agreed
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "OPTIMIZERS", "optimizer_by_name", "LRSchedule"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "OPTIMIZERS", "optimizer_by_name", "LRSchedule", "TorchOptimizer",
+           "TorchSchedule", "as_optimizer"]
 
 
 def _number(name: str, value, ok, want: str) -> float:
@@ -428,3 +429,271 @@ def optimizer_by_name(name: str, lr: float, momentum: float = 0.0, weight_decay:
     if name in ("adam", "adamw"):
         return OPTIMIZERS[name](lr, weight_decay=weight_decay)
     raise agreed(ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}"))
+
+
+# -- PyTorch's optimizers and schedulers on the trainer's buffers ---------------------------------
+
+TORCH_ACCEPTED = "torch.optim.SGD, Adam or AdamW"
+"""The PyTorch optimizers whose state hpcgpu lays out like the parameters (and so checkpoints)."""
+
+
+def _torch_state_names(optimizer) -> tuple | None:
+    """The per-parameter state a PyTorch optimizer keeps, by name (None: a class hpcgpu does not know)."""
+    kind = type(optimizer).__name__
+    groups = optimizer.param_groups
+    if kind == "SGD":
+        return ("momentum_buffer",) if any(g.get("momentum", 0) for g in groups) else ()
+    if kind in ("Adam", "AdamW"):
+        return ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if any(g.get("amsgrad") for g in groups) else ())
+    return None
+
+
+def _is_torch_optimizer(obj) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")  # never imported here: a torch object means torch is loaded already
+    return torch is not None and isinstance(obj, torch.optim.Optimizer)
+
+
+class TorchOptimizer(Optimizer):
+    """A ``torch.optim`` optimizer of an :class:`hpcgpu.nn.Torch` module, stepping on the trainer's buffers.
+
+    Made by the trainer from the ``optimizer=`` it is given (:func:`as_optimizer`). At binding
+    (:meth:`attach`) each of the module's parameters becomes a view of the trainer's flat parameter buffer
+    (``param.data``) and its ``.grad`` a view of the flat gradient, so ``optimizer.step()`` reads the reduced
+    gradient and writes the parameters every rank holds, with no copy. Its state (SGD's
+    ``momentum_buffer``, Adam's ``exp_avg`` and ``exp_avg_sq``) lives in flat arrays laid out like the
+    parameters (:meth:`init`), so checkpoints store and restore it as they do hpcgpu's optimizers'; Adam's
+    ``step`` is the trainer's update count. Not collective.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.SGD, torch.optim.Adam or torch.optim.AdamW
+        Built on the module's parameters (``module.parameters()``, or groups of them).
+    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
+        Of ``optimizer``: stepped by the trainer (:class:`TorchSchedule`).
+    interval : {"epoch", "step"}
+        When the scheduler steps: after each epoch's last step, or after every step (Lightning's
+        ``interval``).
+
+    Raises
+    ------
+    TypeError
+        Another ``torch.optim`` class, or a scheduler of another optimizer (every rank alike).
+    ValueError
+        ``interval`` is neither ``"epoch"`` nor ``"step"``.
+
+    Attributes
+    ----------
+    torch_optimizer : torch.optim.Optimizer
+    name : str
+        ``"torch.optim.SGD"``...
+    lr, momentum, weight_decay : float
+        The first parameter group's at construction (the config's record of the run).
+    """
+
+    def __init__(self, optimizer, scheduler=None, interval: str = "epoch"):
+        kind = type(optimizer).__name__
+        names = _torch_state_names(optimizer)
+        if names is None:
+            raise agreed(TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW) or "
+                                   f"{TORCH_ACCEPTED}, got torch.optim.{kind}"))
+        if scheduler is not None and getattr(scheduler, "optimizer", None) is not optimizer:
+            raise agreed(TypeError("scheduler must be a torch.optim.lr_scheduler of the optimizer given as "
+                                   "optimizer="))
+        if interval not in ("epoch", "step"):
+            raise agreed(ValueError(f"scheduler_interval must be epoch or step, got {interval!r}"))
+        g = optimizer.param_groups[0]
+        super().__init__(g.get("initial_lr", g["lr"]))
+        self.torch_optimizer, self.scheduler, self.interval = optimizer, scheduler, interval
+        self.name, self.state_names = f"torch.optim.{kind}", names
+        self.momentum, self.weight_decay = float(g.get("momentum", 0.0)), float(g.get("weight_decay", 0.0))
+        self._shapes: list = []  # the module's trainable parameters in the flat layout: (param, offset, shape)
+
+    def config(self) -> dict:
+        """``name``, ``lr`` (the first group's initial one) and the optimizer's ``defaults`` that are numbers."""
+        defaults = {k: v for k, v in self.torch_optimizer.defaults.items()
+                    if isinstance(v, (bool, int, float, str, type(None))) or
+                    isinstance(v, (tuple, list)) and all(isinstance(e, (int, float)) for e in v)}
+        out = {"name": self.name, "lr": self.lr, **{k: list(v) if isinstance(v, tuple) else v
+                                                    for k, v in defaults.items() if k != "lr"}}
+        if self.scheduler is not None:
+            out["scheduler"] = type(self.scheduler).__name__
+            out["scheduler_interval"] = self.interval
+        return out
+
+    def attach(self, module, shapes, params, grad) -> TypeError | None:
+        """Make the module's parameters views of ``params`` and their ``.grad`` views of ``grad``. Not collective.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            The :class:`hpcgpu.nn.Torch` model's module.
+        shapes : list of (str, tuple)
+            The trainable parameters' names and shapes in the flat buffers' order.
+        params, grad : xp.ndarray, shape (n,)
+            The trainer's flat parameter and gradient buffers.
+
+        Returns
+        -------
+        TypeError or None
+            Why the optimizer cannot train this module: a parameter that is not the module's (None: it can).
+        """
+        import torch
+
+        def tensor(a):
+            return torch.from_numpy(a) if isinstance(a, np.ndarray) else torch.from_dlpack(a)
+
+        mine = {id(p): n for n, p in module.named_parameters()}
+        where, offset = {}, 0
+        for n, shape in shapes:
+            size = math.prod(shape)
+            where[n] = (offset, shape)
+            offset += size
+        self._shapes = []
+        for group in self.torch_optimizer.param_groups:
+            for p in group["params"]:
+                name = mine.get(id(p))
+                if name is None:
+                    return TypeError(f"optimizer: {self.name} holds a tensor that is not a parameter of the "
+                                     f"module; build it on module.parameters()")
+                if name not in where:  # frozen: no gradient, torch's step passes it by
+                    continue
+                lo, shape = where[name]
+                n = math.prod(shape)
+                with torch.no_grad():
+                    p.data = tensor(params[lo : lo + n]).view(shape)
+                p.grad = tensor(grad[lo : lo + n]).view(shape)
+                self._shapes.append((p, lo, shape))
+        return None
+
+    def update(self, grad, state: dict, params, *, lr: float, scale: float = 1.0, count: int = 1) -> None:
+        """``grad *= scale`` (in place: the parameters' ``.grad`` see it), then ``optimizer.step()``.
+
+        ``lr`` is not used: the learning rate is the optimizer's own (its scheduler's). At the first update
+        of a run torch makes its state itself (so the run is plain PyTorch's); it is then moved into
+        ``state``'s arrays and torch holds views of them; a resumed run's torch takes the views at once.
+
+        Parameters
+        ----------
+        grad, state, params, scale, count
+            As :meth:`Optimizer.update`.
+        """
+        import torch
+
+        grad *= scale
+        opt = self.torch_optimizer
+        fresh = count == 1
+        if not fresh:
+            self._share(state, opt.state, count)
+        with torch.no_grad():
+            opt.step()
+        if fresh:
+            self._share(state, opt.state, count + 1)
+
+    def _share(self, state: dict, torch_state, count: int) -> None:
+        """Torch's per-parameter state as views of ``state``'s flat arrays (copied in where torch made its own).
+
+        ``count``: the update about to run (1-based); Adam's ``step`` is ``count - 1`` before it.
+        """
+        import torch
+
+        for p, lo, shape in self._shapes:
+            s = torch_state[p]
+            n = math.prod(shape)
+            for name in self.state_names:
+                flat = state[name][lo : lo + n]
+                view = torch.from_numpy(flat).view(shape) if isinstance(flat, np.ndarray) else \
+                    torch.from_dlpack(flat).view(shape)
+                have = s.get(name)
+                if have is not None and have.data_ptr() == view.data_ptr():
+                    continue
+                if have is not None:
+                    view.copy_(have)
+                s[name] = view
+            if self.name != "torch.optim.SGD":  # Adam's bias correction counts the updates
+                step = s.get("step")
+                if step is None:
+                    s["step"] = torch.tensor(float(count - 1), dtype=torch.float32)
+                else:
+                    step.fill_(count - 1)
+
+
+class TorchSchedule:
+    """The learning rate of a run with a PyTorch optimizer: its own, stepped by its scheduler (if any).
+
+    Stands in for :class:`LRSchedule` (the trainer reads the rate and checkpoints ``state_dict()``). Not
+    collective.
+
+    Parameters
+    ----------
+    optimizer : TorchOptimizer
+    steps : int
+        Global steps an epoch.
+    """
+
+    stateful = True
+    """Checkpoints hold :meth:`state_dict` (the rates and the scheduler's counters are not the options')."""
+
+    def __init__(self, optimizer: TorchOptimizer, steps: int):
+        self.optimizer, self.steps, self.total = optimizer, int(steps), 0
+        self.epoch_lr = self._lr()
+
+    def _lr(self) -> float:
+        return float(self.optimizer.torch_optimizer.param_groups[0]["lr"])
+
+    def __call__(self, step: int) -> float:
+        """The first parameter group's learning rate at the start of the current epoch (the history's ``lr``)."""
+        return self.epoch_lr
+
+    def stepped(self, step: int) -> None:
+        """Global step ``step`` (0-based) is done: step the scheduler per step, or after an epoch's last."""
+        sched, last = self.optimizer.scheduler, (step + 1) % self.steps == 0
+        if sched is not None and (self.optimizer.interval == "step" or last):
+            sched.step()
+        if last:
+            self.epoch_lr = self._lr()
+
+    def state_dict(self) -> dict:
+        """``lrs`` (each parameter group's rate), ``epoch_lr`` and ``scheduler`` (its ``state_dict()``, or None)."""
+        sched = self.optimizer.scheduler
+        return {"lrs": [float(g["lr"]) for g in self.optimizer.torch_optimizer.param_groups],
+                "epoch_lr": self.epoch_lr, "scheduler": None if sched is None else sched.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take :meth:`state_dict`'s rates and scheduler state.
+
+        Parameters
+        ----------
+        state : dict
+        """
+        for g, lr in zip(self.optimizer.torch_optimizer.param_groups, state["lrs"], strict=True):
+            g["lr"] = lr
+        self.epoch_lr = float(state.get("epoch_lr", self._lr()))
+        if state.get("scheduler") is not None and self.optimizer.scheduler is not None:
+            self.optimizer.scheduler.load_state_dict(state["scheduler"])
+
+
+def as_optimizer(optimizer, scheduler=None, interval: str = "epoch"):
+    """The Trainer's ``optimizer=`` as hpcgpu holds it: a ``torch.optim`` one wrapped (:class:`TorchOptimizer`).
+
+    Not collective. Anything else is returned as it is (the trainer's own check refuses what is not an
+    optimizer).
+
+    Parameters
+    ----------
+    optimizer : hpcgpu.optim.Optimizer, torch.optim.Optimizer or None
+    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
+    interval : {"epoch", "step"}
+
+    Raises
+    ------
+    TypeError
+        A scheduler without a ``torch.optim`` optimizer, or as :class:`TorchOptimizer`.
+    """
+    if _is_torch_optimizer(optimizer):
+        return TorchOptimizer(optimizer, scheduler, interval)
+    if scheduler is not None:
+        raise agreed(TypeError("scheduler: a torch.optim.lr_scheduler steps a torch.optim optimizer given as "
+                               "optimizer=; hpcgpu's optimizers follow schedule= (cosine, step, constant)"))
+    return optimizer

@@ -35,7 +35,7 @@ from ..comm import Bcast
 from .._outputs import Output
 from ..errors import AgreedError, agree, agree_call, agree_inputs
 from ..nn import ModelPlan, TrainModel, loss_by_name, plan_model, relu_stack
-from ..optim import LRSchedule, Optimizer
+from ..optim import LRSchedule, Optimizer, TorchOptimizer, TorchSchedule
 from ..runtime import Runtime, host_memory
 from ..watchdog import Watchdog
 from .checks import data_error, memory_error, optimizer_error
@@ -474,6 +474,9 @@ def bind_model(plan: ModelPlan, optimizer: Optimizer, config: TrainConfig, rt: R
     Bcast(model.params, root=0, comm=g.data_comm)
     lo, hi = reducer.shard_range
     update_params = model.params if params_pad is None else params_pad[lo:hi]
+    attach = getattr(optimizer, "attach", None)  # a torch.optim optimizer: the module's parameters on the buffers
+    if attach is not None:
+        agree(attach(model.model.module, model.shapes, model.params, model.grad), comm=rt.comm)
     opt_state = optimizer.init(update_params)  # ZeRO-1: this rank's block only
     return ModelParts(model, optimizer, opt_state, reducer, watchdog, update_params, params_pad, tuple(stats))
 
@@ -564,8 +567,11 @@ def bind_data(parts: ModelParts, config: TrainConfig, rt: Runtime, groups: Proce
     sampler = GlobalBatchSampler(train, c.batch_size, c.seed, g.data_comm, xp, c.grad_accum_steps,
                                  replicate=replicated(c.data_placement, train, rt.comm, xp))
     steps = sampler.steps
-    schedule = LRSchedule(parts.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
-                          c.lr_step_epochs * steps, c.lr_gamma)
+    if isinstance(parts.optimizer, TorchOptimizer):  # the optimizer's own rate, stepped by its scheduler
+        schedule = TorchSchedule(parts.optimizer, steps)
+    else:
+        schedule = LRSchedule(parts.optimizer.lr, c.epochs * steps, round(c.warmup_epochs * steps), c.schedule,
+                              c.lr_step_epochs * steps, c.lr_gamma)
     # the held-out set's series: test_* for a data file's /test split, val_* for a validation set given in
     # Python (arrays, validation_split), as Keras names them; none without a held-out set (Keras's history too)
     held = None if test is None or test.n_global == 0 else "test" if validation_from_file else "val"

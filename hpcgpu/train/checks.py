@@ -188,6 +188,7 @@ def optimizer_error(optimizer) -> TypeError | None:
         What the caller gave as ``optimizer=``.
     """
     if not isinstance(optimizer, Optimizer):
-        return TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got "
+        return TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), or for an nn.Torch "
+                         f"model torch.optim.SGD, Adam or AdamW, got "
                          f"{type(optimizer).__name__}")
     return None

@@ -260,8 +260,11 @@ class TrainState:
     def _checkpoint_state(self, params, states):
         t = self.t
         mine = self.state_dict()
+        parts = {k: mine[k] for k in PARTS}
+        if getattr(t.schedule, "stateful", False):  # a PyTorch scheduler's state: not a function of the options
+            parts["schedule"] = mine["schedule"]
         return CheckpointState(
-            params, states, {k: mine[k] for k in PARTS}, config=json.loads(t.config.to_json()),
+            params, states, parts, config=json.loads(t.config.to_json()),
             world_size=t.rt.size, optimizer_name=t.optimizer.name, optimizer_config=t.optimizer.config(),
             data=self.fingerprint(), model=t.model.spec())
 

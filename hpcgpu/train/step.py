@@ -171,6 +171,9 @@ class Step:
             if slots is not None and (broken is not None or math.isnan(next(iter(slots.values())))):
                 self._agree_broken(broken, step)
         self.update(step, scale)
+        stepped = getattr(self.schedule, "stepped", None)  # a PyTorch scheduler (hpcgpu.optim.TorchSchedule)
+        if stepped is not None:
+            stepped(step)
         return slots
 
     def _first_row(self, k: int) -> int:

@@ -39,7 +39,7 @@ from ..energy import EnergyMeter
 from ..errors import AgreedError, agree, agree_call, agree_inputs, agreed
 from .._outputs import Input, Output, claim, claim_error, release, write_dataset
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
-from ..optim import Optimizer, optimizer_by_name
+from ..optim import Optimizer, TorchOptimizer, as_optimizer, optimizer_by_name
 from ..runtime import Runtime, init, placement
 from ..timing import PhaseTimer, reduce_phases
 from . import build, results
@@ -96,6 +96,19 @@ _KERAS_FIT = {
     "initial_epoch": " (Keras's; here fit(epochs=N) trains on to N in all)",
 }
 """Keras's ``fit`` arguments that :meth:`Trainer.fit` does not take, and how hpcgpu says each."""
+
+
+def _torch_optimizer_error(optimizer: TorchOptimizer, model, c: TrainConfig) -> Exception | None:
+    """Why a ``torch.optim`` optimizer cannot train ``model`` with these options (None: it can)."""
+    from ..nn import Torch
+
+    if not isinstance(model, Torch):
+        return TypeError(f"optimizer: {optimizer.name} trains an nn.Torch module's parameters; give hpcgpu.optim's "
+                         f"SGD, Adam or AdamW for {type(model).__name__}")
+    if c.zero_stage == 1:
+        return ValueError(f"zero_stage=1 shards hpcgpu's optimizer state, not {optimizer.name}'s: give zero_stage=0, "
+                          "or hpcgpu.optim's SGD, Adam or AdamW")
+    return None
 
 
 def _input_form(c: TrainConfig, options: dict, model, loss, optimizer) -> dict:
@@ -194,10 +207,20 @@ class Trainer:
     loss : hpcgpu.nn.Loss, optional
         For a ``Sequential``: :class:`~hpcgpu.nn.SoftmaxCrossEntropy`,
         :class:`~hpcgpu.nn.MeanSquaredError` or :class:`~hpcgpu.nn.Huber`.
-    optimizer : hpcgpu.optim.Optimizer, optional
+    optimizer : hpcgpu.optim.Optimizer or torch.optim.Optimizer, optional
         :class:`~hpcgpu.optim.SGD`, :class:`~hpcgpu.optim.Adam` or
         :class:`~hpcgpu.optim.AdamW`; by default the config's (SGD with
-        momentum 0.9 at lr 0.05).
+        momentum 0.9 at lr 0.05). For an :class:`hpcgpu.nn.Torch` model also
+        ``torch.optim.SGD``, ``Adam`` or ``AdamW`` built on the module's
+        parameters: it steps on the trainer's buffers after the reduction,
+        at its own learning rate (:class:`hpcgpu.optim.TorchOptimizer`; not
+        with ``zero_stage=1``).
+    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
+        Of a ``torch.optim`` ``optimizer``: stepped by the trainer, its
+        state in checkpoints.
+    scheduler_interval : {"epoch", "step"}
+        Step ``scheduler`` after each epoch (the default) or after each
+        global step (Lightning's ``interval``).
     config : TrainConfig, optional
         The run's options; a ``TrainConfig`` as the first argument is taken
         as ``config`` (the command line's way in). The object is not changed.
@@ -264,7 +287,7 @@ class Trainer:
     ZeRO's Allgather); ``io`` checkpoints written during the epoch."""
 
     def __init__(self, model=None, loss=None, optimizer: Optimizer | None = None, *, config: TrainConfig | None = None,
-                 runtime: Runtime | None = None, **options):
+                 runtime: Runtime | None = None, scheduler=None, scheduler_interval: str = "epoch", **options):
         # The stop policy from the first instant: a signal while the trainer is built (MPI's start, the data's
         # reading) is kept for fit, not lost to MPICH's SIGUSR1 handler or SIGTERM's default action. The command
         # line's request, installed before anything else, is taken as it is.
@@ -273,6 +296,7 @@ class Trainer:
         self._stop_owned = self.stop_request is None
         if self._stop_owned:  # nested over another trainer's, whose state (a stop it saw) is not this one's
             self.stop_request = trainers_request()
+        self._scheduler = (scheduler, scheduler_interval)
         try:
             self._build(model, loss, optimizer, config, runtime, options)
         except BaseException:
@@ -343,8 +367,13 @@ class Trainer:
         except TypeError as e:
             c, err = base, TypeError(f"Trainer: {e}")
         pending = awaits_data(model)
+        try:  # a torch.optim optimizer (and its scheduler) wrapped to step on the trainer's buffers
+            optimizer, own = as_optimizer(optimizer, *self._scheduler), None
+        except (TypeError, ValueError) as e:
+            own = e
         err = err or c.validate() or (_model_error(model, loss, built=not pending) if model is not None else None) \
-            or (optimizer_error(optimizer) if optimizer is not None else None)
+            or own or (optimizer_error(optimizer) if optimizer is not None else None) \
+            or (_torch_optimizer_error(optimizer, model, c) if isinstance(optimizer, TorchOptimizer) else None)
         # The first communication: the ranks' arguments agreed (a rank given another lr, model or option is one
         # line on every rank, not different models or a hang), a rank's own refusal with them. Before init, which
         # is collective itself and takes the device from them.
