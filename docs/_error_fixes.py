@@ -230,6 +230,45 @@ FIXES: dict[str, str] = {
         "the part of the object that differs. Every rank raises this, before any other communication: fix "
         "the script so that the named argument is the same everywhere (sharded data: ``sharded=True``)."
     ),
+    "--clip-grad-norm must be a positive number, got …": (
+        "``--clip-grad-norm`` (``clip_grad_norm=``) is the largest global L2 norm of the averaged gradient; "
+        "0, a negative number, infinity or NaN bounds nothing. Give a positive number (1.0 is common), or "
+        "leave it out for no clipping."
+    ),
+    "--clip-grad-value must be a positive number, got …": (
+        "``--clip-grad-value`` (``clip_grad_value=``) is the largest magnitude of each element of the averaged "
+        "gradient. Give a positive number, or leave it out for no clipping."
+    ),
+    "--clip-grad-norm and --clip-grad-value: give one of them": (
+        "Both clippings were asked for; a run clips by the global norm or by each element's value, not both "
+        "(Lightning's ``gradient_clip_algorithm``). Keep one."
+    ),
+    "--clip-grad-norm does not combine with --tensor-parallel; --clip-grad-value does": (
+        "Under tensor parallelism each rank holds a slice of some layers and the whole of others, so the "
+        "global norm is not computed yet. Clip by value (``--clip-grad-value``), which is per element, or "
+        "train without tensor parallelism."
+    ),
+    "optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW) or torch.optim.SGD, Adam or AdamW, got "
+    "torch.optim.…": (
+        "hpcgpu steps PyTorch's SGD, Adam and AdamW on its buffers and checkpoints their state, which it lays "
+        "out like the parameters; other ``torch.optim`` classes keep state it does not know. Use one of those "
+        "three, or hpcgpu.optim's SGD, Adam or AdamW."
+    ),
+    "scheduler must be a torch.optim.lr_scheduler of the optimizer given as optimizer=": (
+        "``scheduler=`` was built on another optimizer than the one given as ``optimizer=`` (or is not a "
+        "scheduler): it would step a rate nothing uses. Build it on the same optimizer: "
+        "``torch.optim.lr_scheduler.StepLR(opt, ...)`` with ``Trainer(..., optimizer=opt, scheduler=...)``."
+    ),
+    "scheduler: a torch.optim.lr_scheduler steps a torch.optim optimizer given as optimizer=; hpcgpu's "
+    "optimizers follow schedule= (cosine, step, constant)": (
+        "A PyTorch scheduler was given without a PyTorch optimizer. With hpcgpu's optimizers choose the "
+        "learning-rate schedule by ``schedule=`` (``warmup_epochs``, ``lr_step_epochs``, ``lr_gamma``); "
+        "with ``torch.optim`` give both."
+    ),
+    "scheduler_interval must be epoch or step, got …": (
+        "``scheduler_interval`` says when the PyTorch scheduler steps: ``\"epoch\"`` (after each epoch, the "
+        "default) or ``\"step\"`` (after each global step), as Lightning's ``interval``."
+    ),
     # -- Training: data -----------------------------------------------------------------------------------
     "drop_last=…: only drop_last=True is supported (the last N mod B samples of each epoch's order are left out of it)": (
         "``GlobalBatchSampler`` was given ``drop_last=False`` (or another value): an epoch is ``N // B`` steps "
@@ -881,11 +920,30 @@ FIXES: dict[str, str] = {
         "against ``TrainConfig``'s fields (``batch_size``, ``epochs``, ``seed``, ``precision``, ...). The "
         "model, the loss and the optimizer are the first three arguments, not options."
     ),
-    "optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), got …": (
-        "The trainer runs the update on its own flat buffers, so it needs an optimizer of ``hpcgpu.optim``: "
-        "not another library's (``torch.optim``, optax), and an instance, not the class. Pass e.g. "
-        "``optim.SGD(lr=0.01, momentum=0.9)`` or ``optim.Adam(lr=1e-3)``; an optimizer of your own "
+    "optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW), or for an nn.Torch model torch.optim.SGD, "
+    "Adam or AdamW, got …": (
+        "The trainer runs the update on its own flat buffers, so it needs an optimizer of ``hpcgpu.optim``, "
+        "or for an ``nn.Torch`` model one of PyTorch's SGD, Adam or AdamW built on the module's parameters; "
+        "not another library's (optax), and an instance, not the class. Pass e.g. "
+        "``optim.SGD(lr=0.01, momentum=0.9)``, ``optim.Adam(lr=1e-3)`` or "
+        "``torch.optim.SGD(module.parameters(), lr=0.01, momentum=0.9)``; an optimizer of your own "
         "subclasses ``hpcgpu.optim.Optimizer``."
+    ),
+    "optimizer: … trains an nn.Torch module's parameters; give hpcgpu.optim's SGD, Adam or AdamW for …": (
+        "A ``torch.optim`` optimizer steps a PyTorch module's parameters, which the trainer makes views of its "
+        "buffers only for an ``nn.Torch`` model. For the built-in layers, a model of one's own or ``nn.Jax``, "
+        "give ``hpcgpu.optim.SGD``, ``Adam`` or ``AdamW`` (the same update rules)."
+    ),
+    "zero_stage=1 shards hpcgpu's optimizer state, not …'s: give zero_stage=0, or hpcgpu.optim's SGD, Adam or "
+    "AdamW": (
+        "ZeRO-1 gives each rank the optimizer state of its block of the flat parameters; a ``torch.optim`` "
+        "optimizer keeps its state per parameter and steps whole parameters. Train without ZeRO "
+        "(``zero_stage=0``), or give ``hpcgpu.optim.SGD``, ``Adam`` or ``AdamW``, whose state ZeRO-1 shards."
+    ),
+    "optimizer: … holds a tensor that is not a parameter of the module; build it on module.parameters()": (
+        "The ``torch.optim`` optimizer given holds a tensor that is not one of the ``nn.Torch`` module's "
+        "parameters (another module's, or a copy), which the trainer cannot put on its buffers. Build it on "
+        "the module's own parameters: ``torch.optim.SGD(module.parameters(), ...)`` (or groups of them)."
     ),
     "a Sequential model needs a loss (loss=nn.SoftmaxCrossEntropy(), nn.MeanSquaredError() or nn.Huber())": (
         "The built-in layers end in raw outputs, and the trainer needs the loss to compute on them. Pass it "

@@ -433,10 +433,6 @@ def optimizer_by_name(name: str, lr: float, momentum: float = 0.0, weight_decay:
 
 # -- PyTorch's optimizers and schedulers on the trainer's buffers ---------------------------------
 
-TORCH_ACCEPTED = "torch.optim.SGD, Adam or AdamW"
-"""The PyTorch optimizers whose state hpcgpu lays out like the parameters (and so checkpoints)."""
-
-
 def _torch_state_names(optimizer) -> tuple | None:
     """The per-parameter state a PyTorch optimizer keeps, by name (None: a class hpcgpu does not know)."""
     kind = type(optimizer).__name__
@@ -497,7 +493,7 @@ class TorchOptimizer(Optimizer):
         names = _torch_state_names(optimizer)
         if names is None:
             raise agreed(TypeError(f"optimizer must be an hpcgpu.optim optimizer (SGD, Adam, AdamW) or "
-                                   f"{TORCH_ACCEPTED}, got torch.optim.{kind}"))
+                                   f"torch.optim.SGD, Adam or AdamW, got torch.optim.{kind}"))
         if scheduler is not None and getattr(scheduler, "optimizer", None) is not optimizer:
             raise agreed(TypeError("scheduler must be a torch.optim.lr_scheduler of the optimizer given as "
                                    "optimizer="))
