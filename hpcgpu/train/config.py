@@ -146,7 +146,10 @@ class TrainConfig:
         :class:`hpcgpu.nn.Torch` module takes its mean and variance from
         the data-parallel ranks' local batches together (an Allreduce per
         layer forward and backward), so the model does not depend on the
-        number of ranks. Nothing to do for other models (the built-in
+        number of ranks. The layers are replaced in the module itself (as
+        ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does; the same
+        parameter and buffer names); in eval mode they are PyTorch's
+        batch normalization. Nothing to do for other models (the built-in
         layers have no BatchNorm). False: each rank's rows alone.
     data_placement : {"auto", "sharded", "replicated"}
         ``sharded``: each rank holds its ``1/P`` of the training set and the
