@@ -1127,8 +1127,11 @@ def test_a_first_step_that_fails_on_one_rank_is_a_stall_not_a_hang(tmp_path):
     review of the third trial's fixes)."""
     p = _mpi.run(2, ["-c", _FIRST_STEP_FAILS], timeout=120, cwd=tmp_path)
     assert p.returncode != 0
-    assert "hpcgpu: stall: the first step's contract check (step 1) has waited 3 s (stall timeout 3 s); ranks [1] " \
-           "have not arrived" in p.stderr, p.stderr
+    import re
+
+    # the seconds waited are the watchdog's when it looked (4 s on a loaded machine): not asserted
+    assert re.search(r"^hpcgpu: stall: the first step's contract check \(step 1\) has waited \d+ s \(stall timeout 3 "
+                     r"s\); ranks \[1\] have not arrived", p.stderr, re.M), p.stderr
 
 
 _REVIEWED = """
