@@ -8,6 +8,7 @@ as PyTorch's ``clip_grad_norm_`` after DDP's all-reduce does. The same file is t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -133,6 +134,95 @@ def test_clipping_at_several_ranks_is_the_reference(ranks):
     for case, run in got.items():
         assert run["alike"], case  # every rank has rank 0's parameters and norms
         _check(case, run)
+
+
+def _sequential_run(**options):
+    import hpcgpu
+    from hpcgpu import nn, optim
+
+    X, Y = data()
+    t = hpcgpu.Trainer(nn.Sequential([nn.Dense(D, 8, "relu"), nn.Dense(8, K)]), nn.MeanSquaredError(),
+                       optim.SGD(lr=0.05, momentum=0.9), batch_size=8, epochs=3, progress="none", seed=2, **options)
+    t.fit((X.astype(np.float32), Y.astype(np.float32)))
+    return t
+
+
+def test_the_built_in_layers_clip_and_a_bound_above_the_norm_changes_nothing():
+    """The built-in layers: a bound the norm never reaches is the unclipped run, bitwise; one below it changes
+    the model."""
+    free = _sequential_run()
+    loose = _sequential_run(clip_grad_norm=1e9)
+    np.testing.assert_array_equal(np.asarray(loose.model.params), np.asarray(free.model.params))
+    assert "grad_norm" not in free.history and all(n > 0 for n in loose.history["grad_norm"])
+    bound = 0.5 * min(loose.history["grad_norm"])
+    tight = _sequential_run(clip_grad_norm=bound)
+    assert not np.array_equal(np.asarray(tight.model.params), np.asarray(free.model.params))
+
+
+def test_mixed_precision_clips_the_unscaled_gradient():
+    """16-mixed scales the loss (by 65536 at first): the norm clipped is the unscaled gradient's, so every update
+    that is not skipped for an overflow moves the parameters by exactly lr x the bound (plain SGD, a bound far
+    below the norm); a skipped step leaves them alone."""
+    import hpcgpu
+    from hpcgpu import nn, optim
+
+    X, Y = data()
+    lr, bound = 0.05, 1e-3
+    t = hpcgpu.Trainer(nn.Sequential([nn.Dense(D, K)]), nn.MeanSquaredError(), optim.SGD(lr=lr, weight_decay=0.0),
+                       batch_size=N, epochs=1, progress="none", precision="16-mixed", clip_grad_norm=bound)
+    moves = []
+    for epoch in range(1, 9):  # one step an epoch
+        before = np.array(t.model.params, dtype=np.float64)
+        t.fit(*([(X.astype(np.float32), Y.astype(np.float32))] if epoch == 1 else []), epochs=epoch)
+        moves.append(float(np.linalg.norm(np.asarray(t.model.params, dtype=np.float64) - before)))
+    skipped = t.history["skipped_steps"]
+    assert 0 < sum(skipped) < 8, skipped  # some steps overflowed, some were applied
+    for move, skip in zip(moves, skipped, strict=True):
+        assert move == 0.0 if skip else abs(move - lr * bound) < 1e-3 * lr * bound, (moves, skipped)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_an_nn_jax_model_clips_as_the_reference():
+    """The linear model as a JAX function (its gradient autograd's): clipped by norm, the reference."""
+    import hpcgpu
+    import jax
+    from hpcgpu import nn, optim
+
+    jax.config.update("jax_enable_x64", True)
+
+    def apply(p, x):
+        return x @ p["w"] + p["b"]
+
+    want, norms = reference("zero1")  # clip_grad_norm=0.5, momentum 0.9
+    t = hpcgpu.Trainer(nn.Jax(apply, start(), loss="mse"), optimizer=optim.SGD(lr=LR, momentum=0.9,
+                                                                                weight_decay=0.0),
+                       batch_size=N, epochs=EPOCHS, dtype="float64", progress="none", clip_grad_norm=0.5)
+    t.fit(data())
+    # nn.Jax's "mse" sums the squared errors: twice the reference's loss, so twice its gradient; every step is
+    # clipped to the bound (the norms are above it), so the updates, and the model, are the reference's up to
+    # clip_grad_norm_'s 1e-6 added to the norm (of a norm twice as large: 1e-7 relative)
+    assert min(norms) > 0.5
+    np.testing.assert_allclose(t.history["grad_norm"], 2 * np.asarray(norms), rtol=1e-6)
+    for k, a in want.items():
+        np.testing.assert_allclose(np.asarray(t.params[k]), a, rtol=1e-6, atol=1e-9, err_msg=k)
+
+
+@pytest.mark.mpi
+def test_the_command_line_clips_and_writes_the_norms(tmp_path):
+    import _mpi
+    import h5py
+
+    out = tmp_path / "run.h5"
+    p = _mpi.run(2, ["-m", "hpcgpu.train", "--out", out, "--hidden", "8", "--epochs", "2", "--batch-size", "64",
+                     "--clip-grad-norm", "0.5", "--progress", "none"], timeout=180)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(out) as f:
+        norms = f["metrics/grad_norm"][()]
+        assert norms.shape == (2,) and (norms > 0).all() and (f["metrics/grad_norm_max"][()] >= norms).all()
+    p = _mpi.run(1, ["-m", "hpcgpu.train", "--out", out, "--clip-grad-value", "-1", "--progress", "none"],
+                 timeout=60)
+    assert p.returncode == 2 and p.stderr.strip() == "hpcgpu.train: error: --clip-grad-value must be a positive " \
+        "number, got -1.0", p.stderr
 
 
 @pytest.mark.parametrize("options, message", [
