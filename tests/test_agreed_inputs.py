@@ -201,3 +201,21 @@ def test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks():
     assert _normal({"b", "a"}) == ["set", "'a'", "'b'"]  # not in the order of this process's string hashes
     assert _normal(list(range(1000))) == "list of 1000, first 0"  # no cost per row
     assert _normal(np.zeros((2, 3), np.float32)) == "ndarray of shape (2, 3) and dtype float32"
+
+
+LATE = "TypeError agreed: Torch: Late returned a tuple, not a tensor: its forward must return the outputs as one " \
+       "tensor, (n, k) or (n,) (at step {step}, rank {P1})"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_a_later_contract_error_is_agreed_when_the_reduction_overlaps_the_backward_pass(tmp_path, nprocs):
+    """The broken rank posts the buckets its backward pass did not, so the reduction (and the agreement after it)
+    completes on every rank: with several buckets, and with gradient accumulation breaking at either micro-batch.
+    The stall timeout ends a launch where a rank waits for buckets that never come."""
+    cases = {"late_contract_buckets": 6, "late_contract_accumulated_9": 3, "late_contract_accumulated_10": 4}
+    p = _launch(tmp_path, nprocs, list(cases), env={"HPCGPU_STALL_TIMEOUT": "60"})
+    assert p.returncode == 0, p.stderr
+    want = [f"{case}: {LATE.format(step=step, **_words(nprocs))}" for case, step in cases.items()]
+    for rank, got in enumerate(_mpi.rank_lines(tmp_path, nprocs)):
+        assert got == want, f"rank {rank}"

@@ -187,6 +187,19 @@ class GradientReducer:
         for r in self._pending:
             r.Test()
 
+    def post_rest(self) -> None:
+        """Post the buckets the backward pass did not post, in the order the other ranks post them.
+
+        Collective in effect: for a rank whose step broke before its backward pass ended (a model's
+        :class:`hpcgpu.nn._model.ContractError`), so that its reduction matches the other ranks' and
+        :meth:`finish` completes on every rank, carrying what the buffer holds (the broken rank's NaN loss
+        sum). Nothing is posted at one rank or with one bucket.
+        """
+        if len(self.buckets) == 1 or self.comm.size == 1:
+            return
+        for lo, hi in self.buckets[len(self._pending) :]:
+            self._pending.append(Iallreduce(self.buffer[lo:hi], comm=self.comm))
+
     def finish(self, what: str = "") -> None:
         """Complete the step's reduction: wait for the posted buckets, or reduce the one bucket. Collective.
 

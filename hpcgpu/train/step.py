@@ -200,6 +200,8 @@ class Step:
         if not read:
             abort(f"[rank {self.groups.comm.rank}] error: {err}", 2)
         self.model.stats[0] = math.nan  # the loss sum's slot, reduced with the gradient
+        if self.overlap:  # the buckets the broken pass did not post, so the others' reduction completes
+            self.reducer.post_rest()
         return err
 
     def _agree_broken(self, err: TypeError | None, step: int) -> None:

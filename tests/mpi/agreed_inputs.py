@@ -83,6 +83,25 @@ def stall_in_summa():
     return hpcgpu.matmul(a, b, panel=2)
 
 
+def late_contract(at, **kw):
+    """A PyTorch model whose forward breaks the contract on the last rank at its call ``at`` (a later step)."""
+    import torch
+
+    class Late(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = torch.nn.Linear(4, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 1)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            out = self.c(torch.relu(self.b(torch.relu(self.a(x))))).reshape(-1)
+            return (out, out) if self.calls >= at and LAST else out
+
+    t = trainer(nn.Torch(Late(), torch.nn.MSELoss(reduction="sum")), epochs=3, bucket_mb=0.005, **kw)
+    t.fit((X, Y.astype(np.float64)))
+
+
 CASES = {
     # the Trainer's construction: one rank given another value
     "sgd_lr": lambda: trainer(model(), nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.5 if LAST else 0.1)),
@@ -109,6 +128,10 @@ CASES = {
     # the agreement itself: one rank's own refusal, the same arguments
     "own_refusal": lambda: agree_inputs("check", {"x": 1}, error=ValueError("check: refused by rank 1")
                                         if R == 1 else None),
+    # a later step's contract error on one rank, the reduction overlapping the backward pass in several buckets
+    "late_contract_buckets": lambda: late_contract(9),
+    "late_contract_accumulated_9": lambda: late_contract(9, grad_accum_steps=2),
+    "late_contract_accumulated_10": lambda: late_contract(10, grad_accum_steps=2),
     # matrices
     "grid_dims": lambda: hpcgpu.ProcessGrid((1, P) if LAST else (P, 1)),
     "random_shape": lambda: hpcgpu.DistMatrix.random((9, 8) if LAST else (8, 8), hpcgpu.ProcessGrid((P, 1))),
