@@ -27,7 +27,7 @@ from ._kernels import kernels as _kernels
 from .errors import agreed
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "OPTIMIZERS", "optimizer_by_name", "LRSchedule", "TorchOptimizer",
-           "TorchSchedule", "as_optimizer"]
+           "TorchSchedule"]
 
 
 def _number(name: str, value, ok, want: str) -> float:
@@ -575,17 +575,22 @@ class TorchOptimizer(Optimizer):
         grad, state, params, scale, count
             As :meth:`Optimizer.update`.
         """
+        import contextlib
+
         import torch
 
         grad *= scale
         opt = self.torch_optimizer
         fresh = count == 1
-        if not fresh:
-            self._share(state, opt.state, count)
-        with torch.no_grad():
+        ours = contextlib.nullcontext()
+        if not isinstance(grad, np.ndarray):  # on a GPU torch runs on the trainer's (CuPy's) stream: ordered by it
+            ours = torch.cuda.stream(torch.cuda.ExternalStream(_device.cupy_or_none().cuda.get_current_stream().ptr))
+        with ours, torch.no_grad():
+            if not fresh:
+                self._share(state, opt.state, count)
             opt.step()
-        if fresh:
-            self._share(state, opt.state, count + 1)
+            if fresh:
+                self._share(state, opt.state, count + 1)
 
     def _share(self, state: dict, torch_state, count: int) -> None:
         """Torch's per-parameter state as views of ``state``'s flat arrays (copied in where torch made its own).
