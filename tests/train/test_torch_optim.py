@@ -91,6 +91,37 @@ def test_a_step_lr_changes_the_rate_per_epoch_or_per_step_as_asked():
     assert t.history["lr"] == [0.05 * 0.5 ** (2 * e) for e in range(4)]
 
 
+def _sgd_step_lr(m):
+    import torch
+
+    o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+    return o
+
+
+def _step_lr(o):
+    import torch
+
+    return torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
+
+
+@pytest.mark.mpi
+def test_a_torch_optimizer_at_three_ranks_is_the_one_rank_model(tmp_path):
+    """Every rank steps its own torch optimizer on the reduced gradient: at 3 ranks (with gradient accumulation)
+    the model is the one of 1 rank, and the same on every rank."""
+    import json
+
+    import _mpi
+
+    p = _mpi.run(3, [os.path.abspath(__file__)], timeout=240)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["alike"]
+    one = _fit(_sgd_step_lr, _step_lr, grad_accum_steps=2)
+    assert got["lr"] == one.history["lr"]
+    np.testing.assert_allclose(got["loss"], one.history["train_loss"], rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(got["params"]), asnumpy(one.model.params), rtol=1e-9, atol=1e-12)
+
+
 def _signal_at_step(trainer, step, monkeypatch):
     """A real SIGUSR1 when ``trainer`` asks, at its ``step``-th step, whether a stop was requested."""
     import itertools
@@ -223,3 +254,15 @@ def test_an_optimizer_of_another_modules_parameters_is_refused():
     assert str(e.value) == ("optimizer: torch.optim.SGD holds a tensor that is not a parameter of the module; build "
                             "it on module.parameters()")
 
+
+if __name__ == "__main__":  # the ranks' script of test_a_torch_optimizer_at_three_ranks_is_the_one_rank_model
+    import json
+
+    from mpi4py import MPI
+
+    t = _fit(_sgd_step_lr, _step_lr, grad_accum_steps=2)
+    params = asnumpy(t.model.params).tolist()
+    alike = all(q == params for q in MPI.COMM_WORLD.allgather(params))
+    if MPI.COMM_WORLD.rank == 0:
+        print(json.dumps({"alike": alike, "params": params, "lr": list(map(float, t.history["lr"])),
+                          "loss": list(map(float, t.history["train_loss"]))}), flush=True)
