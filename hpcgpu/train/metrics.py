@@ -248,7 +248,10 @@ class EpochMetrics:
         self.seconds, self.skipped, self.norm_sums = 0.0, 0, [0.0, 0.0, 0]
 
     def state_dict(self) -> dict:
-        """``epoch_totals``, ``epoch_seconds``, ``skipped_steps``, ``norm_sums``, ``history`` (copies). Not collective."""
+        """``epoch_totals``, ``epoch_seconds``, ``skipped_steps``, ``norm_sums``, ``history`` (copies).
+
+        Not collective.
+        """
         return dict(epoch_totals=self.totals.tolist(), epoch_seconds=self.seconds, skipped_steps=self.skipped,
                     norm_sums=list(self.norm_sums), history={k: list(v) for k, v in self.history.items()})
 
