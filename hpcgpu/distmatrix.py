@@ -17,7 +17,7 @@ from ._gemm import bfloat16_dtype
 from ._version import __version__
 from .blocks import remap
 from .comm import movable
-from .errors import agree, agree_inputs, agreed
+from .errors import agree, agree_inputs
 from .grid import ProcessGrid, default_grid
 from ._memory import node_memory_error
 from ._outputs import write_dataset
@@ -185,10 +185,10 @@ class DistMatrix:
             ``grid`` is not over the same ranks (every rank, before any
             communication).
         """
-        if not isinstance(grid, ProcessGrid):  # no grid to agree over: each rank's arguments alike
-            raise agreed(TypeError(f"redistribute: grid must be a ProcessGrid, got {type(grid).__name__}"))
         err = None
-        if grid.size != self.grid.size or MPI.Comm.Compare(grid.cart, self.grid.cart) not in (
+        if not isinstance(grid, ProcessGrid):  # agreed over this matrix's grid, with the other ranks' grids
+            err = TypeError(f"redistribute: grid must be a ProcessGrid, got {type(grid).__name__}")
+        elif grid.size != self.grid.size or MPI.Comm.Compare(grid.cart, self.grid.cart) not in (
                 MPI.IDENT, MPI.CONGRUENT):
             err = ValueError(f"redistribute: grid {grid.shape} is not over the ranks of grid {self.grid.shape}")
         agree_inputs("redistribute", {"matrix": self, "grid": grid}, comm=self.grid.cart, error=err)
@@ -232,12 +232,13 @@ class DistMatrix:
             Unsupported dtype or a shape that is not two sizes >= 0; arguments that differ across the ranks
             (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
-        grid = _grid_of(grid, "zeros")
+        comm, err = _grid_of(grid, "zeros")
         xp = _xp() if xp is None else xp
-        err = _shape_error(gshape, "zeros") or _dtype_error(dtype, "zeros")
+        err = err or _shape_error(gshape, "zeros") or _dtype_error(dtype, "zeros")
         shape = gshape if err else tuple(int(d) for d in gshape)  # a list and a tuple are one shape
-        agree_inputs("zeros", {"gshape": shape, "dtype": _dtype_name(dtype), "grid": grid}, comm=grid.cart,
+        agree_inputs("zeros", {"gshape": shape, "dtype": _dtype_name(dtype), "grid": grid}, comm=comm,
                      error=err)
+        grid = default_grid() if grid is None else grid
         return cls(xp.zeros(grid.block_shape(tuple(gshape)), dtype=dtype), gshape, grid)
 
     @classmethod
@@ -263,14 +264,12 @@ class DistMatrix:
             ``a`` on the root is not 2-D or has an unsupported dtype; ``root`` or the grid differ across the
             ranks (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
-        grid = _grid_of(grid, "from_global")
+        comm, err = _grid_of(grid, "from_global")  # the default grid's ranks are its communicator's, in order
         xp = _xp() if xp is None else xp
-        comm = grid.cart
-        meta, err = None, None
-        if not (isinstance(root, int) and 0 <= root < comm.size):  # the same on every rank: raised at once
-            raise agreed(ValueError(f"from_global: root must be a rank of the grid (0 to {comm.size - 1}), "
-                                    f"got {root!r}"))
-        if comm.rank == root:
+        meta = None
+        if err is None and not (isinstance(root, int) and 0 <= root < comm.size):
+            err = ValueError(f"from_global: root must be a rank of the grid (0 to {comm.size - 1}), got {root!r}")
+        if err is None and comm.rank == root:
             a = _device.asnumpy(a)
             if a.ndim != 2:
                 err = ValueError(f"from_global: expected a 2-D array, got shape {a.shape}")
@@ -278,6 +277,8 @@ class DistMatrix:
                 err = _dtype_error(a.dtype, "from_global")
                 meta = (a.shape, a.dtype)  # the dtype itself: bfloat16's .str is an opaque '<V2'
         agree_inputs("from_global", {"root": root, "grid": grid}, comm=comm, error=err)
+        grid = default_grid() if grid is None else grid
+        comm = grid.cart
         with watch("DistMatrix.from_global's Bcast and blocks", f"from rank {root}"):
             gshape, dtype = comm.bcast(meta, root=root)
             dtype = np.dtype(dtype)
@@ -330,12 +331,13 @@ class DistMatrix:
             Unsupported dtype or negative shape; arguments that differ across the ranks
             (:func:`hpcgpu.errors.agree_inputs`); on every rank.
         """
-        grid = _grid_of(grid, "random")
+        comm, err = _grid_of(grid, "random")
         xp = _xp() if xp is None else xp
-        err = _dtype_error(dtype, "random") or _shape_error(gshape, "random") or _seed_error(seed)
+        err = err or _dtype_error(dtype, "random") or _shape_error(gshape, "random") or _seed_error(seed)
         shape = gshape if err else tuple(int(d) for d in gshape)  # a list and a tuple are one shape
         agree_inputs("random", {"gshape": shape, "dtype": _dtype_name(dtype), "seed": seed, "grid": grid},
-                     comm=grid.cart, error=err)
+                     comm=comm, error=err)
+        grid = default_grid() if grid is None else grid
         dtype = np.dtype(dtype)
         gshape = (int(gshape[0]), int(gshape[1]))
         rows, cols = grid.block(gshape)
@@ -392,10 +394,9 @@ class DistMatrix:
         """
         import h5py
 
-        grid = _grid_of(grid, "from_hdf5")
+        comm, err = _grid_of(grid, "from_hdf5")
         xp = _xp() if xp is None else xp
-        comm = grid.cart
-        err = _names_error(path, name, "from_hdf5", none=True)
+        err = err or _names_error(path, name, "from_hdf5", none=True)
         meta, err = (None, err) if err else _hdf5_meta(path, name)
         if err is None and dtype is not None:
             err = _dtype_error(dtype, f"{path}:{meta[0]}")
@@ -404,6 +405,8 @@ class DistMatrix:
                                  "(it would lose the imaginary part)")
         agree_inputs("from_hdf5", {"path": path, "name": name, "transpose": transpose, "grid": grid,
                                    "dtype": None if dtype is None else _dtype_name(dtype)}, comm=comm, error=err)
+        grid = default_grid() if grid is None else grid
+        comm = grid.cart
         name, dshape, ddtype = meta
         if dtype is None:
             dtype = ddtype if ddtype in DTYPES else np.dtype("float64")
@@ -524,17 +527,17 @@ class DistMatrix:
                                  attrs=meta, overwrite=overwrite, what=what)
 
 
-def _grid_of(grid, what: str) -> ProcessGrid:
-    """``grid``, or the default grid for None; anything else is one agreed line.
+def _grid_of(grid, what: str) -> tuple[MPI.Intracomm, TypeError | None]:
+    """The communicator a constructor's arguments are agreed over, and this rank's refusal of ``grid``, or None.
 
-    Collective only where it makes the default grid. A grid of another type leaves no communicator to agree
-    over: the arguments are each rank's alike, and every rank raises the same error.
+    No communication: ``grid.cart`` for a :class:`ProcessGrid`; the runtime's communicator (the default grid's
+    ranks, in order) for None, whose grid is made after the agreement (making it is collective), and for
+    anything else, refused with a TypeError that the agreement carries to every rank.
     """
-    if grid is None:
-        return default_grid()
-    if not isinstance(grid, ProcessGrid):
-        raise agreed(TypeError(f"{what}: grid must be a ProcessGrid, got {type(grid).__name__}"))
-    return grid
+    if isinstance(grid, ProcessGrid):
+        return grid.cart, None
+    err = None if grid is None else TypeError(f"{what}: grid must be a ProcessGrid, got {type(grid).__name__}")
+    return _context.comm(), err
 
 
 def _seed_error(seed) -> TypeError | None:

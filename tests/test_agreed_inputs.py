@@ -58,6 +58,12 @@ MATRICES = {
     "zeros_dtype": "ValueError agreed: zeros: dtype differs across ranks: 'float64' on {others}, 'float32' on "
                    "{last}",
     "from_global_root": "ValueError agreed: from_global: root differs across ranks: 0 on {others}, {P1} on {last}",
+    "from_global_bad_root": "ValueError agreed: from_global: root differs across ranks: 0 on {others}, 9 on "
+                            "{last}",
+    "zeros_grid_type": "ValueError agreed: zeros: grid differs across ranks: None on {others}, 'x' on {last}",
+    "random_grid_type": "TypeError agreed: random: grid must be a ProcessGrid, got str",
+    "redistribute_type": "ValueError agreed: redistribute: grid differs across ranks: ProcessGrid of shape (1, {P}) "
+                         "on {others}, 'x' on {last}",
     "matmul_transb": "ValueError agreed: matmul: transb differs across ranks: 'N' on {others}, 'T' on {last}",
     "matmul_alpha": "ValueError agreed: matmul: alpha differs across ranks: 1.0 on {others}, 2.0 on {last}",
     "matmul_ok": "ok",
