@@ -37,6 +37,7 @@ TRAINER = {
     "lr_str": "TypeError agreed: lr must be a number, got '0.1'",
     "sgd_lr_str": "TypeError agreed: lr must be a positive number, got '0.1'",
     "adam_betas": "TypeError agreed: betas must be a pair of numbers in [0, 1), got 0.9",
+    "own_runtime": "ok",
     "fit_epochs": "ValueError agreed: fit: epochs differs across ranks: 2 on {others}, 3 on {last}",
     "fit_rows": "ValueError agreed: fit: data differs across ranks: (ndarray of shape (60, 4) and dtype float64, "
                 "ndarray of shape (60,) and dtype int64) on {others}, (ndarray of shape (59, 4) and dtype float64, "

@@ -40,7 +40,7 @@ from ..errors import AgreedError, agree, agree_call, agree_inputs, agreed
 from .._outputs import Input, Output, claim, claim_error, release, write_dataset
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, TorchOptimizer, as_optimizer, optimizer_by_name
-from ..runtime import Runtime, init, placement
+from ..runtime import Runtime, current_runtime, init, placement
 from ..timing import PhaseTimer, reduce_phases
 from . import build, results
 from .checks import compute_dtype_error, features_error, layout_error, optimizer_error
@@ -376,9 +376,11 @@ class Trainer:
             or (_torch_optimizer_error(optimizer, model, c) if isinstance(optimizer, TorchOptimizer) else None)
         # The first communication: the ranks' arguments agreed (a rank given another lr, model or option is one
         # line on every rank, not different models or a hang), a rank's own refusal with them. Before init, which
-        # is collective itself and takes the device from them.
+        # is collective itself and takes the device from them. Over the ranks of the runtime the Trainer then
+        # uses: the one given, else the process-wide one (what init returns), else COMM_WORLD's.
+        known = runtime if runtime is not None else current_runtime()
         agree_inputs("Trainer", _input_form(c, options, model, loss, optimizer),
-                     comm=runtime.comm if runtime is not None else MPI.COMM_WORLD,
+                     comm=known.comm if known is not None else MPI.COMM_WORLD,
                      error=None if err is None else self._in_words(err))
         self.rt = rt = runtime if runtime is not None else init(c.device, collectives=c.collectives)
         comm, self.xp = rt.comm, rt.xp

@@ -102,6 +102,21 @@ def late_contract(at, **kw):
     t.fit((X, Y.astype(np.float64)))
 
 
+def own_runtime():
+    """Each rank its own job: a Trainer under a process-wide runtime over one rank agrees over that rank only."""
+    from mpi4py import MPI
+
+    from hpcgpu import runtime
+
+    own = hpcgpu.init("cpu", comm=MPI.COMM_WORLD.Split(R, 0))
+    runtime._RUNTIME = own  # what a task's process has (hpcgpu.tasks._isolate pins its one-rank runtime)
+    try:
+        t = trainer(lr=0.1 * (R + 1), epochs=1)
+        assert t.rt is own, "the Trainer is not on the process-wide runtime"
+    finally:
+        runtime._RUNTIME = rt
+
+
 CASES = {
     # the Trainer's construction: one rank given another value
     "sgd_lr": lambda: trainer(model(), nn.SoftmaxCrossEntropy(), optim.SGD(lr=0.5 if LAST else 0.1)),
@@ -118,6 +133,7 @@ CASES = {
     "lr_str": lambda: trainer(lr="0.1"),
     "sgd_lr_str": lambda: optim.SGD(lr="0.1"),
     "adam_betas": lambda: optim.Adam(betas=0.9),
+    "own_runtime": own_runtime,
     # fit, evaluate, predict
     "fit_epochs": lambda: trainer().fit((X, Y), epochs=3 if LAST else 2),
     "fit_rows": lambda: trainer().fit((X[:59] if LAST else X, Y[:59] if LAST else Y)),
