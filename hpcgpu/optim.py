@@ -574,6 +574,8 @@ class TorchOptimizer(Optimizer):
         ----------
         grad, state, params, scale, count
             As :meth:`Optimizer.update`.
+        lr : float
+            Not used (the optimizer's own rate, :class:`TorchSchedule`).
         """
         import contextlib
 
@@ -648,7 +650,13 @@ class TorchSchedule:
         return self.epoch_lr
 
     def stepped(self, step: int) -> None:
-        """Global step ``step`` (0-based) is done: step the scheduler per step, or after an epoch's last."""
+        """Global step ``step`` is done: step the scheduler per step, or after an epoch's last.
+
+        Parameters
+        ----------
+        step : int
+            The global step, 0-based.
+        """
         sched, last = self.optimizer.scheduler, (step + 1) % self.steps == 0
         if sched is not None and (self.optimizer.interval == "step" or last):
             sched.step()
