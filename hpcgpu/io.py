@@ -723,20 +723,22 @@ def source_error(path: str, ds, label: str) -> FileNotFoundError | None:
 def _linked_file(path: str, name: str, prefix_var: str) -> str | None:
     """The file an external link's or a virtual dataset's source ``name`` in file ``path`` opens, as HDF5 finds it.
 
-    Not collective. ``"."`` is ``path`` itself; an absolute name is itself; a relative one is tried under each
-    directory of ``$HDF5_EXT_PREFIX`` (links) or ``$HDF5_VDS_PREFIX`` (virtual datasets), then in ``path``'s
-    directory, then (links) in the working directory. None when no such file exists.
+    Not collective. ``"."`` is ``path`` itself; an absolute name is tried as it is; a relative one, or an absolute
+    one that is missing by its file name alone (HDF5's ``H5F_prefix_open_file``), is tried under each directory
+    of ``$HDF5_EXT_PREFIX`` (links) or ``$HDF5_VDS_PREFIX`` (virtual datasets), then in ``path``'s directory,
+    then (links) in the working directory. None when no such file exists.
     """
     if name == ".":
         return os.path.abspath(path)
     if os.path.isabs(name):
-        tries = [name]
-    else:
-        dirs = [d for d in os.environ.get(prefix_var, "").split(os.pathsep) if d]
-        dirs.append(os.path.dirname(os.path.abspath(path)))
-        if prefix_var == "HDF5_EXT_PREFIX":
-            dirs.append(os.getcwd())
-        tries = [os.path.join(d, name) for d in dirs]
+        if os.path.isfile(name):
+            return os.path.abspath(name)
+        name = os.path.basename(name)
+    dirs = [d for d in os.environ.get(prefix_var, "").split(os.pathsep) if d]
+    dirs.append(os.path.dirname(os.path.abspath(path)))
+    if prefix_var == "HDF5_EXT_PREFIX":
+        dirs.append(os.getcwd())
+    tries = [os.path.join(d, name) for d in dirs]
     return next((os.path.abspath(t) for t in tries if os.path.isfile(t)), None)
 
 
@@ -747,8 +749,8 @@ def linked_sources(path: str, dataset: str | None = None, limit: int = 10000) ->
     link to another object of the same file, or a virtual dataset whose
     rows come from other files: reading it reads those. The named object
     (the whole file when ``dataset`` is None) is walked, groups to their
-    members, and each link and virtual source is followed (a relative name
-    as HDF5 finds it: under ``$HDF5_EXT_PREFIX`` or ``$HDF5_VDS_PREFIX``,
+    members, and each link and virtual source is followed (a relative name,
+    or a missing absolute one by its file name alone, as HDF5 finds it: under ``$HDF5_EXT_PREFIX`` or ``$HDF5_VDS_PREFIX``,
     then in the linking file's directory; a link's also in the working
     directory), so that the output policy can refuse an output that a link
     leads back to. Files

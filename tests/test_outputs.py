@@ -549,3 +549,23 @@ def test_a_trainer_holds_its_outputs_until_it_is_closed(tmp_path):
         f"-o r.h5:C: is being written by another job (host {socket.gethostname()}, pid PID): wait for it to end, or "
         "write elsewhere",
         "None []"], p.stdout  # let go: no lock file left either
+
+
+def test_a_missing_absolute_link_target_is_found_where_hdf5_finds_it(tmp_path, monkeypatch):
+    """HDF5 opens a missing absolute target by its file name in the linking file's directory (before the working
+    directory's): the output policy sees the file HDF5 reads, so that file is never replaced as an output."""
+    from hpcgpu.io import linked_sources
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "cwd").mkdir()
+    for where, value in (("in", 1), ("cwd", 2)):
+        with h5py.File(tmp_path / where / "t.h5", "w") as f:
+            f["X"] = np.array([value])
+    src = str(tmp_path / "in" / "links.h5")
+    with h5py.File(src, "w") as f:
+        f["L"] = h5py.ExternalLink(str(tmp_path / "gone" / "t.h5"), "/X")
+    monkeypatch.chdir(tmp_path / "cwd")
+    with h5py.File(src, "r") as f:
+        read = f["L"].file.filename
+    assert read == str(tmp_path / "in" / "t.h5")
+    assert linked_sources(src) == [(read, "/X", f"the external link {src}:/L")]
