@@ -13,7 +13,7 @@ from .._version import __version__
 from ..comm import default_comm
 from ..errors import agree, agree_inputs
 from ..errors import agreed
-from .._outputs import Input, Output, claim
+from .._outputs import Input, Output, claim, release
 from ..io import WRITE_ERRORS, one_line, shared_dir_error
 from ._farm import (Options, Outcome, TaskInfo, TaskTimeout, _Keeper, agreed_outcome, balance, current_task,
                     earlier_work, manage, resume_from, work, work_alone)
@@ -300,6 +300,8 @@ def run_sweep(fn, params, out=None, *, resume=False, retry_failed=False, retries
     finally:
         if runner is not None:
             runner.close()
+        if out is not None:  # written, stopped or refused: another job may write them now
+            release(o.path for o in _outputs(out, what))
 
 
 def _outputs(out: str, what: str) -> list:

@@ -268,3 +268,27 @@ def test_what_a_task_printed_before_its_process_died_reaches_the_log(nprocs, tmp
     with h5py.File(out) as f:
         assert "signal 11" in f["tasks/error"][1].decode()
     assert not list(tmp.glob("hpcgpu-task-*"))  # the capture files of every task process removed
+
+
+def test_library_map_lets_another_job_write_its_output_once_it_returns_or_is_refused(tmp_path):
+    """map's locks on its output (and journal) are released when it returns, and when it is refused."""
+    from mpi4py import MPI
+
+    from hpcgpu import tasks
+
+    rows, out = {"a": np.arange(3)}, tmp_path / "r.h5"
+    other = ("import sys; from hpcgpu._outputs import Output, claim_error; "
+             "print(claim_error([Output(sys.argv[1], 'out'), Output(sys.argv[1] + '.journal', 'out')], hold=[], "
+             "overwrite=True))")
+
+    def another_job_may_write():
+        p = subprocess.run([sys.executable, "-c", other, str(out)], capture_output=True, text=True, timeout=120)
+        return p.stdout.strip() == "None", p.stdout + p.stderr
+
+    tasks.map(lambda a: {"x": float(a)}, rows, out, comm=MPI.COMM_SELF, name="f", progress="none")
+    ok, said = another_job_may_write()
+    assert ok, said
+    with pytest.raises(FileExistsError):  # finished work, refused after the claim
+        tasks.map(lambda a: {"x": float(a)}, rows, out, comm=MPI.COMM_SELF, name="f", progress="none")
+    ok, said = another_job_may_write()
+    assert ok, said
