@@ -16,6 +16,8 @@ an instance of both ``ValueError`` and :class:`AgreedError`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import numbers
 import sys
@@ -209,16 +211,19 @@ _watch = None
 the stall watchdog, which lives in a layer above this one."""
 
 _PLAIN = (bool, int, float, str, bytes)
-_LONG = 16  # a list or tuple longer than this is normalized by its length and its first item (no per-row cost)
+_LONG = 16  # a list or tuple longer than this is normalized by its length, first item and a digest of all items
 
 
 def _normal(value, depth: int = 0):
     """``value`` in a form that is the same on two ranks exactly when their arguments are: str leaves, dicts, lists.
 
     Floats by ``repr`` (round-trip exact), ints, strings, bools and None by ``repr``; containers item by item
-    (dicts and sets sorted); arrays (anything with a ``shape``) by type, shape and dtype, never by contents;
-    functions and classes by their qualified names; other objects by their ``describe()`` hook, a ``__repr__``
-    of their own, or their type's name (never an address).
+    (dicts and sets sorted; a list or tuple of more than ``_LONG`` items by its length, first item and a digest
+    of every item's form); arrays (anything with a ``shape``) by type, shape and dtype, never by contents;
+    functions and classes by their qualified names; a ``functools.partial`` by its function, arguments and
+    keywords; a NumPy ``Generator`` by its bit generator's state; other objects by their ``describe()`` hook,
+    a dataclass field by field, a ``__repr__`` of their own, their attributes (``__dict__``), or their type's
+    name (never an address). Nesting deeper than 6 levels is named by type.
     """
     if type(value) in _PLAIN or value is None:  # the common case first: an argument of a built-in type
         return repr(value)
@@ -236,18 +241,27 @@ def _normal(value, depth: int = 0):
 def _normal_container(value, depth: int):
     """:func:`_normal` of a dict, set, list or tuple."""
     if isinstance(value, dict):
-        return {repr(k) if not isinstance(k, str) else k: _normal(v, depth + 1)
+        return {f"[{_flat(_normal(k, depth + 1))}]" if not isinstance(k, str) else k: _normal(v, depth + 1)
                 for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))}
     kind = type(value).__name__
     if isinstance(value, (set, frozenset)):  # iteration order follows each process's hash seed: sorted
         return [kind, *sorted((_normal(v, depth + 1) for v in value), key=_flat)]
-    if len(value) > _LONG:
-        return f"{kind} of {len(value)}, first {_flat(_normal(value[0], depth + 1))}"
+    if len(value) > _LONG:  # one line in a message, every item in the digest
+        digest = hashlib.blake2b(digest_size=8)
+        for v in value:
+            digest.update(_flat(_normal(v, depth + 1)).encode() + b"\0")
+        return f"{kind} of {len(value)}, first {_flat(_normal(value[0], depth + 1))}, digest {digest.hexdigest()}"
     return [kind, *(_normal(v, depth + 1) for v in value)]
 
 
 def _normal_object(value, depth: int):
     """:func:`_normal` of anything but a number, a string or a container."""
+    if isinstance(value, functools.partial):
+        return ["partial", _normal(value.func, depth + 1), _normal(value.args, depth + 1),
+                _normal(value.keywords, depth + 1)]
+    state = getattr(getattr(value, "bit_generator", None), "state", None)  # a NumPy Generator
+    if isinstance(state, dict):
+        return {"class": type(value).__name__, "state": _normal(state, depth + 1)}
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple):  # an array of any kind (NumPy, CuPy, h5py, torch; a table): never its contents
         if shape == () and dtype is not None and hasattr(value, "item"):  # a NumPy scalar (a bool_): its value
@@ -259,11 +273,18 @@ def _normal_object(value, depth: int):
     describe = getattr(value, "describe", None)
     if callable(describe):
         return _normal(describe(), depth + 1)
+    name = f"{type(value).__module__}.{type(value).__qualname__}"
+    if dataclasses.is_dataclass(value):  # its fields' forms: a NumPy float and a float alike
+        return {"class": name, **{f.name: _normal(getattr(value, f.name, None), depth + 1)
+                                  for f in dataclasses.fields(value)}}
     if type(value).__repr__ is not object.__repr__:
         text = repr(value)
-        if " at 0x" not in text:  # an address differs on every rank: the type's name instead
+        if " at 0x" not in text:  # an address differs on every rank
             return text
-    return f"{type(value).__module__}.{type(value).__qualname__}"
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict):
+        return {"class": name, **_normal(attrs, depth + 1)}
+    return name
 
 
 def _flat(form) -> str:

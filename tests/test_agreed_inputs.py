@@ -30,8 +30,9 @@ TRAINER = {
                    "Dense(9, 2)) on {last}",
     "loss": "ValueError agreed: Trainer: loss differs across ranks: SoftmaxCrossEntropy() on {others}, "
             "Huber(delta=1.0) on {last}",
-    "own_model_width": "ValueError agreed: Trainer: model Linear's parameter count differs across ranks: 4 on "
-                       "{others}, 8 on {last}",
+    "own_model_width": "ValueError agreed: Trainer: model OpaqueLinear's parameter count differs across ranks: 4 "
+                       "on {others}, 8 on {last}",
+    "own_model_attr": "ValueError agreed: Trainer: model.width differs across ranks: 1 on {others}, 2 on {last}",
     "batch_size_str": "TypeError agreed: batch_size must be an integer, got '12'",
     "epochs_float": "TypeError agreed: epochs must be an integer, got 2.5",
     "lr_str": "TypeError agreed: lr must be a number, got '0.1'",
@@ -197,8 +198,8 @@ def test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks():
     def f():
         pass
 
-    assert _normal(Plain()) == _normal(Plain()) == f"{__name__}.test_normal_forms_are_the_same_for_the_same_" \
-        "arguments_on_two_ranks.<locals>.Plain"
+    assert _normal(Plain()) == _normal(Plain()) == {"class": f"{__name__}.test_normal_forms_are_the_same_for_the_"
+                                                    "same_arguments_on_two_ranks.<locals>.Plain"}
     assert _normal(f) == f"{__name__}.test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks.<locals>.f"
     assert _normal(np.float32(0.5)) == _normal(0.5) == "0.5"
     assert _normal(np.int64(3)) == _normal(3) == "3"
@@ -206,7 +207,8 @@ def test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks():
     assert _normal(np.bool_(True)) == _normal(True)
     assert _normal({"b": 1, "a": 2}) == _normal({"a": 2, "b": 1})
     assert _normal({"b", "a"}) == ["set", "'a'", "'b'"]  # not in the order of this process's string hashes
-    assert _normal(list(range(1000))) == "list of 1000, first 0"  # no cost per row
+    assert _normal(list(range(1000))) == _normal(list(range(1000)))
+    assert _normal(list(range(1000))).startswith("list of 1000, first 0, digest ")
     assert _normal(np.zeros((2, 3), np.float32)) == "ndarray of shape (2, 3) and dtype float32"
 
 
@@ -226,3 +228,38 @@ def test_a_later_contract_error_is_agreed_when_the_reduction_overlaps_the_backwa
     want = [f"{case}: {LATE.format(step=step, **_words(nprocs))}" for case, step in cases.items()]
     for rank, got in enumerate(_mpi.rank_lines(tmp_path, nprocs)):
         assert got == want, f"rank {rank}"
+
+
+def test_normal_forms_differ_where_the_arguments_do():
+    """Every part of an argument counts: a partial's arguments, a generator's seed, an object's attributes, a long
+    list's every item, a key's type; and a dataclass's NumPy float is its float."""
+    import dataclasses
+    import functools
+
+    from hpcgpu.errors import _flat
+
+    def f(x, a):
+        return x
+
+    class Opt:
+        def __init__(self, lr):
+            self.lr = lr
+
+    @dataclasses.dataclass
+    class Cfg:
+        opt: object
+        lr: float
+
+    differ = [(functools.partial(f, a=1), functools.partial(f, a=2)),
+              (functools.partial(f, 1), functools.partial(f, 2)),
+              (np.random.default_rng(1), np.random.default_rng(2)), (Opt(0.1), Opt(0.5)),
+              (Cfg(Opt(1), 0.1), Cfg(Opt(2), 0.1)), (list(range(20)), [*range(19), 99]), ({1: "a"}, {"1": "a"})]
+    for a, b in differ:
+        assert _flat(_normal(a)) != _flat(_normal(b)), (a, b)
+    same = [(functools.partial(f, a=1), functools.partial(f, a=1)),
+            (np.random.default_rng(1), np.random.default_rng(1)), (Opt(0.1), Opt(0.1)),
+            (Cfg(None, np.float64(0.1)), Cfg(None, 0.1)), (list(range(20)), list(range(20)))]
+    for a, b in same:
+        assert _flat(_normal(a)) == _flat(_normal(b)), (a, b)
+    assert _flat(_normal(Opt(0.5))) == f"{{class: {__name__}.test_normal_forms_differ_where_the_arguments_do." \
+        "<locals>.Opt, lr: 0.5}"

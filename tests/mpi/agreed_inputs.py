@@ -66,6 +66,13 @@ class Linear:
         return x @ params["w"]
 
 
+class OpaqueLinear(Linear):
+    """Linear with its width in a slot, not in its attributes: the ranks' arguments look alike, the parameter
+    count differs."""
+
+    __slots__ = ("width",)
+
+
 def stall_before(where):
     """The last rank sleeps (a rank hung in I/O) before ``where``, which the others enter."""
     if LAST:
@@ -126,7 +133,8 @@ CASES = {
     "negative_lr": lambda: trainer(lr=-0.1 if LAST else 0.1),
     "dense_width": lambda: trainer(model(9 if LAST else 8), nn.SoftmaxCrossEntropy()),
     "loss": lambda: trainer(model(), nn.Huber() if LAST else nn.SoftmaxCrossEntropy()),
-    "own_model_width": lambda: hpcgpu.Trainer(Linear(2 if LAST else 1), batch_size=12, progress="none"),
+    "own_model_width": lambda: hpcgpu.Trainer(OpaqueLinear(2 if LAST else 1), batch_size=12, progress="none"),
+    "own_model_attr": lambda: hpcgpu.Trainer(Linear(2 if LAST else 1), batch_size=12, progress="none"),
     # the Trainer's construction: a bad type on every rank
     "batch_size_str": lambda: trainer(batch_size="12"),
     "epochs_float": lambda: trainer(epochs=2.5),
