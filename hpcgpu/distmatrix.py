@@ -522,9 +522,9 @@ class DistMatrix:
         meta = dict(world_size=self.grid.cart.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
         local = _device.asnumpy(self.local).astype(_file_dtype(self.dtype), copy=False)
-        with watch("DistMatrix.to_hdf5's write", f"{path}:{name}"):
-            return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart,
-                                 attrs=meta, overwrite=overwrite, what=what)
+        # Not watched: without parallel HDF5 the ranks write in turn, and the last one waits for the whole file
+        return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart,
+                             attrs=meta, overwrite=overwrite, what=what)
 
 
 def _grid_of(grid, what: str) -> tuple[MPI.Intracomm, TypeError | None]:

@@ -15,8 +15,9 @@ aborts on its own after T seconds of waiting and names only itself.
 
 The watchdog is on by default (:data:`DEFAULT_STALL_TIMEOUT`, 600 s): a
 library call that no :class:`Watchdog` of its own watches (SUMMA, a
-DistMatrix's collectives, the agreement of a collective's arguments,
-:func:`hpcgpu.errors.agree_inputs`) waits under :func:`watch`, the process's
+DistMatrix's collectives; the agreement of a collective's arguments,
+:func:`hpcgpu.errors.agree_inputs`, only with ``HPCGPU_STALL_TIMEOUT`` set:
+:func:`watch_entry`) waits under :func:`watch`, the process's
 own watchdog, which needs no communicator: a rank that waits T seconds aborts
 the job and names itself and the collective. Its thread starts at the first
 watched wait and wakes every T / 4 seconds (150 s by default), so it costs
@@ -26,6 +27,7 @@ nothing measurable on a step.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
 from contextlib import contextmanager
@@ -274,4 +276,25 @@ def watch(name: str, detail: str = ""):
     return _OWN.watch(name, detail)
 
 
-errors._watch = watch  # the agreement of arguments (errors.agree_inputs) waits under it: it lives below this layer
+def watch_entry(name: str, detail: str = ""):
+    """Watch a collective's first agreement (:func:`hpcgpu.errors.agree_inputs`) only under an explicit timeout.
+
+    Not collective. The wait there lasts as long as the other ranks' own code before their call (a rank that
+    prepares the input for an hour), not hpcgpu's: the default timeout would abort a correct program, so only a
+    timeout set in ``HPCGPU_STALL_TIMEOUT`` watches it (as :func:`watch` does).
+
+    Parameters
+    ----------
+    name, detail : str
+        As for :func:`watch`.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+    """
+    if _options.text("HPCGPU_STALL_TIMEOUT") is None:
+        return contextlib.nullcontext()
+    return watch(name, detail)
+
+
+errors._watch = watch_entry  # the agreement of arguments (errors.agree_inputs) waits under it: it lives below here

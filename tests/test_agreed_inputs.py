@@ -263,3 +263,26 @@ def test_normal_forms_differ_where_the_arguments_do():
         assert _flat(_normal(a)) == _flat(_normal(b)), (a, b)
     assert _flat(_normal(Opt(0.5))) == f"{{class: {__name__}.test_normal_forms_differ_where_the_arguments_do." \
         "<locals>.Opt, lr: 0.5}"
+
+
+def test_an_entry_agreement_is_watched_only_under_an_explicit_timeout(monkeypatch):
+    """The wait at a collective's first agreement is the other ranks' own code before their call: the default
+    timeout does not watch it, HPCGPU_STALL_TIMEOUT does."""
+    import contextlib
+
+    from hpcgpu import watchdog
+
+    seen = []
+
+    class Spy:  # the process's own watchdog: records what it is asked to watch
+        def watch(self, name, detail=""):
+            seen.append(name)
+            return contextlib.nullcontext()
+
+    monkeypatch.setattr(watchdog, "_OWN", Spy())
+    monkeypatch.delenv("HPCGPU_STALL_TIMEOUT", raising=False)
+    agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, [_as_sent({"lr": 0.1})] * 2))
+    assert seen == []
+    monkeypatch.setenv("HPCGPU_STALL_TIMEOUT", "5")
+    agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, [_as_sent({"lr": 0.1})] * 2))
+    assert seen == ["T's agreement of its arguments"]
