@@ -2,6 +2,7 @@
 
     python benchmarks/autograd.py [--hidden 256,256] [--batch-size 64] [--epochs 4] [--rows 20000]
     python benchmarks/autograd.py --ranks 1,2,4 [--repeats 3] [--device cpu|cuda] [--batch-size 256] ...
+    python benchmarks/autograd.py --host-rounds 5 --hidden 16 [--epochs 2]
 
 The same MLP (64 features, ReLU, 10 classes, float32, SGD with momentum 0.9 at a constant rate) trained four
 ways on one synthetic set: a plain eager PyTorch loop (what a user writes: ``torch.optim.SGD``, the module's
@@ -108,6 +109,38 @@ def through_hpcgpu(kind, X, y, hidden, batch, epochs, lr):
     return seconds
 
 
+def host_time(a):
+    """``--host-rounds``: CPU time per step of the plain loop and of hpcgpu + nn.Torch, alternating, one thread.
+
+    CPU time (``time.process_time``) is what the host spends on a step whatever else loads the machine; a tiny
+    model makes it the adapter's and the trainer's Python work (as on a GPU, where the host only queues kernels).
+    Each round runs both ways once, ``--epochs`` epochs each (the trainer's set-up counted against it).
+    """
+    import statistics
+
+    import torch
+
+    torch.set_num_threads(1)
+    hidden = [int(h) for h in a.hidden.split(",")]
+    X, y = data(a.rows)
+    steps = a.epochs * (a.rows // a.batch_size)
+    got = {"plain PyTorch loop": [], "hpcgpu + nn.Torch": []}
+    for _ in range(a.host_rounds):
+        for way in got:
+            c0 = time.process_time()
+            if way == "plain PyTorch loop":
+                plain_torch(X, y, hidden, a.batch_size, a.epochs, a.lr)
+            else:
+                through_hpcgpu("torch", X, y, hidden, a.batch_size, a.epochs, a.lr)
+            got[way].append(1e3 * (time.process_time() - c0) / steps)
+    print(f"MLP 64-{a.hidden}-10, batch {a.batch_size}, 1 rank, 1 thread, CPU ms per step over {a.host_rounds} "
+          "rounds: median (min-max)")
+    for way, ms in got.items():
+        print(f"  {way:22s} {statistics.median(ms):.3f} ({min(ms):.3f}-{max(ms):.3f})")
+    plain, ours = (statistics.median(v) for v in got.values())
+    print(f"  ratio plain / nn.Torch {plain / ours:.2f}")
+
+
 def worker(a):
     """One rank of the hpcgpu side of ``--ranks`` (run under mpiexec): the RESULT line on rank 0."""
     import torch
@@ -176,12 +209,15 @@ def main():
     ap.add_argument("--ranks", help="against DDP at these numbers of ranks, e.g. 1,2,4")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--host-rounds", type=int, help="CPU time per step against the plain loop, this many rounds")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         return worker(a)
     if a.ranks:
         return versus_ddp(a)
+    if a.host_rounds:
+        return host_time(a)
     hidden = [int(h) for h in a.hidden.split(",")]
     X, y = data(a.rows)
     n = (a.rows // a.batch_size) * a.batch_size
