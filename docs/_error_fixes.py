@@ -2284,6 +2284,11 @@ FIXES: dict[str, str] = {
         "The output's lock file ``.NAME.lock`` cannot be created beside it; the reason follows (a directory "
         'one can write files in but not create new ones in, a quota on inodes). Write elsewhere.'
     ),
+    '…: cannot lock its lock file … (…)': (
+        "The output's lock file ``.NAME.lock`` opened but ``flock`` on it failed for a reason other than a file "
+        'system without locks (an ``Input/output error`` of an NFS lock daemon); the reason follows. Nothing was '
+        'written. Run again once the file system is well, or write elsewhere.'
+    ),
     ('…: its name is too long to write: hpcgpu writes .NAME.XXXXXXXX.tmp beside it first, … bytes where … allows '
      '…; give a name of at most … bytes'): (
         'Every output is written to a temporary ``.NAME.XXXXXXXX.tmp`` beside it and renamed, and that name '

@@ -392,8 +392,9 @@ def _hold(out: Output, taken: list) -> OSError | None:
 
     Not collective (the rank that checks the outputs calls it). A lock this process holds already is kept; a
     lock file left by a job that ended without removing it (killed) is simply taken, since no process holds
-    its lock. On a file system without locks (``flock`` fails with ENOLCK, EOPNOTSUPP...) nothing is held.
-    The lock files taken are appended to ``taken``.
+    its lock. On a file system without locks (``flock`` fails with ENOLCK, EOPNOTSUPP...) nothing is held; any
+    other failure of the lock (EIO on NFS) is returned, so that the ranks agree on it. The lock files taken are
+    appended to ``taken``.
     """
     import errno
     import fcntl
@@ -421,7 +422,7 @@ def _hold(out: Output, taken: list) -> OSError | None:
         except OSError as e:
             os.close(fd)
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise
+                return OSError(f"{out.label()}: cannot lock its lock file {lock} ({e.strerror or e})")
             with contextlib.suppress(OSError):  # no locks on this file system: no lock file either
                 os.unlink(lock)
             return None
@@ -429,6 +430,9 @@ def _hold(out: Output, taken: list) -> OSError | None:
             same = os.path.samestat(os.fstat(fd), os.stat(lock))
         except FileNotFoundError:
             same = False
+        except OSError as e:
+            os.close(fd)
+            return OSError(f"{out.label()}: cannot lock its lock file {lock} ({e.strerror or e})")
         if not same:  # its holder removed it between the open and the lock: take the one there now
             os.close(fd)
             continue

@@ -569,3 +569,30 @@ def test_a_missing_absolute_link_target_is_found_where_hdf5_finds_it(tmp_path, m
         read = f["L"].file.filename
     assert read == str(tmp_path / "in" / "t.h5")
     assert linked_sources(src) == [(read, "/X", f"the external link {src}:/L")]
+
+
+@pytest.mark.parametrize(("code", "held"), [("ENOLCK", False), ("EIO", True)])
+def test_a_failing_lock_is_nothing_held_or_one_agreed_line(tmp_path, monkeypatch, code, held):
+    """flock failing because the file system has no locks holds nothing; any other failure (EIO on NFS) is one
+    agreed line on every rank, never an exception on the checking rank while the others wait."""
+    import errno
+    import fcntl
+
+    from mpi4py import MPI
+
+    from hpcgpu import AgreedError
+    from hpcgpu._outputs import claim, lock_path
+
+    def failing(fd, op):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(fcntl, "flock", failing)
+    out = tmp_path / "r.h5"
+    if not held:
+        claim([Output(out, "-o")], comm=MPI.COMM_SELF)
+        assert not os.path.exists(lock_path(out))
+        return
+    with pytest.raises(OSError) as e:
+        claim([Output(out, "-o")], comm=MPI.COMM_SELF)
+    assert isinstance(e.value, AgreedError)
+    assert str(e.value) == f"-o {out}: cannot lock its lock file {lock_path(out)} (Input/output error)"
