@@ -750,8 +750,9 @@ def linked_sources(path: str, dataset: str | None = None, limit: int = 10000) ->
     rows come from other files: reading it reads those. The named object
     (the whole file when ``dataset`` is None) is walked, groups to their
     members, and each link and virtual source is followed (a relative name,
-    or a missing absolute one by its file name alone, as HDF5 finds it: under ``$HDF5_EXT_PREFIX`` or ``$HDF5_VDS_PREFIX``,
-    then in the linking file's directory; a link's also in the working
+    or a missing absolute one by its file name alone, as HDF5 finds it:
+    under ``$HDF5_EXT_PREFIX`` or ``$HDF5_VDS_PREFIX``, then in the linking
+    file's directory; a link's also in the working
     directory), so that the output policy can refuse an output that a link
     leads back to. Files
     that are missing or not HDF5 end the walk there (reading them says
