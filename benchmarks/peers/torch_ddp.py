@@ -10,8 +10,8 @@ eager. The ranks come from mpiexec (its rank variables: Hydra's ``PMI_RANK``, Op
 and meet at ``--rendezvous`` (a file no rank has yet, on a file system they share: ``init_method="file://"``);
 no MPI is initialized (with MPICH's, gloo's threads aborted the ranks at exit). Each step
 takes the global batch ``--batch-size`` in rows of one permutation a epoch and gives each rank its
-``1 / R`` share (DistributedSampler's split); each rank runs ``torch.set_num_threads(cores // ranks on the
-node)``, the share hpcgpu gives a rank. The data are ``benchmarks/autograd.py``'s synthetic set, made alike
+``1 / R`` share (DistributedSampler's split); each rank runs ``torch.set_num_threads(OMP_NUM_THREADS)`` where
+it is set, else ``cores // ranks on the node``: the share hpcgpu gives a rank. The data are ``benchmarks/autograd.py``'s synthetic set, made alike
 on every rank.
 
 Rank 0 prints one line, ``RESULT ranks=R device=D samples_per_s=S``: the samples over the seconds of epochs 2
@@ -56,7 +56,9 @@ def main():
     local_size = _env("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", default=size)
     if a.batch_size % size:
         sys.exit(f"--batch-size {a.batch_size} is not a multiple of the {size} ranks")
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_size))
+    omp = os.environ.get("OMP_NUM_THREADS", "")  # the user's count first, as hpcgpu.init takes it
+    torch.set_num_threads(int(omp) if omp.isdigit() and int(omp) > 0
+                          else max(1, len(os.sched_getaffinity(0)) // local_size))
     cuda = a.device == "cuda"
     if cuda:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
