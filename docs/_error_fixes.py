@@ -270,7 +270,8 @@ FIXES: dict[str, str] = {
         "default) or ``\"step\"`` (after each global step), as Lightning's ``interval``."
     ),
     # -- Training: data -----------------------------------------------------------------------------------
-    "drop_last=…: only drop_last=True is supported (the last N mod B samples of each epoch's order are left out of it)": (
+    ("drop_last=…: only drop_last=True is supported (the last N mod B samples of each epoch's order are left "
+     "out of it)"): (
         "``GlobalBatchSampler`` was given ``drop_last=False`` (or another value): an epoch is ``N // B`` steps "
         "of exactly B samples, and the last ``N mod B`` samples of its order wait for a later epoch (the "
         "order is drawn anew each epoch, the same at any number of ranks). Leave ``drop_last`` out; to train "

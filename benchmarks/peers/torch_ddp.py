@@ -11,8 +11,8 @@ and meet at ``--rendezvous`` (a file no rank has yet, on a file system they shar
 no MPI is initialized (with MPICH's, gloo's threads aborted the ranks at exit). Each step
 takes the global batch ``--batch-size`` in rows of one permutation a epoch and gives each rank its
 ``1 / R`` share (DistributedSampler's split); each rank runs ``torch.set_num_threads(OMP_NUM_THREADS)`` where
-it is set, else ``cores // ranks on the node``: the share hpcgpu gives a rank. The data are ``benchmarks/autograd.py``'s synthetic set, made alike
-on every rank.
+it is set, else ``cores // ranks on the node``: the share hpcgpu gives a rank. The data are
+``benchmarks/autograd.py``'s synthetic set, made alike on every rank.
 
 Rank 0 prints one line, ``RESULT ranks=R device=D samples_per_s=S``: the samples over the seconds of epochs 2
 and later (the clock read after a barrier and, on CUDA, a synchronize).
