@@ -182,8 +182,10 @@ class Torch(Model):
         self._threads_set = True
 
     def buffers(self) -> dict:
-        """The module's state that is not trained, by name, as live arrays (NumPy views of its tensors; CuPy's on a
-        GPU): its buffers (BatchNorm's running statistics) and its frozen parameters (``requires_grad=False``).
+        """The module's state that is not trained, by name, as live arrays.
+
+        NumPy views of its tensors (CuPy's on a GPU): its buffers (BatchNorm's running statistics) and its frozen
+        parameters (``requires_grad=False``).
 
         Not collective. The trainer writes into them (data rank 0's, on every rank: the frozen parameters once,
         the buffers before each step, :meth:`hpcgpu.train.groups.ProcessGroups.share_buffers`) and keeps them in

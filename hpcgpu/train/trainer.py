@@ -115,13 +115,25 @@ def _input_form(c: TrainConfig, options: dict, model, loss, optimizer) -> dict:
     """What the ranks must agree on at a Trainer's construction, by the names the caller gave them.
 
     Every option of the config (the command line's, or the library's ``lr=``...), the model (the built-in
-    layers by their widths; a model of one's own by its ``describe()``, ``repr`` or type), the loss and the
-    optimizer (its kind and hyper-parameters).
+    layers by their widths; a model of one's own by its ``describe()`` or its class: :func:`_model_form`),
+    the loss and the optimizer (its kind and hyper-parameters).
     """
     form = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
     form.update({k: v for k, v in options.items() if k not in form})  # an unknown option: its own refusal
-    form.update(model=model, loss=loss, optimizer=optimizer)
+    form.update(model=_model_form(model), loss=loss, optimizer=optimizer)
     return form
+
+
+def _model_form(model):
+    """The model as the ranks must agree on it: hpcgpu's own as it is, one's own by its ``describe()`` or class.
+
+    A model of one's own may hold per-rank state (its rank, a shard of data, a generator seeded per rank):
+    its attributes are not compared. Its parameter count is agreed once it is known
+    (:func:`hpcgpu.train.build.bind_model`).
+    """
+    if callable(getattr(model, "describe", None)) or type(model).__module__.startswith("hpcgpu."):
+        return model
+    return f"{type(model).__module__}.{type(model).__qualname__}"
 
 
 def _data_form(data, validation, sharded: bool) -> dict:

@@ -73,6 +73,14 @@ class OpaqueLinear(Linear):
     __slots__ = ("width",)
 
 
+class Ranked(Linear):
+    """Linear holding per-rank state of its own (its rank), as a science model may: not an argument that differs."""
+
+    def __init__(self, width):
+        super().__init__(width)
+        self.rank = R
+
+
 def stall_before(where):
     """The last rank sleeps (a rank hung in I/O) before ``where``, which the others enter."""
     if LAST:
@@ -134,7 +142,7 @@ CASES = {
     "dense_width": lambda: trainer(model(9 if LAST else 8), nn.SoftmaxCrossEntropy()),
     "loss": lambda: trainer(model(), nn.Huber() if LAST else nn.SoftmaxCrossEntropy()),
     "own_model_width": lambda: hpcgpu.Trainer(OpaqueLinear(2 if LAST else 1), batch_size=12, progress="none"),
-    "own_model_attr": lambda: hpcgpu.Trainer(Linear(2 if LAST else 1), batch_size=12, progress="none"),
+    "own_model_rank": lambda: hpcgpu.Trainer(Ranked(1), batch_size=12, progress="none") and None,
     # the Trainer's construction: a bad type on every rank
     "batch_size_str": lambda: trainer(batch_size="12"),
     "epochs_float": lambda: trainer(epochs=2.5),
