@@ -284,3 +284,21 @@ def rank_lines(directory, nprocs: int, name: str = "lines") -> list[list[str]]:
 def script(nprocs: int, name: str, *args, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``tests/mpi/NAME`` on ``nprocs`` ranks; it must exit 0."""
     return run(nprocs, [os.path.join(SCRIPTS, name), *map(str, args)], timeout=timeout, check=True)
+
+
+def standin() -> bool:
+    """Whether ``cupy`` is tests/device's stand-in: the suite's pass as on a GPU node (--device=standin)."""
+    import hpcgpu._device as d
+
+    cupy = d.cupy_or_none()
+    return cupy is not None and cupy.__version__.endswith("+standin")
+
+
+def torch_device():
+    """The mark of the PyTorch tests whose trainer takes the device path wherever a GPU is (--device auto): skipped,
+    with the reason, in the stand-in's pass; on a GPU node they run with PyTorch's CUDA. Call it when a test module
+    is imported (the stand-in is in place by then)."""
+    return pytest.mark.skipif(
+        standin(), reason="nn.Torch on the device path needs PyTorch's CUDA (the trainer's device arrays go to "
+        "torch.from_dlpack): the CuPy stand-in is no device PyTorch can take; a GPU node runs it "
+        "(test_on_a_gpu_the_module_trains_there_its_streams_ordered_by_events)")

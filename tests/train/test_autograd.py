@@ -35,20 +35,7 @@ class _OnFirstUse:
 torch = _OnFirstUse("torch")
 
 
-def _standin() -> bool:
-    """Whether ``cupy`` is tests/device's stand-in: the suite's pass as on a GPU node (--device=standin)."""
-    import hpcgpu._device as d
-
-    cupy = d.cupy_or_none()
-    return cupy is not None and cupy.__version__.endswith("+standin")
-
-
-TORCH_DEVICE = pytest.mark.skipif(
-    _standin(), reason="nn.Torch on the device path needs PyTorch's CUDA (the trainer's device arrays go to "
-    "torch.from_dlpack): the CuPy stand-in is no device PyTorch can take; a GPU node runs it "
-    "(test_on_a_gpu_the_module_trains_there_its_streams_ordered_by_events)")
-"""The PyTorch tests whose trainer takes the device path wherever a GPU is (--device auto): skipped, with the reason,
-in the stand-in's pass; on a GPU node they run with PyTorch's CUDA."""
+TORCH_DEVICE = _mpi.torch_device()
 
 
 def _kinds(*kinds):
@@ -392,7 +379,7 @@ def test_bf16_mixed_runs_a_jax_function_in_bfloat16_on_float32_weights():
 
 
 @JAX
-@pytest.mark.xfail(_standin(), strict=True, raises=TypeError,
+@pytest.mark.xfail(_mpi.standin(), strict=True, raises=TypeError,
                    reason="on the device path nn.Keras.assign(trainer.params) converts the trainer's device arrays to "
                           "NumPy implicitly (hpcgpu/nn/_autograd.py, assign): a GPU node's CuPy refuses it")
 def test_a_keras_model_on_the_jax_backend_trains_the_built_in_layers_model(monkeypatch):
@@ -543,7 +530,7 @@ def test_on_a_gpu_a_jax_function_trains_on_the_ranks_gpu_by_dlpack():
 
 @pytest.mark.device
 @JAX
-@pytest.mark.skipif(not _standin(), reason="the CuPy stand-in's pass (--device=standin)")
+@pytest.mark.skipif(not _mpi.standin(), reason="the CuPy stand-in's pass (--device=standin)")
 def test_a_jax_without_the_ranks_gpu_gets_host_copies_and_the_same_model():
     """On the device path with a JAX that cannot take the trainer's arrays by DLPack (here the stand-in's; a
     CPU-only jaxlib on a GPU node), nn.Jax falls back to host copies once, and the model is the host run's."""

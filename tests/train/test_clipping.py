@@ -16,6 +16,8 @@ import sys
 import numpy as np
 import pytest
 
+from hpcgpu._device import asnumpy
+
 N, D, K = 24, 4, 2  # samples (one full batch a step), inputs, outputs
 EPOCHS, LR = 4, 0.1
 CASES = {  # name: (Trainer options, momentum)
@@ -61,7 +63,7 @@ def fit(case: str):
     t = hpcgpu.Trainer(Linear(), optimizer=optim.SGD(lr=LR, momentum=momentum, weight_decay=0.0),
                        batch_size=N, epochs=EPOCHS, dtype="float64", progress="none", seed=1, **options)
     t.fit(data())
-    params = {k: np.asarray(v).tolist() for k, v in t.params.items()}
+    params = {k: asnumpy(v).tolist() for k, v in t.params.items()}
     hist = {k: list(map(float, t.history[k])) for k in ("grad_norm", "grad_norm_max") if k in t.history}
     t.close()
     return {"params": params, "history": hist}
@@ -152,11 +154,11 @@ def test_the_built_in_layers_clip_and_a_bound_above_the_norm_changes_nothing():
     the model."""
     free = _sequential_run()
     loose = _sequential_run(clip_grad_norm=1e9)
-    np.testing.assert_array_equal(np.asarray(loose.model.params), np.asarray(free.model.params))
+    np.testing.assert_array_equal(asnumpy(loose.model.params), asnumpy(free.model.params))
     assert "grad_norm" not in free.history and all(n > 0 for n in loose.history["grad_norm"])
     bound = 0.5 * min(loose.history["grad_norm"])
     tight = _sequential_run(clip_grad_norm=bound)
-    assert not np.array_equal(np.asarray(tight.model.params), np.asarray(free.model.params))
+    assert not np.array_equal(asnumpy(tight.model.params), asnumpy(free.model.params))
 
 
 def test_mixed_precision_clips_the_unscaled_gradient():
@@ -172,9 +174,9 @@ def test_mixed_precision_clips_the_unscaled_gradient():
                        batch_size=N, epochs=1, progress="none", precision="16-mixed", clip_grad_norm=bound)
     moves = []
     for epoch in range(1, 9):  # one step an epoch
-        before = np.array(t.model.params, dtype=np.float64)
+        before = asnumpy(t.model.params).astype(np.float64)
         t.fit(*([(X.astype(np.float32), Y.astype(np.float32))] if epoch == 1 else []), epochs=epoch)
-        moves.append(float(np.linalg.norm(np.asarray(t.model.params, dtype=np.float64) - before)))
+        moves.append(float(np.linalg.norm(asnumpy(t.model.params).astype(np.float64) - before)))
     skipped = t.history["skipped_steps"]
     assert 0 < sum(skipped) < 8, skipped  # some steps overflowed, some were applied
     for move, skip in zip(moves, skipped, strict=True):
@@ -204,7 +206,7 @@ def test_an_nn_jax_model_clips_as_the_reference():
     assert min(norms) > 0.5
     np.testing.assert_allclose(t.history["grad_norm"], 2 * np.asarray(norms), rtol=1e-6)
     for k, a in want.items():
-        np.testing.assert_allclose(np.asarray(t.params[k]), a, rtol=1e-6, atol=1e-9, err_msg=k)
+        np.testing.assert_allclose(asnumpy(t.params[k]), a, rtol=1e-6, atol=1e-9, err_msg=k)
 
 
 @pytest.mark.mpi

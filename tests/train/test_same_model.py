@@ -18,7 +18,11 @@ import sys
 import numpy as np
 import pytest
 
+import _mpi
+
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+TORCH_DEVICE = _mpi.torch_device()
 
 
 def _data(n=90, seed=3):
@@ -146,6 +150,7 @@ def test_dropout_layer_refusals_and_spec():
     assert nn.from_spec(net.spec()).spec() == net.spec() and net.dropouts == [0.25, 0.0]
 
 
+@TORCH_DEVICE
 def test_one_rank_sync_batchnorm_is_pytorchs():
     """At one rank the synchronized BatchNorm is PyTorch's BatchNorm: the same parameters, running statistics
     and validation losses, to rounding; and dropout trains another model than no dropout."""
@@ -156,6 +161,7 @@ def test_one_rank_sync_batchnorm_is_pytorchs():
         np.testing.assert_allclose(one["bn_sync_val_loss"], one["bn_local_val_loss"], rtol=1e-10)
 
 
+@TORCH_DEVICE
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_same_model_at_any_number_of_ranks(n):

@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+import _mpi
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 HAS_JAX = importlib.util.find_spec("jax") is not None
 
@@ -28,6 +30,8 @@ MEAN_LOSS = ("model Torch: the loss does not sum over the samples (a micro-batch
 PRECISIONS = ("64-true", "32-true", "bf16-mixed", "16-mixed")
 REFUSED = {"16-mixed": "precision 16-mixed: {kind} computes bf16-mixed only"}
 """The precisions each adapter refuses at construction, with the one line it says."""
+
+TORCH_DEVICE = _mpi.torch_device()
 
 
 def _data(n=90, seed=3):
@@ -176,11 +180,13 @@ def _one_rank() -> dict:
     return checks(hpcgpu.init())
 
 
+@TORCH_DEVICE
 def test_evaluation_inputs_outputs_precisions_and_mean_losses_at_1_rank():
     """All the checks in process, at one rank."""
     _assert_checks(_one_rank())
 
 
+@TORCH_DEVICE
 @pytest.mark.mpi
 def test_evaluation_inputs_outputs_precisions_and_mean_losses_at_3_ranks():
     """All the checks at 3 ranks, in one launch; the Embedding model is the one of 1 rank (the global batch is the
