@@ -2350,6 +2350,11 @@ FIXES: dict[str, str] = {
         '``-o FILE:NAME`` names a group of ``FILE`` (which holds other objects), not a dataset. It is not '
         'replaced: name a dataset (``FILE:NAME/y_hat``) or another path.'
     ),
+    "--bench …: rank … needs … GiB of device memory for its matrices, more than its GPU has (… GiB): …": (
+        "On a GPU, ``matmul --bench N``'s blocks of A, B and C (and, on rank 0, the three N x N matrices of the "
+        "one-process reference GEMM) live in the rank's device memory, which holds less than they need. It is "
+        "refused before anything is allocated: give a smaller N."
+    ),
     "…: the ranks of a node need … GiB for their blocks, more than its memory (… GiB): …": (
         "A matrix (``matmul``'s A, B or C, ``hpcgpu.DistMatrix.from_hdf5``), the MLP of ``info --hidden`` or the "
         "matrices of ``matmul --bench N`` declare more data than the ranks of one node can hold in memory (the "

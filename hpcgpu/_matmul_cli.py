@@ -115,17 +115,23 @@ def _bench_memory_error(a, rt, grid) -> MemoryError | None:
     """Whether ``--bench N``'s matrices fit the host memory of each node, before any is made. Collective.
 
     Every rank holds its blocks of A, B and C; rank 0 also holds the three global matrices of the one-process
-    reference GEMM. A GPU run holds them in device memory, which this does not check (None).
+    reference GEMM. A GPU run holds them in its rank's device memory, checked against that device's size
+    (this rank's own answer: the caller agrees on it).
     """
     from ._memory import node_memory_error
 
-    if rt.device != "cpu":
-        return None
     N, item = a.bench, np.dtype(a.dtype or "float64").itemsize
     pr, pc = grid.shape
     need = 3 * -(-N // pr) * -(-N // pc) * item + (3 * N * N * item if rt.rank == 0 else 0)
-    return node_memory_error(need, rt.comm, f"--bench {N}", "give a smaller N (rank 0 also holds the three "
-                             "N x N matrices of the one-process reference)")
+    fix = "give a smaller N (rank 0 also holds the three N x N matrices of the one-process reference)"
+    if rt.device != "cpu":
+        total = int(rt.xp.cuda.Device().mem_info[1])
+        if need <= total:
+            return None
+        gib = 2.0**30
+        return MemoryError(f"--bench {N}: rank {rt.rank} needs {need / gib:.1f} GiB of device memory for its "
+                           f"matrices, more than its GPU has ({total / gib:.1f} GiB): {fix}")
+    return node_memory_error(need, rt.comm, f"--bench {N}", fix)
 
 
 def main(a: argparse.Namespace) -> int:

@@ -90,9 +90,11 @@ CLI_ROWS = {
                   f"group C): name the dataset, e.g. -o {p['dir']}/C_slash.h5:C", "C_slash.h5"),
     "a benchmark beyond the node's memory": (
         {}, lambda p: ["-m", "hpcgpu", "matmul", "--bench", "2000000"],
-        lambda p: re.compile(r"hpcgpu: error: --bench 2000000: the ranks of a node need [0-9.]+ GiB for their "
-                             r"blocks, more than its memory \([0-9.]+ GiB\): give a smaller N \(rank 0 also holds "
-                             r"the three N x N matrices of the one-process reference\)"), None),
+        # the host's line; on a GPU (or the stand-in's pass) the device's
+        lambda p: re.compile(r"hpcgpu: error: --bench 2000000: (the ranks of a node need [0-9.]+ GiB for their "
+                             r"blocks, more than its memory \([0-9.]+ GiB\)|rank 0 needs [0-9.]+ GiB of device "
+                             r"memory for its matrices, more than its GPU has \([0-9.]+ GiB\)): give a smaller N "
+                             r"\(rank 0 also holds the three N x N matrices of the one-process reference\)"), None),
     "a model description without its loss": (
         {}, lambda p: ["-m", "hpcgpu.train", "predict", "--model", p["noloss"], "--data", p["data"], "--out",
                        f"{p['dir']}/pred_noloss.h5"],
