@@ -223,7 +223,7 @@ def reserve(path: str, nbytes: int) -> None:
     closes it, so the space a dataset created with early allocation occupies
     stays allocated for the ranks that write into it later. A file system
     without ``fallocate`` (glibc then writes zeros) or one that refuses it
-    (``EOPNOTSUPP``) reserves nothing and is written as before.
+    (``EOPNOTSUPP``) reserves nothing: the file is written without a reservation.
 
     Parameters
     ----------
