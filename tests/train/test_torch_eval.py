@@ -19,7 +19,9 @@ import sys
 import numpy as np
 import pytest
 
-import _mpi
+if __name__ == "__main__":  # a rank's script: tests/ (where _mpi is) is not on its sys.path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _mpi  # noqa: E402
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 HAS_JAX = importlib.util.find_spec("jax") is not None
