@@ -37,19 +37,20 @@ from ._version import __version__  # noqa: E402
 # hpcgpu.Trainer, hpcgpu.nn, hpcgpu.tasks.map... work as if imported here.
 _LAZY = {"Allgather": ("hpcgpu.comm", "Allgather"), "Allreduce": ("hpcgpu.comm", "Allreduce"),
          "Bcast": ("hpcgpu.comm", "Bcast"), "Iallreduce": ("hpcgpu.comm", "Iallreduce"),
-         "Ibcast": ("hpcgpu.comm", "Ibcast"), "DistMatrix": ("hpcgpu.distmatrix", "DistMatrix"),
+         "Ibcast": ("hpcgpu.comm", "Ibcast"), "DistMatrix": ("hpcgpu.linalg.distmatrix", "DistMatrix"),
          "AgreedError": ("hpcgpu.errors", "AgreedError"), "agree": ("hpcgpu.errors", "agree"),
          "agreed": ("hpcgpu.errors", "agreed"), "run_guarded": ("hpcgpu._cli", "run"),
-         "ProcessGrid": ("hpcgpu.grid", "ProcessGrid"), "default_grid": ("hpcgpu.grid", "default_grid"),
+         "ProcessGrid": ("hpcgpu.linalg.grid", "ProcessGrid"), "default_grid": ("hpcgpu.linalg.grid", "default_grid"),
          "Runtime": ("hpcgpu.runtime", "Runtime"), "current_runtime": ("hpcgpu.runtime", "current_runtime"),
          "detect_cuda_aware": ("hpcgpu.runtime", "detect_cuda_aware"), "get_runtime": ("hpcgpu.runtime", "get_runtime"),
-         "init": ("hpcgpu.runtime", "init"), "matmul": ("hpcgpu.summa", "matmul"),
+         "init": ("hpcgpu.runtime", "init"), "matmul": ("hpcgpu.linalg.summa", "matmul"),
          "MLP": ("hpcgpu.nn", "MLP"), "SGD": ("hpcgpu.optim", "SGD"), "LRSchedule": ("hpcgpu.optim", "LRSchedule"),
          "TrainConfig": ("hpcgpu.train", "TrainConfig"), "Trainer": ("hpcgpu.train", "Trainer"),
          "load_model": ("hpcgpu.train", "load_model"),
          "comm": ("hpcgpu.comm", None), "errors": ("hpcgpu.errors", None), "io": ("hpcgpu.io", None),
          "runtime": ("hpcgpu.runtime", None), "nn": ("hpcgpu.nn", None), "optim": ("hpcgpu.optim", None),
-         "train": ("hpcgpu.train", None), "tasks": ("hpcgpu.tasks", None)}
+         "train": ("hpcgpu.train", None), "tasks": ("hpcgpu.tasks", None),
+         "linalg": ("hpcgpu.linalg", None)}
 
 
 def __getattr__(name: str):

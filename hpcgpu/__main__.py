@@ -20,7 +20,7 @@ import argparse
 
 import numpy as np
 
-from . import _matmul_cli
+from .linalg import _matmul_cli
 from ._cli import ArgumentParser, add_collectives, hidden_widths, run
 
 

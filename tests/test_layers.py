@@ -111,19 +111,19 @@ def test_the_import_graph_has_no_cycle_and_follows_the_map_of_layers():
     layers = _layers()
     assert len(layers) >= 8 and ["hpcgpu.runtime"] in layers, layers
     assert _layer_errors(edges, layers) == []
-    assert "hpcgpu.distmatrix" not in edges["hpcgpu.summa"]  # SUMMA works on blocks; the matrix type is above it
+    assert "hpcgpu.linalg.distmatrix" not in edges["hpcgpu.linalg.summa"]  # SUMMA works on blocks; the matrix type is above it
 
 
 def test_the_map_of_layers_catches_an_upward_import_a_missing_module_and_a_stale_name():
     edges = {m: set(d) for m, d in _import_graph().items()}
     layers = _layers()
-    edges["hpcgpu.grid"].add("hpcgpu.runtime")  # the grid reaching up to the runtime
+    edges["hpcgpu.linalg.grid"].add("hpcgpu.runtime")  # the grid reaching up to the runtime
     edges["hpcgpu.train.newpart"] = set()  # a module the map does not name (under hpcgpu.train: it does)
     edges["hpcgpu.newtop"] = set()
     stale = [*layers[:1], [*layers[1], "hpcgpu.gone"], *layers[2:]]
     assert _layer_errors(edges, stale) == ["hpcgpu.newtop is in no layer of docs/layout.rst",
                                            "docs/layout.rst names hpcgpu.gone, which is no module of hpcgpu",
-                                           "hpcgpu.grid imports hpcgpu.runtime, a layer above it"]
+                                           "hpcgpu.linalg.grid imports hpcgpu.runtime, a layer above it"]
 
 
 def test_import_hpcgpu_loads_neither_the_trainer_nor_the_task_farm():

@@ -23,10 +23,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ._cli import add_collectives
-from ._gemm import MATH_MODES
-from .errors import agree, agreed
-from .io import split_spec
+from .._cli import add_collectives
+from .._gemm import MATH_MODES
+from ..errors import agree, agreed
+from ..io import split_spec
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -118,7 +118,7 @@ def _bench_memory_error(a, rt, grid) -> MemoryError | None:
     reference GEMM. A GPU run holds them in its rank's device memory, checked against that device's size
     (this rank's own answer: the caller agrees on it).
     """
-    from ._memory import node_memory_error
+    from .._memory import node_memory_error
 
     N, item = a.bench, np.dtype(a.dtype or "float64").itemsize
     pr, pc = grid.shape
@@ -150,7 +150,7 @@ def main(a: argparse.Namespace) -> int:
     AgreedError
         Bad input, the same on every rank (the guard exits 2 with one line).
     """
-    from ._stop import StopRequest
+    from .._stop import StopRequest
 
     stop = StopRequest(prog="hpcgpu matmul").install()  # before any communication
     try:
@@ -161,11 +161,11 @@ def main(a: argparse.Namespace) -> int:
 
 def _main(a: argparse.Namespace, stop) -> int:
     """:func:`main` under its stop request."""
-    from ._outputs import Output, claim
-    from ._stop import EXIT_STOPPED
-    from .runtime import init
+    from .._outputs import Output, claim
+    from .._stop import EXIT_STOPPED
+    from ..runtime import init
     from .summa import DEFAULT_PANEL_MEMORY, matmul
-    from .watchdog import Watchdog, stall_timeout
+    from ..watchdog import Watchdog, stall_timeout
 
     err = _options_error(a)
     if err:
@@ -239,7 +239,7 @@ def _input_datasets(a, rank: int) -> list:
     An input without ``:DATASET`` names its file's only dataset (left out when it has several: reading it
     says so); one that is no file (a dangling symbolic link) is the whole of it, for the policy to name.
     """
-    from ._outputs import Input
+    from .._outputs import Input
 
     if rank != 0:
         return []
@@ -282,7 +282,7 @@ def _flops(m, n, k, dtype) -> float:
 
 def _sync(rt) -> None:
     if rt.device == "gpu":
-        from . import _device
+        from .. import _device
 
         _device.synchronize()
 
@@ -371,7 +371,7 @@ def _path(rt) -> str:
 
 def _local_gemm(rt, A, B, N, dtype, repeat):
     """Time ``A @ B`` of the global matrices on rank 0 alone (GPU: its device)."""
-    from ._gemm import is_half
+    from .._gemm import is_half
     from .distmatrix import DistMatrix
     from .grid import ProcessGrid
 
