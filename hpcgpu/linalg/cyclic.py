@@ -1,0 +1,216 @@
+"""The 2-D block-cyclic layout (ScaLAPACK's) the factorizations work on, and the one move in and out of it.
+
+A ``DistMatrix`` is one contiguous block a rank: on it a right-looking factorization keeps a rank busy only while
+its block is in the trailing matrix (at P = 2 the ranks are 57% busy on average, mean over max work; 0.21 on an
+8 x 8 grid). Dealt in ``nb x nb`` blocks round-robin over the grid, every rank keeps a share of the trailing
+matrix to the end (97% and 69%). :func:`to_cyclic` moves a matrix into that layout and :func:`from_cyclic` back,
+each by one ``Alltoallv`` over the grid; the routines of :mod:`hpcgpu.linalg` factor in between.
+
+The layout is ScaLAPACK's with its first block on grid position ``(0, 0)`` (``RSRC = CSRC = 0``): global row ``i``
+lives on grid row ``(i // nb) % pr`` at local row ``(i // (nb * pr)) * nb + i % nb``; columns likewise over the
+grid's columns. A rank's local array is C-contiguous, ``(numroc(m), numroc(n))``, its rows and columns in
+ascending global order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _device
+from ..comm import Alltoallv
+
+__all__ = ["Cyclic", "numroc", "to_cyclic", "from_cyclic", "default_nb"]
+
+
+def numroc(n: int, nb: int, iproc: int, nprocs: int) -> int:
+    """How many of ``n`` rows (or columns) dealt in blocks of ``nb`` over ``nprocs`` land on ``iproc``.
+
+    ScaLAPACK's ``NUMROC`` with the first block on process 0. Local, no communication.
+    """
+    return _count_below(n, nb, iproc, nprocs)
+
+
+def _count_below(i: int, nb: int, p: int, nprocs: int) -> int:
+    """How many of the global indices ``0 .. i-1`` live on process ``p``."""
+    cycle = nb * nprocs
+    return (i // cycle) * nb + min(max(i % cycle - p * nb, 0), nb)
+
+
+def default_nb(xp=np) -> int:
+    """The block size when the user gives none: 256 on a host (the cache-blocked LAPACK sizes' order), 512 on a
+    GPU (a cuBLAS GEMM of 512 columns runs near its peak; smaller panels leave the device waiting on the host)."""
+    return 256 if xp is np else 512
+
+
+class Cyclic:
+    """Where each element of an ``m x n`` matrix lives in the 2-D block-cyclic layout over a process grid.
+
+    Local: constructing one communicates nothing (every rank builds the same from agreed arguments).
+
+    Parameters
+    ----------
+    gshape : (int, int)
+        Global shape ``(m, n)``, each >= 0.
+    grid : ProcessGrid
+        The ``pr x pc`` grid; this rank is at ``(grid.row, grid.col)``.
+    nb : int
+        Block size (rows and columns), >= 1.
+
+    Attributes
+    ----------
+    m, n, nb : int
+    pr, pc : int
+        The grid's shape.
+    prow, pcol : int
+        This rank's grid position.
+    lshape : (int, int)
+        This rank's local shape, ``(numroc(m, nb, prow, pr), numroc(n, nb, pcol, pc))``.
+    """
+
+    def __init__(self, gshape, grid, nb: int):
+        self.m, self.n = (int(gshape[0]), int(gshape[1]))
+        self.nb = int(nb)
+        self.grid = grid
+        self.pr, self.pc = grid.shape
+        self.prow, self.pcol = grid.row, grid.col
+        self.lshape = self.local_shape()
+
+    def local_shape(self, prow: int | None = None, pcol: int | None = None) -> tuple[int, int]:
+        """The local shape of grid position ``(prow, pcol)`` (this rank's by default)."""
+        prow = self.prow if prow is None else prow
+        pcol = self.pcol if pcol is None else pcol
+        return numroc(self.m, self.nb, prow, self.pr), numroc(self.n, self.nb, pcol, self.pc)
+
+    def rows(self, prow: int | None = None) -> np.ndarray:
+        """The global rows grid row ``prow`` holds, ascending (int64): its local rows' global indices."""
+        return _indices(self.m, self.nb, self.prow if prow is None else prow, self.pr)
+
+    def cols(self, pcol: int | None = None) -> np.ndarray:
+        """The global columns grid column ``pcol`` holds, ascending (int64)."""
+        return _indices(self.n, self.nb, self.pcol if pcol is None else pcol, self.pc)
+
+    def row_owner(self, i: int) -> int:
+        """The grid row holding global row ``i``."""
+        return (i // self.nb) % self.pr
+
+    def col_owner(self, j: int) -> int:
+        """The grid column holding global column ``j``."""
+        return (j // self.nb) % self.pc
+
+    def local_row(self, i: int, prow: int | None = None) -> int:
+        """How many local rows of grid row ``prow`` (this rank's by default) are above global row ``i``: ``i``'s
+        local index on its owner, and on any grid row the first local row at or below ``i`` (a trailing matrix
+        from global row ``i`` is ``local[local_row(i):]``)."""
+        return _count_below(i, self.nb, self.prow if prow is None else prow, self.pr)
+
+    def local_col(self, j: int, pcol: int | None = None) -> int:
+        """As :meth:`local_row`, for columns over the grid's columns."""
+        return _count_below(j, self.nb, self.pcol if pcol is None else pcol, self.pc)
+
+    def __repr__(self) -> str:
+        return f"Cyclic(({self.m}, {self.n}), grid {self.pr}x{self.pc}, nb={self.nb})"
+
+
+def _indices(n: int, nb: int, p: int, nprocs: int) -> np.ndarray:
+    starts = np.arange(p * nb, n, nb * nprocs, dtype=np.int64)
+    if starts.size == 0:
+        return np.empty(0, np.int64)
+    idx = (starts[:, None] + np.arange(nb, dtype=np.int64)[None, :]).ravel()
+    return idx[idx < n]
+
+
+def _block_rows(grid, m: int, prow: int) -> np.ndarray:
+    s = grid.rows(m, prow)
+    return np.arange(s.start, s.stop, dtype=np.int64)
+
+
+def _block_cols(grid, n: int, pcol: int) -> np.ndarray:
+    s = grid.cols(n, pcol)
+    return np.arange(s.start, s.stop, dtype=np.int64)
+
+
+def _move(local, src_rows, src_cols, dst_rows, dst_cols, grid, dst_shape, dtype):
+    """One ``Alltoallv`` over ``grid.cart``: ``src_rows(prow)``/``src_cols(pcol)`` are the global indices a grid
+    row/column holds in the source layout (ascending), ``dst_*`` those of the target. Every piece is sent and
+    placed in ascending global order on both sides, so one intersection per pair of ranks is the whole plan."""
+    xp = _device.cupy_or_none() if _device.is_device_array(local) else np
+    pr, pc = grid.shape
+    cart = grid.cart
+    my_r, my_c = src_rows(grid.row), src_cols(grid.col)
+    rows_to = [np.nonzero(np.isin(my_r, dst_rows(q)))[0] for q in range(pr)]
+    cols_to = [np.nonzero(np.isin(my_c, dst_cols(q)))[0] for q in range(pc)]
+    t_r, t_c = dst_rows(grid.row), dst_cols(grid.col)
+    rows_from = [np.nonzero(np.isin(t_r, src_rows(q)))[0] for q in range(pr)]
+    cols_from = [np.nonzero(np.isin(t_c, src_cols(q)))[0] for q in range(pc)]
+    size = cart.Get_size()
+    coords = [cart.Get_coords(r) for r in range(size)]
+    scounts = [rows_to[r].size * cols_to[c].size for r, c in coords]
+    rcounts = [rows_from[r].size * cols_from[c].size for r, c in coords]
+    sendbuf = xp.empty(sum(scounts), dtype=dtype)
+    off = 0
+    for (r, c), k in zip(coords, scounts, strict=True):
+        if k:
+            ri, ci = (xp.asarray(a) for a in (rows_to[r], cols_to[c]))
+            sendbuf[off:off + k] = local[ri[:, None], ci[None, :]].ravel()
+        off += k
+    recvbuf = xp.empty(sum(rcounts), dtype=dtype)
+    Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=cart)
+    out = xp.empty(dst_shape, dtype=dtype)
+    off = 0
+    for (r, c), k in zip(coords, rcounts, strict=True):
+        if k:
+            ri, ci = (xp.asarray(a) for a in (rows_from[r], cols_from[c]))
+            out[ri[:, None], ci[None, :]] = recvbuf[off:off + k].reshape(ri.size, ci.size)
+        off += k
+    return out
+
+
+def to_cyclic(a, nb: int):
+    """Move a :class:`~hpcgpu.DistMatrix` into the block-cyclic layout of its grid.
+
+    Collective over ``a.grid``: one ``Alltoallv``. The caller agrees on ``nb`` (the routines of
+    :mod:`hpcgpu.linalg` do, with their other arguments).
+
+    Parameters
+    ----------
+    a : DistMatrix
+        Global ``(m, n)``, on a ``pr x pc`` grid, host or device.
+    nb : int
+        Block size, >= 1.
+
+    Returns
+    -------
+    local : xp.ndarray, shape ``layout.lshape``
+        This rank's blocks, C-contiguous, ``a``'s dtype and side (host or device).
+    layout : Cyclic
+    """
+    layout = Cyclic(a.gshape, a.grid, nb)
+    m, n = a.gshape
+    local = _move(a.local, lambda p: _block_rows(a.grid, m, p), lambda q: _block_cols(a.grid, n, q), layout.rows,
+                  layout.cols, a.grid, layout.lshape, a.dtype)
+    return local, layout
+
+
+def from_cyclic(local, layout: Cyclic):
+    """Move a block-cyclic matrix back into a :class:`~hpcgpu.DistMatrix` on the same grid.
+
+    Collective over ``layout.grid``: one ``Alltoallv``.
+
+    Parameters
+    ----------
+    local : xp.ndarray, shape ``layout.lshape``
+        This rank's blocks.
+    layout : Cyclic
+
+    Returns
+    -------
+    DistMatrix
+        Global ``(layout.m, layout.n)``, ``local``'s dtype and side.
+    """
+    from .distmatrix import DistMatrix
+
+    grid, m, n = layout.grid, layout.m, layout.n
+    shape = grid.block_shape((m, n))
+    out = _move(local, layout.rows, layout.cols, lambda p: _block_rows(grid, m, p),
+                lambda q: _block_cols(grid, n, q), grid, shape, np.dtype(local.dtype))
+    return DistMatrix(out, (m, n), grid)

@@ -1,0 +1,43 @@
+"""Rank program of tests/linalg/test_cyclic.py: every rank checks its block-cyclic blocks element by element against
+ScaLAPACK's formulas, then the move back, for shapes no grid or nb divides, empty blocks and every dtype.
+
+Rank 0 prints ``ok`` and each rank's number of cases checked (an assert on any rank fails the launch).
+"""
+
+import sys
+
+import numpy as np
+
+import hpcgpu
+from hpcgpu.linalg.cyclic import Cyclic, from_cyclic, numroc, to_cyclic
+
+rt = hpcgpu.init()
+rank, size = rt.comm.Get_rank(), rt.comm.Get_size()
+cases = 0
+grids = sorted({(pr, size // pr) for pr in range(1, size + 1) if size % pr == 0})
+for dims in grids:
+    grid = hpcgpu.ProcessGrid(dims)
+    for (m, n), nb in [((7, 5), 2), ((1, 9), 4), ((13, 13), 3), ((0, 4), 2), ((5, 3), 8), ((16, 12), 4)]:
+        for dtype in ("float64", "float32", "complex128"):
+            g = (np.arange(m * n).reshape(m, n) + (1j if dtype == "complex128" else 0) * 0.5).astype(dtype)
+            a = hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
+            local, lay = to_cyclic(a, nb)
+            assert local.shape == lay.lshape == (numroc(m, nb, grid.row, dims[0]), numroc(n, nb, grid.col, dims[1]))
+            for li, i in enumerate(lay.rows()):
+                assert lay.row_owner(i) == grid.row and lay.local_row(i) == li == (i // (nb * dims[0])) * nb + i % nb
+                for lj, j in enumerate(lay.cols()):
+                    assert lay.col_owner(j) == grid.col and lay.local_col(j) == lj
+                    assert local[li, lj] == g[i, j], (dims, m, n, nb, i, j)
+            assert lay.local_row(m) == lay.lshape[0] and lay.local_col(n) == lay.lshape[1]
+            b = from_cyclic(local, lay)
+            assert b.gshape == (m, n) and b.dtype == np.dtype(dtype)
+            assert np.array_equal(b.local, a.local), (dims, m, n, nb)
+            cases += 1
+    # sizes: every row and column on exactly one grid row/column
+    lay = Cyclic((23, 17), grid, 3)
+    assert sum(numroc(23, 3, p, dims[0]) for p in range(dims[0])) == 23
+    assert sorted(np.concatenate([lay.cols(q) for q in range(dims[1])]).tolist()) == list(range(17))
+counts = rt.comm.gather(cases)
+if rank == 0:
+    print("ok", *counts, flush=True)
+sys.exit(0)
