@@ -1,5 +1,7 @@
-"""Distributed dense linear algebra: the process grid, the matrices' layouts, :class:`DistMatrix`, SUMMA
-(:func:`matmul`, PDGEMM's interface) and the factorizations and solvers built on them.
+"""Distributed dense linear algebra: grids, layouts, DistMatrix, SUMMA, factorizations and solvers.
+
+The process grid, the matrices' layouts, :class:`DistMatrix`, SUMMA (:func:`matmul`, PDGEMM's interface) and the
+factorizations and solvers built on them.
 
 Modules: :mod:`hpcgpu.linalg.grid` (2-D process grids), :mod:`hpcgpu.linalg.blocks` (moving a matrix between block
 layouts), :mod:`hpcgpu.linalg.distmatrix` (the distributed matrix), :mod:`hpcgpu.linalg.summa` (SUMMA and 2.5-D).

@@ -37,8 +37,11 @@ def _count_below(i: int, nb: int, p: int, nprocs: int) -> int:
 
 
 def default_nb(xp=np) -> int:
-    """The block size when the user gives none: 256 on a host (the cache-blocked LAPACK sizes' order), 512 on a
-    GPU (a cuBLAS GEMM of 512 columns runs near its peak; smaller panels leave the device waiting on the host)."""
+    """The block size when the user gives none: 256 on a host, 512 on a GPU.
+
+    256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs near its peak, and
+    smaller panels leave the device waiting on the host.
+    """
     return 256 if xp is np else 512
 
 
@@ -98,9 +101,11 @@ class Cyclic:
         return (j // self.nb) % self.pc
 
     def local_row(self, i: int, prow: int | None = None) -> int:
-        """How many local rows of grid row ``prow`` (this rank's by default) are above global row ``i``: ``i``'s
-        local index on its owner, and on any grid row the first local row at or below ``i`` (a trailing matrix
-        from global row ``i`` is ``local[local_row(i):]``)."""
+        """How many local rows of grid row ``prow`` (this rank's by default) are above global row ``i``.
+
+        That is ``i``'s local index on its owner, and on any grid row the first local row at or below ``i`` (a
+        trailing matrix from global row ``i`` is ``local[local_row(i):]``).
+        """
         return _count_below(i, self.nb, self.prow if prow is None else prow, self.pr)
 
     def local_col(self, j: int, pcol: int | None = None) -> int:
@@ -130,9 +135,12 @@ def _block_cols(grid, n: int, pcol: int) -> np.ndarray:
 
 
 def _move(local, src_rows, src_cols, dst_rows, dst_cols, grid, dst_shape, dtype):
-    """One ``Alltoallv`` over ``grid.cart``: ``src_rows(prow)``/``src_cols(pcol)`` are the global indices a grid
-    row/column holds in the source layout (ascending), ``dst_*`` those of the target. Every piece is sent and
-    placed in ascending global order on both sides, so one intersection per pair of ranks is the whole plan."""
+    """Move a matrix between two layouts by one ``Alltoallv`` over ``grid.cart``.
+
+    ``src_rows(prow)``/``src_cols(pcol)`` are the global indices a grid row/column holds in the source layout
+    (ascending), ``dst_*`` those of the target. Every piece is sent and placed in ascending global order on both
+    sides, so one intersection per pair of ranks is the whole plan.
+    """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
     pr, pc = grid.shape
     cart = grid.cart

@@ -1,0 +1,102 @@
+"""The checks every routine of :mod:`hpcgpu.linalg` makes at its entry, before any work.
+
+Its arguments agreed across the ranks, its matrices' kinds, shapes and grids, the values finite, the memory there.
+
+Each check returns a refusal (an exception, not raised) or ``None``, so that a routine gathers this rank's first
+refusal and hands it to :func:`entry` (one ``agree_inputs`` collective) or :func:`finite` (one ``agree``): no rank
+raises while the others wait.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .._memory import node_memory_error
+from ..errors import agree, agree_inputs
+
+SOLVER_DTYPES = ("float32", "float64", "complex64", "complex128")
+"""The dtypes the factorizations and solvers take (LAPACK's and cuSOLVER's: S, D, C, Z)."""
+
+
+def matrix_error(where: str, name: str, a, *, square: bool = False) -> BaseException | None:
+    """``a`` is no DistMatrix, has a dtype the solvers do not take, or is not square (``square``)."""
+    from .distmatrix import DistMatrix
+
+    if not isinstance(a, DistMatrix):
+        return TypeError(f"{where}: {name} must be an hpcgpu.DistMatrix, got {type(a).__name__}")
+    if a.dtype.name not in SOLVER_DTYPES:
+        return TypeError(f"{where}: {name} is {a.dtype.name}; the solvers take {', '.join(SOLVER_DTYPES)} "
+                         f"(a.astype(\"float64\"))")
+    if square and a.gshape[0] != a.gshape[1]:
+        return ValueError(f"{where}: {name} must be square, got {a.gshape[0]} x {a.gshape[1]}")
+    return None
+
+
+def conform_error(where: str, a, b, *, rows: bool = True) -> BaseException | None:
+    """``b`` (the right-hand side) does not go with ``a``: another grid, dtype or number of rows."""
+    if not a.grid.same_as(b.grid):
+        return ValueError(f"{where}: A and B are on different grids ({a.grid.shape[0]}x{a.grid.shape[1]} and "
+                          f"{b.grid.shape[0]}x{b.grid.shape[1]}): b.redistribute(a.grid)")
+    if a.dtype != b.dtype:
+        return TypeError(f"{where}: A is {a.dtype.name} and B is {b.dtype.name}: give both one dtype "
+                         f"(b.astype(a.dtype))")
+    if rows and a.gshape[0] != b.gshape[0]:
+        return ValueError(f"{where}: shapes do not conform: A is {a.gshape[0]} x {a.gshape[1]}, B has "
+                          f"{b.gshape[0]} rows (A's {a.gshape[0]} needed)")
+    return None
+
+
+def nb_error(where: str, nb) -> BaseException | None:
+    """``nb`` is neither None nor a positive int."""
+    if nb is None:
+        return None
+    if isinstance(nb, bool) or not isinstance(nb, numbers.Integral):
+        return TypeError(f"{where}: nb must be an int (a block size, >= 1) or None, got {type(nb).__name__}")
+    if nb < 1:
+        return ValueError(f"{where}: nb must be >= 1, got {nb}")
+    return None
+
+
+def memory_error(where: str, nbytes: int, comm, xp=np) -> BaseException | None:
+    """Whether this rank can allocate ``nbytes`` more for a routine's work.
+
+    Its copies of the blocks, panels, workspace: on the host, the node's free memory shared by its ranks
+    (collective over ``comm``); on a GPU, the device's free memory (this rank's own answer). The caller agrees on
+    the answer (:func:`entry`).
+    """
+    fix = "use more ranks or nodes, or a smaller problem"
+    if xp is not np:
+        free = int(xp.cuda.Device().mem_info[0])
+        if nbytes <= free:
+            return None
+        gib = 2.0**30
+        return MemoryError(f"{where}: needs {nbytes / gib:.1f} GiB of device memory a rank, more than its GPU "
+                           f"has free ({free / gib:.1f} GiB): {fix}")
+    return node_memory_error(int(nbytes), comm, where, fix)
+
+
+def entry(where: str, args: dict, comm, error: BaseException | None) -> None:
+    """Agree on the arguments and on every rank's first refusal: one collective (``agree_inputs``)."""
+    agree_inputs(where, args, comm=comm, error=error)
+
+
+def finite(where: str, mats: dict, comm) -> None:
+    """Refuse NaN or inf in any of ``mats`` (``{name: DistMatrix}``) on every rank.
+
+    The message names the matrix and the first such element's global position: one ``agree`` collective after a
+    local scan of each block.
+    """
+    err = None
+    for name, a in mats.items():
+        if a is None or a.local.size == 0:
+            continue
+        xp = a.xp
+        bad = ~xp.isfinite(a.local)
+        if bool(bad.any()):
+            i, j = (int(v) for v in np.unravel_index(int(xp.argmax(bad.ravel())), a.local.shape))
+            err = ValueError(f"{where}: {name} holds NaN or inf (at row {a.rows.start + i}, column "
+                             f"{a.cols.start + j}): the solvers need finite values")
+            break
+    agree(err, comm=comm)
