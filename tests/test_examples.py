@@ -89,6 +89,7 @@ _NO_JAX = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="ja
 
 
 @_NO_TORCH
+@_mpi.torch_device()
 @pytest.mark.mpi
 def test_torch_ddp_style_example_prints_the_same_figures_at_1_and_3_ranks(tmp_path):
     """examples/torch_ddp_style.py: the DDP tutorial's module through nn.Torch learns the digits (test accuracy
