@@ -1,0 +1,299 @@
+"""The local dense kernels of :mod:`hpcgpu.linalg`: one rank's LAPACK and BLAS, on the host or the device.
+
+Every factorization and solver of the package calls these on its own blocks and panels; nothing else in
+:mod:`hpcgpu.linalg` calls SciPy's or CuPy's LAPACK. The backend is picked here, once a call, by the side of the
+array given: a device array (``hpcgpu._device.is_device_array``) goes to CuPy (cuSOLVER, cuBLAS), a host array
+to SciPy's LAPACK and NumPy's BLAS (through :func:`hpcgpu._gemm.gemm`).
+
+None of these communicates. Errors that LAPACK reports as ``info`` are returned, not raised: the caller makes
+them global and agreed (a factorization's failing column is a fact about the global matrix).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .. import _blas, _device, _gemm
+
+__all__ = ["xp_of", "potrf", "trsm", "getrf", "geqrf", "qr", "svd", "gemm_update"]
+
+_TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2, "n": 0, "t": 1, "c": 2}
+
+
+def xp_of(a):
+    """The array module of ``a``: ``cupy`` for a device array, else ``numpy``."""
+    return _device.cupy_or_none() if _device.is_device_array(a) else np
+
+
+def _lapack(name: str, a):
+    from scipy.linalg import lapack
+
+    return lapack.get_lapack_funcs(name, (a,))
+
+
+def _tri(xp, a, lower: bool):
+    """``a`` with the other triangle zero (a new array)."""
+    return xp.tril(a) if lower else xp.triu(a)
+
+
+def potrf(a, lower: bool):
+    """Cholesky factor of a Hermitian positive definite block: ``a = L L^H`` (lower) or ``U^H U`` (upper).
+
+    Not collective. Reads only the triangle ``lower`` names.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (n, n)
+        float32, float64, complex64 or complex128; host or device. Not overwritten.
+    lower : bool
+        Factor the lower triangle (``L``) or the upper (``U``).
+
+    Returns
+    -------
+    factor : xp.ndarray, shape (n, n)
+        ``L`` or ``U``, the other triangle zero; ``a``'s dtype and side. Where ``info > 0`` only its leading
+        ``info - 1`` columns are a factor.
+    info : int
+        LAPACK's: 0, or the 1-based order of the leading minor that is not positive definite.
+    """
+    n = a.shape[0]
+    if n == 0:
+        return a.copy(), 0
+    if not _device.is_device_array(a):
+        c, info = _lapack("potrf", a)(a, lower=bool(lower), clean=1, overwrite_a=0)
+        return c, max(int(info), 0)
+    cupy = _device.cupy_or_none()
+    import cupyx
+
+    full = a if lower else a.conj().T  # cupy factors the lower triangle: A = L L^H, U = L^H
+    try:
+        with cupyx.errstate(linalg="raise"):
+            low = cupy.linalg.cholesky(_hermitian_from(cupy, full, lower=True))
+    except np.linalg.LinAlgError:
+        # cuSOLVER's info is not returned by CuPy: find the failing minor on the host (a rare path)
+        _, info = potrf(cupy.asnumpy(a), lower)
+        return cupy.zeros_like(a), max(info, 1)
+    return (low if lower else cupy.ascontiguousarray(low.conj().T)), 0
+
+
+def _hermitian_from(xp, a, *, lower: bool):
+    """The Hermitian matrix whose ``lower`` (or upper) triangle is ``a``'s; the diagonal's imaginary part kept."""
+    t = xp.tril(a, -1) if lower else xp.triu(a, 1)
+    return t + t.conj().T + xp.diag(xp.diagonal(a)) if a.shape[0] else a.copy()
+
+
+def trsm(a, b, lower: bool, trans=0, unit_diagonal: bool = False, side: str = "L"):
+    """Solve a triangular system with many right-hand sides: ``op(A) X = B`` (side "L") or ``X op(A) = B`` ("R").
+
+    Not collective. BLAS's TRSM as SciPy's ``solve_triangular`` spells it.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (n, n)
+        Triangular (only the triangle ``lower`` names is read).
+    b : xp.ndarray, shape (n, k) for side "L", (k, n) for side "R"
+        ``a``'s dtype and side. Not overwritten.
+    lower : bool
+    trans : {0, 1, 2, "N", "T", "C"}
+        ``op(A)``: ``A``, ``A^T`` or ``A^H``.
+    unit_diagonal : bool
+        Take ``A``'s diagonal as ones (not read).
+    side : {"L", "R"}
+
+    Returns
+    -------
+    xp.ndarray
+        ``X``, ``b``'s shape, C-contiguous.
+    """
+    t = _TRANS[trans]
+    if b.size == 0:
+        return b.copy()
+    if side in ("R", "r"):
+        # X op(A) = B  <=>  op(A)^T X^T = B^T (op N or T);  X A^H = B  <=>  A X^H = B^H
+        if t == 2:
+            return _conj_t(trsm(a, _conj_t(b), lower, 0, unit_diagonal))
+        return trsm(a, b.T, lower, 1 - t, unit_diagonal).T.copy()
+    if _device.is_device_array(a):
+        from cupyx.scipy.linalg import solve_triangular
+    else:
+        from scipy.linalg import solve_triangular
+    x = solve_triangular(a, b, trans=t, lower=bool(lower), unit_diagonal=bool(unit_diagonal), check_finite=False)
+    return xp_of(x).ascontiguousarray(x)
+
+
+def _conj_t(a):
+    return xp_of(a).ascontiguousarray(a.conj().T)
+
+
+def getrf(a):
+    """LU factorization with partial pivoting of a (tall) panel: ``P A = L U``. Not collective.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (m, n)
+        Host or device. Not overwritten.
+
+    Returns
+    -------
+    lu : xp.ndarray, shape (m, n)
+        ``L`` (unit diagonal, not stored) below the diagonal, ``U`` on and above it; LAPACK's layout.
+    piv : numpy.ndarray of int, shape (min(m, n),)
+        0-based: row ``i`` was swapped with row ``piv[i]``, in order (on the host, also for a device ``a``).
+    info : int
+        LAPACK's: 0, or the 1-based index of the first exactly zero ``U[i, i]``.
+    """
+    m, n = a.shape
+    if min(m, n) == 0:
+        return a.copy(), np.zeros(0, np.int64), 0
+    if not _device.is_device_array(a):
+        lu, piv, info = _lapack("getrf", a)(a, overwrite_a=0)
+        return lu, np.asarray(piv, np.int64), max(int(info), 0)
+    cupy = _device.cupy_or_none()
+    from cupyx.scipy.linalg import lu_factor
+
+    lu, piv = lu_factor(a, check_finite=False)
+    d = cupy.asnumpy(cupy.diagonal(lu))
+    zero = np.nonzero(d == 0)[0]
+    return lu, np.asarray(cupy.asnumpy(piv), np.int64), int(zero[0]) + 1 if zero.size else 0
+
+
+def geqrf(a):
+    """Householder QR of a block in LAPACK's compact form. Not collective.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (m, n)
+
+    Returns
+    -------
+    qr : xp.ndarray, shape (m, n)
+        ``R`` on and above the diagonal, the Householder vectors (unit leading entry, not stored) below.
+    tau : xp.ndarray, shape (min(m, n),)
+        The reflectors' scalars: ``H_i = I - tau_i v_i v_i^H``.
+    """
+    if min(a.shape) == 0:
+        return a.copy(), xp_of(a).zeros(0, a.dtype)
+    if not _device.is_device_array(a):
+        qr_, tau, _work, _info = _lapack("geqrf", a)(a, overwrite_a=0)
+        return qr_, tau
+    cupy = _device.cupy_or_none()
+    h, tau = cupy.linalg.qr(a, mode="raw")  # NumPy's raw form: the compact matrix transposed
+    return cupy.ascontiguousarray(h.T), tau
+
+
+def qr(a, mode: str = "reduced"):
+    """QR of a block, NumPy's modes. Not collective.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (m, n)
+    mode : {"reduced", "complete", "r"}
+        ``(Q, R)`` with ``Q`` (m, k), ``R`` (k, n), ``k = min(m, n)``; ``Q`` (m, m) and ``R`` (m, n); ``R``
+        only, (k, n).
+
+    Returns
+    -------
+    (Q, R) or R
+    """
+    if _device.is_device_array(a):
+        return _device.cupy_or_none().linalg.qr(a, mode=mode)
+    import scipy.linalg
+
+    out = scipy.linalg.qr(a, mode={"reduced": "economic", "complete": "full", "r": "r"}[mode], check_finite=False)
+    return out[0] if mode == "r" else out
+
+
+def svd(a, compute_uv: bool = True):
+    """Thin SVD of a block: ``a = U diag(s) V^H``. Not collective.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (m, n)
+    compute_uv : bool
+
+    Returns
+    -------
+    (U, s, Vh) with ``U`` (m, k), ``s`` (k,) real, descending, ``Vh`` (k, n), ``k = min(m, n)``; or ``s`` alone.
+    """
+    if _device.is_device_array(a):
+        return _device.cupy_or_none().linalg.svd(a, full_matrices=False, compute_uv=compute_uv)
+    import scipy.linalg
+
+    return scipy.linalg.svd(a, full_matrices=False, compute_uv=compute_uv, check_finite=False)
+
+
+def _op(a, t: int):
+    """``op(a)`` as an array BLAS takes (C-contiguous for a conjugate transpose, a view otherwise)."""
+    if t == 0:
+        return a
+    if t == 1:
+        return a.T
+    return xp_of(a).ascontiguousarray(a.conj().T)
+
+
+def gemm_update(c, a, b, alpha=-1.0, *, trans_a=0, trans_b=0) -> None:
+    """``C += alpha op(A) op(B)`` in place: the trailing update of a factorization. Not collective.
+
+    Parameters
+    ----------
+    c : xp.ndarray, shape (m, n)
+        Updated in place; may be a view with unit column stride (a trailing part of a rank's local array).
+    a : xp.ndarray, shape (m, k) after ``op``
+    b : xp.ndarray, shape (k, n) after ``op``
+        ``c``'s dtype and side.
+    alpha : scalar
+    trans_a, trans_b : {0, 1, 2, "N", "T", "C"}
+        ``op``: none, transpose, conjugate transpose.
+    """
+    if c.size == 0:
+        return
+    a, b = _op(a, _TRANS[trans_a]), _op(b, _TRANS[trans_b])
+    if a.shape[1] == 0:
+        return
+    if c.flags.c_contiguous:
+        _gemm.gemm(_contig(a), _contig(b), c, alpha=alpha, beta=1.0)
+        return
+    if not _device.is_device_array(c) and _strided_gemm(a, b, c, alpha):
+        return
+    t = xp_of(c).empty(c.shape, c.dtype)
+    _gemm.gemm(_contig(a), _contig(b), t, alpha=alpha, beta=0.0)
+    c += t
+
+
+def _contig(a):
+    """``a`` as BLAS takes it: C- or Fortran-contiguous (a transposed view stays a view)."""
+    if a.flags.c_contiguous or a.flags.f_contiguous:
+        return a
+    return xp_of(a).ascontiguousarray(a)
+
+
+def _strided_gemm(a, b, c, alpha) -> bool:
+    """NumPy's CBLAS GEMM into a row-strided view ``c`` (``ldc`` = its row stride), ``beta = 1``; False when not
+    possible (no CBLAS bound, another dtype, or ``c``'s columns not contiguous)."""
+    lib = _blas.numpy_blas()
+    item = c.itemsize
+    if (lib is None or not lib.gemms or c.dtype not in _blas._TYPES or not a.dtype == b.dtype == c.dtype
+            or c.strides[1] != item or c.strides[0] % item or c.strides[0] < c.shape[1] * item):
+        return False
+    ops = []
+    for x in (a, b):
+        x = _contig(x)
+        if x.flags.c_contiguous:
+            ops.append((_blas._NO_TRANS, max(1, x.shape[1]), x))
+        else:
+            ops.append((_blas._TRANS, max(1, x.shape[0]), x))
+    (ta, lda, a), (tb, ldb, b) = ops
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    t, scalar = _blas._TYPES[c.dtype]
+    I = lib.int_t  # noqa: E741
+    buf = np.array([alpha, 1.0], dtype=c.dtype)
+    if scalar is not None:
+        al, be = scalar(buf[0]), scalar(buf[1])
+    else:  # complex: alpha and beta by pointer
+        al, be = ctypes.c_void_p(buf.ctypes.data), ctypes.c_void_p(buf.ctypes.data + buf.itemsize)
+    lib.gemms[t](_blas._ROW_MAJOR, ta, tb, I(m), I(n), I(k), al, ctypes.c_void_p(a.ctypes.data), I(lda),
+                 ctypes.c_void_p(b.ctypes.data), I(ldb), be, ctypes.c_void_p(c.ctypes.data),
+                 I(c.strides[0] // item))
+    return True
