@@ -5,7 +5,8 @@ array module, MPI library and version, BLAS and its threads, and whether MPI
 is CUDA-aware and why: the first thing to run when a job is off. With
 ``--hidden`` it also times the trainer's GEMMs for that model and batch and
 prints which run on the rank's BLAS threads and which on one. ``matmul`` multiplies two
-HDF5 matrices with SUMMA (``python -m hpcgpu matmul --help``). The trainer
+HDF5 matrices with SUMMA (``python -m hpcgpu matmul --help``); ``solve``, ``lstsq`` and ``cholesky`` solve
+and factor them (``python -m hpcgpu solve --help``). The trainer
 is ``python -m hpcgpu.train``.
 """
 
@@ -20,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from .linalg import _matmul_cli
+from .linalg import _matmul_cli, _solve_cli
 from ._cli import ArgumentParser, add_collectives, hidden_widths, run
 
 
@@ -44,6 +45,7 @@ def parser() -> ArgumentParser:
     g.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="the model's float type")
     info.set_defaults(main=_info)
     _matmul_cli.add_parser(sub)
+    _solve_cli.add_parsers(sub)
     return p
 
 

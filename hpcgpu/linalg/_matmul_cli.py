@@ -104,11 +104,16 @@ def _options_error(a: argparse.Namespace) -> ValueError | None:
         err = ValueError(f"--alpha and --beta must be finite, got {a.alpha} and {a.beta}")
     elif a.beta != 0 and not a.c_in:
         err = ValueError(f"--beta {_scalar(a.beta)} needs --c-in, the C it multiplies")
-    elif a.out and split_spec(a.out, "C")[1].endswith("/") and split_spec(a.out, "C")[1].strip("/"):
-        path, name = split_spec(a.out, "C")
-        err = ValueError(f"-o {a.out}: the dataset's name ends in '/' (an empty name in group {name.rstrip('/')}): "
-                         f"name the dataset, e.g. -o {path}:{name.rstrip('/')}")
-    return err
+    return err or out_name_error(a.out, "C")
+
+
+def out_name_error(out: str | None, default: str) -> ValueError | None:
+    """``-o FILE:GROUP/``: a dataset name that ends in '/' names no dataset (``default`` where none is given)."""
+    path, name = split_spec(out, default) if out else ("", "")
+    if not (name.endswith("/") and name.strip("/")):
+        return None
+    return ValueError(f"-o {out}: the dataset's name ends in '/' (an empty name in group {name.rstrip('/')}): "
+                      f"name the dataset, e.g. -o {path}:{name.rstrip('/')}")
 
 
 def _bench_memory_error(a, rt, grid) -> MemoryError | None:
@@ -118,20 +123,29 @@ def _bench_memory_error(a, rt, grid) -> MemoryError | None:
     reference GEMM. A GPU run holds them in its rank's device memory, checked against that device's size
     (this rank's own answer: the caller agrees on it).
     """
-    from .._memory import node_memory_error
-
     N, item = a.bench, np.dtype(a.dtype or "float64").itemsize
     pr, pc = grid.shape
     need = 3 * -(-N // pr) * -(-N // pc) * item + (3 * N * N * item if rt.rank == 0 else 0)
     fix = "give a smaller N (rank 0 also holds the three N x N matrices of the one-process reference)"
+    return bench_memory_error(rt, need, f"--bench {N}", fix)
+
+
+def bench_memory_error(rt, need: int, what: str, fix: str) -> MemoryError | None:
+    """Whether this rank can hold ``need`` bytes of a benchmark's matrices (``what`` names the benchmark).
+
+    On the host, its node's share (collective over ``rt.comm``); on a GPU, its device's size (this rank's own
+    answer: the caller agrees on it).
+    """
+    from .._memory import node_memory_error
+
     if rt.device != "cpu":
         total = int(rt.xp.cuda.Device().mem_info[1])
         if need <= total:
             return None
         gib = 2.0**30
-        return MemoryError(f"--bench {N}: rank {rt.rank} needs {need / gib:.1f} GiB of device memory for its "
+        return MemoryError(f"{what}: rank {rt.rank} needs {need / gib:.1f} GiB of device memory for its "
                            f"matrices, more than its GPU has ({total / gib:.1f} GiB): {fix}")
-    return node_memory_error(need, rt.comm, f"--bench {N}", fix)
+    return node_memory_error(need, rt.comm, what, fix)
 
 
 def main(a: argparse.Namespace) -> int:
@@ -180,14 +194,11 @@ def _main(a: argparse.Namespace, stop) -> int:
         return _bench(a, rt, grid, mem)
 
     out_path, out_name = split_spec(a.out, "C")
-    claim([Output(out_path, "-o", dataset=out_name)], _input_datasets(a, rt.rank), comm=rt.comm,
+    specs = [("A", a.A), ("B", a.B), ("--c-in", a.c_in)]
+    claim([Output(out_path, "-o", dataset=out_name)], input_datasets(specs, rt.rank), comm=rt.comm,
           overwrite=a.overwrite, prog="hpcgpu matmul")
     A, B, C, (m, k, n), alpha, beta = _inputs(a, grid)
-    reasons = rt.comm.allgather(stop.reason if stop.requested() else None)  # the safe point before the multiply
-    if any(reasons):
-        if rt.rank == 0:  # the lowest rank's reason, the same words whichever rank was signalled
-            print(f"hpcgpu matmul: stopped ({next(r for r in reasons if r)}) before the multiply; "
-                  f"nothing written to {a.out}", flush=True)
+    if stopped_before(stop, rt.comm, "hpcgpu matmul", "the multiply", a.out):
         return EXIT_STOPPED
     wd = Watchdog(rt.comm, timeout)
     t0 = MPI.Wtime()
@@ -196,8 +207,9 @@ def _main(a: argparse.Namespace, stop) -> int:
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     wd.close()
-    C.to_hdf5(out_path, out_name, attrs=dict(A=a.A, B=a.B, seconds=seconds, device=rt.device), overwrite=a.overwrite,
-              what="-o")
+    attrs = provenance("matmul", specs, transa=a.transa, transb=a.transb, alpha=alpha, beta=beta,
+                       algorithm=a.algorithm, seconds=seconds, device=rt.device)
+    C.to_hdf5(out_path, out_name, attrs=attrs, overwrite=a.overwrite, what="-o")
     if rt.rank == 0:
         what = "C = A @ B" if (a.transa, a.transb, alpha, beta) == ("N", "N", 1, 0) else \
             f"C = {alpha} op{a.transa}(A) op{a.transb}(B) + {beta} C"
@@ -233,19 +245,55 @@ def _inputs(a, grid):
     return A, B, C, (m, k, n), alpha, beta
 
 
-def _input_datasets(a, rank: int) -> list:
+def input_datasets(specs, rank: int) -> list:
     """The ``hpcgpu._outputs.Input`` of every input, on rank 0 (who checks the output); none elsewhere.
 
-    An input without ``:DATASET`` names its file's only dataset (left out when it has several: reading it
-    says so); one that is no file (a dangling symbolic link) is the whole of it, for the policy to name.
+    ``specs`` is ``[(what, "FILE[:DATASET]" or None)]``, ``what`` how messages name the input (``A``,
+    ``--c-in``); a None spec is an input not given. An input without ``:DATASET`` names its file's only dataset
+    (left out when it has several: reading it says so); one that is no file (a dangling symbolic link) is the
+    whole of it, for the policy to name.
     """
     from .._outputs import Input
 
     if rank != 0:
         return []
     found = [(what, p, n or _only_dataset(p)) for what, (p, n) in
-             ((w, split_spec(s, None)) for w, s in (("A", a.A), ("B", a.B), ("--c-in", a.c_in)) if s)]
+             ((w, split_spec(s, None)) for w, s in specs if s)]
     return [Input(p, what, n) for what, p, n in found if n or not os.path.exists(p)]
+
+
+def provenance(operation: str, specs, **options) -> dict:
+    """The attributes that say how an output dataset was made: the operation, its inputs, its options.
+
+    Not collective; call it after the inputs were read (every rank then resolves them alike). ``operation``
+    (``"solve"``) goes in attribute ``operation``; each input of ``specs`` (``[(what, "FILE[:DATASET]" or None)]``)
+    in ``WHAT`` as given, ``WHAT_file`` (its absolute path) and ``WHAT_dataset`` (the dataset read: the file's
+    only one where none was named), ``what``'s dashes dropped (``--c-in`` gives ``c_in``), an empty string for
+    an input not given; each of ``options`` as itself (None as an empty string: HDF5 has no null attribute).
+    :meth:`DistMatrix.to_hdf5` adds the grid, the number of ranks and hpcgpu's version.
+    """
+    attrs = {"operation": operation}
+    for what, spec in specs:
+        key = what.lstrip("-").replace("-", "_")
+        path, name = split_spec(spec, None) if spec else ("", "")
+        attrs[key] = spec or ""
+        attrs[f"{key}_file"] = os.path.abspath(path) if path else ""
+        attrs[f"{key}_dataset"] = (name or _only_dataset(path) or "") if path else ""
+    attrs.update({k: "" if v is None else v for k, v in options.items()})
+    return attrs
+
+
+def stopped_before(stop, comm, prog: str, work: str, out: str) -> bool:
+    """Whether a stop came before ``work`` began (every rank's answer; rank 0 says so). Collective.
+
+    The safe point of a command that reads its inputs and then computes: a stop request (signal or
+    stop file) on any rank before it means the command writes nothing and exits 3.
+    """
+    reasons = comm.allgather(stop.reason if stop.requested() else None)
+    if any(reasons) and comm.rank == 0:  # the lowest rank's reason, the same words whichever rank was signalled
+        print(f"{prog}: stopped ({next(r for r in reasons if r)}) before {work}; nothing written to {out}",
+              flush=True)
+    return any(reasons)
 
 
 def _only_dataset(path: str) -> str | None:
@@ -380,16 +428,7 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
     a = DistMatrix.random((N, N), g1, dtype, seed=1, xp=xp).local
     b = DistMatrix.random((N, N), g1, dtype, seed=2, xp=xp).local
     c = xp.empty_like(a)
-    threads = "gpu"
-    ctx = None
-    if rt.device == "cpu":
-        from threadpoolctl import threadpool_info, threadpool_limits
-
-        per_rank = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
-        # the ranks' threads together, at most the node's cores: not rank 0's own affinity, which a launcher
-        # that pins each rank (Intel MPI) narrows to one rank's share
-        threads = min(per_rank * rt.size, os.cpu_count() or 1)
-        ctx = threadpool_limits(limits=threads, user_api="blas")
+    threads, ctx = reference_threads(rt)
     if rt.device == "cpu" and is_half(dtype):
         # NumPy has no half-precision GEMM (a loop, 100x slower): the host's best is float32 BLAS on the
         # widened inputs, rounded once, which is what SUMMA does there.
@@ -413,3 +452,18 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
         g1.free()
     return best, threads
 
+
+def reference_threads(rt):
+    """``(threads, limits)``: the BLAS threads of a one-process reference on rank 0, and what sets them.
+
+    ``threads`` is ``"gpu"`` on a device; ``limits`` the threadpoolctl limits (None on a device;
+    ``limits.restore_original_limits()`` undoes them). The ranks' threads together, at most the node's cores:
+    not rank 0's own affinity, which a launcher that pins each rank (Intel MPI) narrows to one rank's share.
+    """
+    if rt.device != "cpu":
+        return "gpu", None
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    per_rank = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
+    threads = min(per_rank * rt.size, os.cpu_count() or 1)
+    return threads, threadpool_limits(limits=threads, user_api="blas")
