@@ -294,7 +294,7 @@ def peer_missing(a) -> dict:
         try:
             import dask.array  # noqa: F401
         except ImportError as e:
-            missing["dask"] = f"{e} (pip install 'dask[array]')"
+            missing["dask"] = f"{e} (pip install 'hpcgpu[bench]', or dask[array])"
     if "scipy" in a.peers:
         try:
             import scipy.linalg  # noqa: F401
