@@ -169,6 +169,9 @@ class _Alarm:
                 sys.stderr.flush()
                 time.sleep(0.5)  # let the launcher forward the line
                 MPI.COMM_WORLD.Abort(1)
+                # MPICH's MPI_Abort returns once the launcher has the request, and the launcher ends the ranks
+                # when it gets to it: this rank ends now, so the line is said once and no task runs on.
+                os._exit(1)
 
     @contextlib.contextmanager
     def __call__(self, what: str = "a task"):

@@ -6,14 +6,14 @@ tests/tasks/test_isolate.py.)"""
 
 import os
 import re
+import subprocess
+import sys
 
 import h5py
 import numpy as np
 import pytest
 
 import _mpi
-
-pytestmark = pytest.mark.mpi
 
 _SWEEP = """
 import sys
@@ -33,6 +33,7 @@ _STUCK = re.compile(r"^\[rank (\d)\] error: task 2 \(attempt 1\) is still runnin
                     r"the journal, rerun with --resume$", re.M)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_a_task_stuck_in_the_rank_past_its_grace_aborts_the_job_and_resume_finishes(nprocs, tmp_path):
     """Task 2 of 6 blocks SIGALRM and sleeps 60 s in the rank's own process: the watchdog's line names the task,
@@ -56,3 +57,44 @@ def test_a_task_stuck_in_the_rank_past_its_grace_aborts_the_job_and_resume_finis
     with h5py.File(tmp_path / "r.h5", "r") as f:
         np.testing.assert_array_equal(f["tasks/status"][()], np.ones(6))
         np.testing.assert_allclose(f["results/y"][()], np.sqrt(np.arange(6)))
+
+
+_ABORT_RETURNS = """
+import signal
+import time
+
+import mpi4py
+
+mpi4py.rc.initialize = False
+from mpi4py import MPI
+
+
+class World:
+    def Get_rank(self):
+        return 1
+
+    def Abort(self, code):  # MPICH's returns once the launcher has the request; the launcher ends the ranks later
+        print("Abort", code, flush=True)
+
+
+MPI.COMM_WORLD = World()
+from hpcgpu.tasks._farm import _Alarm
+
+with _Alarm(0.2, grace=0.2)("task 2 (attempt 1)"):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(20)
+print("the stuck task ran on", flush=True)
+"""
+
+
+def test_the_watchdog_ends_its_rank_when_mpi_abort_returns(tmp_path):
+    """MPICH's MPI_Abort returns once the launcher has the request, and a loaded launcher ends the ranks a while
+    later: the watchdog's line is said once and the rank ends there (exit 1), the stuck task runs no further. An
+    MPI_COMM_WORLD whose Abort returns at once stands in for a launcher that is slow to end the job."""
+    (tmp_path / "abort_returns.py").write_text(_ABORT_RETURNS)
+    p = subprocess.run([sys.executable, str(tmp_path / "abort_returns.py")], capture_output=True, text=True,
+                       timeout=120, env=_mpi.environment(), cwd=tmp_path)
+    assert (p.returncode, p.stdout) == (1, "Abort 1\n"), (p.returncode, p.stdout, p.stderr)
+    assert p.stderr == ("[rank 1] error: task 2 (attempt 1) is still running 0.2 s after its --timeout of 0.2 s "
+                        "(stuck in a native call that ignores signals?): aborting the job; the finished tasks are in "
+                        "the journal, rerun with --resume\n"), p.stderr
