@@ -18,6 +18,8 @@ _LAZY = {
     "parse_grid": ("grid", "parse_grid"),
     "DistMatrix": ("distmatrix", "DistMatrix"),
     "matmul": ("summa", "matmul"), "pdgemm": ("summa", "matmul"),
+    "qr": ("tsqr", "qr"), "pdgeqrf": ("tsqr", "qr"), "lstsq": ("tsqr", "lstsq"), "pdgels": ("tsqr", "lstsq"),
+    "svd": ("tsqr", "svd"),
 }
 """Public name -> (module of this package, attribute)."""
 
