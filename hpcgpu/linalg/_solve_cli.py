@@ -291,7 +291,7 @@ def backward_errors(op: str, A, B, X, lower: bool | None = None) -> dict:
         return {"backward_error": _ratio(norm_fro(G), norm_fro(A) * norm_fro(B))}
     be = _ratio(norm_inf(R), norm_inf(A) * norm_inf(X) + norm_inf(B))
     n = A.gshape[0]
-    return {"backward_error": be, "scaled_residual": _ratio(be, np.finfo(A.dtype).eps * max(n, 1))}
+    return {"backward_error": be, "scaled_residual": _ratio(be, float(np.finfo(A.dtype).eps) * max(n, 1))}
 
 
 # -- --bench N ---------------------------------------------------------------------------------------------------
