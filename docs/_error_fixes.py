@@ -1492,6 +1492,16 @@ FIXES: dict[str, str] = {
         "``-o``, e.g. ``python -m hpcgpu matmul A.h5 B.h5 -o C.h5``; or it runs a benchmark with "
         "``--bench N`` and needs none of them."
     ),
+    "give …, or --bench N": (
+        "``python -m hpcgpu solve`` and ``lstsq`` need A, B and ``-o``, e.g. ``python -m hpcgpu solve A.h5:A "
+        "B.h5:B -o X.h5``; ``cholesky`` needs A and ``-o``. With ``--bench N`` they solve random matrices "
+        "instead and need none of them."
+    ),
+    "--nb must be >= 1, got …": (
+        "``--nb`` of ``solve``, ``lstsq`` and ``cholesky`` is the block size of the block-cyclic layout the "
+        "routine works on, in rows and columns, and must be at least 1. Leave it out for the default (256 on a "
+        "CPU, 512 on a GPU); see the linear-algebra guide for how to choose it."
+    ),
     "inner dimensions differ: op(…) is … x …, op(…) is … x …": (
         "For ``op(A) op(B)`` the columns of ``op(A)`` must equal the rows of ``op(B)``; the shapes of the two "
         "files (after ``--transa`` / ``--transb``) do not match. Check the files and datasets, or transpose "
@@ -2350,10 +2360,11 @@ FIXES: dict[str, str] = {
         '``-o FILE:NAME`` names a group of ``FILE`` (which holds other objects), not a dataset. It is not '
         'replaced: name a dataset (``FILE:NAME/y_hat``) or another path.'
     ),
-    "--bench …: rank … needs … GiB of device memory for its matrices, more than its GPU has (… GiB): …": (
-        "On a GPU, ``matmul --bench N``'s blocks of A, B and C (and, on rank 0, the three N x N matrices of the "
-        "one-process reference GEMM) live in the rank's device memory, which holds less than they need. It is "
-        "refused before anything is allocated: give a smaller N."
+    "…: rank … needs … GiB of device memory for its matrices, more than its GPU has (… GiB): …": (
+        "On a GPU, the matrices of ``--bench N`` (``matmul``'s blocks of A, B and C; ``solve``'s, ``lstsq``'s "
+        "and ``cholesky``'s A, its working copies, B and X; and, on rank 0, the one-process reference's whole "
+        "matrices) live in the rank's device memory, which holds less than they need. It is refused before "
+        "anything is allocated: give a smaller N."
     ),
     "…: the ranks of a node need … GiB for their blocks, more than its memory (… GiB): …": (
         "A matrix (``matmul``'s A, B or C, ``hpcgpu.DistMatrix.from_hdf5``), the MLP of ``info --hidden`` or the "
