@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -243,6 +244,13 @@ def test_a_failed_requeue_ends_the_job_script_non_zero(script, tmp_path):
         _wait_for(lambda: 8 in _runs(log), 90, "task 8 to start")
         job.send_signal(signal.SIGUSR1)
         _wait_for(lambda: (tmp_path / "results" / "77" / "STOP").exists(), 30, "the trap to touch the stop file")
+        # Rank 0 looks at the stop file once an interval, and looks (when one is due) before it hands out a chunk.
+        # Held shut for an interval after the file appeared, the gate opens when a look is due: the worker ends its
+        # first chunk (tasks 0-99) and gets the stop, not the next chunk, however fast or slow the machine. Opened
+        # at once, the other 192 tasks of 2 ms could all be done before rank 0 next looked.
+        from hpcgpu._stop import StopRequest
+
+        time.sleep(StopRequest().interval)
         gate.touch()
         stdout, stderr = job.communicate(timeout=90)
     finally:
