@@ -64,9 +64,10 @@ def add_parsers(subparsers) -> None:
             side.add_argument("--upper", dest="lower", action="store_false",
                               help="write U, upper triangular, A = U^H U (the dataset is then U by default)")
         p.add_argument("--grid", help="process grid ROWSxCOLS, e.g. 2x3 (default: MPI.Compute_dims)")
-        p.add_argument("--nb", type=int, default=None,
-                       help="block size of the block-cyclic layout the routine works on (default: 256 on a "
-                            "CPU, 512 on a GPU)")
+        if op != "lstsq":  # TSQR works on row blocks, with no block size to choose
+            p.add_argument("--nb", type=int, default=None,
+                           help="block size of the block-cyclic layout the routine works on (default: 256 on a "
+                                "CPU, 512 on a GPU)")
         p.add_argument("--dtype", choices=SOLVER_DTYPES,
                        help="compute type (default: the inputs'; float64 for integer data, float32 for half)")
         p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
@@ -113,7 +114,7 @@ def _options_error(a: argparse.Namespace) -> ValueError | None:
         return ValueError(f"give {need}, or --bench N")
     if a.bench is not None and a.bench < 1:
         return ValueError(f"--bench must be >= 1, got {a.bench}")
-    if a.nb is not None and a.nb < 1:
+    if getattr(a, "nb", None) is not None and a.nb < 1:
         return ValueError(f"--nb must be >= 1, got {a.nb}")
     return out_name_error(a.out, _dataset(a))
 
@@ -156,24 +157,27 @@ def _main(a: argparse.Namespace, stop) -> int:
     attrs = provenance(a.op, specs, **_options(a, rt), **more, seconds=seconds, device=rt.device, **errors)
     X.to_hdf5(out_path, out_name, attrs=attrs, overwrite=a.overwrite, what="-o")
     if rt.rank == 0:
-        print(f"{_formula(a)}: {_shapes(A, B)} {A.dtype} on grid {grid.shape[0]}x{grid.shape[1]}, nb "
-              f"{attrs['nb']}, {seconds:.3f} s{_extra(more)}; {_errors_text(errors)}; wrote {out_path}:{out_name}",
-              flush=True)
+        print(f"{_formula(a)}: {_shapes(A, B)} {A.dtype} on grid {grid.shape[0]}x{grid.shape[1]}{_nb(attrs)}, "
+              f"{seconds:.3f} s{_extra(more)}; {_errors_text(errors)}; wrote {out_path}:{out_name}", flush=True)
     return 0
 
 
 def _options(a, rt) -> dict:
-    """The options of ``a`` that shaped the result, for the output's attributes."""
+    """The options of ``a`` that shaped the result, for the output's attributes (lstsq's TSQR has no ``nb``)."""
     from .cyclic import default_nb
 
+    if a.op == "lstsq":
+        return {"cond": a.cond}
     opts = {"nb": a.nb or default_nb(rt.xp)}
     if a.op == "solve":
         opts["assume_a"] = a.assume
-    elif a.op == "lstsq":
-        opts["cond"] = a.cond
     else:
         opts["lower"] = a.lower
     return opts
+
+
+def _nb(attrs: dict) -> str:
+    return f", nb {attrs['nb']}" if attrs.get("nb") else ""
 
 
 def _formula(a) -> str:
@@ -365,14 +369,14 @@ def _bench(a, rt, grid) -> int:
         return 0
     flops = _flops(a.op, m, n, k, a.assume if a.op == "solve" else None, dtype)
     res = dict(operation=a.op, N=a.bench, m=m, n=n, nrhs=k, dtype=str(dtype), ranks=rt.size,
-               grid=list(grid.shape), nb=_options(a, rt)["nb"], device=rt.device, device_summary=rt.summary(),
+               grid=list(grid.shape), nb=_options(a, rt).get("nb"), device=rt.device, device_summary=rt.summary(),
                seconds=best, gflops=flops / best / 1e9, local=routine, local_seconds=ref,
                local_gflops=flops / ref / 1e9, local_threads=threads, ratio=ref / best, **errors)
     if a.json:
         print(json.dumps(res), flush=True)
         return 0
     print(f"{a.op} {m} x {n}{f', {k} right-hand side' if k else ''} {dtype} on {rt.size} rank(s), grid "
-          f"{pr}x{pc}, nb {res['nb']}: {best:.3f} s, {res['gflops']:.3g} GFLOP/s; {_errors_text(errors)}\n"
+          f"{pr}x{pc}{_nb(res)}: {best:.3f} s, {res['gflops']:.3g} GFLOP/s; {_errors_text(errors)}\n"
           f"{routine}, 1 process, {threads} thread(s): {ref:.3g} s, {res['local_gflops']:.3g} GFLOP/s\n"
           f"ratio (local time / distributed time): {res['ratio']:.3f}", flush=True)
     return 0

@@ -57,6 +57,7 @@ def _inputs(d) -> str:
                     Z=Z, ZB=rng.standard_normal((n, 2)) + 1j * rng.standard_normal((n, 2)),
                     F=A.astype(np.float32), FB=rng.standard_normal((n, 3)).astype(np.float32),
                     T=rng.standard_normal((60, 11)), TB=rng.standard_normal((60, 2)),
+                    TT=rng.standard_normal((11, 37)),
                     B36=np.ones((36, 3)), NAN=nan, SINGULAR=singular, INDEFINITE=indefinite)
 
 
@@ -65,7 +66,7 @@ GOOD = {  # case: (operation, arguments after the output, the output's dataset)
     "solve pos": ("solve", ["{in}:S", "{in}:B", "-o", "{out}:XP", "--assume", "pos", "--nb", "5"], "XP"),
     "solve complex128": ("solve", ["{in}:Z", "{in}:ZB", "-o", "{out}", "--nb", "8"], "X"),
     "solve float32": ("solve", ["{in}:F", "{in}:FB", "-o", "{out}", "--nb", "3"], "X"),
-    "lstsq": ("lstsq", ["{in}:T", "{in}:TB", "-o", "{out}", "--nb", "4"], "X"),
+    "lstsq": ("lstsq", ["{in}:T", "{in}:TB", "-o", "{out}"], "X"),
     "cholesky": ("cholesky", ["{in}:S", "-o", "{out}", "--nb", "4"], "L"),
     "cholesky upper": ("cholesky", ["{in}:S", "-o", "{out}", "--upper", "--nb", "6"], "U"),
     "matmul": ("matmul", ["{in}:A", "{in}:B", "-o", "{out}", "--transa", "T", "--alpha", "2", "--beta", "-1",
@@ -145,6 +146,7 @@ def test_lstsq_writes_the_least_squares_solution_and_its_backward_error(good_run
     mine = np.linalg.norm(A.T @ (B - A @ x)) / (np.linalg.norm(A) * np.linalg.norm(B))
     assert 0 < attrs["backward_error"] < 16 * A.shape[0] * EPS[A.dtype] and mine < 16 * A.shape[0] * EPS[A.dtype]
     assert attrs["matrix_rank"] == 11 and attrs["A_dataset"] == "T" and attrs["B_dataset"] == "TB"
+    assert attrs["cond"] == "" and "nb" not in attrs  # SciPy's default; TSQR has no block size
     assert f"rank 11; backward error {attrs['backward_error']:.3g}; wrote" in line, line
 
 
@@ -180,7 +182,9 @@ BAD = {  # case: (operation, arguments, the one line on stderr after "hpcgpu: er
                            "choose another output"),
     "missing dataset": ("cholesky", ["{in}:NOPE", "-o", "{out}"], "{in}: no dataset NOPE"),
     "no right-hand side": ("solve", ["{in}:A", "-o", "{out}"], "give A, B and -o X, or --bench N"),
-    "nb": ("lstsq", ["{in}:T", "{in}:TB", "-o", "{out}", "--nb", "0"], "--nb must be >= 1, got 0"),
+    "nb": ("cholesky", ["{in}:S", "-o", "{out}", "--nb", "0"], "--nb must be >= 1, got 0"),
+    "wide": ("lstsq", ["{in}:TT", "{in}:TT", "-o", "{out}"],
+             "lstsq: A is 11 x 37; served: tall or square A (m >= n >= 1) whose n x n R fits one rank (TSQR)"),
     "nonconforming": ("solve", ["{in}:A", "{in}:B36", "-o", "{out}"],
                       "solve: shapes do not conform: A is 37 x 37, B has 36 rows (A's 37 needed)"),
     "NaN in A": ("solve", ["{in}:NAN", "{in}:B", "-o", "{out}"],
@@ -192,7 +196,7 @@ BAD = {  # case: (operation, arguments, the one line on stderr after "hpcgpu: er
 """The routines' own messages (:data:`BY_THE_ROUTINE`) are what their entry checks (``hpcgpu.linalg._checks``) and
 factorizations say; the command line's own come before any routine runs."""
 
-BY_THE_ROUTINE = ("nonconforming", "NaN in A", "singular", "not positive definite")
+BY_THE_ROUTINE = ("nonconforming", "NaN in A", "singular", "not positive definite", "wide")
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +226,7 @@ def test_refusal_is_one_line_exit_2_and_nothing_written(bad_runs, case):
     assert lines == [want], p.stderr
     assert not os.path.exists(out)
     with h5py.File(src, "r") as f:
-        assert "X" not in f and len(f) == 13  # the input file as it was
+        assert "X" not in f and len(f) == 14  # the input file as it was
 
 
 # -- --bench ------------------------------------------------------------------------------------------------------
@@ -232,11 +236,11 @@ def test_refusal_is_one_line_exit_2_and_nothing_written(bad_runs, case):
                                        pytest.param("lstsq", [], marks=_needs("lstsq")),
                                        pytest.param("cholesky", ["--dtype", "complex128"], marks=_needs("cholesky"))])
 def test_bench_times_the_routine_against_one_process_lapack(op, extra):
-    p = _mpi.run(2, ["-m", "hpcgpu", op, "--bench", "24", "--nb", "5", "--repeat", "1", "--json", *extra],
-                 timeout=180)
+    nb = [] if op == "lstsq" else ["--nb", "5"]
+    p = _mpi.run(2, ["-m", "hpcgpu", op, "--bench", "24", *nb, "--repeat", "1", "--json", *extra], timeout=180)
     assert p.returncode == 0 and p.stderr == "", p.stderr
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    assert (res["operation"], res["N"], res["ranks"], res["nb"]) == (op, 24, 2, 5), res
+    assert (res["operation"], res["N"], res["ranks"], res["nb"]) == (op, 24, 2, None if op == "lstsq" else 5), res
     assert (res["m"], res["n"], res["nrhs"]) == {"solve": (24, 24, 1), "lstsq": (48, 24, 1),
                                                  "cholesky": (24, 24, 0)}[op]
     assert res["seconds"] > 0 and res["local_seconds"] > 0 and res["ratio"] == pytest.approx(
