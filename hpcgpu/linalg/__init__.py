@@ -17,9 +17,14 @@ _LAZY = {
     "ProcessGrid": ("grid", "ProcessGrid"), "default_grid": ("grid", "default_grid"),
     "parse_grid": ("grid", "parse_grid"),
     "DistMatrix": ("distmatrix", "DistMatrix"),
+    "DistVector": ("distmatrix", "DistVector"),
+    "norm": ("distmatrix", "norm"),
     "matmul": ("summa", "matmul"), "pdgemm": ("summa", "matmul"),
     "qr": ("tsqr", "qr"), "pdgeqrf": ("tsqr", "qr"), "lstsq": ("tsqr", "lstsq"), "pdgels": ("tsqr", "lstsq"),
     "svd": ("tsqr", "svd"),
+    "LU": ("lu", "LU"),
+    "lu_factor": ("lu", "lu_factor"), "pdgetrf": ("lu", "lu_factor"),
+    "lu_solve": ("lu", "lu_solve"), "pdgetrs": ("lu", "lu_solve"),
 }
 """Public name -> (module of this package, attribute)."""
 
