@@ -20,6 +20,7 @@ _LAZY = {
     "DistVector": ("distmatrix", "DistVector"),
     "norm": ("distmatrix", "norm"),
     "matmul": ("summa", "matmul"), "pdgemm": ("summa", "matmul"),
+    "solve_triangular": ("triangular", "solve_triangular"), "pdtrsm": ("triangular", "solve_triangular"),
     "qr": ("tsqr", "qr"), "pdgeqrf": ("tsqr", "qr"), "lstsq": ("tsqr", "lstsq"), "pdgels": ("tsqr", "lstsq"),
     "svd": ("tsqr", "svd"),
     "LU": ("lu", "LU"),
