@@ -17,6 +17,7 @@ from _data import write_h5
 
 import _mpi
 import hpcgpu
+from test_names import test_help_says_each_default_once_and_every_option_what_it_does as help_check
 
 
 def _landed(name: str) -> bool:
@@ -254,3 +255,8 @@ def test_bench_refuses_a_size_beyond_memory_before_making_a_matrix():
     lines = p.stderr.splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("hpcgpu: error: --bench 10000000: "), \
         p.stderr
+
+
+@pytest.mark.parametrize("op", ["solve", "lstsq", "cholesky"])
+def test_help_says_every_option_and_each_default_once(op):
+    help_check(["hpcgpu", op])
