@@ -75,6 +75,10 @@ GOOD = {  # case: (operation, arguments after the output, the output's dataset)
 }
 
 
+GOOD_GROUP = pytest.mark.xdist_group("linalg-cli-good")
+"""The tests of :data:`GOOD` share their two launches on one pytest-xdist worker."""
+
+
 @pytest.fixture(scope="module", params=[1, 3])
 def good_runs(request, tmp_path_factory):
     """Every row of :data:`GOOD` whose routine has landed, in one launch: ``(nprocs, {case: (result, out)}, in)``."""
@@ -113,6 +117,7 @@ EPS = {np.dtype("float32"): np.finfo(np.float32).eps, np.dtype("float64"): np.fi
 
 
 @pytest.mark.mpi
+@GOOD_GROUP
 @_needs("solve")
 @pytest.mark.parametrize("case, a, b", [("solve", "A", "B"), ("solve pos", "S", "B"),
                                         ("solve complex128", "Z", "ZB"), ("solve float32", "F", "FB")])
@@ -139,6 +144,7 @@ def test_solve_writes_x_with_its_backward_error_and_provenance(good_runs, case, 
 
 
 @pytest.mark.mpi
+@GOOD_GROUP
 @_needs("lstsq")
 def test_lstsq_writes_the_least_squares_solution_and_its_backward_error(good_runs):
     x, attrs, m, line = _good(good_runs, "lstsq")
@@ -152,6 +158,7 @@ def test_lstsq_writes_the_least_squares_solution_and_its_backward_error(good_run
 
 
 @pytest.mark.mpi
+@GOOD_GROUP
 @_needs("cholesky")
 @pytest.mark.parametrize("case", ["cholesky", "cholesky upper"])
 def test_cholesky_writes_the_factor_and_its_backward_error(good_runs, case):
@@ -168,6 +175,7 @@ def test_cholesky_writes_the_factor_and_its_backward_error(good_runs, case):
 
 
 @pytest.mark.mpi
+@GOOD_GROUP
 def test_matmul_records_its_operation_and_options(good_runs):
     c, attrs, m, _ = _good(good_runs, "matmul")
     np.testing.assert_allclose(c, 2 * m["A"].T @ m["B"] - m["B"], rtol=1e-12, atol=1e-12)
@@ -190,9 +198,11 @@ BAD = {  # case: (operation, arguments, the one line on stderr after "hpcgpu: er
                       "solve: shapes do not conform: A is 37 x 37, B has 36 rows (A's 37 needed)"),
     "NaN in A": ("solve", ["{in}:NAN", "{in}:B", "-o", "{out}"],
                  "solve: A holds NaN or inf (at row 5, column 30): the solvers need finite values"),
-    "singular": ("solve", ["{in}:SINGULAR", "{in}:B", "-o", "{out}"], "solve: A is singular"),
+    "singular": ("solve", ["{in}:SINGULAR", "{in}:B", "-o", "{out}"],
+                 "solve: A is singular: U's diagonal is exactly zero at column 4 (LAPACK info 5)"),
     "not positive definite": ("cholesky", ["{in}:INDEFINITE", "-o", "{out}"],
-                              "cholesky: A is not positive definite"),
+                              "cholesky: A is not positive definite: the leading minor of order 4 is not "
+                              "(column 3 of 0..36)"),
 }
 """The routines' own messages (:data:`BY_THE_ROUTINE`) are what their entry checks (``hpcgpu.linalg._checks``) and
 factorizations say; the command line's own come before any routine runs."""
@@ -216,6 +226,7 @@ def bad_runs(tmp_path_factory):
 
 
 @pytest.mark.mpi
+@pytest.mark.xdist_group("linalg-cli-refusals")  # one worker, one launch for the table
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_needs(BAD[c][0]) if c in BY_THE_ROUTINE else ())
                                   for c in BAD])
 def test_refusal_is_one_line_exit_2_and_nothing_written(bad_runs, case):
