@@ -153,17 +153,27 @@ def sample_rows(X, model: TrainModel, comm: MPI.Intracomm):
             model.set_sample_shape(samples.pop())
         except ValueError as e:
             err = e
-    take_kind = getattr(model, "set_integer_features", None)  # a model of one's own: integers reach it as int64
-    if err is None and callable(take_kind):
-        try:
-            take_kind(any(i for _, i in mine))
-        except ValueError as e:
-            err = e
-    agree(err, comm=comm)
+    agree(err or _feature_kind_error(model, any(i for _, i in mine)), comm=comm)
     if not multi:
         return X
     width = int(np.prod(shape[1:]))  # not -1: zero rows have no width to infer
     return X.reshape(shape[0], width) if hasattr(X, "reshape") else np.asarray(X).reshape(shape[0], width)
+
+
+def _feature_kind_error(model: TrainModel, integer: bool) -> ValueError | None:
+    """Tell ``model`` whether its features are integers; its refusal (another kind than its first data's) or None.
+
+    Not collective. A model of one's own (``set_integer_features``: :class:`hpcgpu.nn.Torch`, :class:`hpcgpu.nn.Jax`)
+    gets integer features as int64 (an ``nn.Embedding``'s indices); the built-in layers take every feature as a
+    float of the trainer's type, and are not asked.
+    """
+    take_kind = getattr(model, "set_integer_features", None)
+    if callable(take_kind):
+        try:
+            take_kind(integer)
+        except ValueError as e:
+            return e
+    return None
 
 
 def as_split(data, what: str, sharded: bool, required_rows: int, task: str | None, model: TrainModel, dtype,
@@ -201,9 +211,12 @@ def as_split(data, what: str, sharded: bool, required_rows: int, task: str | Non
     dcomm = groups.data_comm
     if isinstance(data, (str, os.PathLike)):
         split = "train" if what == "data" else "test"
-        return agree_call(lambda: load_split(os.fspath(data), split, dcomm, required=split == "train",
-                                             dtype=dtype, min_rows=required_rows, task=task)[0],
-                          catch=(AgreedError,), comm=comm)
+        got = agree_call(lambda: load_split(os.fspath(data), split, dcomm, required=split == "train",
+                                            dtype=dtype, min_rows=required_rows, task=task)[0],
+                         catch=(AgreedError,), comm=comm)
+        if got is not None:  # the file's integer features reach a model of one's own as int64, as arrays' do
+            agree(_feature_kind_error(model, got.integer), comm=comm)
+        return got
     agree(pair_error(data, what), comm=comm)
     X, y = data
     err = None

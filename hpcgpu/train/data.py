@@ -50,6 +50,10 @@ class Split:
         Every rank's first global row and N after them (P + 1 values) when
         the shards are not ``block_range``'s (each rank's own rows given in
         memory); None for ``block_range``'s.
+    integer : bool
+        The features are integers in the file they were read from (``X``
+        holds them in the floating type, exactly up to 2**24 in float32 and
+        2**53 in float64): a model of one's own gets them as int64.
     """
 
     X: np.ndarray
@@ -59,6 +63,7 @@ class Split:
     n_global: int
     dim: int
     starts: np.ndarray | None = None
+    integer: bool = False
 
     @property
     def task(self) -> str:
@@ -182,7 +187,9 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
     required : bool
         Whether a missing split is an error (else ``(None, None)``).
     dtype : str
-        dtype of the returned ``X`` (float32 or float64), and of regression targets.
+        dtype of the returned ``X`` (float32 or float64), and of regression targets;
+        integer features are read into it too, and the Split says they were
+        (``integer``).
     min_rows : int
         Fewest rows the split may have (the number of ranks for training).
     task : {"classification", "regression"}, optional
@@ -243,7 +250,7 @@ def load_split(path: str, split: str, comm: MPI.Intracomm, required: bool = True
         if err is not None and "holds NaN or infinity" in str(err) and np.dtype(file_dtype).itemsize > X.itemsize:
             err = _overflow(path, split, X, start, file_dtype) or err
     agree(err, comm=comm)
-    return Split(X, y, start, stop, n, d), nc
+    return Split(X, y, start, stop, n, d, integer=np.dtype(file_dtype).kind in "iu"), nc
 
 
 def _whole_labels(y, start: int, what: str) -> ValueError | None:
