@@ -1239,12 +1239,23 @@ FIXES: dict[str, str] = {
         "micro-batch's gradient (of this rank's loss sum) before it is added to what the ranks reduce, and what "
         "it returns is reduced. An optimizer step in a hook is the trainer's optimizer's job."
     ),
-    "Jax: params leaf … is …, not floating point: every leaf of params is trained (nn.Jax has no non-trainable "
-    "leaves); keep constants in apply's closure": (
-        "``nn.Jax`` trains every leaf of ``params`` in the trainer's floating type: an integer leaf (an index "
-        "table, a step counter) would be trained as floats. Leave it out of ``params`` and let ``apply`` close "
-        "over it (``functools.partial(apply, table=...)``); state that changes in training (flax's "
-        "``batch_stats``) is not carried: use ``nn.Torch`` for such a model."
+    "Jax: params leaf … is …, not floating point, and is trained: mark it non-trainable (trainable=, a mask of "
+    "params) or keep it in apply's closure": (
+        "``nn.Jax`` trains the leaves of ``params`` in the trainer's floating type: an integer leaf (an index "
+        "table, a step counter) would be trained as floats. Mark it non-trainable, ``nn.Jax(apply, params, "
+        "trainable={\"table\": False, \"layers\": True})`` (optax.masked's mask: a prefix of the pytree), and "
+        "it reaches ``apply`` as it is, kept in checkpoints and results; or let ``apply`` close over it."
+    ),
+    "Jax: trainable must be True or a pytree of True/False with the structure of params or a prefix of it "
+    "(optax.masked's mask), got …": (
+        "``trainable=`` says which leaves of ``params`` are trained: True, or a pytree of booleans shaped like "
+        "``params`` or like its top levels (``{\"params\": True, \"batch_stats\": False}`` marks whole subtrees), "
+        "or a function of ``params`` returning one. A mask of other keys or lengths than ``params``', or "
+        "leaves that are not True/False (0 and 1), is refused."
+    ),
+    "Jax: trainable marks no leaf of params as trained: nothing to train": (
+        "Every leaf of ``trainable=`` is False (or ``trainable=False``): mark the leaves the optimizer should "
+        "train True."
     ),
     "Keras: the model is not built: give its input shape, keras.Input(shape) as its first layer, or call "
     "model.build(input_shape)": (

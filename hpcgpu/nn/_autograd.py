@@ -15,11 +15,12 @@ What moves per step (host, NumPy):
   ``register_post_accumulate_grad_hook`` of each parameter). On a GPU the arrays cross by DLPack, no copy
   either.
 - :class:`Jax`: on the host, ``jax.jit`` runs on JAX's CPU device (whatever GPU JAX may see: a rank on the
-  host computes on the host); the parameters and the micro-batch are copied to it at the call (one copy each),
-  and the gradient is read back without a copy, then copied into the flat buffer. On a GPU the parameters, the
-  micro-batch, the gradient and the outputs cross by DLPack (no copy through the host, on the rank's own
-  GPU), after one wait for the trainer's stream (JAX's DLPack import is not ordered with it); a JAX without
-  that GPU gets host copies instead. JAX is started without preallocating the GPU's memory
+  host computes on the host); the parameters (its non-trainable leaves too) and the micro-batch are copied to it
+  at the call (one copy each), and the gradient is read back without a copy, then copied into the flat buffer.
+  On a GPU the parameters, the micro-batch, the gradient and the outputs cross by DLPack (no copy through the
+  host, on the rank's own GPU; the non-trainable leaves, held on the host, are copied there), after one wait
+  for the trainer's stream (JAX's DLPack import is not ordered with it); a JAX without that GPU gets host
+  copies instead. JAX is started without preallocating the GPU's memory
   (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless the user set it), which it shares with CuPy and other ranks.
 - :class:`Keras`: a Keras 3 model on the JAX backend, run as :class:`Jax` runs a function, through the model's
   ``stateless_call`` (its variables as arguments): what moves is :class:`Jax`'s.
@@ -612,7 +613,7 @@ class Torch(Model):
             The loss sum and the outputs, as :meth:`predict` gives them.
         """
         out, loss = self._evaluated(params, x, y)
-        return float(loss.float()), self._array(out, x)
+        return float(loss), self._array(out, x)  # a float64 loss in full (not through float32), bfloat16's exactly
 
     def state_dict(self, path: str) -> dict:
         """The module's ``state_dict`` from a results file's ``/model`` (and ``/buffers``) group, by name.
@@ -660,28 +661,43 @@ class Jax(Model):
     apply : callable
         ``apply(params, x) -> outputs`` of shape (n, k) or (n,), pure (jittable).
     params : pytree
-        The initial parameters (dicts, lists, tuples of floating-point arrays), every leaf trained: nn.Jax has
-        no non-trainable leaves (no ``state=``, no BatchNorm statistics carried across steps); a constant
-        belongs in ``apply``'s closure.
+        The initial parameters (dicts, lists, tuples of arrays): the whole state of the model, trained
+        leaves (floating point) and those ``trainable`` marks as not trained (of any type: a frozen
+        embedding, an index table, fixed statistics).
     loss : {"cross-entropy", "mse"} or callable
         ``"cross-entropy"``: softmax cross-entropy of logits against integer labels, summed;
         ``"mse"``: the sum of squared errors; or ``loss(outputs, y)`` returning the SUM over the samples.
+    trainable : bool, pytree of bool, or callable, keyword-only
+        Which leaves of ``params`` are trained: True (every leaf), or a pytree of True/False whose
+        structure is ``params``' or a prefix of it (``{"params": True, "batch_stats": False}`` marks a
+        whole subtree), or a function of ``params`` that returns one. This is the mask JAX users already
+        write for ``optax.masked`` and Equinox's ``eqx.partition(model, filter_spec)``; it keeps ``apply``'s
+        signature, so a Flax model's variables, ``{"params": ..., "batch_stats": ...}``, go in as they are.
 
     Raises
     ------
     ImportError
         JAX is not installed.
     TypeError
-        ``apply`` or ``loss`` not callable, an unknown loss name, a pytree without leaves, a leaf that is
-        not floating point (an integer table would be trained as floats).
+        ``apply`` or ``loss`` not callable, an unknown loss name, a pytree without leaves, a ``trainable``
+        that is no mask of ``params`` or that marks no leaf trained, a trained leaf that is not floating point
+        (an integer table would be trained as floats: mark it non-trainable).
 
     Notes
     -----
     JAX computes in float32 unless ``jax_enable_x64`` is set: a trainer of ``dtype="float64"`` then holds its
     parameters in float64 and the gradient comes in float32.
+
+    The non-trainable leaves are model state, as a PyTorch module's buffers and frozen parameters are for
+    :class:`Torch`: ``apply`` gets them in their place in the pytree, in their own dtype, and no gradient is
+    taken of them; the optimizer never sees them (they are no parameters of the trainer's). Every
+    data-parallel rank takes data rank 0's at the first step (DDP's broadcast of the module's state), and
+    they are kept in checkpoints and in the results file (``/buffers``), put back by a resume and
+    ``load_weights`` (:meth:`buffers`). They stay constant in training: ``apply`` returns outputs only, so
+    state it would update (flax's ``batch_stats`` under ``mutable=``) is not carried across steps.
     """
 
-    def __init__(self, apply, params, loss="cross-entropy"):
+    def __init__(self, apply, params, loss="cross-entropy", *, trainable=True):
         jax = self._jax = _import("jax", "jax")
         if not callable(apply):
             raise agreed(TypeError(f"Jax: apply must be callable (apply(params, x)), got {type(apply).__name__}"))
@@ -695,33 +711,79 @@ class Jax(Model):
         leaves, self._treedef = jax.tree_util.tree_flatten_with_path(params)
         if not leaves:
             raise agreed(TypeError("Jax: params has no leaves (arrays)"))
-        self.names = [_path_name(path) for path, _ in leaves]
-        self._init = {n: np.array(leaf) for n, (_, leaf) in zip(self.names, leaves, strict=True)}
+        self._trained = _mask(jax, params, trainable, len(leaves))
+        names = [_path_name(path) for path, _ in leaves]
+        values = {n: np.array(leaf) for n, (_, leaf) in zip(names, leaves, strict=True)}
+        self.names = [n for n, t in zip(names, self._trained, strict=True) if t]
+        self.state_names = [n for n, t in zip(names, self._trained, strict=True) if not t]
+        if not self.names:
+            raise agreed(TypeError("Jax: trainable marks no leaf of params as trained: nothing to train"))
+        self._init = {n: values[n] for n in self.names}
         for n, v in self._init.items():  # trained as floats otherwise: an index table or a counter would move
             if v.dtype.kind != "f" and v.dtype.name != "bfloat16":
-                raise agreed(TypeError(f"Jax: params leaf {n} is {v.dtype}, not floating point: every leaf of "
-                                       "params is trained (nn.Jax has no non-trainable leaves); keep constants in "
-                                       "apply's closure"))
+                raise agreed(TypeError(f"Jax: params leaf {n} is {v.dtype}, not floating point, and is trained: "
+                                       "mark it non-trainable (trainable=, a mask of params) or keep it in apply's "
+                                       "closure"))
+        self._state = {n: np.ascontiguousarray(values[n]) for n in self.state_names}  # buffers(): live, host
         self.apply, self._loss = apply, loss
         self._dlpack = None  # on a GPU: whether JAX takes the trainer's device arrays by DLPack (known at first)
         self._compile(None)
 
+    def buffers(self) -> dict:
+        """The non-trainable leaves of ``params``, by path name, as live host arrays. Not collective.
+
+        The trainer writes into them (data rank 0's on every rank at the first step, a checkpoint's on resume,
+        a results file's in ``load_weights``) and keeps them in checkpoints and the results file (``/buffers``);
+        each call of the function reads them as they are then.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Empty when every leaf is trained.
+        """
+        return self._state
+
+    def constant_buffers(self) -> frozenset:
+        """Every name of :meth:`buffers`: no step changes them, so they are made data rank 0's once.
+
+        Not collective.
+
+        Returns
+        -------
+        frozenset of str
+        """
+        return frozenset(self.state_names)
+
+    def _leaves(self, flat, state) -> list:
+        """The pytree's leaves in its order, from the trained ones ``flat`` and the others ``state``."""
+        trained, fixed = iter(flat), iter(state)
+        return [next(trained) if t else next(fixed) for t in self._trained]
+
+    def _args(self, params, *rest) -> list:
+        """The arrays of a call: the trained leaves (by name from ``params``), the non-trainable ones, ``rest``."""
+        return [params[n] for n in self.names] + [self._state[n] for n in self.state_names] + list(rest)
+
     def _compile(self, compute) -> None:
         """The jitted value-and-gradient and prediction; with ``compute`` (a 16-bit type), under its policy."""
-        jax, treedef, apply, loss = self._jax, self._treedef, self.apply, self._loss
+        jax, treedef, apply, loss, leaves = self._jax, self._treedef, self.apply, self._loss, self._leaves
 
-        def forward(flat, x):
+        def forward(flat, state, x):
+            # the gradient is taken of the trained leaves ``flat`` only: ``state`` (the others) is an argument too,
+            # so the values the trainer writes into buffers() reach the function without a recompilation
             if compute is None:
-                return apply(jax.tree_util.tree_unflatten(treedef, flat), x)
-            # jmp's mixed policy: the float32 parameters and the inputs cast to the compute type for the
-            # function, its outputs back to float32 for the loss; the gradient flows back through the casts.
-            params = jax.tree_util.tree_unflatten(treedef, [p.astype(compute) for p in flat])
+                return apply(jax.tree_util.tree_unflatten(treedef, leaves(flat, state)), x)
+            # jmp's mixed policy: the float32 parameters (and floating state) and the inputs cast to the compute
+            # type for the function, its outputs back to float32 for the loss; the gradient flows back through
+            # the casts.
+            floating = [v.astype(compute) if jax.numpy.issubdtype(v.dtype, jax.numpy.floating) else v
+                        for v in state]
+            params = jax.tree_util.tree_unflatten(treedef, leaves([p.astype(compute) for p in flat], floating))
             out = apply(params, x.astype(compute) if x.dtype.kind == "f" else x)
             return out.astype(flat[0].dtype)
 
-        def objective(flat, x, y):
+        def objective(flat, state, x, y):
             # Checked while JAX traces the function (once a compilation), not at every step
-            out = forward(flat, x)
+            out = forward(flat, state, x)
             if isinstance(out, (tuple, list, dict)) or not hasattr(out, "shape"):
                 raise ContractError(f"Jax: {getattr(apply, '__name__', 'apply')} returned a {type(out).__name__}, "
                                     "not an array: apply must return the outputs as one array, (n, k) or (n,)")
@@ -783,9 +845,12 @@ class Jax(Model):
         import cupy
 
         if self._dlpack is not False:
-            cupy.cuda.get_current_stream().synchronize()  # JAX's from_dlpack takes no stream of ours
+            # the non-trainable leaves' copies to the device and the aligned copies are queued on the trainer's
+            # stream too, so the one wait covers them: JAX's from_dlpack takes no stream of ours
+            arrays = [_aligned(cupy.asarray(a)) for a in arrays]
+            cupy.cuda.get_current_stream().synchronize()
             try:
-                got = [jax.dlpack.from_dlpack(_aligned(cupy.asarray(a))) for a in arrays]
+                got = [jax.dlpack.from_dlpack(a) for a in arrays]
                 self._dlpack = True
                 return got, cupy.from_dlpack
             except Exception:
@@ -797,8 +862,9 @@ class Jax(Model):
 
     def loss_and_grad(self, params, x, y):
         """The loss sum, its gradient by name (``jax.value_and_grad`` under ``jax.jit``), the outputs."""
-        (*flat, xj, yj), back = self._to_jax([params[n] for n in self.names] + [x, y], x)
-        (loss, out), grads = self._value_and_grad(flat, xj, yj)
+        (*arrays, xj, yj), back = self._to_jax(self._args(params, x, y), x)
+        k = len(self.names)
+        (loss, out), grads = self._value_and_grad(arrays[:k], arrays[k:], xj, yj)
         back = back or np.asarray
         loss = float(loss)  # the whole call is done: its results may be handed over
         return loss, {n: back(g) for n, g in zip(self.names, grads, strict=True)}, back(out)
@@ -819,21 +885,23 @@ class Jax(Model):
         (float, array)
             The loss sum and the outputs, as :meth:`predict` gives them.
         """
-        (*flat, xj, yj), back = self._to_jax([params[n] for n in self.names] + [x, y], x)
-        loss, out = self._forward_loss(flat, xj, yj)
+        (*arrays, xj, yj), back = self._to_jax(self._args(params, x, y), x)
+        k = len(self.names)
+        loss, out = self._forward_loss(arrays[:k], arrays[k:], xj, yj)
         loss = float(loss)  # the whole call is done: its outputs may be handed over
         return loss, (back or np.asarray)(out)
 
     def predict(self, params, x):
         """``apply(params, x)`` under ``jax.jit``: a NumPy array, or a CuPy array for a device ``x``."""
-        (*flat, xj), back = self._to_jax([params[n] for n in self.names] + [x], x)
-        out = self._predict(flat, xj)
+        (*arrays, xj), back = self._to_jax(self._args(params, x), x)
+        k = len(self.names)
+        out = self._predict(arrays[:k], arrays[k:], xj)
         if back is None:
             return np.asarray(out)
         out.block_until_ready()
         return back(out)
 
-    def tree(self, params: dict):
+    def tree(self, params: dict, buffers: dict | None = None):
         """The pytree of ``params`` (by name, as ``Trainer.params`` or a results file's ``/model`` hold them).
 
         Not collective. Its leaves are NumPy arrays (host copies of a GPU's).
@@ -841,14 +909,19 @@ class Jax(Model):
         Parameters
         ----------
         params : dict of str to array
-            NumPy or CuPy arrays by the pytree's path names (``"hidden.w"``).
+            The trained leaves: NumPy or CuPy arrays by the pytree's path names (``"hidden.w"``).
+        buffers : dict of str to array, optional
+            The non-trainable leaves by name (a results file's ``/buffers``); by default :meth:`buffers`, those
+            the trainer holds.
 
         Returns
         -------
         pytree
             Of the structure given to the constructor.
         """
-        return self._jax.tree_util.tree_unflatten(self._treedef, [_host(params[n]) for n in self.names])
+        state = self._state if buffers is None else buffers
+        return self._jax.tree_util.tree_unflatten(self._treedef, self._leaves(
+            [_host(params[n]) for n in self.names], [_host(state[n]) for n in self.state_names]))
 
 
 class Keras(Jax):
@@ -926,6 +999,30 @@ class Keras(Jax):
         """
         for v, k in zip(self.keras_model.trainable_variables, self._paths, strict=True):
             v.assign(np.asarray(params[k]).astype(v.dtype))
+
+
+def _mask(jax, params, trainable, n: int) -> list:
+    """One bool a leaf of ``params``, in its flattening order, from :class:`Jax`'s ``trainable``.
+
+    ``trainable``: True, a pytree of bools whose structure is a prefix of ``params``' (each bool over the subtree at
+    its place, as optax.masked reads a mask), or a function of ``params`` giving one; an agreed TypeError otherwise.
+    """
+    tree = jax.tree_util
+    mask = trainable(params) if callable(trainable) else trainable
+    marks = tree.tree_leaves(mask)
+    flags = None
+    if marks and all(isinstance(m, (bool, np.bool_)) for m in marks):
+        try:  # each mark over the subtree of params at its place (optax.masked's prefix rule)
+            flags = [bool(f) for f in tree.tree_leaves(tree.tree_map(
+                lambda m, sub: tree.tree_map(lambda _: m, sub), mask, params))]
+        except (ValueError, TypeError):
+            flags = None
+    if flags is None or len(flags) != n:
+        got = "a mask of another structure" if marks and all(isinstance(m, (bool, np.bool_)) for m in marks) \
+            else f"a {type(mask).__name__}"
+        raise agreed(TypeError(f"Jax: trainable must be True or a pytree of True/False with the structure of params "
+                               f"or a prefix of it (optax.masked's mask), got {got}"))
+    return flags
 
 
 def _path_name(path) -> str:

@@ -150,7 +150,9 @@ class TrainConfig:
         ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does; the same
         parameter and buffer names); in eval mode they are PyTorch's
         batch normalization. Nothing to do for other models (the built-in
-        layers have no BatchNorm). False: each rank's rows alone.
+        layers have no BatchNorm). False: each rank's rows alone. The
+        library's only: the command line trains the built-in MLP, so it has
+        no ``--sync-batchnorm``.
     data_placement : {"auto", "sharded", "replicated"}
         ``sharded``: each rank holds its ``1/P`` of the training set and the
         rows each epoch needs arrive by one ``Alltoallv`` per epoch;

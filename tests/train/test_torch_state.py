@@ -1,6 +1,6 @@
 """nn.Torch's whole module state is the model: frozen parameters and buffers made rank 0's and kept in results files
 and checkpoints, tied weights under each of their names, parameter hooks on the gradient the reducer sees; nn.Jax's
-leaves are all trained."""
+leaves are trained unless marked (trainable=)."""
 
 import importlib.util
 import json
@@ -153,13 +153,14 @@ def test_a_post_accumulate_grad_hook_is_refused_in_one_line():
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_a_jax_leaf_that_is_not_floating_point_is_refused_in_one_line():
-    """nn.Jax trains every leaf: an integer leaf (an index table, a counter) would be trained as floats, so it is
-    refused in one agreed line naming it."""
+    """nn.Jax trains every leaf not marked otherwise (trainable=): an integer leaf (an index table, a counter) would
+    be trained as floats, so it is refused in one agreed line naming it (tests/train/test_autograd_state.py: the
+    mask)."""
     from hpcgpu import nn
     from hpcgpu.errors import AgreedError
 
     with pytest.raises(TypeError) as e:
         nn.Jax(lambda p, x: x @ p["w"], {"w": np.zeros((6, 3)), "steps": np.zeros(1, np.int32)})
     assert isinstance(e.value, AgreedError)
-    assert str(e.value) == ("Jax: params leaf steps is int32, not floating point: every leaf of params is trained "
-                            "(nn.Jax has no non-trainable leaves); keep constants in apply's closure")
+    assert str(e.value) == ("Jax: params leaf steps is int32, not floating point, and is trained: mark it "
+                            "non-trainable (trainable=, a mask of params) or keep it in apply's closure")
