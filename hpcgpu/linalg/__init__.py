@@ -26,6 +26,7 @@ _LAZY = {
     "LU": ("lu", "LU"),
     "lu_factor": ("lu", "lu_factor"), "pdgetrf": ("lu", "lu_factor"),
     "lu_solve": ("lu", "lu_solve"), "pdgetrs": ("lu", "lu_solve"),
+    "solve": ("solvers", "solve"), "pdgesv": ("solvers", "solve"), "pdposv": ("solvers", "pdposv"),
 }
 """Public name -> (module of this package, attribute)."""
 
