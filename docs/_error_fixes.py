@@ -1629,8 +1629,9 @@ FIXES: dict[str, str] = {
         "library use) with P / C a perfect square, e.g. ``--replication 2`` at 8 ranks; or use "
         "``--algorithm auto``."
     ),
-    "matmul: algorithm must be summa, 2.5d or auto, got …": (
-        "``hpcgpu.matmul(algorithm=...)`` was given an unknown algorithm. Use ``\"summa\"``, ``\"2.5d\"`` or "
+    "matmul: algorithm must be summa, stationary-a, 2.5d or auto, got …": (
+        "``hpcgpu.matmul(algorithm=...)`` was given an unknown algorithm. Use ``\"summa\"``, "
+        "``\"stationary-a\"`` (A stays where it lies: for a product with few columns), ``\"2.5d\"`` or "
         "``\"auto\"``."
     ),
     "matmul: beta = … needs a c to add to": (
@@ -1684,6 +1685,107 @@ FIXES: dict[str, str] = {
     "matmul: … must be N, T or C, got …": (
         "``transa`` and ``transb`` are PDGEMM's: ``\"N\"`` (as is), ``\"T\"`` (transpose) or ``\"C\"`` "
         "(conjugate transpose)."
+    ),
+    "matmul: c must not be a transposed view (.T, .H): C is written into, and a view's blocks are a copy; pass a "
+    "matrix": (
+        "``c`` was ``x.T`` or ``x.H``: a view of ``x`` whose blocks, once read, are a moved copy, so a product "
+        "written there would never reach ``x``. Pass a matrix of shape ``(m, n)`` (``DistMatrix.zeros``), or "
+        "compute ``x.T @ ...`` and take the result's ``.T``."
+    ),
+    "np.asarray of a …: it is distributed; .gather() (collective) gives the whole of it on rank 0, .local this "
+    "rank's block": (
+        "``np.asarray``, ``np.array`` (or a NumPy function that converts its argument) was given a "
+        "``DistMatrix`` or ``DistVector``: no rank holds the whole of it, and NumPy would silently make a 0-d "
+        "object array. Call ``.gather()`` on every rank (the whole array arrives on rank 0, ``None`` "
+        "elsewhere: small arrays only), or work on ``.local``, this rank's block (``rows``, ``cols`` or ``span`` "
+        "say which part it is)."
+    ),
+    "… …: combine with a scalar or a … of the same shape and grid (….from_global distributes an array)": (
+        "A distributed matrix or vector was combined with a NumPy or CuPy array: the array is whole on each rank, "
+        "the matrix is in blocks, so there is no elementwise meaning. Distribute the array first "
+        "(``DistMatrix.from_global(array, a.grid)``), or combine ``.local`` with the matching block "
+        "(``array[a.rows, a.cols]``) yourself."
+    ),
+    "…: the operands differ: … and … (elementwise needs one shape, layout and grid)": (
+        "``+``, ``-``, ``*`` or ``/`` between two distributed matrices (or vectors) needs the same global shape "
+        "and the same process grid (and, for vectors, the same layout), so that each rank's blocks are the same "
+        "elements: the message names both. Move one onto the other's grid (``b.redistribute(a.grid)``, "
+        "``x.as_layout(y.layout)``) or fix the shape."
+    ),
+    "…: one operand's blocks are in host memory, the other's on the device": (
+        "One matrix's blocks are NumPy arrays and the other's CuPy arrays (made with different ``xp=``). Make "
+        "both on one side: pass the same ``xp`` when creating them, or rebuild one with "
+        "``DistMatrix(cupy.asarray(b.local), b.gshape, b.grid)``."
+    ),
+    "…: … and … give …, not one of …": (
+        "NumPy's promotion of the two operands' types gives a dtype a DistMatrix does not hold (an integer or "
+        "no common type, such as float16 with bfloat16). Convert one operand first "
+        "(``a.astype(\"float32\")``)."
+    ),
+    "…: the result is …, the operand …: x = x … y makes a new one": (
+        "An in-place operator (``+=``, ``-=``, ``*=``, ``/=``) would change the matrix's dtype (a complex "
+        "scalar added to a real matrix, a float64 matrix into a float32 one), which an in-place operation "
+        "cannot. Write ``a = a + x`` for a new matrix of the promoted dtype, or convert first (``a.astype``)."
+    ),
+    "DistMatrix … on a transposed view (.T, .H) would change a copy, not its matrix: write v = v … x, or change "
+    "the matrix itself": (
+        "``a.T`` and ``a.H`` are views: nothing is moved when they are taken, and their blocks, once read, are "
+        "a moved copy of ``a``. An in-place operator on a view would change that copy and not ``a``, so it is "
+        "refused. Change ``a`` itself (``a *= 2`` doubles ``a.T`` too), or write ``v = v * 2`` for a new one."
+    ),
+    "…: layout must be 'rows' or 'cols', got …": (
+        "A ``DistVector`` is laid out as a matrix's rows (``\"rows\"``: split over the grid rows, what "
+        "``A @ x`` gives) or as its columns (``\"cols\"``: split over the grid columns, what ``A @ x`` takes). "
+        "Give one of the two."
+    ),
+    "DistVector: local piece has shape …, expected … for … elements along the … of grid …": (
+        "``DistVector(local, n, grid, layout)`` was given a piece of the wrong length: each rank holds "
+        "``grid.cols(n)`` (layout ``cols``) or ``grid.rows(n)`` (layout ``rows``) of the vector. Make the "
+        "piece that long, or use ``DistVector.from_global`` or ``DistVector.zeros``."
+    ),
+    "DistVector.from_global: expected a 1-D array, got shape …": (
+        "The root's array is not one-dimensional. Pass ``x.ravel()`` for a vector; a matrix goes to "
+        "``DistMatrix.from_global``."
+    ),
+    "DistVector.from_global: root must be a rank of the grid (0 to …), got …": (
+        "``root`` is the rank (in the grid's communicator) that holds the array: an integer from 0 to the "
+        "number of ranks less one."
+    ),
+    "DistVector.from_matrix: a must be an n x 1 DistMatrix, got …": (
+        "Only a one-column ``DistMatrix`` is a vector. Take a column first, or pass ``a.T`` for a one-row "
+        "matrix (moved when read)."
+    ),
+    "DistMatrix @ DistVector: shapes do not conform: … x … and a vector of …": (
+        "``A @ x`` needs ``x`` as long as ``A`` has columns (``A.T @ x``: as ``A`` has rows). Check which "
+        "operand is transposed."
+    ),
+    "DistMatrix @ DistVector: different grids (… and …)": (
+        "The matrix and the vector are on different process grids. Make the vector on the matrix's grid "
+        "(``DistVector.from_global(x, a.grid)``)."
+    ),
+    "DistMatrix @ DistVector: dtypes differ: … and … (x.astype(a.dtype))": (
+        "A matrix-vector product takes one dtype for both, as ``matmul`` does. Convert the vector "
+        "(``x.astype(a.dtype)``) or the matrix."
+    ),
+    "…: the vectors differ: … and …": (
+        "``x.dot(y)`` and ``x.vdot(y)`` need two ``DistVector`` of one length on one grid (either layout: "
+        "``y`` is moved to ``x``'s). The message names both."
+    ),
+    "…: … and … have no common dtype of a DistVector": (
+        "The two vectors' dtypes promote to no dtype a DistVector holds (float16 with bfloat16). Convert one "
+        "(``y.astype(x.dtype)``)."
+    ),
+    "norm: ord must be None, 2, 1, inf or -inf for a vector, got …": (
+        "A vector's norms are the 2-norm (None or 2), the sum of absolute values (1) and the largest or "
+        "smallest absolute value (inf, -inf)."
+    ),
+    "norm: ord must be None, 'fro', 1, -1, inf or -inf for a matrix, got …": (
+        "A matrix's norms here are Frobenius (None, ``'fro'``) and the largest or smallest column (1, -1) or "
+        "row (inf, -inf) sum of absolute values. The 2-norm and the nuclear norm need singular values, which "
+        "hpcgpu does not compute for a distributed matrix; the Frobenius norm bounds the 2-norm from above."
+    ),
+    "norm: x must be a DistMatrix or a DistVector, got …": (
+        "``hpcgpu.linalg.norm`` takes distributed arrays; for a NumPy array use ``numpy.linalg.norm``."
     ),
     # -- Task farm ----------------------------------------------------------------------------------------
     "task … returned results …, the first result had …: the function must return the same names for every task": (

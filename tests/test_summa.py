@@ -91,7 +91,7 @@ def test_one_rank_grid_and_errors():
         "beta = 0.5 needs a c": dict(beta=0.5),
         "transa must be N, T or C": dict(transa="X"),
         "complex alpha or beta for float64": dict(alpha=1j),
-        "algorithm must be summa, 2.5d or auto": dict(algorithm="3d"),
+        "algorithm must be summa, stationary-a, 2.5d or auto": dict(algorithm="3d"),
         "algorithm 2.5d needs replication": dict(algorithm="2.5d"),
         "replication 2 does not divide the 1 ranks": dict(algorithm="2.5d", replication=2),
         "replication is for algorithm 2.5d": dict(replication=2),

@@ -7,25 +7,26 @@ Nothing global is held by one rank unless the user asks for it
 from __future__ import annotations
 
 import numbers
+import operator
 import os
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import _context, _device
-from .._gemm import bfloat16_dtype
+from .._gemm import accumulator_dtype, bfloat16_dtype, gemm
 from .._version import __version__
 from .blocks import remap
-from ..comm import movable
-from ..errors import agree, agree_inputs
+from ..comm import Allgather, Allreduce, movable
+from ..errors import agree, agree_inputs, agreed
 from .grid import ProcessGrid, default_grid
 from .._memory import node_memory_error
 from .._outputs import write_dataset
 from ..io import open_hdf5, source_error
-from .summa import matmul
+from .summa import matmul, variant
 from ..watchdog import watch
 
-__all__ = ["DistMatrix", "DTYPES"]
+__all__ = ["DistMatrix", "DistVector", "TransposeView", "norm", "matmul_operator", "DTYPES", "LAYOUTS"]
 
 DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128", "float16")) + (
     (bfloat16_dtype(),) if bfloat16_dtype() is not None else ())
@@ -65,7 +66,111 @@ def _file_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype("float32") if dtype.name == "bfloat16" else dtype
 
 
-class DistMatrix:
+class _Elementwise:
+    """The arithmetic of :class:`DistMatrix` and :class:`DistVector`: local, elementwise, NumPy's promotion.
+
+    Not collective: each rank works on its own block, and every refusal is of what all ranks share (shapes,
+    grids, dtypes), so all raise it alike. A scalar is each rank's own (SPMD code passes the same on every rank;
+    it is not compared). A subclass gives ``local``, ``dtype``, ``xp``, ``describe()``, ``_like(local)`` (the
+    same layout with another block) and ``_fits(other)`` (the same layout).
+    """
+
+    __array_ufunc__ = None  # NumPy defers to the operators below (np.float32(2) * a) and refuses np.add(a, b)
+
+    def __array__(self, dtype=None, copy=None):
+        """Refused: a distributed array is no one array on a rank (NumPy would make a 0-d object array)."""
+        raise agreed(TypeError(f"np.asarray of a {type(self).__name__}: it is distributed; .gather() (collective) "
+                               "gives the whole of it on rank 0, .local this rank's block"))
+
+    def _binary(self, other, opname: str, sym: str, reflected: bool = False):
+        return _elementwise(self, other, opname, sym, reflected)
+
+    def _inplace(self, other, opname: str, sym: str):
+        return _elementwise(self, other, opname, sym, inplace=True)
+
+    def _unary(self, fn):
+        """``fn`` of the block (a local op), of the same layout."""
+        return self._like(fn(self.local))
+
+    def __add__(self, other):
+        return self._binary(other, "add", "+")
+
+    def __radd__(self, other):
+        return self._binary(other, "add", "+", reflected=True)
+
+    def __sub__(self, other):
+        return self._binary(other, "sub", "-")
+
+    def __rsub__(self, other):
+        return self._binary(other, "sub", "-", reflected=True)
+
+    def __mul__(self, other):
+        return self._binary(other, "mul", "*")
+
+    def __rmul__(self, other):
+        return self._binary(other, "mul", "*", reflected=True)
+
+    def __truediv__(self, other):
+        return self._binary(other, "truediv", "/")
+
+    def __rtruediv__(self, other):
+        return self._binary(other, "truediv", "/", reflected=True)
+
+    def __iadd__(self, other):
+        return self._inplace(other, "add", "+=")
+
+    def __isub__(self, other):
+        return self._inplace(other, "sub", "-=")
+
+    def __imul__(self, other):
+        return self._inplace(other, "mul", "*=")
+
+    def __itruediv__(self, other):
+        return self._inplace(other, "truediv", "/=")
+
+    def __neg__(self):
+        return self._unary(lambda x: -x)
+
+    def __pos__(self):
+        return self._unary(lambda x: x.copy())
+
+    def __abs__(self):
+        """Elementwise absolute value; a complex dtype gives its real dtype (complex128 -> float64)."""
+        return self._unary(abs)
+
+    def conj(self):
+        """The elementwise complex conjugate (a copy for real dtypes). Not collective."""
+        return self._unary(lambda x: x.conj() if x.dtype.kind == "c" else x.copy())
+
+    @property
+    def real(self):
+        """The real part, a new array of the real dtype (complex64 -> float32). Not collective."""
+        return self._unary(lambda x: x.real.copy())
+
+    @property
+    def imag(self):
+        """The imaginary part, a new array of the real dtype (zeros for a real dtype). Not collective."""
+        return self._unary(lambda x: x.imag.copy() if x.dtype.kind == "c" else self.xp.zeros_like(x))
+
+    def astype(self, dtype):
+        """Converted to ``dtype`` (one of :data:`DTYPES`), a new array of the same layout. Not collective.
+
+        Raises
+        ------
+        ValueError
+            ``dtype`` is not one of :data:`DTYPES` (on every rank alike).
+        """
+        err = _dtype_error(dtype, "astype")
+        if err:
+            raise agreed(err)
+        return self._unary(lambda x: x.astype(dtype))
+
+    def copy(self):
+        """A copy with a copy of every block (a view's: its transpose, moved). Not collective but for a view."""
+        return self._like(self.local.copy())
+
+
+class DistMatrix(_Elementwise):
     """A global ``m x n`` matrix; rank ``(i, j)`` holds block ``(i, j)``.
 
     Parameters
@@ -88,11 +193,25 @@ class DistMatrix:
         (``ml_dtypes.bfloat16``); see :data:`DTYPES`.
     xp : module
         ``numpy`` or ``cupy``, after where ``local`` lives.
+    shape, ndim, size
+        NumPy's names: ``shape`` is :attr:`gshape`, ``ndim`` 2, ``size`` ``m * n`` (global).
 
     Raises
     ------
     ValueError
         ``local`` does not have the block's shape, or an unsupported dtype.
+
+    Notes
+    -----
+    What is collective and what is not. Local, no communication: ``+``, ``-``, ``*``, ``/`` (reflected and
+    in place) with a Python or NumPy scalar and elementwise with a matrix of the same global shape and grid,
+    unary ``-`` and ``+``, ``abs``, :meth:`conj`, :attr:`real`, :attr:`imag`, :meth:`astype`, :meth:`copy`
+    (results in NumPy's promoted dtype; a refusal, of shapes, grids or dtypes that every rank shares, is
+    raised on every rank alike), and taking :attr:`T` or :attr:`H` (views). Collective over ``grid.cart``:
+    ``@`` and :func:`hpcgpu.matmul`, reading a view's blocks, :meth:`norm`, :meth:`trace`, :meth:`sum` and
+    :meth:`diag` (one small collective each and the argument agreement, the same value on every rank), and
+    the constructors, :meth:`gather`, :meth:`redistribute` and :meth:`to_hdf5`. ``np.asarray(a)`` is refused
+    (it would make a 0-d object array): :meth:`gather` or :attr:`local`.
 
     Examples
     --------
@@ -120,13 +239,29 @@ class DistMatrix:
 
     @property
     def lshape(self) -> tuple[int, int]:
-        """Shape of this rank's block, ``(len(rows), len(cols))``."""
-        return tuple(self.local.shape)
+        """Shape of this rank's block, ``(len(rows), len(cols))``. Not collective (a view's is known unmoved)."""
+        return (self.rows.stop - self.rows.start, self.cols.stop - self.cols.start)
 
     @property
     def lnbytes(self) -> int:
         """Bytes of this rank's block (local)."""
-        return int(self.local.nbytes)
+        return self.lshape[0] * self.lshape[1] * self.dtype.itemsize
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The global shape ``(m, n)``, NumPy's name for :attr:`gshape`."""
+        return self.gshape
+
+    ndim = 2
+    """Always 2."""
+
+    @property
+    def size(self) -> int:
+        """Elements of the whole matrix, ``m * n`` (global)."""
+        return self.gshape[0] * self.gshape[1]
+
+    view_of = None
+    """``(base, "T" or "C")`` for a transposed view (:class:`TransposeView`), ``None`` for a matrix."""
 
     @property
     def gnbytes(self) -> int:
@@ -144,25 +279,29 @@ class DistMatrix:
         """
         return f"{self.gshape[0]} x {self.gshape[1]} {self.dtype} on grid {self.grid.shape[0]}x{self.grid.shape[1]}"
 
-    def __matmul__(self, other: DistMatrix) -> DistMatrix:
-        return matmul(self, other)
+    def __matmul__(self, other):
+        """``self @ other``: :func:`hpcgpu.matmul` for a matrix or a view, ``A x`` for a :class:`DistVector`.
+
+        Collective; see :func:`matmul_operator`.
+        """
+        return matmul_operator(self, other)
 
     # -- transposes and redistribution -----------------------------------------
     @property
-    def T(self) -> DistMatrix:  # noqa: N802 - NumPy's name
-        """The transpose, ``(n, m)``, on the same grid. Collective over ``grid.cart`` (one ``Alltoallv``).
+    def T(self) -> TransposeView:  # noqa: N802 - NumPy's name
+        """The transpose, ``(n, m)``, as a view: nothing moves when it is taken. Not collective.
 
-        Each rank sends every other the part of its block that falls in that
-        rank's block of the transpose, and receives its own the same way:
-        no rank holds more than its blocks and one send and one receive
-        buffer of its block's size.
+        :func:`hpcgpu.matmul` and ``@`` read a view as ``transa``/``transb`` on this matrix, and the
+        arithmetic of two views of one kind works on the matrices beneath; reading the view's blocks
+        (:attr:`TransposeView.local`, :meth:`gather`, anything that needs ``(n, m)`` blocks) moves the
+        matrix once (one ``Alltoallv``, collective) and keeps the result on the view. ``a.T.T`` is ``a``.
         """
-        return self._move(self.grid, transpose=True, conj=False)
+        return TransposeView(self, conj=False)
 
     @property
-    def H(self) -> DistMatrix:  # noqa: N802 - the conjugate transpose's usual name
-        """The conjugate transpose, ``(n, m)``, on the same grid (:attr:`T` for real dtypes). Collective."""
-        return self._move(self.grid, transpose=True, conj=self.dtype.kind == "c")
+    def H(self) -> TransposeView:  # noqa: N802 - the conjugate transpose's usual name
+        """The conjugate transpose, ``(n, m)``, as a view (:attr:`T` for real dtypes). Not collective."""
+        return TransposeView(self, conj=self.dtype.kind == "c")
 
     def redistribute(self, grid: ProcessGrid) -> DistMatrix:
         """The same matrix on another process grid of the same ranks. Collective (one ``Alltoallv``).
@@ -191,7 +330,7 @@ class DistMatrix:
         elif grid.size != self.grid.size or MPI.Comm.Compare(grid.cart, self.grid.cart) not in (
                 MPI.IDENT, MPI.CONGRUENT):
             err = ValueError(f"redistribute: grid {grid.shape} is not over the ranks of grid {self.grid.shape}")
-        agree_inputs("redistribute", {"matrix": self, "grid": grid}, comm=self.grid.cart, error=err)
+        agree_inputs("redistribute", {"matrix": self.describe(), "grid": grid}, comm=self.grid.cart, error=err)
         return self._move(grid, transpose=False, conj=False)
 
     def _move(self, grid: ProcessGrid, transpose: bool, conj: bool) -> DistMatrix:
@@ -202,6 +341,107 @@ class DistMatrix:
             out = remap(self.local, lambda p: self.grid.block(self.gshape, p), lambda q: grid.block(tshape, q),
                         self.grid.cart, transpose=transpose, conj=conj)
         return DistMatrix(out, tshape, grid)
+
+    def _like(self, local):
+        """A matrix of this one's global shape and grid with block ``local``."""
+        return DistMatrix(local, self.gshape, self.grid)
+
+    def _fits(self, other) -> bool:
+        """Whether ``other`` is laid out as this matrix: same global shape, same grid."""
+        return isinstance(other, DistMatrix) and other.gshape == self.gshape and self.grid.same_as(other.grid)
+
+    # -- reductions: one small collective each, the same value on every rank ----
+    def norm(self, ord=None):  # noqa: A002 - NumPy's name
+        """The matrix norm, as :func:`numpy.linalg.norm` of the global matrix. Collective over ``grid.cart``.
+
+        Parameters
+        ----------
+        ord : {None, "fro", 1, -1, inf, -inf}
+            Frobenius (None, ``"fro"``: the scaled sum of squares of LAPACK's ``xLANGE``, one ``Allgather`` of
+            two numbers a rank, so no square overflows), the largest (1) or smallest (-1) column sum of
+            absolute values (column sums reduced down the grid columns, then their extreme along the grid
+            rows), the largest (inf) or smallest (-inf) row sum. 2 and ``"nuc"`` need singular values,
+            which hpcgpu does not compute.
+
+        Returns
+        -------
+        numpy scalar
+            Of the real dtype (float64 for float64 and complex128, float32 for float32 and complex64), the
+            same on every rank; 0 for an empty matrix.
+
+        Raises
+        ------
+        ValueError
+            Another ``ord``; arguments that differ across the ranks (:func:`hpcgpu.errors.agree_inputs`).
+        """
+        return norm(self, ord)
+
+    def trace(self):
+        """The sum of the diagonal ``a[i, i]``, ``i < min(m, n)``, as :func:`numpy.trace`.
+
+        Collective over ``grid.cart``: the argument agreement and one ``Allreduce`` of one number.
+
+        Returns
+        -------
+        numpy scalar
+            Of :attr:`dtype` (summed in float32 for float16 and bfloat16), the same on every rank.
+        """
+        agree_inputs("trace", {"matrix": self.describe()}, comm=self.grid.cart)
+        base, op = self.view_of or (self, "N")  # a transpose has the same diagonal (conjugated for .H)
+        total = _total(_diagonal(base), base.dtype, base.grid.cart)
+        return total.conjugate() if op == "C" else total
+
+    def sum(self):
+        """The sum of every element, as ``numpy.sum`` of the global matrix.
+
+        Collective over ``grid.cart``: the argument agreement and one ``Allreduce`` of one number.
+
+        Returns
+        -------
+        numpy scalar
+            Of :attr:`dtype` (summed in float32 for float16 and bfloat16), the same on every rank.
+        """
+        agree_inputs("sum", {"matrix": self.describe()}, comm=self.grid.cart)
+        base, op = self.view_of or (self, "N")  # a transpose has the same elements (conjugated for .H)
+        total = _total(base.local, base.dtype, base.grid.cart)
+        return total.conjugate() if op == "C" else total
+
+    def diag(self, layout: str = "rows") -> DistVector:
+        """The diagonal ``a[i, i]``, ``i < min(m, n)``, as a :class:`DistVector`.
+
+        Collective over ``grid.cart``: the argument agreement and one ``Alltoallv`` of the diagonal (each
+        element from the one rank that holds it to the ranks of its vector layout).
+
+        Parameters
+        ----------
+        layout : {"rows", "cols"}
+            The vector's layout: ``"rows"`` (as ``A @ x`` gives, over the grid rows) by default.
+
+        Returns
+        -------
+        DistVector
+            Of length ``min(m, n)`` and :attr:`dtype`.
+
+        Raises
+        ------
+        ValueError
+            Another ``layout``; arguments that differ across the ranks.
+        """
+        agree_inputs("diag", {"matrix": self.describe(), "layout": layout}, comm=self.grid.cart,
+                     error=_layout_error(layout, "diag"))
+        base, op = self.view_of or (self, "N")  # a transpose has the same diagonal (conjugated for .H)
+        grid, k = base.grid, min(base.gshape)
+
+        def held(p):  # the diagonal elements rank p holds: the rows and columns of its block in common
+            rows, cols = grid.block(base.gshape, p)
+            lo = max(rows.start, cols.start)
+            return slice(lo, max(lo, min(rows.stop, cols.stop))), slice(0, 1)
+
+        with watch("DistMatrix.diag's Alltoallv"):
+            out = remap(_diagonal(base).reshape(-1, 1), held,
+                        lambda q: _vector_block(k, grid, layout, q), grid.cart)
+        d = DistVector(out.reshape(-1), k, grid, layout)
+        return d.conj() if op == "C" else d
 
     # -- constructors ---------------------------------------------------------
     @classmethod
@@ -454,7 +694,7 @@ class DistMatrix:
         comm, grid = self.grid.cart, self.grid
         err = None if isinstance(root, int) and 0 <= root < comm.size else ValueError(
             f"gather: root must be a rank of the grid (0 to {comm.size - 1}), got {root!r}")
-        agree_inputs("gather", {"matrix": self, "root": root}, comm=comm, error=err)
+        agree_inputs("gather", {"matrix": self.describe(), "root": root}, comm=comm, error=err)
         local = _device.asnumpy(self.local)
         with watch("DistMatrix.gather's blocks", f"to rank {root}"):
             if comm.rank != root:
@@ -517,7 +757,8 @@ class DistMatrix:
             dataset or is a dataset hpcgpu did not write (every rank; the
             file is left as it was).
         """
-        agree_inputs("to_hdf5", {"matrix": self, "path": path, "name": name, "attrs": attrs, "overwrite": overwrite,
+        agree_inputs("to_hdf5", {"matrix": self.describe(), "path": path, "name": name, "attrs": attrs,
+                                 "overwrite": overwrite,
                                  "what": what}, comm=self.grid.cart, error=_names_error(path, name, "to_hdf5"))
         meta = dict(world_size=self.grid.cart.size, grid=np.array(self.grid.shape), hpcgpu_version=__version__)
         meta.update(attrs or {})
@@ -525,6 +766,685 @@ class DistMatrix:
         # Not watched: without parallel HDF5 the ranks write in turn, and the last one waits for the whole file
         return write_dataset(path, name, self.gshape, local, (self.rows, self.cols), comm=self.grid.cart,
                              attrs=meta, overwrite=overwrite, what=what)
+
+
+class TransposeView(DistMatrix):
+    """``a.T`` or ``a.H``: the (conjugate) transpose of a :class:`DistMatrix`, taken without moving it.
+
+    Not collective to take. :func:`hpcgpu.matmul` and ``@`` read it as ``transa``/``transb`` on :attr:`base`;
+    ``+``, ``-``, ``*``, ``/`` with a scalar, the unary operations, :meth:`astype` and the arithmetic of two
+    views of one kind on matrices of one shape give views of the same operations on the matrices beneath (no
+    communication); :meth:`~DistMatrix.trace`, :meth:`~DistMatrix.sum`, :meth:`~DistMatrix.norm` and
+    :meth:`~DistMatrix.diag` read :attr:`base` as it lies. Anything that needs the transpose's own ``(n, m)``
+    blocks (:attr:`local`, :meth:`~DistMatrix.gather`, :meth:`~DistMatrix.to_hdf5`, a view combined with a
+    matrix) moves the matrix once, collectively (one ``Alltoallv``), and keeps the moved blocks on the view.
+    ``a.T.T`` is ``a``; ``a.H.T`` and ``a.T.H`` are ``a.conj()`` (local).
+
+    A view shows its matrix as it was when its blocks were first read: change the matrix, not a view's
+    ``local`` (in-place operators on a view are refused).
+
+    Parameters
+    ----------
+    base : DistMatrix
+        The matrix, global shape ``(m, n)``.
+    conj : bool
+        The conjugate transpose (``a.H``) rather than the transpose.
+
+    Attributes
+    ----------
+    base : DistMatrix
+        The matrix beneath.
+    view_of : (DistMatrix, str)
+        ``(base, "T")``, or ``(base, "C")`` for the conjugate transpose of a complex matrix.
+    gshape : (int, int)
+        ``(n, m)``; :attr:`~DistMatrix.rows`, :attr:`~DistMatrix.cols` and :attr:`~DistMatrix.lshape` are
+        those of the transpose's blocks, known without moving anything.
+    """
+
+    def __init__(self, base: DistMatrix, conj: bool = False):
+        self.base = base
+        self.view_of = (base, "C" if conj else "T")
+        self.gshape = (base.gshape[1], base.gshape[0])
+        self.grid = base.grid
+        self.rows, self.cols = base.grid.block(self.gshape)
+        self.dtype, self.xp = base.dtype, base.xp
+        self._moved = None
+
+    @property
+    def local(self):
+        """This rank's block of the transpose, ``lshape``: the matrix moved on first read (collective), kept after."""
+        if self._moved is None:
+            self._moved = self.base._move(self.grid, transpose=True, conj=self.view_of[1] == "C")
+        return self._moved.local
+
+    @property
+    def T(self) -> DistMatrix:  # noqa: N802 - NumPy's name
+        """The transpose of the view: :attr:`base` (``a.conj()`` for a conjugate transpose). Not collective."""
+        return self.base if self.view_of[1] == "T" else self.base.conj()
+
+    @property
+    def H(self) -> DistMatrix:  # noqa: N802
+        """The conjugate transpose of the view: :attr:`base` (``a.conj()`` for a complex transpose). Not collective."""
+        return self.base if self.view_of[1] == "C" or self.dtype.kind != "c" else self.base.conj()
+
+    def __repr__(self) -> str:
+        return f"TransposeView({'H' if self.view_of[1] == 'C' else 'T'} of {self.base!r})"
+
+    def _move(self, grid: ProcessGrid, transpose: bool, conj: bool) -> DistMatrix:
+        """Moved from :attr:`base` in one ``Alltoallv`` (never through the view's own blocks)."""
+        return self.base._move(grid, not transpose, conj != (self.view_of[1] == "C"))
+
+    def _binary(self, other, opname: str, sym: str, reflected: bool = False):
+        base, op = self.view_of
+        if _is_scalar(other):  # f(s, conj(x)) = conj(f(conj(s), x)) for + - * /
+            s = other.conjugate() if op == "C" else other
+            return TransposeView(base._binary(s, opname, sym, reflected), op == "C")
+        if isinstance(other, TransposeView) and other.view_of[1] == op and base._fits(other.base):
+            return TransposeView(base._binary(other.base, opname, sym, reflected), op == "C")
+        return super()._binary(other, opname, sym, reflected)
+
+    def _inplace(self, other, opname: str, sym: str):
+        raise agreed(TypeError(f"DistMatrix {sym} on a transposed view (.T, .H) would change a copy, not its "
+                               f"matrix: write v = v {sym[0]} x, or change the matrix itself"))
+
+    def _unary(self, fn):
+        base, op = self.view_of
+        return TransposeView(base._unary(fn), op == "C")
+
+    def conj(self):
+        """The view's conjugate: the other kind of view of :attr:`base` (``a.T.conj()`` is ``a.H``). Not collective."""
+        base, op = self.view_of
+        return TransposeView(base, op == "T" and base.dtype.kind == "c")
+
+    @property
+    def real(self):
+        """``base.real``'s transpose, a view. Not collective."""
+        return TransposeView(self.base.real)
+
+    @property
+    def imag(self):
+        """``base.imag``'s transpose (negated for ``.H``), a view. Not collective."""
+        return TransposeView(-self.base.imag if self.view_of[1] == "C" else self.base.imag)
+
+
+LAYOUTS = ("rows", "cols")
+"""The layouts of a :class:`DistVector`: as the rows of a matrix (over the grid rows) or as its columns."""
+
+
+def _layout_error(layout, what: str) -> ValueError | None:
+    return None if isinstance(layout, str) and layout in LAYOUTS else ValueError(
+        f"{what}: layout must be 'rows' or 'cols', got {layout!r}")
+
+
+def _vector_block(n: int, grid: ProcessGrid, layout: str, rank: int) -> tuple[slice, slice]:
+    """The elements of a length-``n`` vector of ``layout`` that ``rank`` holds, as an ``(n_l, 1)`` block."""
+    i, j = grid.cart.Get_coords(rank)
+    return (grid.rows(n, i) if layout == "rows" else grid.cols(n, j)), slice(0, 1)
+
+
+def _vector_source(n: int, grid: ProcessGrid, layout: str, rank: int):
+    """:func:`_vector_block` on the ranks of the first copy (grid column 0 for "rows", grid row 0 for "cols").
+
+    None elsewhere: every element from one rank, as :func:`hpcgpu.blocks.remap`'s source layout wants it.
+    """
+    i, j = grid.cart.Get_coords(rank)
+    return _vector_block(n, grid, layout, rank) if (j if layout == "rows" else i) == 0 else None
+
+
+class DistVector(_Elementwise):
+    """A global vector of length ``n`` on a :class:`ProcessGrid`, laid out as a matrix's rows or columns.
+
+    ``layout="cols"``: the ranks of grid column ``j`` each hold elements ``block_range(n, pc, j)``, split
+    over the grid columns as the columns of an ``m x n`` matrix are and the same on every rank of a grid
+    column; it is the ``x`` of ``y = A @ x``, which is then each rank's local GEMV of its block plus one
+    ``Allreduce`` along its grid row. ``layout="rows"``: the ranks of grid row ``i`` each hold
+    ``block_range(n, pr, i)``, as an ``n x k`` matrix's rows: what ``A @ x`` gives and the ``x`` of
+    ``A.T @ x``. (Elemental's ``[MR,*]`` and ``[MC,*]``; PETSc's right and left vectors of a matrix.) Each
+    element is held ``pr`` (``"cols"``) or ``pc`` (``"rows"``) times; every operation keeps the copies
+    equal, and the reductions count each element once.
+
+    Parameters
+    ----------
+    local : xp.ndarray, shape ``(len(span),)``
+        This rank's elements, C-contiguous, host (NumPy) or device (CuPy).
+    n : int
+        Global length.
+    grid : ProcessGrid
+    layout : {"rows", "cols"}
+
+    Attributes
+    ----------
+    n : int
+    span : slice
+        The global indices of :attr:`local`.
+    shape : (int,)
+        ``(n,)``; ``ndim`` is 1 and ``size`` is ``n``.
+    layout, grid, dtype, xp
+        As given, and after ``local``.
+
+    Raises
+    ------
+    ValueError
+        ``local`` does not have the piece's shape, an unsupported dtype, or another ``layout``.
+
+    Notes
+    -----
+    Arithmetic (``+ - * /`` with scalars and with vectors of the same length, layout and grid, unary ``-``,
+    ``abs``, :meth:`conj`, :attr:`real`, :attr:`imag`, :meth:`astype`, :meth:`copy`) is local. :meth:`dot`,
+    :meth:`vdot` and :meth:`norm` are one small collective each; :meth:`as_layout`, :meth:`to_matrix`,
+    :meth:`from_matrix` and :meth:`gather` one ``Alltoallv`` of the vector.
+    """
+
+    ndim = 1
+
+    def __init__(self, local, n: int, grid: ProcessGrid, layout: str = "cols"):
+        err = _layout_error(layout, "DistVector")
+        if err:
+            raise err
+        self.n, self.grid, self.layout = int(n), grid, layout
+        self.span = _vector_block(self.n, grid, layout, grid.rank)[0]
+        want = (self.span.stop - self.span.start,)
+        if tuple(local.shape) != want:
+            raise ValueError(f"DistVector: local piece has shape {tuple(local.shape)}, expected {want} for {self.n} "
+                             f"elements along the {layout} of grid {grid.shape}")
+        err = _dtype_error(local.dtype, "DistVector")
+        if err:
+            raise err
+        self.local = local if local.flags.c_contiguous else local.copy()
+        self.dtype = np.dtype(local.dtype)
+        self.xp = _device.cupy_or_none() if _device.is_device_array(local) else np
+
+    @property
+    def shape(self) -> tuple[int]:
+        """``(n,)``."""
+        return (self.n,)
+
+    @property
+    def size(self) -> int:
+        """``n``."""
+        return self.n
+
+    def describe(self) -> str:
+        """``"vector of 100 float64 along the cols of grid 2x2"``: what every rank's part shares. Not collective."""
+        pr, pc = self.grid.shape
+        return f"vector of {self.n} {self.dtype} along the {self.layout} of grid {pr}x{pc}"
+
+    def __repr__(self) -> str:
+        return (f"DistVector(n={self.n}, dtype={self.dtype}, layout={self.layout!r}, grid={self.grid.shape}, "
+                f"span={self.span.start}:{self.span.stop}, xp={self.xp.__name__})")
+
+    def _like(self, local):
+        return DistVector(local, self.n, self.grid, self.layout)
+
+    def _fits(self, other) -> bool:
+        return isinstance(other, DistVector) and (other.n, other.layout) == (self.n, self.layout) and \
+            self.grid.same_as(other.grid)
+
+    def _first_copy(self) -> bool:
+        """Whether this rank holds the first copy of its elements (the one the reductions count)."""
+        return (self.grid.col if self.layout == "rows" else self.grid.row) == 0
+
+    # -- constructors and conversions ------------------------------------------------
+    @classmethod
+    def zeros(cls, n: int, grid: ProcessGrid | None = None, layout: str = "cols", dtype="float64",
+              xp=None) -> DistVector:
+        """A vector of zeros. Collective over ``grid.cart``: one small agreement of the arguments.
+
+        Parameters
+        ----------
+        n : int
+            Length, >= 0.
+        grid : ProcessGrid, optional
+            :func:`hpcgpu.grid.default_grid` when omitted.
+        layout : {"rows", "cols"}
+        dtype : str or numpy.dtype
+            One of :data:`DTYPES`.
+        xp : module, optional
+            ``numpy`` or ``cupy``; the runtime's ``xp`` by default.
+
+        Raises
+        ------
+        ValueError
+            A bad length, layout or dtype; arguments that differ across the ranks; on every rank.
+        """
+        comm, err = _grid_of(grid, "DistVector.zeros")
+        xp = _xp() if xp is None else xp
+        err = err or _shape_error((n, 1), "DistVector.zeros") or _layout_error(layout, "DistVector.zeros") or \
+            _dtype_error(dtype, "DistVector.zeros")
+        agree_inputs("DistVector.zeros", {"n": n, "layout": layout, "dtype": _dtype_name(dtype), "grid": grid},
+                     comm=comm, error=err)
+        grid = default_grid() if grid is None else grid
+        span = _vector_block(int(n), grid, layout, grid.rank)[0]
+        return cls(xp.zeros(span.stop - span.start, dtype=dtype), n, grid, layout)
+
+    @classmethod
+    def from_global(cls, x, grid: ProcessGrid | None = None, layout: str = "cols", root: int = 0,
+                    xp=None) -> DistVector:
+        """Distribute the 1-D array ``x`` held by ``root``. Collective over ``grid.cart``.
+
+        Only ``root`` needs ``x`` (others may pass ``None``); it sends each rank its piece.
+
+        Parameters
+        ----------
+        x : array-like of shape (n,) on ``root``
+        grid : ProcessGrid, optional
+        layout : {"rows", "cols"}
+        root : int
+            Rank in ``grid.cart``.
+        xp : module, optional
+
+        Raises
+        ------
+        ValueError
+            ``x`` on the root is not 1-D or of an unsupported dtype; a bad ``layout`` or ``root``; arguments
+            that differ across the ranks; on every rank.
+        """
+        comm, err = _grid_of(grid, "DistVector.from_global")
+        xp = _xp() if xp is None else xp
+        err = err or _layout_error(layout, "DistVector.from_global")
+        meta = None
+        if err is None and not (isinstance(root, int) and 0 <= root < comm.size):
+            err = ValueError(f"DistVector.from_global: root must be a rank of the grid (0 to {comm.size - 1}), "
+                             f"got {root!r}")
+        if err is None and comm.rank == root:
+            x = _device.asnumpy(x)
+            if x.ndim != 1:
+                err = ValueError(f"DistVector.from_global: expected a 1-D array, got shape {x.shape}")
+            else:
+                err = _dtype_error(x.dtype, "DistVector.from_global")
+                meta = (x.shape[0], x.dtype)
+        agree_inputs("DistVector.from_global", {"root": root, "grid": grid, "layout": layout}, comm=comm,
+                     error=err)
+        grid = default_grid() if grid is None else grid
+        comm = grid.cart
+        with watch("DistVector.from_global's Bcast and pieces", f"from rank {root}"):
+            n, dtype = comm.bcast(meta, root=root)
+            if comm.rank == root:
+                for r in range(comm.size):
+                    if r != root:
+                        comm.Send(movable(np.ascontiguousarray(x[_vector_block(n, grid, layout, r)[0]])), dest=r,
+                                  tag=13)
+                local = np.array(x[_vector_block(n, grid, layout, root)[0]])  # a copy, never the caller's
+            else:
+                span = _vector_block(n, grid, layout, comm.rank)[0]
+                local = np.empty(span.stop - span.start, dtype=np.dtype(dtype))
+                comm.Recv(movable(local), source=root, tag=13)
+        return cls(xp.asarray(local), n, grid, layout)
+
+    @classmethod
+    def from_matrix(cls, a: DistMatrix, layout: str = "cols") -> DistVector:
+        """The ``n x 1`` matrix ``a`` as a vector of ``layout``. Collective over ``a.grid.cart`` (one ``Alltoallv``).
+
+        Raises
+        ------
+        ValueError
+            ``a`` is not an ``n x 1`` :class:`DistMatrix`; a bad ``layout``; on every rank.
+        """
+        err = _layout_error(layout, "DistVector.from_matrix")
+        if not isinstance(a, DistMatrix) or a.gshape[1] != 1:
+            raise agreed(ValueError(f"DistVector.from_matrix: a must be an n x 1 DistMatrix, got "
+                                    f"{a.describe() if isinstance(a, DistMatrix) else type(a).__name__}"))
+        agree_inputs("DistVector.from_matrix", {"a": a.describe(), "layout": layout}, comm=a.grid.cart, error=err)
+        n, grid = a.gshape[0], a.grid
+        with watch("DistVector.from_matrix's Alltoallv"):
+            out = remap(a.local, lambda p: grid.block(a.gshape, p), lambda q: _vector_block(n, grid, layout, q),
+                        grid.cart)
+        return cls(out.reshape(-1), n, grid, layout)
+
+    def to_matrix(self) -> DistMatrix:
+        """This vector as an ``n x 1`` :class:`DistMatrix` (blocks on grid column 0). Collective (one ``Alltoallv``)."""
+        agree_inputs("DistVector.to_matrix", {"x": self.describe()}, comm=self.grid.cart)
+        n, grid = self.n, self.grid
+        with watch("DistVector.to_matrix's Alltoallv"):
+            out = remap(self.local.reshape(-1, 1), lambda p: _vector_source(n, grid, self.layout, p),
+                        lambda q: grid.block((n, 1), q), grid.cart)
+        return DistMatrix(out, (n, 1), grid)
+
+    def as_layout(self, layout: str) -> DistVector:
+        """This vector in ``layout`` (itself when it is already). Collective (one ``Alltoallv`` of the vector).
+
+        Raises
+        ------
+        ValueError
+            Another ``layout``; arguments that differ across the ranks.
+        """
+        agree_inputs("DistVector.as_layout", {"x": self.describe(), "layout": layout}, comm=self.grid.cart,
+                     error=_layout_error(layout, "DistVector.as_layout"))
+        return self._relayout(layout)
+
+    def _relayout(self, layout: str) -> DistVector:
+        if layout == self.layout:
+            return self
+        n, grid = self.n, self.grid
+        with watch("DistVector's Alltoallv", f"{self.layout} to {layout}"):
+            out = remap(self.local.reshape(-1, 1), lambda p: _vector_source(n, grid, self.layout, p),
+                        lambda q: _vector_block(n, grid, layout, q), grid.cart)
+        return DistVector(out.reshape(-1), n, grid, layout)
+
+    def gather(self, root: int = 0):
+        """The whole vector as a NumPy array on ``root`` (``None`` elsewhere). Collective (one ``Alltoallv``).
+
+        Raises
+        ------
+        ValueError
+            ``root`` is not a rank of the grid; arguments that differ across the ranks.
+        """
+        comm = self.grid.cart
+        err = None if isinstance(root, int) and 0 <= root < comm.size else ValueError(
+            f"gather: root must be a rank of the grid (0 to {comm.size - 1}), got {root!r}")
+        agree_inputs("gather", {"x": self.describe(), "root": root}, comm=comm, error=err)
+        n, grid = self.n, self.grid
+        with watch("DistVector.gather's Alltoallv", f"to rank {root}"):
+            out = remap(self.local.reshape(-1, 1), lambda p: _vector_source(n, grid, self.layout, p),
+                        lambda q: (slice(0, n), slice(0, 1)) if q == root else None, comm)
+        return _device.asnumpy(out).reshape(-1) if comm.rank == root else None
+
+    # -- reductions -----------------------------------------------------------------
+    def dot(self, other: DistVector):
+        """``sum(x * y)``, as :func:`numpy.dot` of two vectors (no conjugate: :meth:`vdot` conjugates ``x``).
+
+        Collective over ``grid.cart``: the argument agreement, ``other`` moved to this vector's layout if it
+        has the other one, then one ``Allreduce`` of one number.
+
+        Parameters
+        ----------
+        other : DistVector
+            Length ``n``, same grid, either layout.
+
+        Returns
+        -------
+        numpy scalar
+            Of NumPy's promoted dtype (summed in float32 for 16-bit types), the same on every rank.
+
+        Raises
+        ------
+        ValueError
+            ``other`` is not a vector of length ``n`` on this grid; arguments that differ across the ranks.
+        """
+        return _dot(self, other, "dot", conj=False)
+
+    def vdot(self, other: DistVector):
+        """``sum(conj(x) * y)``, as :func:`numpy.vdot`. Collective, as :meth:`dot`."""
+        return _dot(self, other, "vdot", conj=True)
+
+    def norm(self, ord=None):  # noqa: A002 - NumPy's name
+        """The vector norm, as :func:`numpy.linalg.norm`. Collective over ``grid.cart``.
+
+        Parameters
+        ----------
+        ord : {None, 2, 1, inf, -inf}
+            2 (None): the scaled sum of squares (LAPACK's ``xLASSQ``: no square overflows), one
+            ``Allgather`` of two numbers a rank; 1: the sum of absolute values; inf, -inf: the largest,
+            smallest absolute value; one ``Allreduce`` of one number each.
+
+        Returns
+        -------
+        numpy scalar
+            Of the real dtype, the same on every rank.
+
+        Raises
+        ------
+        ValueError
+            Another ``ord``; arguments that differ across the ranks.
+        """
+        return norm(self, ord)
+
+
+def _is_scalar(x) -> bool:
+    """A Python or NumPy number, or a 0-d array of one: what combines with every element."""
+    if isinstance(x, (numbers.Number, np.generic)) or (getattr(x, "ndim", None) == 0 and hasattr(x, "dtype")):
+        kind = getattr(getattr(x, "dtype", None), "kind", None)
+        return kind in ("b", "i", "u", "f", "c") if kind is not None else isinstance(x, numbers.Number)
+    return False
+
+
+def _elementwise(x, other, opname: str, sym: str, reflected: bool = False, inplace: bool = False):
+    """``x sym other`` (or ``other sym x``), block by block: local, NumPy's promotion, refusals agreed."""
+    name = type(x).__name__ if not isinstance(x, DistMatrix) else "DistMatrix"
+    where = f"{name} {sym}"
+    if _is_scalar(other):
+        operand, kind = other, other  # a Python scalar's type is weak in NumPy's promotion (NEP 50)
+    elif isinstance(other, (DistMatrix, DistVector)):
+        if not x._fits(other):
+            raise agreed(ValueError(f"{where}: the operands differ: {x.describe()} and {other.describe()} "
+                                    "(elementwise needs one shape, layout and grid)"))
+        if x.xp is not other.xp:
+            raise agreed(TypeError(f"{where}: one operand's blocks are in host memory, the other's on the device"))
+        operand, kind = other.local, other.dtype
+    elif hasattr(other, "shape") and hasattr(other, "dtype"):
+        raise agreed(TypeError(f"{where} {type(other).__name__}: combine with a scalar or a {name} of the same "
+                               f"shape and grid ({name}.from_global distributes an array)"))
+    else:
+        return NotImplemented
+    try:
+        dtype = np.result_type(x.dtype, kind)
+    except (TypeError, ValueError):  # no common type (NumPy's DTypePromotionError is a TypeError)
+        dtype = None
+    if dtype not in DTYPES:
+        what = other.dtype if hasattr(other, "dtype") else type(other).__name__
+        raise agreed(TypeError(f"{where}: {x.dtype} and {what} give {dtype}, not one of "
+                               f"{', '.join(t.name for t in DTYPES)}"))
+    if inplace:
+        if dtype != x.dtype:
+            raise agreed(TypeError(f"{where}: the result is {dtype}, the operand {x.dtype}: x = x {sym[0]} y "
+                                   "makes a new one"))
+        getattr(operator, f"i{opname}")(x.local, operand)  # in place: NumPy's and CuPy's in-place operators
+        return x
+    fn = getattr(operator, opname)
+    out = fn(operand, x.local) if reflected else fn(x.local, operand)
+    return x._like(out.astype(dtype, copy=False))
+
+
+def _diagonal(a: DistMatrix):
+    """The diagonal elements ``a[k, k]`` this rank holds (its block's rows and columns in common), 1-D."""
+    lo, hi = max(a.rows.start, a.cols.start), min(a.rows.stop, a.cols.stop)
+    k = a.xp.arange(lo, max(lo, hi))
+    return a.local[k - a.rows.start, k - a.cols.start]
+
+
+def _real_dtype(dtype) -> np.dtype:
+    """The dtype of ``abs`` of ``dtype`` (float32 for complex64, float64 for complex128; itself if real)."""
+    dtype = np.dtype(dtype)
+    return {"complex64": np.dtype("float32"), "complex128": np.dtype("float64")}.get(dtype.name, dtype)
+
+
+def _total(part, dtype, comm):
+    """The sum over every rank of ``part``'s elements as a ``dtype`` scalar, summed in its accumulator type.
+
+    Collective over ``comm``: one ``Allreduce`` of one number, so every rank has the same value.
+    """
+    acc = accumulator_dtype(dtype)
+    local = np.zeros(1, dtype=acc)
+    if part.size:
+        local[0] = _device.asnumpy(part.astype(acc, copy=False).sum())
+    with watch("a reduction's Allreduce"):
+        Allreduce(local, comm=comm)
+    return np.dtype(dtype).type(local[0])
+
+
+def _two_norm(part, comm) -> float:
+    """``sqrt(sum |part|^2)`` over every rank, scaled as LAPACK's ``xLASSQ`` so that no square overflows.
+
+    Collective over ``comm``: one ``Allgather`` of (scale, scaled sum of squares) a rank, combined in rank
+    order on every rank (the same value everywhere).
+    """
+    mine = np.zeros(2)
+    if part.size:
+        a = abs(part).astype(np.float64)
+        mine[0] = _device.asnumpy(a.max())
+        if 0 < mine[0] < np.inf:
+            mine[1] = _device.asnumpy(((a / mine[0]) ** 2).sum())
+    every = np.empty((comm.Get_size(), 2))
+    with watch("a norm's Allgather"):
+        Allgather(mine, every, comm=comm)
+    scale = every[:, 0].max()
+    if not 0 < scale < np.inf:  # 0, inf or NaN: the norm itself
+        return float(scale)
+    return float(scale * np.sqrt((every[:, 1] * (every[:, 0] / scale) ** 2).sum()))
+
+
+def _extreme(values, op, comm) -> float:
+    """The largest (``MPI.MAX``) or smallest (``MPI.MIN``) of ``values`` over every rank. One ``Allreduce``."""
+    empty = 0.0 if op == MPI.MAX else np.inf
+    buf = np.array([float(_device.asnumpy(values.max() if op == MPI.MAX else values.min())) if values.size
+                    else empty])
+    with watch("a norm's Allreduce"):
+        Allreduce(buf, op=op, comm=comm)
+    return float(buf[0])
+
+
+_MATRIX_ORDS = {None: "fro", "fro": "fro", 1: "col max", -1: "col min", np.inf: "row max", -np.inf: "row min"}
+_VECTOR_ORDS = {None: "2", 2: "2", 1: "1", np.inf: "max", -np.inf: "min"}
+
+
+def norm(x, ord=None):  # noqa: A002 - NumPy's name
+    """A matrix or vector norm, as :func:`numpy.linalg.norm` of the global array. Collective over the grid.
+
+    Parameters
+    ----------
+    x : DistMatrix or DistVector
+        A transposed view is read as its matrix (its 1-norm is the matrix's inf-norm), unmoved.
+    ord : optional
+        For a matrix None or ``"fro"`` (Frobenius), 1, -1, inf, -inf (see :meth:`DistMatrix.norm`); for a
+        vector None or 2, 1, inf, -inf (see :meth:`DistVector.norm`).
+
+    Returns
+    -------
+    numpy scalar
+        Of the real dtype (float64 for complex128), the same on every rank.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is neither a DistMatrix nor a DistVector (this rank's own; no communication).
+    ValueError
+        An ``ord`` not listed (2 and ``"nuc"`` of a matrix need singular values, which hpcgpu does not
+        compute); arguments that differ across the ranks (:func:`hpcgpu.errors.agree_inputs`).
+    """
+    if not isinstance(x, (DistMatrix, DistVector)):
+        raise agreed(TypeError(f"norm: x must be a DistMatrix or a DistVector, got {type(x).__name__}"))
+    vector = isinstance(x, DistVector)
+    table = _VECTOR_ORDS if vector else _MATRIX_ORDS
+    try:
+        how = table.get(ord)
+    except TypeError:  # unhashable
+        how = None
+    err = None
+    if how is None and vector:
+        err = ValueError(f"norm: ord must be None, 2, 1, inf or -inf for a vector, got {ord!r}")
+    elif how is None:
+        err = ValueError(f"norm: ord must be None, 'fro', 1, -1, inf or -inf for a matrix, got {ord!r}")
+    agree_inputs("norm", {"x": x.describe(), "ord": repr(ord)}, comm=x.grid.cart, error=err)
+    real = _real_dtype(x.dtype)
+    if vector:
+        if x.n == 0:
+            return real.type(0)
+        part = x.local if x._first_copy() else x.local[:0]
+        if how == "2":
+            return real.type(_two_norm(part, x.grid.cart))
+        if how == "1":
+            return real.type(_total(abs(part), real, x.grid.cart))
+        return real.type(_extreme(abs(part), MPI.MAX if how == "max" else MPI.MIN, x.grid.cart))
+    base, op = x.view_of or (x, "N")
+    if op != "N" and how != "fro":  # a transpose's column sums are its matrix's row sums
+        how = ("row " if how.startswith("col") else "col ") + how.split()[1]
+    grid = base.grid
+    if how == "fro":
+        return real.type(_two_norm(base.local, grid.cart))
+    if base.size == 0:
+        return real.type(0)
+    axis, across, along = (0, grid.col_comm, grid.row_comm) if how.startswith("col") else \
+        (1, grid.row_comm, grid.col_comm)
+    sums = abs(base.local).astype(accumulator_dtype(real)).sum(axis=axis)  # this block's part of each sum
+    with watch("a norm's Allreduce"):
+        Allreduce(sums, comm=across)
+    return real.type(_extreme(sums, MPI.MAX if how.endswith("max") else MPI.MIN, along))
+
+
+def _dot(x: DistVector, y, where: str, conj: bool):
+    """:meth:`DistVector.dot` and :meth:`DistVector.vdot`."""
+    err = None
+    if not isinstance(y, DistVector) or y.n != x.n or not x.grid.same_as(y.grid):
+        err = ValueError(f"{where}: the vectors differ: {x.describe()} and "
+                         f"{y.describe() if isinstance(y, DistVector) else type(y).__name__}")
+    else:
+        try:
+            dtype = np.result_type(x.dtype, y.dtype)
+        except (TypeError, ValueError):
+            dtype = None
+        if dtype not in DTYPES:
+            err = TypeError(f"{where}: {x.dtype} and {y.dtype} have no common dtype of a DistVector")
+    agree_inputs(where, {"x": x.describe(), "y": y.describe() if isinstance(y, DistVector) else type(y).__name__},
+                 comm=x.grid.cart, error=err)
+    y = y._relayout(x.layout)
+    a = x.local.conj() if conj and x.dtype.kind == "c" else x.local
+    part = a * y.local if x._first_copy() else a[:0]
+    return _total(part, dtype, x.grid.cart)
+
+
+def matmul_operator(a, b):
+    """``a @ b`` for :class:`DistMatrix` (and its views) on the left. Collective over the grid.
+
+    Parameters
+    ----------
+    a : DistMatrix or TransposeView
+    b : DistMatrix, TransposeView or DistVector
+
+    Returns
+    -------
+    DistMatrix or DistVector
+        A matrix: :func:`hpcgpu.matmul` with each view read as ``transa``/``transb`` on its matrix (never
+        moved as a view), by the algorithm :func:`hpcgpu.summa.variant` models as moving fewer bytes: SUMMA,
+        or, for a skinny product (``op(A)`` times a few columns), stationary A (only B and C move). A vector
+        ``x``: ``y = op(A) x``, each rank's local GEMV of its block and one ``Allreduce`` of its piece of y
+        along its grid row (``"rows"`` layout; ``x`` in ``"cols"``), or for a transposed view along its grid
+        column (``x`` in ``"rows"``, y in ``"cols"``); ``x`` in the other layout is moved first (one
+        ``Alltoallv`` of the vector).
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`hpcgpu.matmul`; for a vector, a length other than op(A)'s columns, another grid or dtype
+        (on every rank).
+    """
+    if isinstance(b, DistVector):
+        return _matvec(a, b)
+    if not isinstance(b, DistMatrix):
+        return NotImplemented
+    ta = a.view_of[1] if a.view_of is not None else "N"
+    tb = b.view_of[1] if b.view_of is not None else "N"
+    return matmul(a, b, algorithm=variant((a.gshape, b.gshape), a.grid.shape, ta, tb))
+
+
+def _matvec(a: DistMatrix, x: DistVector) -> DistVector:
+    """``op(A) x``: the local GEMV of each block, one ``Allreduce`` of the partial sums."""
+    base, op = a.view_of or (a, "N")
+    grid, xp = base.grid, base.xp
+    err = None
+    if x.n != a.gshape[1]:
+        err = ValueError(f"DistMatrix @ DistVector: shapes do not conform: {a.gshape[0]} x {a.gshape[1]} and a "
+                         f"vector of {x.n}")
+    elif not grid.same_as(x.grid):
+        err = ValueError(f"DistMatrix @ DistVector: different grids ({grid.shape} and {x.grid.shape})")
+    elif a.dtype != x.dtype:
+        err = TypeError(f"DistMatrix @ DistVector: dtypes differ: {a.dtype} and {x.dtype} (x.astype(a.dtype))")
+    agree_inputs("DistMatrix @ DistVector", {"a": a.describe(), "x": x.describe()}, comm=grid.cart, error=err)
+    x = x._relayout("cols" if op == "N" else "rows")
+    acc = accumulator_dtype(a.dtype)
+    if op == "N":
+        y = xp.empty(base.lshape[0], acc)
+        gemm(base.local, x.local.reshape(-1, 1), y.reshape(-1, 1))
+        comm, layout = grid.row_comm, "rows"
+    else:  # A^H x = conj(A^T conj(x)): the block is read transposed, never copied
+        xl = x.local.conj() if op == "C" else x.local
+        y = xp.empty(base.lshape[1], acc)
+        gemm(base.local.T, xl.reshape(-1, 1), y.reshape(-1, 1))
+        if op == "C":
+            y = y.conj()
+        comm, layout = grid.col_comm, "cols"
+    with watch("DistMatrix @ DistVector's Allreduce"):
+        Allreduce(y, comm=comm)
+    return DistVector(y.astype(a.dtype, copy=False), a.gshape[0], grid, layout)
 
 
 def _grid_of(grid, what: str) -> tuple[MPI.Intracomm, TypeError | None]:

@@ -11,6 +11,11 @@ each grid row, the grid row that owns those rows of B broadcasts its
 Lookahead: the broadcasts of panel p+1 are posted (``Ibcast``) before the
 GEMM of panel p. Per-rank memory: the local blocks of A, B and C plus two
 panel pairs; no rank ever holds a global-size buffer.
+
+Its stationary-A variant (``algorithm="stationary-a"``; what ``A @ B`` runs
+where :func:`variant` models it as moving less) leaves A where it lies and
+moves B and C: for ``op(A)`` times a few columns it moves O((m + k) n)
+elements a rank, not the matrix.
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ import numpy as np
 from .. import _device
 from .._gemm import MATH_MODES, accumulator_dtype, gemm
 from .blocks import remap
-from ..comm import Ibcast, device_path, movable, traffic
+from ..comm import Allreduce, Ibcast, device_path, movable, traffic
 from ..errors import AgreedError, agree_inputs, agreed
 from ..timing import SpanTimer
 from ..watchdog import watch
 
-__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "traffic_model", "DEFAULT_PANEL_MEMORY",
-           "PHASES"]
+__all__ = ["matmul", "Panel", "plan_panels", "panel_width", "memory_25d", "traffic_model", "variant",
+           "variant_traffic", "DEFAULT_PANEL_MEMORY", "PHASES"]
 
 DEFAULT_PANEL_MEMORY = 256 * 2**20
 """Bytes per rank for the two panel pairs in flight (A and B, current and next)."""
@@ -144,25 +149,28 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     ----------
     a : DistMatrix
         ``op(A)`` has global shape ``(m, k)``: ``A`` is ``(m, k)`` for
-        ``transa="N"``, ``(k, m)`` otherwise.
+        ``transa="N"``, ``(k, m)`` otherwise. A transposed view (``x.T``,
+        ``x.H``) is read as its matrix under T or C, never moved as a view.
     b : DistMatrix
         ``op(B)`` has global shape ``(k, n)``; same grid and dtype as ``a``.
     c : DistMatrix, optional
-        ``(m, n)``, same grid and dtype: the result goes into it, in place,
-        and with ``beta != 0`` it is read first. Without it a new matrix is
-        returned.
+        ``(m, n)``, same grid and dtype, not a view: the result goes into it,
+        in place, and with ``beta != 0`` it is read first. Without it a new
+        matrix is returned.
     alpha, beta : scalar, keyword-only
         As BLAS: ``beta = 0`` ignores what ``c`` held (NaN included);
         ``beta != 0`` needs ``c``. Complex values for complex dtypes only.
     transa, transb : {"N", "T", "C"}, keyword-only
-        ``op(X)`` is ``X``, its transpose, or its conjugate transpose. A
-        transposed operand is first redistributed to its transpose
-        (:attr:`DistMatrix.T`, one ``Alltoallv`` of the local block, about
-        ``m k / P`` elements a rank), never formed globally: SUMMA itself moves
-        ``m k / pr`` elements of A a rank along the grid rows, ``pc`` times
-        more, so the redistribution adds at most ``1 / pc`` to the traffic and
-        keeps one broadcast schedule (a broadcast of transposed panels would
-        need a gather across the grid column for every panel).
+        ``op(X)`` is ``X``, its transpose, or its conjugate transpose. For
+        SUMMA a transposed operand is first moved to its transpose (one
+        ``Alltoallv`` of the local block, about ``m k / P`` elements a rank),
+        never formed globally: SUMMA itself moves ``m k / pr`` elements of A a
+        rank along the grid rows, ``pc`` times more, so the move adds at most
+        ``1 / pc`` to the traffic and keeps one broadcast schedule (a broadcast
+        of transposed panels would need a gather across the grid column for
+        every panel). For a skinny product that move is most of the traffic,
+        at every call: ``algorithm="stationary-a"`` (or ``"auto"``, or ``@``)
+        leaves A where it lies.
     panel : int, optional
         Panel width (columns of A / rows of B per broadcast). By default the
         widest that fits ``panel_memory``; wide panels keep the local GEMM
@@ -190,17 +198,28 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
         Filled with the bytes this rank's collectives moved in this call,
         counted in :mod:`hpcgpu.comm` (:func:`hpcgpu.comm.traffic`):
         ``comm_bytes_sent``, ``comm_bytes_received`` and ``comm_bytes``
-        (their sum). SUMMA's is ``(m_l k [pc > 1] + k n_l [pr > 1]) *
-        itemsize``: every panel of A along a grid row and of B along a grid
-        column is sent once by its root and received once by each other
-        rank; a transposed operand adds its ``Alltoallv``.
+        (their sum), and ``algorithm`` (the one that ran). SUMMA's is
+        ``(m_l k [pc > 1] + k n_l [pr > 1]) * itemsize``: every panel of A
+        along a grid row and of B along a grid column is sent once by its root
+        and received once by each other rank; a transposed operand adds its
+        ``Alltoallv`` (``comm_bytes_transpose``). Stationary A's parts:
+        ``comm_bytes_b`` (op(B)'s rows to the blocks of A that meet them),
+        ``comm_bytes_reduce`` (the partial products summed) and
+        ``comm_bytes_redistribute`` (C onto its blocks, for a transposed A).
         With ``algorithm="2.5d"`` also the parts: ``comm_bytes_replicate``
         (A and B onto the layers), ``comm_bytes_summa`` (the layers' SUMMA),
         ``comm_bytes_reduce`` (C summed over the layers) and
         ``comm_bytes_redistribute`` (C onto the input grid's blocks), and
         ``replication``.
-    algorithm : {"summa", "2.5d", "auto"}, keyword-only
-        ``"2.5d"`` (Solomonik and Demmel, Euro-Par 2011): the P = c q^2 ranks
+    algorithm : {"summa", "stationary-a", "2.5d", "auto"}, keyword-only
+        ``"stationary-a"``, SUMMA's stationary-A variant: each rank multiplies
+        its own block of A (read transposed in place for T and C) by the rows
+        of ``op(B)`` it meets, gathered in one ``Alltoallv``, and the partial
+        products are summed along the grid rows (N) or columns (T, C; then C
+        moves onto its blocks, one ``Alltoallv``): B and C move, A never does,
+        O((m + k) n) elements a rank against SUMMA's O(m k / pr) for a skinny
+        ``n`` (:func:`variant_traffic`). ``"2.5d"`` (Solomonik and Demmel,
+        Euro-Par 2011): the P = c q^2 ranks
         form c layers of q x q; layer l gets ``A[:, K_l]`` and ``B[K_l, :]``
         for its 1/c of the inner dimension (one ``Alltoallv`` from the
         input blocks), multiplies them by SUMMA on its layer, the layers'
@@ -211,7 +230,10 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
         memory of A's and B's blocks, but moving A and B onto the layers
         costs about as much again (see :func:`traffic_model`). ``"auto"``:
         the ``c <= P^(1/3)`` (with ``P / c`` a square, within
-        ``memory_limit``) whose modelled traffic is least, SUMMA included.
+        ``memory_limit``) whose modelled traffic is least, SUMMA included,
+        and for SUMMA its stationary-A variant where :func:`variant` models
+        it as moving less. ``A @ B`` is SUMMA or stationary A as
+        :func:`variant` chooses (never 2.5-D, whose copies cost memory).
     replication : int, optional, keyword-only
         c for ``"2.5d"`` (required there).
     memory_limit : int, optional, keyword-only
@@ -230,7 +252,7 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     ------
     ValueError
         Inner dimensions differ after ``op``, dtypes differ, the grids differ,
-        ``c`` of the wrong shape, dtype or grid, ``beta != 0`` without ``c``,
+        ``c`` of the wrong shape, dtype or grid or a view, ``beta != 0`` without ``c``,
         a complex ``alpha`` or ``beta`` for a real dtype, an unknown ``trans``,
         ``panel < 1``, an unknown ``math_mode`` or ``algorithm``, a ``replication`` that does
         not divide P into c squares, or 2.5-D's memory above ``memory_limit``
@@ -249,32 +271,38 @@ def matmul(a, b, c=None, *, alpha=1.0, beta=0.0,
     Multiplication Algorithm", Concurrency: Practice and Experience 9(4), 1997.
     """
     transa, transb = str(transa).upper(), str(transb).upper()  # PDGEMM takes either case
+    a, transa = _unview(a, transa)  # a view (a.T, a.H) is its matrix and an op: nothing moves here
+    b, transb = _unview(b, transb)
     if not _is_matrix(a):  # no grid to agree over: every rank alike (a rank with other types is a bug)
         _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
-    err, rep = None, 1
+    err, rep, stationary = None, 1, False
     try:
         _check_types(alpha, beta, panel, panel_memory, memory_limit, replication, timings, stats)
         _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode)
         shapes = (a.gshape if transa == "N" else a.gshape[::-1], b.gshape if transb == "N" else b.gshape[::-1])
         rep = _replication(algorithm, replication, memory_limit, a.grid.size, shapes, a.dtype, panel_memory)
+        stationary = algorithm == "stationary-a" or (
+            algorithm == "auto" and rep == 1 and variant(shapes, a.grid.shape, transa, transb) == "stationary-a")
     except AgreedError as e:
         err = e
     # The one collective before the schedule: a rank with other shapes, dtypes, grids or options would wait in
     # a panel broadcast that the others never post.
-    agree_inputs("matmul", dict(a=a, b=b, c=c, alpha=alpha, beta=beta, transa=transa, transb=transb, panel=panel,
-                                panel_memory=panel_memory, math_mode=math_mode, algorithm=algorithm,
-                                replication=replication, memory_limit=memory_limit), comm=a.grid.cart, error=err)
+    agree_inputs("matmul", dict(a=_form(a), b=_form(b), c=_form(c), alpha=alpha, beta=beta, transa=transa,
+                                transb=transb, panel=panel, panel_memory=panel_memory, math_mode=math_mode,
+                                algorithm=algorithm, replication=replication, memory_limit=memory_limit),
+                 comm=a.grid.cart, error=err)
     call = _Call(alpha, beta, panel, panel_memory, math_mode, watchdog, rep,
                  SpanTimer(PHASES[:-1], None if a.xp is np else a.xp, on=timings is not None))
     before = traffic()
-    out = _matmul(a, b, c, transa, transb, call)
+    out = _stationary_a(a, b, c, transa, transb, call) if stationary else _matmul(a, b, c, transa, transb, call)
     if timings is not None:
         timings.update(call.timer.collect(), total=time.perf_counter() - call.timer.started)
     if stats is not None:
         after = traffic()
         sent, received = after["sent"] - before["sent"], after["received"] - before["received"]
         stats.update(comm_bytes_sent=sent, comm_bytes_received=received, comm_bytes=sent + received,
-                     algorithm="2.5d" if rep > 1 else "summa", replication=rep, **call.parts)
+                     algorithm="2.5d" if rep > 1 else "stationary-a" if stationary else "summa", replication=rep,
+                     **call.parts)
     return out
 
 
@@ -341,9 +369,9 @@ def memory_25d(shapes, dtype, grid_size: int, replication: int, panel_memory: in
 
 def _replication(algorithm, replication, memory_limit, P, shapes, dtype, panel_memory) -> int:
     """C for this call (1: SUMMA), or an agreed error."""
-    if algorithm not in ("summa", "2.5d", "auto"):
-        raise _error(f"matmul: algorithm must be summa, 2.5d or auto, got {algorithm!r}")
-    if algorithm == "summa":
+    if algorithm not in ("summa", "stationary-a", "2.5d", "auto"):
+        raise _error(f"matmul: algorithm must be summa, stationary-a, 2.5d or auto, got {algorithm!r}")
+    if algorithm in ("summa", "stationary-a"):
         if replication not in (None, 1):
             raise _error("matmul: replication is for algorithm 2.5d")
         return 1
@@ -400,13 +428,151 @@ def traffic_model(shapes, P: int, replication: int) -> float:
     return (m * k + k * n) / math.sqrt(c * P) + 2 * (m * k + k * n) * c / P + 2 * m * n * c / P + 2 * m * n / P
 
 
+def variant_traffic(shapes, grid_shape, transa: str = "N", transb: str = "N") -> dict:
+    """Elements a rank moves (sent + received) in SUMMA and in its stationary-A variant, modelled. Not collective.
+
+    SUMMA broadcasts A along the grid rows and B down the grid columns, ``m k / pr [pc > 1] + k n / pc
+    [pr > 1]``, after moving a transposed operand to its transpose (``2 m k / P`` for A, ``2 k n / P`` for
+    B). Stationary A leaves A where it lies: each rank gathers the rows of ``op(B)`` its block meets
+    (``2 k n / pc`` for ``op(A) = A``, ``2 k n / pr`` for a transpose), the partial products are summed along
+    the grid rows (``2 m n / pr``) or columns (``2 m n / pc``), and for a transpose C moves onto its blocks
+    (``2 m n / P``). For a skinny product (n small against m and k) the variant moves O((m + k) n), SUMMA
+    O(m k / pr).
+
+    Parameters
+    ----------
+    shapes : ((int, int), (int, int))
+        ``op(A)``'s ``(m, k)`` and ``op(B)``'s ``(k, n)``.
+    grid_shape : (int, int)
+        ``(pr, pc)``.
+    transa, transb : {"N", "T", "C"}
+
+    Returns
+    -------
+    dict
+        ``{"summa": float, "stationary-a": float}``, elements; both 0 on one rank.
+    """
+    (m, k), (_, n) = shapes
+    pr, pc = grid_shape
+    P = pr * pc
+    if P == 1:
+        return {"summa": 0.0, "stationary-a": 0.0}
+    summa = m * k / pr * (pc > 1) + k * n / pc * (pr > 1) + 2 * m * k / P * (transa != "N") + \
+        2 * k * n / P * (transb != "N")
+    if transa == "N":
+        stationary = 2 * k * n / pc + 2 * m * n / pr * (pc > 1)
+    else:
+        stationary = 2 * k * n / pr * (pc > 1 or transb != "N") + 2 * m * n / pc * (pr > 1) + 2 * m * n / P
+    return {"summa": summa, "stationary-a": stationary}
+
+
+def variant(shapes, grid_shape, transa: str = "N", transb: str = "N") -> str:
+    """``"stationary-a"`` where :func:`variant_traffic` models it as moving fewer bytes than SUMMA, else ``"summa"``.
+
+    Not collective, and the same on every rank given the same shapes: what ``A @ B`` and
+    ``algorithm="auto"`` run (``a.T @ x`` for a vector-like ``x`` moves ``x`` and the product, never ``a``).
+    """
+    t = variant_traffic(shapes, grid_shape, transa, transb)
+    return "stationary-a" if t["stationary-a"] < t["summa"] else "summa"
+
+
+def _unview(x, trans: str):
+    """A transposed view (``a.T``, ``a.H``) as the matrix beneath and the op that makes ``op(view)``; else as given.
+
+    ``op(a.T)`` is ``a`` under T for N and ``a`` for T; ``(a.T)^H`` and ``(a.H)^T`` are ``conj(a)``, a local copy.
+    """
+    view = getattr(x, "view_of", None)
+    if view is None or trans not in ("N", "T", "C"):
+        return x, trans
+    base, op = view
+    if trans == "N":
+        return base, op
+    if trans == op:
+        return base, "N"
+    return (base.conj() if base.dtype.kind == "c" else base), "N"
+
+
+def _form(x):
+    """What the ranks agree on for an operand: a matrix's ``describe()`` (its grid included), anything else as is."""
+    if hasattr(x, "gshape") and hasattr(x, "grid") and callable(getattr(x, "describe", None)):
+        return x.describe()
+    return x
+
+
+def _transposed(x, conj: bool, call: _Call):
+    """``x``'s (conjugate) transpose on its grid, of ``x``'s type: one ``Alltoallv``."""
+    grid, (m, n) = x.grid, x.gshape
+    with call.waiting("DistMatrix Alltoallv", "transpose"):
+        out = remap(x.local, lambda p: grid.block((m, n), p), lambda q: grid.block((n, m), q), grid.cart,
+                    transpose=True, conj=conj)
+    return type(x)(out, (n, m), grid)
+
+
+def _stationary_a(a, b, c, transa: str, transb: str, call: _Call):
+    """``C = alpha op(A) op(B) + beta C`` with A where it lies: SUMMA's stationary-A variant.
+
+    Each rank multiplies its block of A (read transposed in place for T and C) by the rows of ``op(B)`` that
+    the block's columns of ``op(A)`` meet, gathered for it in one ``Alltoallv``; the partial products are
+    summed over the ranks that share its rows of ``op(A)`` (one ``Allreduce`` along the grid row for N, the
+    grid column for T and C) and C takes its block of the sum (for T and C one more ``Alltoallv``). B and C
+    move, A never does (van de Geijn and Watts 1997 derive it beside SUMMA's stationary-C form, for the
+    products with a transposed operand).
+    """
+    grid, xp = a.grid, a.xp
+    (m, k), n = (a.gshape if transa == "N" else a.gshape[::-1]), (b.gshape[1] if transb == "N" else b.gshape[0])
+    if k == 0 or grid.size == 1:
+        return _matmul(a, b, c, transa, transb, call)
+    if c is None:  # beta is 0 here: every element is written below
+        c = type(a)(xp.empty(grid.block_shape((m, n)), a.dtype), (m, n), grid)
+
+    def meets(q):  # the rows of op(B) that rank q's block of A meets: its columns of op(A)
+        rows, cols = grid.block(a.gshape, q)
+        return (cols if transa == "N" else rows), slice(0, n)
+
+    t0 = traffic()
+    with call.waiting("stationary-A Alltoallv", "the rows of B each block of A meets"):
+        bp = remap(b.local, lambda p: grid.block(b.gshape, p), meets, grid.cart, transpose=transb != "N",
+                   conj=transb == "C")
+    t1 = traffic()
+    acc = accumulator_dtype(a.dtype)
+    part = xp.empty((a.lshape[0] if transa == "N" else a.lshape[1], n), acc)
+    with call.timer.device("gemm", xp.cuda.get_current_stream() if xp is not np else None):
+        if transa == "N":
+            gemm(a.local, bp, part, alpha=call.alpha, math_mode=call.math_mode)
+        elif transa == "T":
+            gemm(a.local.T, bp, part, alpha=call.alpha, math_mode=call.math_mode)
+        else:  # alpha A^H B = conj(conj(alpha) A^T conj(B))
+            gemm(a.local.T, bp.conj(), part, alpha=np.conj(call.alpha), math_mode=call.math_mode)
+            part = part.conj()
+    with call.waiting("stationary-A Allreduce", "the partial products"):
+        Allreduce(part, comm=grid.row_comm if transa == "N" else grid.col_comm)
+    t2 = traffic()
+    if transa == "N":  # the rows are C's block rows already
+        out = part[:, c.cols]
+    else:
+        def summed(p):  # grid row 0 gives its grid column's rows of C (every grid row holds the same sum)
+            i, j = grid.cart.Get_coords(p)
+            return (grid.cols(m, j), slice(0, n)) if i == 0 else None
+
+        with call.waiting("stationary-A Alltoallv", "C onto its blocks"):
+            out = remap(part, summed, lambda q: grid.block((m, n), q), grid.cart)
+    t3 = traffic()
+    if call.beta == 0:
+        c.local[...] = out
+    else:
+        c.local[...] = out + call.beta * (c.local if c.dtype == out.dtype else c.local.astype(out.dtype))
+    for name, x, y in (("b", t0, t1), ("reduce", t1, t2), ("redistribute", t2, t3)):
+        call.parts[f"comm_bytes_{name}"] = y["sent"] - x["sent"] + y["received"] - x["received"]
+    return c
+
+
 def _matmul(a, b, c, transa: str, transb: str, call: _Call):
     """The product of checked operands: transposes, then one local GEMM, SUMMA or 2.5-D."""
     t0 = traffic()
     if transa != "N":
-        a = a.T if transa == "T" else a.H
+        a = _transposed(a, transa == "C", call)
     if transb != "N":
-        b = b.T if transb == "T" else b.H
+        b = _transposed(b, transb == "C", call)
     t1 = traffic()
     call.parts["comm_bytes_transpose"] = t1["sent"] - t0["sent"] + t1["received"] - t0["received"]
     (m, k), n = a.gshape, b.gshape[1]
@@ -525,6 +691,9 @@ def _check_c(c, shape, a, beta, b=None) -> None:
         if beta != 0:
             raise _error(f"matmul: beta = {beta} needs a c to add to")
         return
+    if getattr(c, "view_of", None) is not None:
+        raise _error("matmul: c must not be a transposed view (.T, .H): C is written into, and a view's blocks "
+                     "are a copy; pass a matrix")
     if not _is_matrix(c):
         raise _error(f"matmul: c must be a DistMatrix, got {type(c).__name__}")
     if c.gshape != shape or c.dtype != a.dtype or not c.grid.same_as(a.grid):
