@@ -66,6 +66,8 @@ def parse(argv=None):
     ap.add_argument("--dtype", default="float64")
     ap.add_argument("--mpirun", default=os.environ.get("SCALAPACK_MPIRUN", "/usr/bin/mpirun"),
                     help="the system Open MPI's mpirun, for the ScaLAPACK peer")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the rounds, one more call of each hpcgpu variant with its phases timed")
     ap.add_argument("--json", help="write the figures here (rank 0)")
     a = ap.parse_args(argv)
     a.routines = [r for r in a.routines.split(",") if r]
@@ -229,6 +231,94 @@ def scalapack_run(a, routine, shape, nb, grid_shape, P) -> float:
     return float(json.loads(lines[-1])["seconds"])
 
 
+# ---- where hpcgpu's time goes ----------------------------------------------------------------------------------
+
+_PHASE_NAMES = ("watch", "to_cyclic", "from_cyclic", "remap", "getrf", "potrf", "trsm", "gemm_update", "geqrf", "qr",
+                "svd", "trsm_cyclic")
+_ROUTINE_MODULES = ("lu", "cholesky", "tsqr", "triangular", "solvers", "_local")
+
+
+class Phases:
+    """Exclusive seconds per phase of one call: every ``watch`` section of the routines (named by what it waits
+    for: a panel's broadcast, the pivots...), each local kernel, and the redistributions, by wrapping those names
+    in hpcgpu.linalg's routine modules for the duration of a ``with``. Time in none of them is ``other``."""
+
+    def __init__(self):
+        self.seconds, self.stack, self.saved = {}, [], []
+
+    def _enter(self, label):
+        self.stack.append([label, time.perf_counter(), 0.0])
+
+    def _exit(self):
+        label, t0, inner = self.stack.pop()
+        dt = time.perf_counter() - t0
+        self.seconds[label] = self.seconds.get(label, 0.0) + dt - inner
+        if self.stack:
+            self.stack[-1][2] += dt
+
+    def _wrap(self, name, f):
+        import contextlib
+        import re
+
+        if name == "watch":
+            @contextlib.contextmanager
+            def timed_watch(what, *args, **kw):
+                with f(what, *args, **kw):
+                    self._enter("wait: " + re.sub(r"\d+", "#", what))
+                    try:
+                        yield
+                    finally:
+                        self._exit()
+            return timed_watch
+
+        def timed(*args, **kw):
+            self._enter(name if name in ("to_cyclic", "from_cyclic", "remap") else "local " + name)
+            try:
+                return f(*args, **kw)
+            finally:
+                self._exit()
+        return timed
+
+    def __enter__(self):
+        import importlib
+
+        for m in _ROUTINE_MODULES:
+            try:
+                mod = importlib.import_module(f"hpcgpu.linalg.{m}")
+            except ImportError:
+                continue
+            for name in _PHASE_NAMES:
+                f = getattr(mod, name, None)
+                if callable(f) and not isinstance(f, type(importlib)):
+                    self.saved.append((mod, name, f))
+                    setattr(mod, name, self._wrap(name, f))
+        return self
+
+    def __exit__(self, *exc):
+        for mod, name, f in reversed(self.saved):
+            setattr(mod, name, f)
+        self.saved.clear()
+
+
+def profile(comm, f):
+    """One more call of f with its phases timed on every rank: {phase: [min, mean, max] seconds over ranks}."""
+    from mpi4py import MPI
+
+    with Phases() as ph:
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        f()
+        total = MPI.Wtime() - t0
+    ph.seconds["other"] = total - sum(ph.seconds.values())
+    ph.seconds["total"] = total
+    every = comm.gather(ph.seconds, root=0)
+    if comm.Get_rank() != 0:
+        return None
+    names = sorted({k for d in every for k in d}, key=lambda k: -max(d.get(k, 0.0) for d in every))
+    return {k: [min(d.get(k, 0.0) for d in every), sum(d.get(k, 0.0) for d in every) / len(every),
+                max(d.get(k, 0.0) for d in every)] for k in names}
+
+
 # ---- timing -------------------------------------------------------------------------------------------------
 
 def timed_all_ranks(comm, f) -> float:
@@ -328,11 +418,19 @@ def run_routine(routine, a, P, peer_threads, grids, missing, rank):
                 secs[(name, nb)].append(t)
                 print(f"round {r + 1}: {routine} {name} nb={nb or 'default'}: {t:.3f} s", file=sys.stderr,
                       flush=True)
+    phases = {}
+    if a.profile:
+        for name, nb, _ in runs:
+            if name == "hpcgpu":
+                phases[nb or "default"] = profile(A.grid.cart, hpcgpu_call(routine, A, b, nb))
     if rank != 0:
         return None
     from hpcgpu.linalg.cyclic import default_nb
 
-    return summarize(routine, a, shape, secs, default_nb() if takes_nb(routine) else None)
+    res = summarize(routine, a, shape, secs, default_nb() if takes_nb(routine) else None)
+    if phases:
+        res["phases"] = phases
+    return res
 
 
 def summarize(routine, a, shape, secs, nb0):
@@ -374,6 +472,10 @@ def report(res) -> None:
         print(f"{'contender':>22} {'median s':>9} {'best s':>8} {'GFLOP/s':>8}")
         for k, v in r["contenders"].items():
             print(f"{k:>22} {v['median']:>9.3f} {v['best']:>8.3f} {v['gflops']:>8.2f}")
+        for nb, ph in r.get("phases", {}).items():
+            print(f"  hpcgpu nb={nb}, one call's phases, seconds min/mean/max over ranks:")
+            for k, (lo, mean, hi) in ph.items():
+                print(f"  {k:>40} {lo:>8.3f} {mean:>8.3f} {hi:>8.3f}")
         for k, v in r["ratios"].items():
             print(f"  {k:>24}: {v['ratio']:.3f} (hpcgpu nb={v['hpcgpu_nb']} {v['hpcgpu_seconds']:.3f} s, peer "
                   f"{v['peer_seconds']:.3f} s)")
