@@ -1670,6 +1670,37 @@ FIXES: dict[str, str] = {
         "``panel`` is the SUMMA panel width in columns and must be at least 1; leave it ``None`` to take the "
         "widest within ``panel_memory``."
     ),
+    "…: A is singular: U's diagonal is exactly zero at column … (LAPACK info …)": (
+        "``lu_factor`` or ``solve`` (``python -m hpcgpu solve``) met an exactly zero pivot: after partial "
+        "pivoting over the whole column, every remaining element of that column of the matrix being factored "
+        "is 0, so A has no inverse (LAPACK's ``info`` is the column plus one). A column of zeros, two equal rows "
+        "or columns, or a matrix of rank below n does this. Check how A was built; for a singular or "
+        "rank-deficient system solve the least-squares problem instead (``lstsq``), or, for a positive "
+        "definite A, ``solve(assume_a=\"pos\")``."
+    ),
+    "…: piv must be lu_factor's pivots, … integers, got …": (
+        "``lu_solve((lu, piv), b)`` takes the pair ``lu_factor`` returned unchanged: ``piv`` is a NumPy "
+        "integer array of n pivot rows. Pass the same ``piv`` that came with ``lu``."
+    ),
+    "…: piv must be lu_factor's pivots: piv[i] in i..…": (
+        "LAPACK's pivots say that row ``i`` was interchanged with row ``piv[i]``, so ``i <= piv[i] < n``; the "
+        "``piv`` given breaks that (a permutation vector, or 1-based pivots from Fortran). Pass the ``piv`` "
+        "that ``lu_factor`` returned with ``lu``."
+    ),
+    "…: the factors must be lu_factor's (lu, piv), got …": (
+        "``lu_solve``'s first argument is the pair ``(lu, piv)`` that ``lu_factor`` returned; it was given "
+        "something else (the matrix A itself, or ``lu`` alone). Write ``lu_solve(lu_factor(a), b)``."
+    ),
+    "…: trans must be 0, 1 or 2 (A X = B, A^T X = B, A^H X = B), got …": (
+        "``lu_solve``'s ``trans`` chooses the system, as SciPy's does: 0 solves ``A X = B``, 1 ``A^T X = B`` "
+        "and 2 ``A^H X = B``. Give one of these integers."
+    ),
+    "…: assume_a must be 'gen' (LU) or 'pos' (Cholesky), got …": (
+        "``solve`` (``--assume``) serves two of SciPy's ``assume_a`` values: ``\"gen\"`` for any square "
+        "matrix (LU with partial pivoting) and ``\"pos\"`` for a Hermitian positive definite one (Cholesky, "
+        "twice as fast). For a symmetric indefinite, triangular or banded matrix use ``\"gen\"`` "
+        "(or ``solve_triangular`` for a triangular one)."
+    ),
     "matmul: math_mode must be one of …, got …": (
         "``math_mode`` (``--math-mode``) chooses the local GEMMs' arithmetic on a GPU. Use ``\"default\"`` "
         "(CuPy's mode: TF32 under ``CUPY_TF32=1``), ``\"tf32\"`` or ``\"full\"`` (IEEE)."
