@@ -1,0 +1,410 @@
+"""Cholesky factorization and solves of distributed Hermitian positive definite matrices: ScaLAPACK's PDPOTRF.
+
+``A = L L^H`` (``lower``) or ``A = U^H U``, right-looking and blocked by ``nb`` on the 2-D block-cyclic layout
+(:mod:`hpcgpu.linalg.cyclic`). At block column ``k`` (rows and columns ``k0:k1``) of the lower form:
+
+1. the rank holding the diagonal block factors it (``potrf``) and broadcasts ``L_kk`` down its grid column;
+2. that grid column solves its rows of the panel, ``L_ik = A_ik L_kk^{-H}`` (``trsm``);
+3. the panel goes along the grid rows (each rank receives the panel rows of its local rows) and, transposed,
+   down the grid columns (the panel rows of its local columns: one ``Allgather`` over the grid column of the
+   rows each grid row holds there; on a square grid only the diagonal rank has any);
+4. every rank updates the lower part of its trailing blocks, ``A_ij -= L_ik L_jk^H`` for ``i >= j``, one local
+   GEMM per block column.
+
+The upper form is the lower one of ``A^H`` with the grid's rows and columns swapped: no data moves for it. A
+failing leading minor does not stop the loop (the failing diagonal block is replaced by the identity so that no
+kernel raises); its order is made global by one reduction at the end and raised on every rank.
+
+Cost model (``n x n``, ``P = pr pc`` ranks, block size ``nb``): ``n^3 / 3`` flops in all (``n^3 / (3 P)`` a rank
+when balanced, which the cyclic layout keeps to the end); per rank about ``n^2 / (2 pc)`` words of panels
+received along the grid row and ``n^2 / (2 pr)`` down the grid column, in ``3 n / nb`` collectives; plus
+``2 n^2 / P`` words for the moves in and out of the cyclic layout.
+
+References
+----------
+J. Choi, J. Demmel, I. Dhillon, J. Dongarra, S. Ostrouchov, A. Petitet, K. Stanley, D. Walker, R. C. Whaley,
+"ScaLAPACK: A portable linear algebra library for distributed memory computers - design issues and performance",
+Computer Physics Communications 97, 1996 (LAPACK Working Note 95); J. Choi, J. Dongarra, L. S. Ostrouchov,
+A. Petitet, D. Walker, R. C. Whaley, "The design and implementation of the ScaLAPACK LU, QR, and Cholesky
+factorization routines", LAPACK Working Note 80, 1994; ScaLAPACK's PDPOTRF and PDPOTRS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from ..comm import Allgather, Bcast
+from ..errors import agreed
+from ..watchdog import watch
+from . import _checks, _local
+from .cyclic import Cyclic, default_nb, from_cyclic, to_cyclic
+from .triangular import _flag_error, trsm_cyclic
+
+__all__ = ["CholeskyFactor", "cholesky", "cho_factor", "cho_solve", "pdpotrf", "pdpotrs"]
+
+
+class CholeskyFactor:
+    """A Cholesky factor kept in the block-cyclic layout, for :func:`cho_solve` to use without moving it.
+
+    What :func:`cho_factor` returns (with ``lower``). Constructing one communicates nothing.
+
+    Parameters
+    ----------
+    local : xp.ndarray, shape ``layout.lshape``
+        This rank's blocks of the factor ``L`` (``lower``) or ``U``; the other triangle zero.
+    layout : Cyclic
+        Global ``(n, n)``, the grid and block size.
+    lower : bool
+
+    Attributes
+    ----------
+    local, layout, lower
+    gshape : (int, int)
+    grid : ProcessGrid
+    dtype : numpy.dtype
+    nb : int
+    """
+
+    def __init__(self, local, layout: Cyclic, lower: bool):
+        self.local, self.layout, self.lower = local, layout, bool(lower)
+        self.gshape = (layout.m, layout.n)
+        self.grid = layout.grid
+        self.dtype = np.dtype(local.dtype)
+        self.nb = layout.nb
+
+    def describe(self) -> str:
+        """``"100 x 100 float64 lower factor on grid 2x3, nb 8"``: what every rank's part shares. Not collective."""
+        tri = "lower" if self.lower else "upper"
+        return (f"{self.gshape[0]} x {self.gshape[1]} {self.dtype} {tri} factor on grid "
+                f"{self.grid.shape[0]}x{self.grid.shape[1]}, nb {self.nb}")
+
+    def to_distmatrix(self):
+        """The factor as a :class:`~hpcgpu.DistMatrix` on the same grid.
+
+        Collective over the grid: one ``Alltoallv`` (none on one rank).
+
+        Returns
+        -------
+        DistMatrix
+            Global ``(n, n)``, the factor's dtype and side.
+        """
+        if self.grid.size == 1:
+            from .distmatrix import DistMatrix
+
+            return DistMatrix(self.local, self.gshape, self.grid)
+        return from_cyclic(self.local, self.layout)
+
+    def __repr__(self) -> str:
+        return f"CholeskyFactor({self.describe()})"
+
+
+class _Axes:
+    """The layout as the lower-form loop sees it: rows and columns as given, or swapped (the upper form)."""
+
+    def __init__(self, lay: Cyclic, swap: bool):
+        g = lay.grid
+        self.n, self.nb = lay.n, lay.nb
+        if not swap:
+            self.row_owner, self.col_owner = lay.row_owner, lay.col_owner
+            self.local_row, self.local_col = lay.local_row, lay.local_col
+            self.rows, self.cols = lay.rows, lay.cols
+            self.lshape, self.myrow, self.mycol, self.pr = lay.lshape, g.row, g.col, g.shape[0]
+            self.row_comm, self.col_comm = g.row_comm, g.col_comm
+        else:
+            self.row_owner, self.col_owner = lay.col_owner, lay.row_owner
+            self.local_row, self.local_col = lay.local_col, lay.local_row
+            self.rows, self.cols = lay.cols, lay.rows
+            self.lshape, self.myrow, self.mycol, self.pr = lay.lshape[::-1], g.col, g.row, g.shape[1]
+            self.row_comm, self.col_comm = g.col_comm, g.row_comm
+
+
+def _potrf_cyclic(local, lay: Cyclic, lower: bool) -> int:
+    """Factor the block-cyclic ``local`` in place; the 1-based order of the first failing minor, or 0.
+
+    Collective over ``lay.grid``: every rank returns the same (one reduction at the end).
+    """
+    xp = _local.xp_of(local)
+    ax = _Axes(lay, swap=not lower)
+    work = local if lower else xp.ascontiguousarray(local.conj().T)  # upper: the lower form of A^H
+    fail = _factor_lower(work, ax, xp)
+    if not lower:
+        local[...] = work.conj().T
+    # the other triangle zero, as SciPy's cholesky returns it
+    r, c = xp.asarray(lay.rows()), xp.asarray(lay.cols())
+    other = (r[:, None] < c[None, :]) if lower else (r[:, None] > c[None, :])
+    local[other] = 0
+    fail = lay.grid.cart.allreduce(fail or lay.n + 1, op=MPI.MIN)
+    return 0 if fail > lay.n else fail
+
+
+def _factor_lower(a, ax: _Axes, xp) -> int:
+    """The right-looking loop on the lower triangle of ``a`` (``ax``'s rows and columns); this rank's first
+    failing order seen (1-based), or 0."""
+    n, nb = ax.n, ax.nb
+    nblk = -(-n // nb)
+    fail = 0
+    my_rows, my_cols = ax.rows(), ax.cols()
+    # the global indices each grid row holds among this rank's columns: the transposed panel's sources
+    shared = [np.intersect1d(ax.rows(q), my_cols) for q in range(ax.pr)]
+    for k in range(nblk):
+        k0, k1 = k * nb, min((k + 1) * nb, n)
+        kb = k1 - k0
+        rk, ck = ax.row_owner(k0), ax.col_owner(k0)
+        detail = f"block {k + 1} of {nblk}"
+        r1, c0, c1 = ax.local_row(k1), ax.local_col(k0), ax.local_col(k1)
+        if ax.mycol == ck:
+            lkk = xp.empty((kb, kb), a.dtype)
+            if ax.myrow == rk:
+                d0 = ax.local_row(k0)
+                lkk[...], info = _local.potrf(a[d0:d0 + kb, c0:c0 + kb], lower=True)
+                if info:
+                    fail = fail or k0 + info
+                    lkk[...] = xp.eye(kb, dtype=a.dtype)  # keep going without raising: the order is agreed at the end
+                a[d0:d0 + kb, c0:c0 + kb] = lkk
+            with watch("Cholesky diagonal block broadcast", detail):
+                Bcast(lkk, root=rk, comm=ax.col_comm)
+            if r1 < ax.lshape[0]:
+                a[r1:, c0:c1] = _local.trsm(lkk, a[r1:, c0:c1], True, 2, side="R")
+        # the panel rows of this rank's rows (along the grid row) ...
+        prow = xp.empty((ax.lshape[0] - r1, kb), a.dtype)
+        if ax.mycol == ck:
+            prow[...] = a[r1:, c0:c1]
+        if prow.size:
+            with watch("Cholesky panel broadcast", detail):
+                Bcast(prow, root=ck, comm=ax.row_comm)
+        # ... and of its columns (down the grid column)
+        pcol = _transposed_panel(prow, ax, shared, my_rows, my_cols, k1, kb, xp, detail)
+        _update_lower(a, prow, pcol, ax, my_rows, my_cols, k1)
+    return fail
+
+
+def _transposed_panel(prow, ax: _Axes, shared, my_rows, my_cols, k1: int, kb: int, xp, detail: str):
+    """The panel rows of this rank's columns at or after ``k1``: each grid row gives those it holds."""
+    c1 = ax.local_col(k1)
+    pcol = xp.empty((ax.lshape[1] - c1, kb), prow.dtype)
+    below = [s[s >= k1] for s in shared]
+    count = max(s.size for s in below)
+    if count == 0 or kb == 0:
+        return pcol
+    send = xp.zeros((count, kb), prow.dtype)
+    mine = below[ax.myrow]
+    if mine.size:
+        send[:mine.size] = prow[xp.asarray(np.searchsorted(my_rows, mine) - ax.local_row(k1))]
+    recv = xp.empty((ax.pr, count, kb), prow.dtype)
+    with watch("Cholesky transposed panel", detail):
+        Allgather(send, recv, comm=ax.col_comm)
+    for q, s in enumerate(below):
+        if s.size:
+            pcol[xp.asarray(np.searchsorted(my_cols, s) - c1)] = recv[q, :s.size]
+    return pcol
+
+
+def _update_lower(a, prow, pcol, ax: _Axes, my_rows, my_cols, k1: int) -> None:
+    """``A_ij -= L_ik L_jk^H`` on this rank's trailing blocks with ``i >= j``: one GEMM per local block column."""
+    r1, c1 = ax.local_row(k1), ax.local_col(k1)
+    ncols = ax.lshape[1]
+    for jl in range(c1, ncols, ax.nb):  # local block columns are nb wide (the last one narrower)
+        w = min(ax.nb, ncols - jl)
+        i0 = ax.local_row(int(my_cols[jl]))  # this rank's rows at or below the block column's first
+        if i0 < ax.lshape[0]:
+            _local.gemm_update(a[i0:, jl:jl + w], prow[i0 - r1:], pcol[jl - c1:jl - c1 + w], -1.0, trans_b=2)
+
+
+def _not_spd(where: str, order: int, n: int) -> BaseException:
+    return agreed(np.linalg.LinAlgError(
+        f"{where}: A is not positive definite: the leading minor of order {order} is not (column {order - 1} "
+        f"of 0..{n - 1})"))
+
+
+def _entry(where: str, a, lower, nb) -> None:
+    """The checks of :func:`cholesky` and :func:`cho_factor`, agreed, before any other communication."""
+    err = _checks.matrix_error(where, "A", a, square=True)
+    if err is not None and not hasattr(a, "grid"):
+        raise agreed(err)  # no grid to agree over: every rank is given the same kind of object
+    err = err or _flag_error(where, "lower", lower) or _checks.nb_error(where, nb)
+    comm = a.grid.cart
+    if err is None:
+        nbv = min(nb or default_nb(a.xp), max(a.gshape[0], 1))
+        need = 2 * a.lnbytes + 4 * (a.lshape[0] + a.lshape[1] + nbv) * nbv * a.dtype.itemsize
+        err = _checks.memory_error(where, need, comm, a.xp)
+    _checks.entry(where, dict(a=a.describe(), lower=lower, nb=nb), comm, err)
+    _checks.finite(where, {"A": a}, comm)
+
+
+def _factor(where: str, a, lower: bool, nb):
+    """``(local, layout)`` of the factor; raises the agreed ``LinAlgError`` when ``A`` is not positive definite."""
+    n = a.gshape[0]
+    nb = nb or default_nb(a.xp)
+    if a.grid.size == 1:  # the one block is the cyclic layout: one potrf, no move, no loop
+        local, info = _local.potrf(a.local, lower)
+        lay = Cyclic(a.gshape, a.grid, nb)
+    else:
+        local, lay = to_cyclic(a, nb)
+        info = _potrf_cyclic(local, lay, lower)
+    if info:
+        raise _not_spd(where, info, n)
+    return local, lay
+
+
+def cholesky(a, lower=False, *, nb=None):
+    """Cholesky factor of a distributed Hermitian positive definite matrix: SciPy's ``cholesky``.
+
+    Collective over ``a.grid``: all its ranks must call it with the same arguments. ``A`` moves into the
+    block-cyclic layout and the factor back (one ``Alltoallv`` each; none on one rank, where it is one LAPACK
+    ``potrf``).
+
+    Parameters
+    ----------
+    a : DistMatrix
+        ``A``, global ``(n, n)``, float32, float64, complex64 or complex128, host or device. Only the triangle
+        ``lower`` names is read (SciPy's rule), but every element must be finite.
+    lower : bool
+        Return ``L`` with ``A = L L^H``; by default ``U`` with ``A = U^H U`` (SciPy's default).
+    nb : int, optional, keyword-only
+        Block size of the factorization (default :func:`hpcgpu.linalg.cyclic.default_nb`).
+
+    Returns
+    -------
+    DistMatrix
+        The factor, global ``(n, n)``, on ``a``'s grid, ``a``'s dtype and side; the other triangle zero.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        ``A`` is not positive definite: one line naming the order of the first leading minor that is not (and its
+        column), on every rank (an :class:`~hpcgpu.errors.AgreedError`).
+    TypeError
+        ``a`` no DistMatrix, a dtype the solvers do not take, ``lower`` not a bool, ``nb`` not an int. On every
+        rank.
+    ValueError
+        ``a`` not square, ``nb < 1``, NaN or inf in ``a`` (naming the element), the arguments differing between
+        ranks. On every rank.
+    MemoryError
+        The working copies do not fit in the rank's memory. On every rank.
+
+    Notes
+    -----
+    Right-looking blocked Cholesky (ScaLAPACK's PDPOTRF): see :mod:`hpcgpu.linalg.cholesky` for the schedule
+    and its cost, ``n^3 / 3`` flops.
+
+    References
+    ----------
+    J. Choi et al., "ScaLAPACK: A portable linear algebra library for distributed memory computers - design
+    issues and performance", Computer Physics Communications 97, 1996; LAPACK Working Note 80.
+    """
+    _entry("cholesky", a, lower, nb)
+    local, lay = _factor("cholesky", a, bool(lower), nb)
+    return CholeskyFactor(local, lay, bool(lower)).to_distmatrix()
+
+
+def cho_factor(a, lower=False, *, nb=None):
+    """Cholesky factor kept for :func:`cho_solve`: SciPy's ``cho_factor``.
+
+    Collective over ``a.grid``. As :func:`cholesky`, but the factor stays in the block-cyclic layout, so that
+    solves with it move only their right-hand sides.
+
+    Parameters
+    ----------
+    a : DistMatrix
+        As for :func:`cholesky`.
+    lower : bool
+        Factor as ``L L^H`` (``True``) or ``U^H U`` (default).
+    nb : int, optional, keyword-only
+        Block size.
+
+    Returns
+    -------
+    (CholeskyFactor, bool)
+        The factor and ``lower``: pass the pair to :func:`cho_solve`. ``factor.to_distmatrix()`` gives it as a
+        DistMatrix (the other triangle zero, unlike SciPy's, which leaves ``A``'s values there).
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError, TypeError, ValueError, MemoryError
+        As :func:`cholesky`, naming ``cho_factor``. On every rank.
+    """
+    _entry("cho_factor", a, lower, nb)
+    local, lay = _factor("cho_factor", a, bool(lower), nb)
+    return CholeskyFactor(local, lay, bool(lower)), bool(lower)
+
+
+def cho_solve(c_and_lower, b, *, nb=None):
+    """Solve ``A X = B`` given ``A``'s Cholesky factor: SciPy's ``cho_solve``.
+
+    Collective over the factor's grid: all its ranks must call it with the same arguments. ``B`` moves into the
+    block-cyclic layout and ``X`` back (one ``Alltoallv`` each); a :class:`CholeskyFactor` does not move, a
+    DistMatrix factor moves in first. Two triangular solves (:func:`hpcgpu.linalg.triangular.trsm_cyclic`).
+
+    Parameters
+    ----------
+    c_and_lower : (CholeskyFactor or DistMatrix, bool)
+        What :func:`cho_factor` returned, or a factor from :func:`cholesky` with its ``lower``. Only the triangle
+        ``lower`` names is read.
+    b : DistMatrix
+        ``B``, global ``(n, nrhs)``, on the factor's grid, the factor's dtype.
+    nb : int, optional, keyword-only
+        Block size for a DistMatrix factor (default :func:`hpcgpu.linalg.cyclic.default_nb`); a
+        :class:`CholeskyFactor` keeps its own.
+
+    Returns
+    -------
+    DistMatrix
+        ``X``, global ``(n, nrhs)``, on the factor's grid, ``b``'s dtype and side.
+
+    Raises
+    ------
+    TypeError
+        ``c_and_lower`` not such a pair, ``b`` no DistMatrix, dtypes that differ or the solvers do not take,
+        ``nb`` not an int. On every rank.
+    ValueError
+        Shapes that do not conform, another grid, ``nb < 1``, NaN or inf in ``b`` (or in a DistMatrix factor),
+        the arguments differing between ranks. On every rank.
+    MemoryError
+        The working copies do not fit in the rank's memory. On every rank.
+
+    References
+    ----------
+    ScaLAPACK's PDPOTRS.
+    """
+    where = "cho_solve"
+    from .distmatrix import DistMatrix
+
+    pair = isinstance(c_and_lower, tuple) and len(c_and_lower) == 2
+    c, lower = c_and_lower if pair else (None, None)
+    if not pair or not isinstance(c, (CholeskyFactor, DistMatrix)):
+        got = type(c if pair else c_and_lower).__name__
+        raise agreed(TypeError(f"{where}: c_and_lower must be (factor, lower) with the factor from cho_factor or "
+                               f"cholesky (a CholeskyFactor or DistMatrix), got {got}"))
+    err = (_checks.matrix_error(where, "c", c, square=True) if isinstance(c, DistMatrix) else None)
+    err = err or _checks.matrix_error(where, "B", b)
+    err = (err or _flag_error(where, "lower", lower) or _checks.conform_error(where, c, b)
+           or _checks.nb_error(where, nb))
+    if err is None and isinstance(c, CholeskyFactor) and c.lower != bool(lower):
+        err = ValueError(f"{where}: lower={lower} but the factor was made with lower={c.lower}")
+    comm = c.grid.cart
+    if err is None:
+        nbv = c.nb if isinstance(c, CholeskyFactor) else (nb or default_nb(b.xp))
+        extra = 2 * c.lnbytes if isinstance(c, DistMatrix) else 0
+        need = extra + 2 * b.lnbytes + (c.local.shape[0] + b.lshape[1] + nbv) * nbv * b.dtype.itemsize
+        err = _checks.memory_error(where, need, comm, b.xp)
+    _checks.entry(where, dict(c=c.describe(), lower=lower, b=getattr(b, "describe", lambda: type(b).__name__)(),
+                              nb=nb), comm, err)
+    _checks.finite(where, {"c": c, "B": b} if isinstance(c, DistMatrix) else {"B": b}, comm)
+    if isinstance(c, DistMatrix):
+        c_local, c_lay = to_cyclic(c, nb or default_nb(c.xp))
+    else:
+        c_local, c_lay = c.local, c.layout
+    b_local, b_lay = to_cyclic(b, c_lay.nb)
+    lower = bool(lower)
+    # A = L L^H: L Y = B, then L^H X = Y;  A = U^H U: U^H Y = B, then U X = Y
+    trsm_cyclic(c_local, c_lay, b_local, b_lay, lower=lower, trans=0 if lower else 2)
+    trsm_cyclic(c_local, c_lay, b_local, b_lay, lower=lower, trans=2 if lower else 0)
+    return from_cyclic(b_local, b_lay)
+
+
+pdpotrf = cholesky
+"""ScaLAPACK's name for :func:`cholesky`."""
+
+pdpotrs = cho_solve
+"""ScaLAPACK's name for :func:`cho_solve`."""
