@@ -1818,6 +1818,36 @@ FIXES: dict[str, str] = {
     "norm: x must be a DistMatrix or a DistVector, got …": (
         "``hpcgpu.linalg.norm`` takes distributed arrays; for a NumPy array use ``numpy.linalg.norm``."
     ),
+    "…: A is … x …; served: tall or square A (m >= n >= 1) whose n x n R fits one rank (TSQR)": (
+        "``hpcgpu.linalg.qr``, ``lstsq`` (``pdgels``) and ``svd`` factor by TSQR: row blocks over the ranks and a "
+        "tree of ``n x n`` R factors, so A must have at least as many rows as columns (and at least one column). "
+        "A wide A (an underdetermined ``lstsq``) is not served: factor its conjugate transpose (``a.H``) instead, "
+        "or gather a small one and use SciPy."
+    ),
+    "qr: mode must be 'reduced', 'economic', 'r' or 'full', got …": (
+        "``mode='reduced'`` (or SciPy's word ``'economic'``) gives Q ``m x n`` and R ``n x n``; ``'r'`` gives "
+        "``(R,)`` and forms no Q; ``'full'`` is served for a square A only."
+    ),
+    "qr: mode 'full' (Q of … x …) is not served for a tall A (… x …); mode 'reduced' gives Q … x … and R … x …": (
+        "A full Q of a tall matrix is ``m x m``, most of it a basis of the space A does not reach; TSQR forms "
+        "only the ``m x n`` Q of the columns of A. Use ``mode='reduced'``."
+    ),
+    "svd: full_matrices=True (U of … x …) is not served for a tall A (… x …); full_matrices=False gives U … x …": (
+        "As for ``qr``'s mode ``'full'``: the tall-skinny SVD forms the ``m x n`` U of A's columns only. Pass "
+        "``full_matrices=False``."
+    ),
+    "svd: … must be True or False, got …": (
+        "``full_matrices`` and ``compute_uv`` are switches: pass a bool, the same on every rank."
+    ),
+    "lstsq: cond must be None or a finite number >= 0, got …": (
+        "``cond`` is the relative cutoff for A's singular values (those at most ``cond * s[0]`` count as zero "
+        "and set the rank); ``None`` takes the dtype's machine epsilon, as SciPy does."
+    ),
+    "…: the SVD of R did not converge (…)": (
+        "LAPACK's SVD of the small ``n x n`` R (on rank 0, broadcast to every rank) failed to converge, which "
+        "happens only for pathological values (finite ones are checked on entry). Scale A, or compute in "
+        "float64."
+    ),
     # -- Task farm ----------------------------------------------------------------------------------------
     "task … returned results …, the first result had …: the function must return the same names for every task": (
         "Every task's dict becomes one row of the same datasets in ``/results``, so the names are fixed by "

@@ -28,9 +28,6 @@ __all__ = ["qr", "lstsq", "svd"]
 _UP, _DOWN = 6301, 6302
 """Message tags of the tree's R factors (up) and of its parts of Q (down)."""
 
-_SERVED = "served: tall or square A (m >= n >= 1) whose n x n R fits one rank (TSQR)"
-
-
 # -- entry --------------------------------------------------------------------------------------------------------
 def _enter(where: str, a, b, args: dict, err, *, extra_cols: int, want_q: bool):
     """The entry checks, each agreed before any other communication; the matrices' communicator.
@@ -48,7 +45,8 @@ def _enter(where: str, a, b, args: dict, err, *, extra_cols: int, want_q: bool):
         err = matrix_error(where, "B", b) or conform_error(where, a, b)
     m, n = a.gshape
     if err is None and not m >= n >= 1:
-        err = ValueError(f"{where}: A is {m} x {n}; {_SERVED}")
+        err = ValueError(f"{where}: A is {m} x {n}; served: tall or square A (m >= n >= 1) whose n x n R fits one "
+                         "rank (TSQR)")
     comm = a.grid.cart
     entry(where, {"A": a, "B": b, **args}, comm, err)
     short = memory_error(where, _work_bytes(a, extra_cols, want_q), comm, a.xp)
@@ -214,11 +212,11 @@ def _from_root(where: str, tree: _Tree, finish):
         try:
             out = (None, finish(tree.r))
         except np.linalg.LinAlgError as e:
-            out = (f"{where}: the SVD of R did not converge ({e})", None)
+            out = (str(e), None)
     with watch("TSQR's broadcast of R", where):
         err, out = tree.comm.bcast(out, root=0)
     if err is not None:
-        raise agreed(np.linalg.LinAlgError(err))
+        raise agreed(np.linalg.LinAlgError(f"{where}: the SVD of R did not converge ({err})"))
     return out
 
 
