@@ -46,6 +46,8 @@ import numpy as _numpy  # noqa: E402
 
 from cupy import _standin  # noqa: E402,F401
 from cupy import cuda  # noqa: E402
+from cupy import linalg  # noqa: E402,F401
+from cupy.linalg._kernels import diag, diagonal, eye, tril, triu  # noqa: E402,F401
 from cupy._kernel import ElementwiseKernel  # noqa: E402,F401
 from cupy._core import (  # noqa: E402,F401
     _reduction_table,

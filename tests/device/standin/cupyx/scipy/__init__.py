@@ -1,0 +1,1 @@
+"""Stand-in for ``cupyx.scipy`` (only ``cupyx.scipy.linalg``)."""
