@@ -103,8 +103,9 @@ _CANONICAL = _api.canonical()
 
 
 def _public_bases(app, name, obj, options, bases):
-    """A class's private base (``hpcgpu.nn._flat.FlatParams``) is an implementation detail: not shown."""
-    bases[:] = [b for b in bases if not any(part.startswith("_") for part in b.__module__.split("."))]
+    """A class's private base (``hpcgpu.nn._flat.FlatParams``, ``distmatrix._Elementwise``) is an implementation
+    detail: not shown."""
+    bases[:] = [b for b in bases if not any(part.startswith("_") for part in [*b.__module__.split("."), b.__name__])]
 
 
 def setup(app):

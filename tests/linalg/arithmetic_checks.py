@@ -3,7 +3,8 @@ and products against NumPy on the gathered arrays, on every grid of this many ra
 float32, for shapes no grid divides and empty blocks; the bytes a view's product moves; the refusals' messages.
 
 Usage: arithmetic_checks.py [cpu|auto]. Every rank collects what failed (no rank stops while the others wait in a
-collective); rank 0 prints ``ok`` and each rank's number of cases, or the failures, and the launch exits 1.
+collective); rank 0 prints ``ok``, the runtime's device and each rank's number of cases, or the failures, and the
+launch exits 1.
 """
 
 import functools
@@ -320,5 +321,5 @@ failed = world.allgather(bad)
 counts = world.gather(cases)
 if r == 0:
     lines = [line for rank in failed for line in rank]
-    print("ok", *counts, flush=True) if not lines else print("FAILED", *lines[:20], sep="\n", flush=True)
+    print("ok", rt.device, *counts, flush=True) if not lines else print("FAILED", *lines[:20], sep="\n", flush=True)
 sys.exit(1 if any(failed) else 0)

@@ -20,8 +20,9 @@ def _launch(nprocs, device="cpu"):
     p = _mpi.run(nprocs, [os.path.join(HERE, "arithmetic_checks.py"), device], timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     words = p.stdout.split()
-    assert words[0] == "ok" and len(words) == nprocs + 1 and len(set(words[1:])) == 1 and int(words[1]) >= 60, \
+    assert words[0] == "ok" and len(words) == nprocs + 2 and len(set(words[2:])) == 1 and int(words[2]) >= 60, \
         p.stdout
+    assert words[1] == ("gpu" if device == "auto" and _mpi.standin() else "cpu" if device == "cpu" else words[1])
 
 
 @pytest.mark.mpi
