@@ -1,6 +1,6 @@
 """LU factorization with partial pivoting on the 2-D block-cyclic layout (ScaLAPACK's PDGETRF and PDGETRS).
 
-:func:`lu_factor` moves A into the block-cyclic layout of its grid (:func:`~hpcgpu.linalg.cyclic.to_cyclic`, one
+:func:`lu_factor` moves A into the block-cyclic layout of its grid (``cyclic.to_cyclic``, one
 ``Alltoallv``) and factors it right-looking, one panel of ``nb`` columns at a time. For the panel of global columns
 ``k0:k1`` (``w = k1 - k0``), owned by grid column ``qk`` and, for its diagonal block, grid row ``pk``:
 
@@ -20,7 +20,7 @@
 
 A 1 x 1 grid is one ``getrf`` and nothing else. :func:`lu_solve` moves only B: into the same layout, its rows
 interchanged as the pivots say, then the two block-cyclic triangular solves
-(:func:`hpcgpu.linalg.triangular.trsm_cyclic`) and back.
+(``triangular.trsm_cyclic``) and back.
 
 Cost model (``n x n``, ``P = pr x pc`` ranks, ``nb``): ``2 n^3 / 3`` flops in all, ``2 n^3 / (3 P)`` a rank (the
 layout keeps every rank in the trailing matrix to the end), all but ``O(n^2 nb)`` of them in the local GEMMs of
@@ -61,7 +61,7 @@ class LU:
     """The LU factors of a square matrix, kept in the 2-D block-cyclic layout they were computed in.
 
     ``L`` (unit lower triangular, its diagonal not stored) below the diagonal and ``U`` on and above it, LAPACK's
-    packing, each rank holding its blocks (:class:`~hpcgpu.linalg.cyclic.Cyclic`). Made by :func:`lu_factor` and
+    packing, each rank holding its blocks of the layout (``cyclic.Cyclic``). Made by :func:`lu_factor` and
     read by :func:`lu_solve`, which then move only the right-hand sides.
 
     Parameters
@@ -127,7 +127,7 @@ def lu_factor(a, *, nb: int | None = None):
         ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
     nb : int, optional, keyword-only
         Block size of the layout and width of the panels, >= 1: 256 on a host, 512 on a GPU by default
-        (:func:`~hpcgpu.linalg.cyclic.default_nb`).
+        (``cyclic.default_nb``).
 
     Returns
     -------
@@ -271,7 +271,7 @@ def factor_bytes(a, nb: int) -> int:
     The layout's copy and the move's two buffers, the padded panel gather and the factored panel, a block row of
     ``U``.
     """
-    n, (pr, pc) = a.gshape[0], a.grid.shape
+    n, pr = a.gshape[0], a.grid.shape[0]
     lay = Cyclic(a.gshape, a.grid, nb)
     w = min(nb, n)
     return a.dtype.itemsize * (3 * lay.lshape[0] * lay.lshape[1] + 3 * (n + pr * w) * w + w * lay.lshape[1])
@@ -423,8 +423,10 @@ class _Step:
 # -- row interchanges ------------------------------------------------------------------------------------------------
 
 def _swaps(k0: int, ipiv) -> tuple[np.ndarray, np.ndarray]:
-    """LAPACK's interchanges ``k0 + i <-> k0 + ipiv[i]``, in order, as one move: new row ``dst[j]`` is old
-    row ``src[j]`` (only the rows that move, ascending ``dst``)."""
+    """LAPACK's interchanges ``k0 + i <-> k0 + ipiv[i]``, in order, as one move ``(dst, src)``.
+
+    New row ``dst[j]`` is old row ``src[j]``: only the rows that move, ascending ``dst``. Not collective.
+    """
     held: dict[int, int] = {}  # position -> the original row now there
     for i, p in enumerate(ipiv):
         a, b = k0 + i, k0 + int(p)
@@ -434,7 +436,7 @@ def _swaps(k0: int, ipiv) -> tuple[np.ndarray, np.ndarray]:
 
 
 def full_permutation(piv) -> tuple[np.ndarray, np.ndarray]:
-    """All of ``piv``'s interchanges as one move ``(dst, src)``, as :func:`_swaps`. Not collective."""
+    """All of ``piv``'s interchanges as one move ``(dst, src)``, as ``_swaps``. Not collective."""
     perm = np.arange(len(piv), dtype=np.int64)
     for i, p in enumerate(piv):
         if p != i:

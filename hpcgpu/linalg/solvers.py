@@ -1,8 +1,8 @@
 """``solve``: A X = B for a distributed square A, by LU with partial pivoting or by Cholesky (PDGESV, PDPOSV).
 
 SciPy's ``scipy.linalg.solve`` for :class:`~hpcgpu.DistMatrix`: ``assume_a="gen"`` factors A by
-:func:`hpcgpu.linalg.lu.lu_factor` (``2 n^3 / 3`` flops) and solves with its factors; ``assume_a="pos"`` (A
-Hermitian positive definite) by :func:`hpcgpu.linalg.cholesky.cho_factor` and ``cho_solve`` (``n^3 / 3`` flops, no
+:func:`~hpcgpu.linalg.lu_factor` (``2 n^3 / 3`` flops) and solves with its factors; ``assume_a="pos"`` (A
+Hermitian positive definite) by :func:`~hpcgpu.linalg.cho_factor` and ``cho_solve`` (``n^3 / 3`` flops, no
 pivots). Both work on the 2-D block-cyclic layout and return X on A's grid in B's shape.
 
 The module is not called ``solve``: importing a submodule sets the package's attribute of its name, which would
@@ -35,7 +35,7 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
         ``(n, nrhs)`` (``(n, 1)`` for one vector) on ``a``'s grid, ``a``'s dtype; finite. Not modified.
     assume_a : {"gen", "pos"}
         SciPy's names: ``"gen"`` a general matrix (LU with partial pivoting, :func:`~hpcgpu.linalg.lu_factor`),
-        ``"pos"`` Hermitian positive definite (Cholesky, :func:`~hpcgpu.linalg.cholesky.cho_factor`, which
+        ``"pos"`` Hermitian positive definite (Cholesky, :func:`~hpcgpu.linalg.cho_factor`, which
         reads the triangle it documents).
     nb : int, optional, keyword-only
         Block size of the factorization's block-cyclic layout (256 on a host, 512 on a GPU by default).
@@ -103,7 +103,7 @@ def pdposv(a, b, *, nb: int | None = None):
     Parameters
     ----------
     a : DistMatrix
-        ``(n, n)``, Hermitian positive definite (the triangle :func:`~hpcgpu.linalg.cholesky.cho_factor` reads).
+        ``(n, n)``, Hermitian positive definite (the triangle :func:`~hpcgpu.linalg.cho_factor` reads).
     b : DistMatrix
         ``(n, nrhs)`` on ``a``'s grid, its dtype.
     nb : int, optional, keyword-only
