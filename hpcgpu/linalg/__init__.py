@@ -58,3 +58,24 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
+
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _Package(_types.ModuleType):
+    """This package's module type: a submodule named as the function it defines (``cholesky``) never hides it.
+
+    Importing ``hpcgpu.linalg.cholesky`` makes the import system set the submodule as this package's attribute
+    ``cholesky``, over the function ``from hpcgpu.linalg import cholesky`` must give; that one assignment is
+    refused, so the name keeps resolving through :data:`_LAZY` (the submodule stays in ``sys.modules``).
+    """
+
+    def __setattr__(self, name, value):
+        if isinstance(value, _types.ModuleType) and _LAZY.get(name, ("",))[0] == name:
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

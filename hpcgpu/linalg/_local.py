@@ -270,8 +270,10 @@ def _contig(a):
 
 
 def _strided_gemm(a, b, c, alpha) -> bool:
-    """NumPy's CBLAS GEMM into a row-strided view ``c`` (``ldc`` = its row stride), ``beta = 1``; False when not
-    possible (no CBLAS bound, another dtype, or ``c``'s columns not contiguous)."""
+    """NumPy's CBLAS GEMM into a row-strided view ``c`` (``ldc``: its row stride), ``beta = 1``.
+
+    False when it cannot: no CBLAS bound, another dtype, or ``c``'s columns not contiguous.
+    """
     lib = _blas.numpy_blas()
     item = c.itemsize
     if (lib is None or not lib.gemms or c.dtype not in _blas._TYPES or not a.dtype == b.dtype == c.dtype

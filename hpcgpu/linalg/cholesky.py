@@ -139,8 +139,10 @@ def _potrf_cyclic(local, lay: Cyclic, lower: bool) -> int:
 
 
 def _factor_lower(a, ax: _Axes, xp) -> int:
-    """The right-looking loop on the lower triangle of ``a`` (``ax``'s rows and columns); this rank's first
-    failing order seen (1-based), or 0."""
+    """The right-looking loop on the lower triangle of ``a`` (``ax``'s rows and columns).
+
+    Returns the first failing order this rank saw (1-based), or 0.
+    """
     n, nb = ax.n, ax.nb
     nblk = -(-n // nb)
     fail = 0
