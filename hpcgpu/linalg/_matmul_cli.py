@@ -428,7 +428,6 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
     a = DistMatrix.random((N, N), g1, dtype, seed=1, xp=xp).local
     b = DistMatrix.random((N, N), g1, dtype, seed=2, xp=xp).local
     c = xp.empty_like(a)
-    threads, ctx = reference_threads(rt)
     if rt.device == "cpu" and is_half(dtype):
         # NumPy has no half-precision GEMM (a loop, 100x slower): the host's best is float32 BLAS on the
         # widened inputs, rounded once, which is what SUMMA does there.
@@ -438,32 +437,35 @@ def _local_gemm(rt, A, B, N, dtype, repeat):
         def product():
             xp.matmul(a, b, out=c)
     try:
-        product()
+        return time_alone(rt, product, repeat)
+    finally:
+        g1.free()
+
+
+def time_alone(rt, call, repeat: int):
+    """``(seconds, threads)``: the best time of ``call()`` on this rank alone, one warm-up then ``repeat`` runs.
+
+    A one-process reference (rank 0's, while the others wait) runs with the ranks' BLAS threads together, at
+    most the node's cores: not rank 0's own affinity, which a launcher that pins each rank (Intel MPI) narrows
+    to one rank's share. ``threads`` is that number, or ``"gpu"`` on a device. Not collective.
+    """
+    threads, limits = "gpu", None
+    if rt.device == "cpu":
+        from threadpoolctl import threadpool_info, threadpool_limits
+
+        per_rank = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
+        threads = min(per_rank * rt.size, os.cpu_count() or 1)
+        limits = threadpool_limits(limits=threads, user_api="blas")
+    try:
+        call()
         _sync(rt)
         best = float("inf")
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
-            product()
+            call()
             _sync(rt)
             best = min(best, time.perf_counter() - t0)
     finally:
-        if ctx is not None:
-            ctx.restore_original_limits()
-        g1.free()
+        if limits is not None:
+            limits.restore_original_limits()
     return best, threads
-
-
-def reference_threads(rt):
-    """``(threads, limits)``: the BLAS threads of a one-process reference on rank 0, and what sets them.
-
-    ``threads`` is ``"gpu"`` on a device; ``limits`` the threadpoolctl limits (None on a device;
-    ``limits.restore_original_limits()`` undoes them). The ranks' threads together, at most the node's cores:
-    not rank 0's own affinity, which a launcher that pins each rank (Intel MPI) narrows to one rank's share.
-    """
-    if rt.device != "cpu":
-        return "gpu", None
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    per_rank = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
-    threads = min(per_rank * rt.size, os.cpu_count() or 1)
-    return threads, threadpool_limits(limits=threads, user_api="blas")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -26,7 +25,7 @@ from ..errors import agree, agreed
 from ..io import split_spec
 from ._checks import SOLVER_DTYPES
 from ._matmul_cli import (_grid, _idle_wait, _sync, bench_memory_error, input_datasets, out_name_error, provenance,
-                          reference_threads, stopped_before)
+                          stopped_before, time_alone)
 
 OPERATIONS = {
     "solve": ("X", "solve A X = B (LU with partial pivoting; Cholesky with --assume pos) of HDF5 matrices, "
@@ -399,22 +398,10 @@ def _reference(a, rt, m, n, k, dtype):
     xp = rt.xp
     A = _bench_matrix(a, m, n, g1, dtype, xp=xp).local
     B = DistMatrix.random((m, k), g1, dtype, seed=2, xp=xp).local if k else None
-    call = _reference_call(a, rt, A, B)
-    threads, limits = reference_threads(rt)
     try:
-        call()
-        _sync(rt)
-        best = float("inf")
-        for _ in range(max(1, a.repeat)):
-            t0 = time.perf_counter()
-            call()
-            _sync(rt)
-            best = min(best, time.perf_counter() - t0)
+        return time_alone(rt, _reference_call(a, rt, A, B), a.repeat)
     finally:
-        if limits is not None:
-            limits.restore_original_limits()
         g1.free()
-    return best, threads
 
 
 def _reference_call(a, rt, A, B):
