@@ -294,3 +294,32 @@ def test_bench_refuses_a_size_beyond_memory_before_making_a_matrix():
 @pytest.mark.parametrize("op", ["solve", "lstsq", "cholesky"])
 def test_help_says_every_option_and_each_default_once(op):
     help_check(["hpcgpu", op])
+
+
+# -- the stop policy ------------------------------------------------------------------------------------------------
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("op", ["solve", "cholesky"])
+def test_a_stop_before_the_solve_writes_nothing_and_exits_3(op, tmp_path):
+    """One rank gets SIGTERM while it starts (held before the MPI library loads, as test_signals holds matmul's):
+    the command stops at its safe point before the routine, says so in one line, exits 3, writes nothing."""
+    import signal
+
+    from test_signals import HOLD_AT_MPI, _end, _launch, _ours, _ranks, _taken, _wait_until
+
+    src = _inputs(tmp_path)
+    (tmp_path / "sitecustomize.py").write_text(HOLD_AT_MPI)
+    marker, go, out = tmp_path / "at-mpi-", tmp_path / "go", tmp_path / "x.h5"
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{_mpi.ROOT}", "HOLD_MARKER": str(marker), "HOLD_GO": str(go)}
+    args = [f"{src}:S", *([f"{src}:B"] if op == "solve" else []), "-o", out]
+    job = _launch(2, ["-m", "hpcgpu", op, *args], tmp_path, env)
+    try:
+        _wait_until(job, lambda: all(os.path.exists(f"{marker}{r}") for r in range(2)))
+        os.kill(_ranks(job, 2)[1], signal.SIGTERM)
+        _taken([_ranks(job, 2)[1]], signal.SIGTERM)
+    finally:
+        go.touch()
+        stdout, stderr = _end(job)
+    assert job.returncode == 3 and _ours(stderr) == [], (stdout, stderr)
+    assert stdout.splitlines()[-1] == f"hpcgpu {op}: stopped (SIGTERM) before the {op}; nothing written to {out}"
+    assert not out.exists()
