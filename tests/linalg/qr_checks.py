@@ -2,10 +2,10 @@
 shapes no grid divides, row blocks shorter than n and empty blocks, against LAPACK's test ratios and SciPy on the
 gathered matrix; then their refusals.
 
-The bounds are those of LAPACK's test programs, whose threshold is 30 (xQRT01, xQRT17, xBDT01): ``||A - QR||_F /
-(||A||_F m eps)``, ``||I - Q^H Q||_F / (m eps)``, ``||A^H r||_F / (||A||_F ||b||_F max(m, n, nrhs) eps)`` and
-``||A - U S V^H||_F / (||A||_F m eps)``. Rank 0 prints ``ok``, each rank's number of cases and of refusals checked
-(an assert on any rank fails the launch).
+The measures are those of LAPACK's test programs (xQRT01, xQRT17, xBDT01), each below 16, the bound the guide
+promises (LAPACK's own threshold is 30): ``||A - QR||_F / (||A||_F m eps)``, ``||I - Q^H Q||_F / (m eps)``,
+``||A^H r||_F / (||A||_F ||b||_F m eps)`` and ``||A - U S V^H||_F / (||A||_F m eps)``. Rank 0 prints ``ok``, each
+rank's number of cases and of refusals checked (an assert on any rank fails the launch).
 """
 
 import sys
@@ -21,7 +21,7 @@ rt = hpcgpu.init()
 comm = rt.comm
 rank, size = comm.Get_rank(), comm.Get_size()
 rng = np.random.default_rng(63)
-LAPACK = 30  # LAPACK's test threshold for these ratios
+BOUND = 16  # docs/guide/linalg.rst's "Accuracy" (LAPACK's tests allow 30)
 GRIDS = {1: [(1, 1)], 2: [(1, 2), (2, 1)], 3: [(1, 3), (3, 1)], 4: [(2, 2), (4, 1), (1, 4)],
          6: [(2, 3), (3, 2), (6, 1), (1, 6)]}
 SHAPES = [  # m, n, nrhs: uneven, fewer rows a rank than n (10 x 8 at 4 ranks), square, m smaller than P, n = 1
@@ -63,9 +63,9 @@ def check_qr(g, a):
     Q, R, R1 = q.gather(), r.gather(), r_only.gather()
     if rank == 0:
         assert np.array_equal(R, np.triu(R)), R
-        assert fro(g - Q @ R) / (fro(g) * m * eps) < LAPACK, (g.shape, a.grid.shape)
-        assert fro(np.eye(n) - Q.conj().T @ Q) / (m * eps) < LAPACK, (g.shape, a.grid.shape)
-        assert fro(R1 - R) <= LAPACK * n * eps * fro(R), (g.shape, a.grid.shape)  # no Q formed, the same R
+        assert fro(g - Q @ R) / (fro(g) * m * eps) < BOUND, (g.shape, a.grid.shape)
+        assert fro(np.eye(n) - Q.conj().T @ Q) / (m * eps) < BOUND, (g.shape, a.grid.shape)
+        assert fro(R1 - R) <= BOUND * n * eps * fro(R), (g.shape, a.grid.shape)  # no Q formed, the same R
 
 
 def check_lstsq(g, gb, a):
@@ -78,14 +78,14 @@ def check_lstsq(g, gb, a):
     X = x.gather()
     if rank == 0:
         r = gb - g @ X
-        assert fro(g.conj().T @ r) / (fro(g) * fro(gb) * max(m, n, nrhs) * eps) < LAPACK, (g.shape, a.grid.shape)
+        assert fro(g.conj().T @ r) / (fro(g) * fro(gb) * m * eps) < BOUND, (g.shape, a.grid.shape)
         xr, rr, kr, sr = scipy.linalg.lstsq(g, gb)
         assert rk == kr == n, (rk, kr)
         cond = sr[0] / sr[-1]
-        assert fro(X - xr) <= LAPACK * cond * n * eps * fro(xr), (g.shape, a.grid.shape)
-        assert np.abs(host(s) - sr).max() <= LAPACK * m * eps * sr[0], (host(s), sr)
+        assert fro(X - xr) <= BOUND * cond * n * eps * fro(xr), (g.shape, a.grid.shape)
+        assert np.abs(host(s) - sr).max() <= BOUND * m * eps * sr[0], (host(s), sr)
         assert host(res).shape == rr.shape == ((nrhs,) if m > n else (0,)), (host(res).shape, rr.shape)
-        assert np.allclose(host(res), rr, rtol=LAPACK * cond * m * eps, atol=LAPACK * m * eps * fro(gb) ** 2)
+        assert np.allclose(host(res), rr, rtol=BOUND * cond * m * eps, atol=BOUND * m * eps * fro(gb) ** 2)
 
 
 def check_rank_deficient(dtype, grid):
@@ -114,10 +114,10 @@ def check_svd(g, a):
     if rank == 0:
         s, s_only = host(s), host(s_only)
         sr = np.linalg.svd(g, compute_uv=False)
-        assert fro(g - (U * s) @ VH) / (fro(g) * m * eps) < LAPACK, (g.shape, a.grid.shape)
-        assert fro(np.eye(n) - U.conj().T @ U) / (m * eps) < LAPACK, (g.shape, a.grid.shape)
-        assert fro(np.eye(n) - VH @ VH.conj().T) / (n * eps) < LAPACK, (g.shape, a.grid.shape)
-        tol = LAPACK * m * eps * sr[0]
+        assert fro(g - (U * s) @ VH) / (fro(g) * m * eps) < BOUND, (g.shape, a.grid.shape)
+        assert fro(np.eye(n) - U.conj().T @ U) / (m * eps) < BOUND, (g.shape, a.grid.shape)
+        assert fro(np.eye(n) - VH @ VH.conj().T) / (n * eps) < BOUND, (g.shape, a.grid.shape)
+        tol = BOUND * m * eps * sr[0]
         assert np.abs(s - sr).max() <= tol and np.abs(s_only - sr).max() <= tol, (s, s_only, sr)
 
 
