@@ -350,7 +350,7 @@ def lstsq(a, b, cond=None):
     ``rank`` leading singular triplets (rank-deficient: the minimum-norm solution, as ``gelsd``), and
     broadcasts ``x``, ``residues``, ``rank`` and ``s``; each rank keeps its block of ``x``. Cost as
     :func:`qr`'s R with ``n + nrhs`` columns: ``2 m (n + nrhs)^2`` flops over the ranks, ``O((n + nrhs)^2
-    log P)`` words, one ``Alltoallv`` of ``[A | B]`` into row blocks.
+    log P)`` words, one ``Alltoallv`` each for A and B into row blocks (none on a ``P x 1`` grid).
 
     ScaLAPACK's name: ``pdgels`` (:data:`hpcgpu.linalg.pdgels` is this function).
 
