@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import hashlib
 import numbers
+import os
 import sys
 import time
 
@@ -402,6 +403,9 @@ def abort(message: str, code: int = 1) -> None:
     -----
     Without the half-second pause, mpiexec sometimes killed the job before
     it had forwarded the aborting rank's last lines: the user saw no reason.
+    MPICH's ``MPI_Abort`` returns once the launcher has the request, and a
+    loaded launcher ends the ranks a while later: the rank then ends at once
+    (``os._exit``), so that nothing of the program runs on after an abort.
     """
     from mpi4py import MPI  # here, not at import: hpcgpu binds the GPU before MPI_Init
 
@@ -410,4 +414,7 @@ def abort(message: str, code: int = 1) -> None:
     if MPI.COMM_WORLD.Get_size() > 1:
         time.sleep(0.5)
         MPI.COMM_WORLD.Abort(code)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(code)
     sys.exit(code)
