@@ -23,3 +23,31 @@ def test_pivots_are_scipys_and_the_backward_error_is_small(nprocs):
     assert words[0] == "ok" and len(words) == nprocs + 1 and len(set(words[1:])) == 1, p.stdout
     cases, refusals = (int(x) for x in words[1].split("/"))
     assert cases >= 5 and refusals >= 8 + (nprocs > 1), p.stdout
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_interchanges_as_one_move_are_lapacks_in_order(seed):
+    """``_swaps`` (a panel's) and ``full_permutation`` (all of piv's) give the rows LAPACK's interchanges, applied
+    one after another, leave in each place; rows that stay are left out."""
+    import numpy as np
+
+    from hpcgpu.linalg.lu import _swaps, full_permutation
+
+    rng = np.random.default_rng(seed)
+    n, k0 = 23, 5
+    piv = np.array([i + rng.integers(0, n - i) for i in range(n)])
+    rows = np.arange(n)
+    for i, p in enumerate(piv):
+        rows[[i, p]] = rows[[p, i]]
+    dst, src = full_permutation(piv)
+    moved = np.arange(n)
+    moved[dst] = src
+    assert np.array_equal(moved, rows) and np.all(dst != src)
+    ipiv = piv[k0:k0 + 6] - k0
+    rows = np.arange(n)
+    for i, p in enumerate(ipiv):
+        rows[[k0 + i, k0 + p]] = rows[[k0 + p, k0 + i]]
+    dst, src = _swaps(k0, ipiv)
+    moved = np.arange(n)
+    moved[dst] = src
+    assert np.array_equal(moved, rows) and np.all(dst != src) and np.all(np.diff(dst) > 0)
