@@ -180,6 +180,20 @@ nan = draw((9, 3), "float64")
 nan[7, 2] = np.nan
 refusals += refused(lambda: qr(dist(nan, grid)), ValueError,
                     "qr: A holds NaN or inf (at row 7, column 2): the solvers need finite values")
+# work that does not fit the last rank's memory (its device's, alone; its node's, with the other ranks there):
+# one line, the same on every rank, before any work
+tsqr = sys.modules["hpcgpu.linalg.tsqr"]
+fits = tsqr._work_bytes
+tsqr._work_bytes = lambda a, extra, want_q: 1 << 60 if rank == size - 1 else fits(a, extra, want_q)
+try:
+    qr(tall)
+    raise AssertionError("not refused: work beyond memory")
+except MemoryError as e:
+    assert isinstance(e, AgreedError) and str(e).startswith("qr: ") and "\n" not in str(e), str(e)
+    assert str(e).endswith("GiB): use more ranks or nodes, or a smaller problem"), str(e)
+    assert len(set(comm.allgather(str(e)))) == 1
+    refusals += 1
+tsqr._work_bytes = fits
 # a cond that differs across the ranks is named, not a hang
 if size > 1:
     refusals += refused(lambda: lstsq(tall, b, cond=0.1 if rank == 0 else 0.2), ValueError,
