@@ -1,7 +1,10 @@
-"""DistMatrix: a dense matrix in 2-D blocks on a :class:`ProcessGrid`.
+"""DistMatrix: a dense matrix in 2-D blocks on a :class:`ProcessGrid`; its transposes as views; DistVector.
 
 Nothing global is held by one rank unless the user asks for it
 (:meth:`DistMatrix.gather`, or :meth:`DistMatrix.from_global` on the root).
+:class:`TransposeView` is ``a.T`` and ``a.H`` (moved only when its blocks are
+read); :class:`DistVector` a vector laid out as a matrix's rows or columns, so
+that ``A @ x`` is a local GEMV and one ``Allreduce``.
 """
 
 from __future__ import annotations
