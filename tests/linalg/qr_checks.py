@@ -103,6 +103,18 @@ def check_rank_deficient(dtype, grid):
         assert fro(X - xr) <= 1e3 * m * eps * fro(xr), (fro(X - xr), fro(xr))
 
 
+def check_zero(grid):
+    """A zero A: rank 0, x zero, and still an orthonormal Q (no R row stands for a block's missing rows)."""
+    g = np.zeros((13, 4))
+    a = dist(g, grid)
+    q, r = qr(a)
+    x, res, rk, s = lstsq(a, dist(draw((13, 1), "float64"), grid))
+    Q, X = q.gather(), x.gather()
+    if rank == 0:
+        assert rk == 0 and not X.any() and not host(s).any() and host(res).shape == (0,), (rk, X, host(s))
+        assert fro(np.eye(4) - Q.T @ Q) / (13 * np.finfo(float).eps) < BOUND
+
+
 def check_svd(g, a):
     m, n = g.shape
     eps = np.finfo(g.dtype).eps
@@ -144,7 +156,8 @@ for k, (m, n, nrhs) in enumerate(SHAPES):
     check_svd(g, a)
     cases += 1
 check_rank_deficient(DTYPES[size % len(DTYPES)], grids[-1])
-cases += 1
+check_zero(grids[0])
+cases += 2
 
 # Square: "full" is "reduced"; and the refusals, each one line on every rank before any work
 grid = hpcgpu.ProcessGrid()
