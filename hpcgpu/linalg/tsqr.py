@@ -28,6 +28,7 @@ __all__ = ["qr", "lstsq", "svd"]
 _UP, _DOWN = 6301, 6302
 """Message tags of the tree's R factors (up) and of its parts of Q (down)."""
 
+
 # -- entry --------------------------------------------------------------------------------------------------------
 def _enter(where: str, a, b, args: dict, err, *, extra_cols: int, want_q: bool):
     """The entry checks, each agreed before any other communication; the matrices' communicator.
@@ -142,7 +143,6 @@ class _Tree:
         c = w.shape[1]
         self.dtype = np.dtype(w.dtype)
         self.rows = [min(block_range(m, P, q)[1] - block_range(m, P, q)[0], c) for q in range(P)]
-        self.final_rows = min(m, c)
         xp = _local.xp_of(w)
         if w.shape[0] == 0:
             self.q_leaf, r = xp.empty((0, 0), dtype=w.dtype), np.empty((0, c), dtype=w.dtype)
@@ -180,7 +180,7 @@ class _Tree:
     def down(self, t_root, k: int):
         """This rank's rows of ``Q_W T_root`` (``m_p x k``, on the blocks' side). Collective over the tree.
 
-        ``t_root`` is given on rank 0 (``final_rows x k``, host) and ignored elsewhere: the identity gives Q,
+        ``t_root`` is given on rank 0 (``min(m, c) x k``, host) and ignored elsewhere: the identity gives Q,
         the SVD's ``U_R`` gives the left singular vectors.
         """
         if self.parent is None:
