@@ -222,9 +222,10 @@ def _normal(value, depth: int = 0):
     (dicts and sets sorted; a list or tuple of more than ``_LONG`` items by its length, first item and a digest
     of every item's form); arrays (anything with a ``shape``) by type, shape and dtype, never by contents;
     functions and classes by their qualified names; a ``functools.partial`` by its function, arguments and
-    keywords; a NumPy ``Generator`` by its bit generator's state; other objects by their ``describe()`` hook,
-    a dataclass field by field, a ``__repr__`` of their own, their attributes (``__dict__``), or their type's
-    name (never an address). Nesting deeper than 6 levels is named by type.
+    keywords; a NumPy ``Generator`` by its bit generator's state; hpcgpu's own objects (a ``DistMatrix``, an
+    array with a grid), then other objects that are no array, by their ``describe()`` hook, a dataclass field by
+    field, a ``__repr__`` of their own, their attributes (``__dict__``), or their type's name (never an
+    address). Nesting deeper than 6 levels is named by type.
     """
     if type(value) in _PLAIN or value is None:  # the common case first: an argument of a built-in type
         return repr(value)
@@ -263,6 +264,9 @@ def _normal_object(value, depth: int):
     state = getattr(getattr(value, "bit_generator", None), "state", None)  # a NumPy Generator
     if isinstance(state, dict):
         return {"class": type(value).__name__, "state": _normal(state, depth + 1)}
+    describe = getattr(value, "describe", None) if type(value).__module__.startswith("hpcgpu.") else None
+    if callable(describe):  # hpcgpu's own arrays (a DistMatrix: its grid too, not only its shape)
+        return _normal(describe(), depth + 1)
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple):  # an array of any kind (NumPy, CuPy, h5py, torch; a table): never its contents
         if shape == () and dtype is not None and hasattr(value, "item"):  # a NumPy scalar (a bool_): its value

@@ -10,6 +10,7 @@ from mpi4py import MPI
 
 import _mpi
 import hpcgpu
+from hpcgpu.errors import _normal
 from hpcgpu.linalg import DistMatrix, DistVector, ProcessGrid
 from hpcgpu.linalg.summa import variant, variant_traffic
 
@@ -61,6 +62,8 @@ def test_numpy_never_makes_an_object_array_of_a_matrix(one_rank):
     assert isinstance(b, DistMatrix) and b.dtype == np.float64
     np.testing.assert_array_equal(b.local, 2 * a.local)
     assert (a.shape, a.ndim, a.size, a.dtype) == ((3, 4), 2, 12, np.float64)
+    # the ranks agree on a matrix by its description, its grid included, though it has a shape as arrays do
+    assert _normal(a) == _normal(a.T.T) == repr("3 x 4 float64 on grid 1x1")
 
 
 def test_a_transpose_is_a_view_until_its_blocks_are_read(one_rank):
