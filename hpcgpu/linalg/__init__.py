@@ -26,7 +26,7 @@ _LAZY = {
     "pdpotrs": ("cholesky", "cho_solve"), "CholeskyFactor": ("cholesky", "CholeskyFactor"),
     "qr": ("tsqr", "qr"), "pdgeqrf": ("tsqr", "qr"), "lstsq": ("tsqr", "lstsq"), "pdgels": ("tsqr", "lstsq"),
     "svd": ("tsqr", "svd"),
-    "LU": ("lu", "LU"),
+    "LUFactor": ("lu", "LUFactor"),
     "lu_factor": ("lu", "lu_factor"), "pdgetrf": ("lu", "lu_factor"),
     "lu_solve": ("lu", "lu_solve"), "pdgetrs": ("lu", "lu_solve"),
     "solve": ("solvers", "solve"), "pdgesv": ("solvers", "solve"), "pdposv": ("solvers", "pdposv"),

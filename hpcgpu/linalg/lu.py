@@ -54,10 +54,10 @@ from . import _checks
 from ._local import gemm_update, getrf, trsm, xp_of
 from .cyclic import Cyclic, default_nb, from_cyclic, to_cyclic
 
-__all__ = ["LU", "lu_factor", "lu_solve"]
+__all__ = ["LUFactor", "lu_factor", "lu_solve"]
 
 
-class LU:
+class LUFactor:
     """The LU factors of a square matrix, kept in the 2-D block-cyclic layout they were computed in.
 
     ``L`` (unit lower triangular, its diagonal not stored) below the diagonal and ``U`` on and above it, LAPACK's
@@ -110,7 +110,7 @@ class LU:
                 f"{self.grid.shape[1]}, nb {self.nb}")
 
     def __repr__(self) -> str:
-        return f"LU({self.describe()})"
+        return f"LUFactor({self.describe()})"
 
 
 def lu_factor(a, *, nb: int | None = None):
@@ -131,7 +131,7 @@ def lu_factor(a, *, nb: int | None = None):
 
     Returns
     -------
-    lu : LU
+    lu : LUFactor
         The packed factors in the block-cyclic layout (``lu.to_distmatrix()`` is SciPy's ``lu``).
     piv : numpy.ndarray of int64, shape (n,)
         LAPACK's ``ipiv``, 0-based: global row ``i`` was interchanged with row ``piv[i]`` (``piv[i] >= i``), in
@@ -187,7 +187,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0):
 
     Parameters
     ----------
-    lu_and_piv : (LU, numpy.ndarray)
+    lu_and_piv : (LUFactor, numpy.ndarray)
         :func:`lu_factor`'s result, the same on every rank.
     b : DistMatrix
         ``(n, nrhs)`` (``nrhs = 1`` for one vector) on the factors' grid, their dtype; finite.
@@ -221,7 +221,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0):
     ScaLAPACK Users' Guide (1997), PDGETRS.
     """
     where = "lu_solve"
-    if not (isinstance(lu_and_piv, tuple) and len(lu_and_piv) == 2 and isinstance(lu_and_piv[0], LU)):
+    if not (isinstance(lu_and_piv, tuple) and len(lu_and_piv) == 2 and isinstance(lu_and_piv[0], LUFactor)):
         raise agreed(TypeError(f"{where}: the factors must be lu_factor's (lu, piv), got "
                                f"{type(lu_and_piv).__name__}"))
     lu, piv = lu_and_piv
@@ -285,7 +285,7 @@ def solve_bytes(b) -> int:
 # -- the factorization ---------------------------------------------------------------------------------------------
 
 def factor(a, nb: int, where: str):
-    """:func:`lu_factor` of checked arguments: ``(LU, piv)``. Collective over ``a.grid``.
+    """:func:`lu_factor` of checked arguments: ``(LUFactor, piv)``. Collective over ``a.grid``.
 
     For the routines of :mod:`hpcgpu.linalg` that checked ``a`` (and ``nb``) at their own entry; ``where`` names
     the routine in the singular matrix's message.
@@ -295,7 +295,7 @@ def factor(a, nb: int, where: str):
     if lay.pr * lay.pc == 1:  # one getrf, no move, no loop
         lu, piv, info = getrf(local)
         _singular(where, 0, info)
-        return LU(xp_of(local).ascontiguousarray(lu), lay), piv
+        return LUFactor(xp_of(local).ascontiguousarray(lu), lay), piv
     piv = np.empty(n, np.int64)
     panels = range(0, n, nb)
     for p, k0 in enumerate(panels):
@@ -312,7 +312,7 @@ def factor(a, nb: int, where: str):
         # the trailing update: this rank's rows below k1 of L's panel times its columns right of k1 of U's row
         lr0, lr1, lc1 = lay.local_row(k0), lay.local_row(k1), lay.local_col(k1)
         gemm_update(local[lr1:, lc1:], lpanel[k1 - k0 + lr1 - lr0:], u12)
-    return LU(local, lay), piv
+    return LUFactor(local, lay), piv
 
 
 def _singular(where: str, k0: int, info: int) -> None:
@@ -478,7 +478,7 @@ def permute_rows(local, lay: Cyclic, dst: np.ndarray, src: np.ndarray) -> None:
 
 # -- the solve -------------------------------------------------------------------------------------------------------
 
-def solve_factored(lu: LU, piv: np.ndarray, b, trans: int = 0):
+def solve_factored(lu: LUFactor, piv: np.ndarray, b, trans: int = 0):
     """:func:`lu_solve` of checked arguments: ``X`` as a DistMatrix. Collective over the grid."""
     from .triangular import trsm_cyclic
 
