@@ -1774,6 +1774,10 @@ FIXES: dict[str, str] = {
         "``grid.cols(n)`` (layout ``cols``) or ``grid.rows(n)`` (layout ``rows``) of the vector. Make the "
         "piece that long, or use ``DistVector.from_global`` or ``DistVector.zeros``."
     ),
+    "DistVector.zeros: n must be a length (an integer >= 0), got …": (
+        "``DistVector.zeros(n, grid, layout, dtype)`` takes the vector's global length first: a whole number, 0 "
+        "or more."
+    ),
     "DistVector.from_global: expected a 1-D array, got shape …": (
         "The root's array is not one-dimensional. Pass ``x.ravel()`` for a vector; a matrix goes to "
         "``DistMatrix.from_global``."

@@ -1012,8 +1012,9 @@ class DistVector(_Elementwise):
         """
         comm, err = _grid_of(grid, "DistVector.zeros")
         xp = _xp() if xp is None else xp
-        err = err or _shape_error((n, 1), "DistVector.zeros") or _layout_error(layout, "DistVector.zeros") or \
-            _dtype_error(dtype, "DistVector.zeros")
+        if err is None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0):
+            err = ValueError(f"DistVector.zeros: n must be a length (an integer >= 0), got {n!r}")
+        err = err or _layout_error(layout, "DistVector.zeros") or _dtype_error(dtype, "DistVector.zeros")
         agree_inputs("DistVector.zeros", {"n": n, "layout": layout, "dtype": _dtype_name(dtype), "grid": grid},
                      comm=comm, error=err)
         grid = default_grid() if grid is None else grid

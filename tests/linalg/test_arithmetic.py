@@ -91,3 +91,8 @@ def test_a_vector_knows_its_layout(one_rank):
         DistVector(np.arange(5.0), 5, one_rank, "diag")
     with pytest.raises(ValueError, match=r"local piece has shape \(4,\), expected \(5,\)"):
         DistVector(np.arange(4.0), 5, one_rank)
+    with pytest.raises(ValueError) as e:
+        DistVector.zeros(-1, one_rank)
+    assert str(e.value) == "DistVector.zeros: n must be a length (an integer >= 0), got -1"
+    z = DistVector.zeros(4, one_rank, "rows", "complex64")
+    assert (z.shape, z.layout, z.dtype, z.local.tolist()) == ((4,), "rows", np.complex64, [0, 0, 0, 0])
