@@ -290,12 +290,12 @@ def factor(a, nb: int, where: str):
     For the routines of :mod:`hpcgpu.linalg` that checked ``a`` (and ``nb``) at their own entry; ``where`` names
     the routine in the singular matrix's message.
     """
+    if a.grid.size == 1:  # one getrf (into a new array), no move, no loop: one block is the block-cyclic layout
+        lu, piv, info = getrf(a.local)
+        _singular(where, 0, info)
+        return LUFactor(a.xp.ascontiguousarray(lu), Cyclic(a.gshape, a.grid, nb)), piv
     local, lay = to_cyclic(a, nb)
     n = lay.n
-    if lay.pr * lay.pc == 1:  # one getrf, no move, no loop
-        lu, piv, info = getrf(local)
-        _singular(where, 0, info)
-        return LUFactor(xp_of(local).ascontiguousarray(lu), lay), piv
     piv = np.empty(n, np.int64)
     panels = range(0, n, nb)
     for p, k0 in enumerate(panels):
