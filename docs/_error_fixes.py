@@ -1790,6 +1790,11 @@ FIXES: dict[str, str] = {
         "Only a one-column ``DistMatrix`` is a vector. Take a column first, or pass ``a.T`` for a one-row "
         "matrix (moved when read)."
     ),
+    "DistMatrix @ …: multiply by a DistMatrix or a DistVector (their from_global distributes an array)": (
+        "``a @ b`` with a distributed matrix on the left and a NumPy or CuPy array on the right: the array is "
+        "whole on each rank, the matrix in blocks. Distribute it first (``DistMatrix.from_global(b, a.grid)``, "
+        "or ``DistVector.from_global(x, a.grid)`` for a vector)."
+    ),
     "DistMatrix @ DistVector: shapes do not conform: … x … and a vector of …": (
         "``A @ x`` needs ``x`` as long as ``A`` has columns (``A.T @ x``: as ``A`` has rows). Check which "
         "operand is transposed."

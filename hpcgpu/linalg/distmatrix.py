@@ -1143,6 +1143,14 @@ class DistVector(_Elementwise):
                         lambda q: (slice(0, n), slice(0, 1)) if q == root else None, comm)
         return _device.asnumpy(out).reshape(-1) if comm.rank == root else None
 
+    def __matmul__(self, other):
+        """``x @ y``: :meth:`dot` for a vector, ``A.T @ x`` for a matrix ``A`` (NumPy's 1-D ``x @ A``). Collective."""
+        if isinstance(other, DistVector):
+            return self.dot(other)
+        if isinstance(other, DistMatrix):
+            return other.T @ self
+        return NotImplemented
+
     # -- reductions -----------------------------------------------------------------
     def dot(self, other: DistVector):
         """``sum(x * y)``, as :func:`numpy.dot` of two vectors (no conjugate: :meth:`vdot` conjugates ``x``).
@@ -1414,6 +1422,9 @@ def matmul_operator(a, b):
     if isinstance(b, DistVector):
         return _matvec(a, b)
     if not isinstance(b, DistMatrix):
+        if hasattr(b, "shape") and hasattr(b, "dtype"):
+            raise agreed(TypeError(f"DistMatrix @ {type(b).__name__}: multiply by a DistMatrix or a DistVector "
+                                   "(their from_global distributes an array)"))
         return NotImplemented
     ta = a.view_of[1] if a.view_of is not None else "N"
     tb = b.view_of[1] if b.view_of is not None else "N"

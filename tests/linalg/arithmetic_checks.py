@@ -178,6 +178,7 @@ def vectors(g, n, dtype):
         z += y
         same(z, X + Y, f"{what} +=")
         everywhere(x.dot(y), np.dot(X, Y), f"{what} dot", tol)
+        everywhere(x @ y, X @ Y, f"{what} x @ y", tol)
         everywhere(x.vdot(y.as_layout("rows" if layout == "cols" else "cols")), np.vdot(X, Y), f"{what} vdot", tol)
         for ord in (None, 2, 1, np.inf, -np.inf):
             everywhere(x.norm(ord), np.linalg.norm(X, ord) if n else 0.0, f"{what} norm {ord}", tol)
@@ -225,6 +226,8 @@ def products(g, m, k, dtype):
             x = DistVector.from_global(xv if r == 0 else None, g, layout)
             y = v @ x
             same(y, At @ xv, f"{g.shape} {op}({k}x{m}) @ vector {layout} {dtype}", tol)
+            if op == "T":  # NumPy's 1-D x @ M is M^T x
+                same(x @ a, xv @ A, f"{g.shape} vector {layout} @ ({k}x{m}) {dtype}", tol)
             if y.layout != ("rows" if op == "N" else "cols"):
                 bad.append(f"{g.shape} {op} @ vector: layout {y.layout}")
         x = DistVector.from_global(xv if r == 0 else None, g, "cols" if op == "N" else "rows")
@@ -268,6 +271,8 @@ def refusals(g):
         "norm: ord must be None, 'fro', 1, -1, inf or -inf for a matrix, got 2": lambda: a.norm(2),
         "norm: ord must be None, 2, 1, inf or -inf for a vector, got 'fro'": lambda: x.norm("fro"),
         "DistMatrix @ DistVector: dtypes differ: float64 and float32 (x.astype(a.dtype))": lambda: a @ x,
+        "DistMatrix @ ndarray: multiply by a DistMatrix or a DistVector (their from_global distributes an array)":
+            lambda: a @ np.ones(3),
         "DistMatrix @ DistVector: shapes do not conform: 3 x 4 and a vector of 3": lambda: a.T @ x.astype("float64"),
         "matmul: c must not be a transposed view (.T, .H): C is written into, and a view's blocks are a copy; pass "
         "a matrix": lambda: hpcgpu.matmul(a, a.T, b.T),
