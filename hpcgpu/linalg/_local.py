@@ -150,10 +150,14 @@ def getrf(a):
     if not _device.is_device_array(a):
         lu, piv, info = _lapack("getrf", a)(a, overwrite_a=0)
         return lu, np.asarray(piv, np.int64), max(int(info), 0)
+    import warnings
+
     cupy = _device.cupy_or_none()
     from cupyx.scipy.linalg import lu_factor
 
-    lu, piv = lu_factor(a, check_finite=False)
+    with warnings.catch_warnings():  # CuPy warns of an exactly zero pivot; it is returned as info instead
+        warnings.simplefilter("ignore")
+        lu, piv = lu_factor(a, check_finite=False)
     d = cupy.asnumpy(cupy.diagonal(lu))
     zero = np.nonzero(d == 0)[0]
     return lu, np.asarray(cupy.asnumpy(piv), np.int64), int(zero[0]) + 1 if zero.size else 0
