@@ -1701,6 +1701,31 @@ FIXES: dict[str, str] = {
         "twice as fast). For a symmetric indefinite, triangular or banded matrix use ``\"gen\"`` "
         "(or ``solve_triangular`` for a triangular one)."
     ),
+    "…: A is not positive definite: the leading minor of order … is not (column … of 0..…)": (
+        "``cholesky``, ``cho_factor`` or ``solve(assume_a=\"pos\")`` met a leading minor ``A[:k, :k]`` that is "
+        "not positive definite (LAPACK's ``info`` is its order k), so A has no Cholesky factor: it is not "
+        "Hermitian positive definite, or only the triangle read (``lower``) holds what you meant. Check how A "
+        "was built (a covariance or Gram matrix that lost precision may need a small shift to its diagonal); for "
+        "a general square A use ``solve`` or ``lu_factor``."
+    ),
+    "…: c_and_lower must be (factor, lower) with the factor from cho_factor or cholesky (a CholeskyFactor or "
+    "DistMatrix), got …": (
+        "``cho_solve``'s first argument is the pair ``cho_factor`` returned, ``(c, lower)``, unchanged, or a "
+        "factor from ``cholesky`` with its ``lower``: ``cho_solve((L, True), b)``. It was given the matrix "
+        "itself or the factor alone."
+    ),
+    "…: lower=… but the factor was made with lower=…": (
+        "The pair given to ``cho_solve`` says ``lower`` but its ``CholeskyFactor`` was made with the other "
+        "triangle. Pass the pair ``cho_factor`` returned unchanged."
+    ),
+    "…: trans must be 0, 1, 2, 'N', 'T' or 'C', got …": (
+        "``solve_triangular``'s ``trans`` chooses the system, as SciPy's does: 0 or ``\"N\"`` solves "
+        "``A X = B``, 1 or ``\"T\"`` ``A^T X = B``, 2 or ``\"C\"`` ``A^H X = B``."
+    ),
+    "…: … must be True or False, got …": (
+        "``lower`` and ``unit_diagonal`` of ``cholesky``, ``cho_factor``, ``cho_solve`` and "
+        "``solve_triangular`` are flags: give ``True`` or ``False`` (not a string, ``None`` or a number)."
+    ),
     "matmul: math_mode must be one of …, got …": (
         "``math_mode`` (``--math-mode``) chooses the local GEMMs' arithmetic on a GPU. Use ``\"default\"`` "
         "(CuPy's mode: TF32 under ``CUPY_TF32=1``), ``\"tf32\"`` or ``\"full\"`` (IEEE)."

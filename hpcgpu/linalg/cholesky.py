@@ -264,7 +264,7 @@ def cholesky(a, lower=False, *, nb=None):
     lower : bool
         Return ``L`` with ``A = L L^H``; by default ``U`` with ``A = U^H U`` (SciPy's default).
     nb : int, optional, keyword-only
-        Block size of the factorization (default :func:`hpcgpu.linalg.cyclic.default_nb`).
+        Block size of the factorization (default ``hpcgpu.linalg.cyclic.default_nb``).
 
     Returns
     -------
@@ -336,7 +336,7 @@ def cho_solve(c_and_lower, b, *, nb=None):
 
     Collective over the factor's grid: all its ranks must call it with the same arguments. ``B`` moves into the
     block-cyclic layout and ``X`` back (one ``Alltoallv`` each); a :class:`CholeskyFactor` does not move, a
-    DistMatrix factor moves in first. Two triangular solves (:func:`hpcgpu.linalg.triangular.trsm_cyclic`).
+    DistMatrix factor moves in first. Two triangular solves (``hpcgpu.linalg.triangular.trsm_cyclic``).
 
     Parameters
     ----------
@@ -346,7 +346,7 @@ def cho_solve(c_and_lower, b, *, nb=None):
     b : DistMatrix
         ``B``, global ``(n, nrhs)``, on the factor's grid, the factor's dtype.
     nb : int, optional, keyword-only
-        Block size for a DistMatrix factor (default :func:`hpcgpu.linalg.cyclic.default_nb`); a
+        Block size for a DistMatrix factor (default ``hpcgpu.linalg.cyclic.default_nb``); a
         :class:`CholeskyFactor` keeps its own.
 
     Returns

@@ -138,7 +138,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
     """Solve ``op(A) X = B`` for distributed ``A`` triangular and ``B``: SciPy's ``solve_triangular``.
 
     Collective over ``a.grid``: all its ranks must call it with the same arguments. ``A`` and ``B`` move into the
-    block-cyclic layout (one ``Alltoallv`` each, :func:`hpcgpu.linalg.cyclic.to_cyclic`), :func:`trsm_cyclic`
+    block-cyclic layout (one ``Alltoallv`` each, ``hpcgpu.linalg.cyclic.to_cyclic``), ``trsm_cyclic``
     solves, and ``X`` moves back.
 
     Parameters
@@ -155,7 +155,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
     unit_diagonal : bool
         Take ``A``'s diagonal as ones (not read).
     nb : int, optional, keyword-only
-        Block size of the block-cyclic layout (default :func:`hpcgpu.linalg.cyclic.default_nb`: 256 on a host,
+        Block size of the block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``: 256 on a host,
         512 on a GPU).
 
     Returns
