@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ..comm import Allgather, Bcast
+from ..comm import Allgather, Bcast, Ibcast
 from ..errors import agreed
 from ..watchdog import watch
 from . import _checks, _local
@@ -139,46 +139,76 @@ def _potrf_cyclic(local, lay: Cyclic, lower: bool) -> int:
 
 
 def _factor_lower(a, ax: _Axes, xp) -> int:
-    """The right-looking loop on the lower triangle of ``a`` (``ax``'s rows and columns).
+    """The right-looking loop on the lower triangle of ``a`` (``ax``'s rows and columns), with a lookahead of one.
 
+    At block ``k`` the next block column is updated first, its panel factored and its broadcast along the grid
+    rows posted, and only then the rest of the trailing matrix: the broadcast travels during that update.
     Returns the first failing order this rank saw (1-based), or 0.
     """
     n, nb = ax.n, ax.nb
     nblk = -(-n // nb)
-    fail = 0
+    fails: list[int] = []
     my_rows, my_cols = ax.rows(), ax.cols()
     # the global indices each grid row holds among this rank's columns: the transposed panel's sources
     shared = [np.intersect1d(ax.rows(q), my_cols) for q in range(ax.pr)]
+    pending = _panel(a, ax, 0, nblk, xp, fails) if nblk else None
     for k in range(nblk):
-        k0, k1 = k * nb, min((k + 1) * nb, n)
-        kb = k1 - k0
-        rk, ck = ax.row_owner(k0), ax.col_owner(k0)
-        detail = f"block {k + 1} of {nblk}"
-        r1, c0, c1 = ax.local_row(k1), ax.local_col(k0), ax.local_col(k1)
-        if ax.mycol == ck:
-            lkk = xp.empty((kb, kb), a.dtype)
-            if ax.myrow == rk:
-                d0 = ax.local_row(k0)
-                lkk[...], info = _local.potrf(a[d0:d0 + kb, c0:c0 + kb], lower=True)
-                if info:
-                    fail = fail or k0 + info
-                    lkk[...] = xp.eye(kb, dtype=a.dtype)  # keep going without raising: the order is agreed at the end
-                a[d0:d0 + kb, c0:c0 + kb] = lkk
-            with watch("Cholesky diagonal block broadcast", detail):
-                Bcast(lkk, root=rk, comm=ax.col_comm)
-            if r1 < ax.lshape[0]:
-                a[r1:, c0:c1] = _local.trsm(lkk, a[r1:, c0:c1], True, 2, side="R")
-        # the panel rows of this rank's rows (along the grid row) ...
-        prow = xp.empty((ax.lshape[0] - r1, kb), a.dtype)
-        if ax.mycol == ck:
-            prow[...] = a[r1:, c0:c1]
-        if prow.size:
-            with watch("Cholesky panel broadcast", detail):
-                Bcast(prow, root=ck, comm=ax.row_comm)
-        # ... and of its columns (down the grid column)
-        pcol = _transposed_panel(prow, ax, shared, my_rows, my_cols, k1, kb, xp, detail)
-        _update_lower(a, prow, pcol, ax, my_rows, my_cols, k1)
-    return fail
+        k1, k2 = min((k + 1) * nb, n), min((k + 2) * nb, n)
+        prow = pending.wait()
+        pcol = _transposed_panel(prow, ax, shared, my_rows, my_cols, k1, min(nb, n - k * nb), xp,
+                                 f"block {k + 1} of {nblk}")
+        _update_lower(a, prow, pcol, ax, my_cols, k1, ax.local_col(k1), ax.local_col(k2))  # block column k + 1
+        if k + 1 < nblk:
+            pending = _panel(a, ax, k + 1, nblk, xp, fails)
+        _update_lower(a, prow, pcol, ax, my_cols, k1, ax.local_col(k2), ax.lshape[1])  # the rest
+    return fails[0] if fails else 0
+
+
+class _Pending:
+    """A panel's broadcast along the grid row, posted (``Ibcast``); :meth:`wait` gives the panel rows."""
+
+    def __init__(self, prow, request, detail: str):
+        self.prow, self.request, self.detail = prow, request, detail
+
+    def wait(self):
+        if self.request is not None:
+            with watch("Cholesky panel broadcast", self.detail):
+                self.request.Wait()
+        return self.prow
+
+
+def _panel(a, ax: _Axes, k: int, nblk: int, xp, fails: list) -> _Pending:
+    """Factor block column ``k`` (its trailing update done) and post its broadcast along the grid rows.
+
+    The grid column holding it: the diagonal block's rank factors it (``potrf``) and broadcasts ``L_kk`` down
+    the column, which solves its rows of the panel (``trsm``). A failing block is replaced by the identity so
+    that no kernel raises; its order goes to ``fails`` and is agreed at the end.
+    """
+    n, nb = ax.n, ax.nb
+    k0, k1 = k * nb, min((k + 1) * nb, n)
+    kb = k1 - k0
+    rk, ck = ax.row_owner(k0), ax.col_owner(k0)
+    detail = f"block {k + 1} of {nblk}"
+    r1, c0 = ax.local_row(k1), ax.local_col(k0)
+    if ax.mycol == ck:
+        lkk = xp.empty((kb, kb), a.dtype)
+        if ax.myrow == rk:
+            d0 = ax.local_row(k0)
+            lkk[...], info = _local.potrf(a[d0:d0 + kb, c0:c0 + kb], lower=True)
+            if info:
+                fails.append(k0 + info)
+                lkk[...] = xp.eye(kb, dtype=a.dtype)
+            a[d0:d0 + kb, c0:c0 + kb] = lkk
+        with watch("Cholesky diagonal block broadcast", detail):
+            Bcast(lkk, root=rk, comm=ax.col_comm)
+        if r1 < ax.lshape[0]:
+            a[r1:, c0:c0 + kb] = _local.trsm(lkk, a[r1:, c0:c0 + kb], True, 2, side="R")
+    # the panel rows of this rank's rows, along the grid row (those of its columns follow at the wait)
+    prow = xp.empty((ax.lshape[0] - r1, kb), a.dtype)
+    if ax.mycol == ck:
+        prow[...] = a[r1:, c0:c0 + kb]
+    request = Ibcast(prow, root=ck, comm=ax.row_comm) if prow.size else None
+    return _Pending(prow, request, detail)
 
 
 def _transposed_panel(prow, ax: _Axes, shared, my_rows, my_cols, k1: int, kb: int, xp, detail: str):
@@ -202,12 +232,15 @@ def _transposed_panel(prow, ax: _Axes, shared, my_rows, my_cols, k1: int, kb: in
     return pcol
 
 
-def _update_lower(a, prow, pcol, ax: _Axes, my_rows, my_cols, k1: int) -> None:
-    """``A_ij -= L_ik L_jk^H`` on this rank's trailing blocks with ``i >= j``: one GEMM per local block column."""
+def _update_lower(a, prow, pcol, ax: _Axes, my_cols, k1: int, j0: int, j1: int) -> None:
+    """``A_ij -= L_ik L_jk^H`` with ``i >= j`` on this rank's local block columns ``j0:j1``.
+
+    The panel ``prow``/``pcol`` is block ``k``'s, which ends at ``k1``: one GEMM per block column, from its
+    diagonal block down.
+    """
     r1, c1 = ax.local_row(k1), ax.local_col(k1)
-    ncols = ax.lshape[1]
-    for jl in range(c1, ncols, ax.nb):  # local block columns are nb wide (the last one narrower)
-        w = min(ax.nb, ncols - jl)
+    for jl in range(j0, j1, ax.nb):  # local block columns are nb wide (the last one narrower)
+        w = min(ax.nb, j1 - jl)
         i0 = ax.local_row(int(my_cols[jl]))  # this rank's rows at or below the block column's first
         if i0 < ax.lshape[0]:
             _local.gemm_update(a[i0:, jl:jl + w], prow[i0 - r1:], pcol[jl - c1:jl - c1 + w], -1.0, trans_b=2)
