@@ -217,26 +217,14 @@ def _inputs(a, grid):
 
 def _run(a, A, B):
     """The routine of ``a.op`` on A (and B): ``(result, {more attributes})``. Collective."""
-    routine = _routine(a.op)
+    from . import cholesky, lstsq, solve  # the functions (the package never lets a submodule hide one)
+
     if a.op == "solve":
-        return routine(A, B, assume_a=a.assume, nb=a.nb), {}
+        return solve(A, B, assume_a=a.assume, nb=a.nb), {}
     if a.op == "lstsq":
-        X, _, rank, _ = routine(A, B, cond=a.cond)
+        X, _, rank, _ = lstsq(A, B, cond=a.cond)
         return X, {"matrix_rank": int(rank)}
-    return routine(A, lower=a.lower, nb=a.nb), {}
-
-
-def _routine(name: str):
-    """The function ``hpcgpu.linalg.NAME``, from the module the package's table names.
-
-    Never a submodule that shares its name (``hpcgpu.linalg.solve`` is a module and a function).
-    """
-    import importlib
-
-    from . import _LAZY
-
-    module, attr = _LAZY[name]
-    return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    return cholesky(A, lower=a.lower, nb=a.nb), {}
 
 
 # -- backward errors ---------------------------------------------------------------------------------------------
