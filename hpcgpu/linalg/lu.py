@@ -13,10 +13,13 @@
    over the grid column, of only the rows that move), in all its columns left and right of the panel.
 4. *L.* The factoring rank sends each rank of its grid column the diagonal block and that rank's rows of the
    factored panel (an ``Alltoallv`` used as a scatter); each grid row broadcasts its part along itself
-   (``Bcast`` over the grid row).
+   (``Ibcast`` over the grid row).
 5. *U.* Grid row ``pk`` solves its block row ``U12 = L11^-1 A12`` (unit lower ``trsm``) and broadcasts it down
    each grid column.
-6. *Update.* Every rank subtracts ``L21 U12`` from its part of the trailing matrix (one local GEMM).
+6. *Update.* Every rank subtracts ``L21 U12`` from its part of the trailing matrix (local GEMMs). Lookahead:
+   the grid column that owns the next panel updates that panel's columns first, factors it and posts its
+   broadcasts (steps 1, 2 and 4, non-blocking ``Ibcast``), then updates the rest, while the other grid columns
+   update theirs: the next panel's factorization and broadcasts overlap this panel's update.
 
 A 1 x 1 grid is one ``getrf`` and nothing else. :func:`lu_solve` moves only B: into the same layout, its rows
 interchanged as the pivots say, then the two block-cyclic triangular solves
@@ -28,8 +31,9 @@ step 6. Words a rank receives, summed over the ``n / nb`` panels: ``n^2 / (2 pc)
 column owns one panel in ``pc``), about ``n^2 / (2 pr)`` of L along its grid row and ``n^2 / (2 pc)`` of U down its
 grid column (each rank's share of the trailing matrix's rows and columns), plus the interchanged rows, at most
 ``nb`` rows of ``n / pc`` words a panel (``n^2 / pc`` in all, fewer as pivots stay on their grid row). Latency: six
-collectives a panel, ``6 n / nb`` in all, each ``O(log P)`` messages; the panel's own ``getrf`` (``(n - k0) nb^2``
-flops on one rank) is the critical path, which ScaLAPACK's lookahead hides and this schedule does not yet.
+collectives a panel, ``6 n / nb`` in all, each ``O(log P)`` messages. The panel's own ``getrf`` (``(n - k0) nb^2``
+flops on one rank) is on the critical path only as far as the lookahead does not hide it behind the update (an
+MPI that progresses the posted broadcasts only inside MPI calls delivers them at the wait).
 
 References
 ----------
@@ -47,7 +51,7 @@ import numbers
 
 import numpy as np
 
-from ..comm import Allgather, Alltoallv, Bcast
+from ..comm import Allgather, Alltoallv, Bcast, Ibcast
 from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks
@@ -298,20 +302,31 @@ def factor(a, nb: int, where: str):
     n = lay.n
     piv = np.empty(n, np.int64)
     panels = range(0, n, nb)
-    for p, k0 in enumerate(panels):
-        k1 = min(k0 + nb, n)
-        step = _Step(lay, k0, k1, where, f"panel {p + 1} of {len(panels)}")
-        panel = step.factor_panel(local)
-        ipiv = step.pivots(panel)
+    steps = [_Step(lay, k0, min(k0 + nb, n), where, f"panel {p + 1} of {len(panels)}") for p, k0 in enumerate(panels)]
+    if steps:
+        steps[0].start(local)
+    for p, step in enumerate(steps):
+        k0, k1 = step.k0, step.k1
+        ipiv, lpanel = step.finish()
         piv[k0:k1] = k0 + ipiv
         dst, src = _swaps(k0, ipiv)
         with step.watch("row interchanges"):
             permute_rows(local, lay, dst, src)
-        lpanel = step.l_panel(local, panel)
+        step.store(local, lpanel)
         u12 = step.u_row(local, lpanel)
-        # the trailing update: this rank's rows below k1 of L's panel times its columns right of k1 of U's row
+        # the trailing update: this rank's rows below k1 of L's panel times its columns right of k1 of U's row;
+        # lookahead: the next panel's columns first, so that its grid column factors it and posts its broadcasts
+        # before the rest of the update, which the other grid columns do meanwhile
         lr0, lr1, lc1 = lay.local_row(k0), lay.local_row(k1), lay.local_col(k1)
-        gemm_update(local[lr1:, lc1:], lpanel[k1 - k0 + lr1 - lr0:], u12)
+        l21 = lpanel[k1 - k0 + lr1 - lr0:]
+        ahead = 0
+        if p + 1 < len(steps):
+            nxt = steps[p + 1]
+            if lay.pcol == nxt.qk:
+                ahead = nxt.w
+                gemm_update(local[lr1:, lc1:lc1 + ahead], l21, u12[:, :ahead])
+            nxt.start(local)
+        gemm_update(local[lr1:, lc1 + ahead:], l21, u12[:, ahead:])
     return LUFactor(local, lay), piv
 
 
@@ -360,49 +375,65 @@ class _Step:
             panel[xp.asarray(rows)] = recv[q, :counts[q]]
         return getrf(panel)
 
-    def pivots(self, panel) -> np.ndarray:
-        """The panel's pivots (0-based within it) on every rank: one ``Bcast`` over the grid; a zero pivot raises."""
-        meta = np.zeros(self.w + 1, np.int64)
+    def start(self, local) -> None:
+        """Factor the panel (:meth:`factor_panel`) and post its broadcasts (``Ibcast``).
+
+        The pivots over the grid, L's panel (:meth:`l_panel`) along the grid rows. Every rank calls it;
+        :meth:`finish` waits for both.
+        """
+        panel = self.factor_panel(local)
+        self.meta = np.zeros(self.w + 1, np.int64)  # the pivots, then LAPACK's info
         if panel is not None:
-            meta[:self.w], meta[self.w] = panel[1], panel[2]
+            self.meta[:self.w], self.meta[self.w] = panel[1], panel[2]
+        self.meta_req = Ibcast(self.meta, root=self.grid.rank_of(self.pk, self.qk), comm=self.grid.cart)
+        self.lpanel = self.l_panel(local, panel)
+        self.l_req = Ibcast(self.lpanel, root=self.qk, comm=self.grid.row_comm)
+
+    def finish(self):
+        """Wait for :meth:`start`'s broadcasts: ``(pivots within the panel, L's panel)``; a zero pivot raises."""
         with self.watch("pivot broadcast"):
-            Bcast(meta, root=self.grid.rank_of(self.pk, self.qk), comm=self.grid.cart)
-        _singular(self.where, self.k0, int(meta[self.w]))
-        return meta[:self.w]
+            self.meta_req.Wait()
+        with self.watch("L panel broadcast"):
+            self.l_req.Wait()
+        _singular(self.where, self.k0, int(self.meta[self.w]))
+        return self.meta[:self.w], self.lpanel
 
     def l_panel(self, local, panel):
-        """This rank's part of L's panel: ``[diagonal block; its rows k0:n]``, ``(w + rows, w)``.
+        """This rank's part of L's panel, ``[diagonal block; its rows k0:n]``, ``(w + rows, w)``.
 
-        The factoring rank scatters it down grid column ``qk`` (an ``Alltoallv``), whose ranks store their rows
-        (the interchanges are applied by now) and broadcast it along their grid rows.
+        Filled on grid column ``qk`` (the factoring rank scatters it down the column by an ``Alltoallv``); on the
+        other columns a buffer for the broadcast along the grid row.
         """
         lay, k0, w = self.lay, self.k0, self.w
         xp = xp_of(local)
         mine = lay.lshape[0] - lay.local_row(k0)
         out = xp.empty((w + mine, w), local.dtype)
-        if lay.pcol == self.qk:
-            if lay.pr == 1:
-                lu = panel[0]
-                out[:w], out[w:] = lu[:w], lu
-            else:
-                counts = [(w + lay.local_shape(q)[0] - lay.local_row(k0, q)) * w for q in range(lay.pr)]
-                send = xp.empty(sum(counts) if panel is not None else 0, local.dtype)
-                if panel is not None:
-                    lu, off = panel[0], 0
-                    for q in range(lay.pr):
-                        rows = xp.asarray(lay.rows(q)[lay.local_row(k0, q):] - k0)
-                        part = send[off:off + counts[q]].reshape(-1, w)
-                        part[:w], part[w:] = lu[:w], lu[rows]
-                        off += counts[q]
-                recv_counts = [counts[lay.prow] if q == self.pk else 0 for q in range(lay.pr)]
-                send_counts = counts if panel is not None else [0] * lay.pr
-                with self.watch("L panel scatter"):
-                    Alltoallv(send, send_counts, out.reshape(-1), recv_counts, comm=self.grid.col_comm)
-            lc0 = lay.local_col(k0)
-            local[lay.local_row(k0):, lc0:lc0 + w] = out[w:]
-        with self.watch("L panel broadcast"):
-            Bcast(out, root=self.qk, comm=self.grid.row_comm)
+        if lay.pcol != self.qk:
+            return out
+        if lay.pr == 1:
+            lu = panel[0]
+            out[:w], out[w:] = lu[:w], lu
+            return out
+        counts = [(w + lay.local_shape(q)[0] - lay.local_row(k0, q)) * w for q in range(lay.pr)]
+        send = xp.empty(sum(counts) if panel is not None else 0, local.dtype)
+        if panel is not None:
+            lu, off = panel[0], 0
+            for q in range(lay.pr):
+                rows = xp.asarray(lay.rows(q)[lay.local_row(k0, q):] - k0)
+                part = send[off:off + counts[q]].reshape(-1, w)
+                part[:w], part[w:] = lu[:w], lu[rows]
+                off += counts[q]
+        recv_counts = [counts[lay.prow] if q == self.pk else 0 for q in range(lay.pr)]
+        send_counts = counts if panel is not None else [0] * lay.pr
+        with self.watch("L panel scatter"):
+            Alltoallv(send, send_counts, out.reshape(-1), recv_counts, comm=self.grid.col_comm)
         return out
+
+    def store(self, local, lpanel) -> None:
+        """On grid column ``qk``: its rows of the factored panel into its blocks (after the interchanges)."""
+        if self.lay.pcol == self.qk:
+            lc0 = self.lay.local_col(self.k0)
+            local[self.lay.local_row(self.k0):, lc0:lc0 + self.w] = lpanel[self.w:]
 
     def u_row(self, local, lpanel):
         """U's block row right of the panel, ``L11^-1 A12``: solved on grid row ``pk``, broadcast down the columns."""
