@@ -1,12 +1,8 @@
 """``python -m hpcgpu solve | lstsq | cholesky`` (and matmul's provenance): HDF5 in, HDF5 out, checked against SciPy.
 
-Each table runs in one launch of ranks (``_mpi.cli_rows``): the good runs at 1 and 3 ranks, the refusals at 3. A row
-whose routine has not landed in :mod:`hpcgpu.linalg` is left out of its launch (it would abort the others), and its
-test is then an expected failure with the reason.
+Each table runs in one launch of ranks (``_mpi.cli_rows``): the good runs at 1 and 3 ranks, the refusals at 3.
 """
 
-import importlib
-import importlib.util
 import json
 import os
 
@@ -19,49 +15,6 @@ from _data import write_h5
 import _mpi
 import hpcgpu
 from test_names import test_help_says_each_default_once_and_every_option_what_it_does as help_check
-
-
-def _landed(name: str) -> bool:
-    """Whether ``hpcgpu.linalg.NAME`` is there (its module in the package's table imports)."""
-    from hpcgpu import linalg
-
-    if name not in linalg._LAZY:
-        return False
-    module, attr = linalg._LAZY[name]
-    try:
-        return hasattr(importlib.import_module(f"hpcgpu.linalg.{module}"), attr)
-    except ImportError:
-        return False
-
-
-ROUTINE = {"solve": "solve", "lstsq": "lstsq", "cholesky": "cholesky", "matmul": "matmul"}
-
-
-def _kernels_missing() -> bool:
-    """Whether this is the CuPy stand-in's pass (``pytest --device=standin``) and the stand-in lacks the dense
-    kernels the routines call on a device (``cupy.linalg``, ``cupyx.scipy.linalg``)."""
-    if not _mpi.standin():
-        return False
-    import hpcgpu._device as d
-
-    return not hasattr(d.cupy_or_none(), "linalg") or importlib.util.find_spec("cupyx") is None
-
-
-KERNELS_MISSING = _kernels_missing()
-
-
-def _runs(op: str) -> bool:
-    """Whether the rows of ``op`` run here: its routine has landed, and has its device kernels where it needs them."""
-    return _landed(ROUTINE[op]) and not (KERNELS_MISSING and op != "matmul")
-
-
-def _needs(op: str):
-    """The mark of a test of ``op``: an expected failure while its routine has not landed; skipped in the stand-in's
-    pass while the stand-in lacks the routines' device kernels."""
-    if not _landed(ROUTINE[op]):
-        return pytest.mark.xfail(strict=True, reason=f"hpcgpu.linalg.{op} has not landed")
-    return pytest.mark.skipif(not _runs(op), reason="the CuPy stand-in has no cupy.linalg or cupyx.scipy.linalg, "
-                                                    "which the routines call on a device")
 
 
 def _inputs(d) -> str:
@@ -109,8 +62,6 @@ def good_runs(request, tmp_path_factory):
     src = _inputs(d)
     rows, outs = {}, {}
     for case, (op, args, _) in GOOD.items():
-        if not _runs(op):
-            continue
         outs[case] = str(d / (case.replace(" ", "-") + ".h5"))
         rows[case] = ["-m", "hpcgpu", op, *(a.replace("{in}", src).replace("{out}", outs[case]) for a in args)]
     runs = _mpi.cli_rows(request.param, rows, timeout=240) if rows else {}
@@ -141,7 +92,6 @@ EPS = {np.dtype("float32"): np.finfo(np.float32).eps, np.dtype("float64"): np.fi
 
 @pytest.mark.mpi
 @GOOD_GROUP
-@_needs("solve")
 @pytest.mark.parametrize("case, a, b", [("solve", "A", "B"), ("solve pos", "S", "B"),
                                         ("solve complex128", "Z", "ZB"), ("solve float32", "F", "FB")])
 def test_solve_writes_x_with_its_backward_error_and_provenance(good_runs, case, a, b):
@@ -168,7 +118,6 @@ def test_solve_writes_x_with_its_backward_error_and_provenance(good_runs, case, 
 
 @pytest.mark.mpi
 @GOOD_GROUP
-@_needs("lstsq")
 def test_lstsq_writes_the_least_squares_solution_and_its_backward_error(good_runs):
     x, attrs, m, line = _good(good_runs, "lstsq")
     A, B = m["T"], m["TB"]
@@ -182,7 +131,6 @@ def test_lstsq_writes_the_least_squares_solution_and_its_backward_error(good_run
 
 @pytest.mark.mpi
 @GOOD_GROUP
-@_needs("cholesky")
 @pytest.mark.parametrize("case", ["cholesky", "cholesky upper"])
 def test_cholesky_writes_the_factor_and_its_backward_error(good_runs, case):
     c, attrs, m, line = _good(good_runs, case)
@@ -227,10 +175,8 @@ BAD = {  # case: (operation, arguments, the one line on stderr after "hpcgpu: er
                               "cholesky: A is not positive definite: the leading minor of order 4 is not "
                               "(column 3 of 0..36)"),
 }
-"""The routines' own messages (:data:`BY_THE_ROUTINE`) are what their entry checks (``hpcgpu.linalg._checks``) and
-factorizations say; the command line's own come before any routine runs."""
-
-BY_THE_ROUTINE = ("nonconforming", "NaN in A", "singular", "not positive definite", "wide")
+"""The last five are the routines' own lines (their entry checks, ``hpcgpu.linalg._checks``, and factorizations); the
+command line's own come before any routine runs."""
 
 
 @pytest.fixture(scope="module")
@@ -240,8 +186,6 @@ def bad_runs(tmp_path_factory):
     src = _inputs(d)
     rows, outs = {}, {}
     for case, (op, args, _) in BAD.items():
-        if case in BY_THE_ROUTINE and not _runs(op):
-            continue
         outs[case] = str(d / (case.replace(" ", "-") + ".h5"))
         rows[case] = ["-m", "hpcgpu", op, *(a.replace("{in}", src).replace("{out}", outs[case]) for a in args)]
     runs = _mpi.cli_rows(3, rows, timeout=240) if rows else {}
@@ -250,8 +194,7 @@ def bad_runs(tmp_path_factory):
 
 @pytest.mark.mpi
 @pytest.mark.xdist_group("linalg-cli-refusals")  # one worker, one launch for the table
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_needs(BAD[c][0]) if c in BY_THE_ROUTINE else ())
-                                  for c in BAD])
+@pytest.mark.parametrize("case", list(BAD))
 def test_refusal_is_one_line_exit_2_and_nothing_written(bad_runs, case):
     runs, src = bad_runs
     p, out = runs[case]
@@ -277,9 +220,9 @@ def _reference_missing(op: str):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("op, extra", [
-    pytest.param("solve", ["--assume", "pos"], marks=[_needs("solve"), _reference_missing("solve")]),
-    pytest.param("lstsq", [], marks=[_needs("lstsq"), _reference_missing("lstsq")]),
-    pytest.param("cholesky", ["--dtype", "complex128"], marks=[_needs("cholesky"), _reference_missing("cholesky")])])
+    pytest.param("solve", ["--assume", "pos"], marks=_reference_missing("solve")),
+    pytest.param("lstsq", [], marks=_reference_missing("lstsq")),
+    pytest.param("cholesky", ["--dtype", "complex128"], marks=_reference_missing("cholesky"))])
 def test_bench_times_the_routine_against_one_process_lapack(op, extra):
     nb = [] if op == "lstsq" else ["--nb", "5"]
     p = _mpi.run(2, ["-m", "hpcgpu", op, "--bench", "24", *nb, "--repeat", "1", "--json", *extra], timeout=180)
