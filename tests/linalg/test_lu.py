@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.mark.device
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 6])
 def test_pivots_are_scipys_and_the_backward_error_is_small(nprocs):
-    """Every grid of ``nprocs`` ranks (1xP, Px1, 2x2, 2x3, 3x2), float32, float64 and complex128, nb in {1, 2, 3, 4,
+    """Every grid of ``nprocs`` ranks (1xP, Px1, 2x2, 2x3, 3x2), float32, float64 and complex128, nb in {1, 2, 3, 4, 5,
     8, default}, shapes no nb divides, empty blocks, a leading block scaled by 1e-10; then the refusals (exactly
     singular at a known column, NaN, not square, bad nb, no DistMatrix, nb differing across ranks)."""
     p = _mpi.run(nprocs, [os.path.join(HERE, "lu_checks.py")], timeout=300)

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.mark.device
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 6])
 def test_scaled_residual_is_below_16_and_refusals_are_one_line(nprocs):
-    """Every grid of ``nprocs`` ranks (1xP, Px1, 2x2, 2x3, 3x2), float32, float64 and complex128, nb in {1, 3, 4,
+    """Every grid of ``nprocs`` ranks (1xP, Px1, 2x2, 2x3, 3x2), float32, float64 and complex128, nb in {1, 2, 3, 4,
     5, 8, default}, one and many right-hand sides, shapes no nb divides, empty blocks, a leading block scaled by
     1e-10; the factors reused for A X = B, A^T X = B and A^H X = B; Cholesky on a positive definite matrix; then
     the refusals (singular at a known column, inf in B, shapes, dtypes, assume_a, trans, piv)."""
