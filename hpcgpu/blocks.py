@@ -1,4 +1,4 @@
-"""Moved to :mod:`hpcgpu.linalg.blocks`; this name is the same module (``hpcgpu.blocks is hpcgpu.linalg.blocks``)."""
+"""The former name of :mod:`hpcgpu.linalg.blocks`: the same module object."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Moved to :mod:`hpcgpu.linalg.distmatrix`; this name is the same module (``hpcgpu.distmatrix is hpcgpu.linalg.distmatrix``)."""
+"""The former name of :mod:`hpcgpu.linalg.distmatrix`: the same module object."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Moved to :mod:`hpcgpu.linalg.grid`; this name is the same module (``hpcgpu.grid is hpcgpu.linalg.grid``)."""
+"""The former name of :mod:`hpcgpu.linalg.grid`: the same module object."""
 
 import sys
 

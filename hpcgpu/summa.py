@@ -1,4 +1,4 @@
-"""Moved to :mod:`hpcgpu.linalg.summa`; this name is the same module (``hpcgpu.summa is hpcgpu.linalg.summa``)."""
+"""The former name of :mod:`hpcgpu.linalg.summa`: the same module object."""
 
 import sys
 

@@ -111,7 +111,8 @@ def test_the_import_graph_has_no_cycle_and_follows_the_map_of_layers():
     layers = _layers()
     assert len(layers) >= 8 and ["hpcgpu.runtime"] in layers, layers
     assert _layer_errors(edges, layers) == []
-    assert "hpcgpu.linalg.distmatrix" not in edges["hpcgpu.linalg.summa"]  # SUMMA works on blocks; the matrix type is above it
+    # SUMMA works on blocks; the matrix type is above it
+    assert "hpcgpu.linalg.distmatrix" not in edges["hpcgpu.linalg.summa"]
 
 
 def test_the_map_of_layers_catches_an_upward_import_a_missing_module_and_a_stale_name():

@@ -26,6 +26,21 @@ def numroc(n: int, nb: int, iproc: int, nprocs: int) -> int:
     """How many of ``n`` rows (or columns) dealt in blocks of ``nb`` over ``nprocs`` land on ``iproc``.
 
     ScaLAPACK's ``NUMROC`` with the first block on process 0. Local, no communication.
+
+    Parameters
+    ----------
+    n : int
+        Global rows (or columns).
+    nb : int
+        Block size.
+    iproc : int
+        The grid row (or column) asked about, ``0 <= iproc < nprocs``.
+    nprocs : int
+        Grid rows (or columns).
+
+    Returns
+    -------
+    int
     """
     return _count_below(n, nb, iproc, nprocs)
 
@@ -41,6 +56,15 @@ def default_nb(xp=np) -> int:
 
     256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs near its peak, and
     smaller panels leave the device waiting on the host.
+
+    Parameters
+    ----------
+    xp : module
+        ``numpy`` (host) or ``cupy`` (device).
+
+    Returns
+    -------
+    int
     """
     return 256 if xp is np else 512
 
@@ -79,25 +103,73 @@ class Cyclic:
         self.lshape = self.local_shape()
 
     def local_shape(self, prow: int | None = None, pcol: int | None = None) -> tuple[int, int]:
-        """The local shape of grid position ``(prow, pcol)`` (this rank's by default)."""
+        """The local shape of grid position ``(prow, pcol)`` (this rank's by default).
+
+        Parameters
+        ----------
+        prow, pcol : int, optional
+            A grid position.
+
+        Returns
+        -------
+        (int, int)
+        """
         prow = self.prow if prow is None else prow
         pcol = self.pcol if pcol is None else pcol
         return numroc(self.m, self.nb, prow, self.pr), numroc(self.n, self.nb, pcol, self.pc)
 
     def rows(self, prow: int | None = None) -> np.ndarray:
-        """The global rows grid row ``prow`` holds, ascending (int64): its local rows' global indices."""
+        """The global rows grid row ``prow`` holds, ascending (int64): its local rows' global indices.
+
+        Parameters
+        ----------
+        prow : int, optional
+            This rank's grid row by default.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return _indices(self.m, self.nb, self.prow if prow is None else prow, self.pr)
 
     def cols(self, pcol: int | None = None) -> np.ndarray:
-        """The global columns grid column ``pcol`` holds, ascending (int64)."""
+        """The global columns grid column ``pcol`` holds, ascending (int64).
+
+        Parameters
+        ----------
+        pcol : int, optional
+            This rank's grid column by default.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return _indices(self.n, self.nb, self.pcol if pcol is None else pcol, self.pc)
 
     def row_owner(self, i: int) -> int:
-        """The grid row holding global row ``i``."""
+        """The grid row holding global row ``i``.
+
+        Parameters
+        ----------
+        i : int
+
+        Returns
+        -------
+        int
+        """
         return (i // self.nb) % self.pr
 
     def col_owner(self, j: int) -> int:
-        """The grid column holding global column ``j``."""
+        """The grid column holding global column ``j``.
+
+        Parameters
+        ----------
+        j : int
+
+        Returns
+        -------
+        int
+        """
         return (j // self.nb) % self.pc
 
     def local_row(self, i: int, prow: int | None = None) -> int:
@@ -105,11 +177,34 @@ class Cyclic:
 
         That is ``i``'s local index on its owner, and on any grid row the first local row at or below ``i`` (a
         trailing matrix from global row ``i`` is ``local[local_row(i):]``).
+
+        Parameters
+        ----------
+        i : int
+            A global row, ``0 <= i <= m``.
+        prow : int, optional
+            This rank's grid row by default.
+
+        Returns
+        -------
+        int
         """
         return _count_below(i, self.nb, self.prow if prow is None else prow, self.pr)
 
     def local_col(self, j: int, pcol: int | None = None) -> int:
-        """As :meth:`local_row`, for columns over the grid's columns."""
+        """As :meth:`local_row`, for columns over the grid's columns.
+
+        Parameters
+        ----------
+        j : int
+            A global column, ``0 <= j <= n``.
+        pcol : int, optional
+            This rank's grid column by default.
+
+        Returns
+        -------
+        int
+        """
         return _count_below(j, self.nb, self.pcol if pcol is None else pcol, self.pc)
 
     def __repr__(self) -> str:

@@ -1079,6 +1079,17 @@ class DistVector(_Elementwise):
     def from_matrix(cls, a: DistMatrix, layout: str = "cols") -> DistVector:
         """The ``n x 1`` matrix ``a`` as a vector of ``layout``. Collective over ``a.grid.cart`` (one ``Alltoallv``).
 
+        Parameters
+        ----------
+        a : DistMatrix
+            Global ``(n, 1)``.
+        layout : {"cols", "rows"}
+            The vector's layout (see the class).
+
+        Returns
+        -------
+        DistVector
+
         Raises
         ------
         ValueError
@@ -1107,6 +1118,14 @@ class DistVector(_Elementwise):
     def as_layout(self, layout: str) -> DistVector:
         """This vector in ``layout`` (itself when it is already). Collective (one ``Alltoallv`` of the vector).
 
+        Parameters
+        ----------
+        layout : {"cols", "rows"}
+
+        Returns
+        -------
+        DistVector
+
         Raises
         ------
         ValueError
@@ -1127,6 +1146,16 @@ class DistVector(_Elementwise):
 
     def gather(self, root: int = 0):
         """The whole vector as a NumPy array on ``root`` (``None`` elsewhere). Collective (one ``Alltoallv``).
+
+        Parameters
+        ----------
+        root : int
+            A rank of ``grid.cart``.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            Shape ``(n,)`` on ``root``.
 
         Raises
         ------
@@ -1176,7 +1205,18 @@ class DistVector(_Elementwise):
         return _dot(self, other, "dot", conj=False)
 
     def vdot(self, other: DistVector):
-        """``sum(conj(x) * y)``, as :func:`numpy.vdot`. Collective, as :meth:`dot`."""
+        """``sum(conj(x) * y)``, as :func:`numpy.vdot`. Collective, as :meth:`dot`.
+
+        Parameters
+        ----------
+        other : DistVector
+            The same length and grid.
+
+        Returns
+        -------
+        scalar
+            The same on every rank.
+        """
         return _dot(self, other, "vdot", conj=True)
 
     def norm(self, ord=None):  # noqa: A002 - NumPy's name

@@ -471,6 +471,18 @@ def variant(shapes, grid_shape, transa: str = "N", transb: str = "N") -> str:
 
     Not collective, and the same on every rank given the same shapes: what ``A @ B`` and
     ``algorithm="auto"`` run (``a.T @ x`` for a vector-like ``x`` moves ``x`` and the product, never ``a``).
+
+    Parameters
+    ----------
+    shapes : ((int, int), (int, int))
+        The global shapes of A and B as stored (before ``transa``/``transb``).
+    grid_shape : (int, int)
+        ``(pr, pc)``.
+    transa, transb : {"N", "T", "C"}
+
+    Returns
+    -------
+    str
     """
     t = variant_traffic(shapes, grid_shape, transa, transb)
     return "stationary-a" if t["stationary-a"] < t["summa"] else "summa"
