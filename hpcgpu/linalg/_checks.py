@@ -13,6 +13,7 @@ import numbers
 
 import numpy as np
 
+from .. import _device
 from .._memory import node_memory_error
 from ..errors import agree, agree_inputs
 
@@ -92,10 +93,11 @@ def finite(where: str, mats: dict, comm) -> None:
     for name, a in mats.items():
         if a is None or a.local.size == 0:
             continue
-        xp = a.xp
-        bad = ~xp.isfinite(a.local)
-        if bool(bad.any()):
-            i, j = (int(v) for v in np.unravel_index(int(xp.argmax(bad.ravel())), a.local.shape))
+        # One device-to-host copy of a flag, then of the first bad element's index: explicit (_device.asnumpy)
+        bad = ~a.xp.isfinite(a.local)
+        if _device.asnumpy(bad.any()):
+            first = int(_device.asnumpy(a.xp.argmax(bad.ravel())))
+            i, j = (int(v) for v in np.unravel_index(first, a.local.shape))
             err = ValueError(f"{where}: {name} holds NaN or inf (at row {a.rows.start + i}, column "
                              f"{a.cols.start + j}): the solvers need finite values")
             break
