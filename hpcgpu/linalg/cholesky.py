@@ -35,7 +35,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..comm import Allgather, Bcast, Ibcast
-from ..errors import agreed
+from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks, _local
 from .cyclic import Cyclic, default_nb, from_cyclic, to_cyclic
@@ -134,7 +134,8 @@ def _potrf_cyclic(local, lay: Cyclic, lower: bool) -> int:
     r, c = xp.asarray(lay.rows()), xp.asarray(lay.cols())
     other = (r[:, None] < c[None, :]) if lower else (r[:, None] > c[None, :])
     local[other] = 0
-    fail = lay.grid.cart.allreduce(fail or lay.n + 1, op=MPI.MIN)
+    with watch("Cholesky agreement on the first failing minor"):
+        fail = lay.grid.cart.allreduce(fail or lay.n + 1, op=MPI.MIN)
     return 0 if fail > lay.n else fail
 
 
@@ -259,11 +260,12 @@ def _entry(where: str, a, lower, nb) -> None:
         raise agreed(err)  # no grid to agree over: every rank is given the same kind of object
     err = err or _flag_error(where, "lower", lower) or _checks.nb_error(where, nb)
     comm = a.grid.cart
-    if err is None:
-        nbv = min(nb or default_nb(a.xp), max(a.gshape[0], 1))
-        need = 2 * a.lnbytes + 4 * (a.lshape[0] + a.lshape[1] + nbv) * nbv * a.dtype.itemsize
-        err = _checks.memory_error(where, need, comm, a.xp)
     _checks.entry(where, dict(a=a.describe(), lower=lower, nb=nb), comm, err)
+    # the arguments agreed, every rank asks (the host's answer is collective): the moves' buffers, the upper
+    # form's copy, the panels
+    nbv = min(nb or default_nb(a.xp), max(a.gshape[0], 1))
+    need = 4 * a.lnbytes + 4 * (a.lshape[0] + a.lshape[1] + nbv) * nbv * a.dtype.itemsize
+    agree(_checks.memory_error(where, need, comm, a.xp), comm=comm)
     _checks.finite(where, {"A": a}, comm)
 
 
@@ -418,13 +420,12 @@ def cho_solve(c_and_lower, b, *, nb=None):
     if err is None and isinstance(c, CholeskyFactor) and c.lower != bool(lower):
         err = ValueError(f"{where}: lower={lower} but the factor was made with lower={c.lower}")
     comm = c.grid.cart
-    if err is None:
-        nbv = c.nb if isinstance(c, CholeskyFactor) else (nb or default_nb(b.xp))
-        extra = 2 * c.lnbytes if isinstance(c, DistMatrix) else 0
-        need = extra + 2 * b.lnbytes + (c.local.shape[0] + b.lshape[1] + nbv) * nbv * b.dtype.itemsize
-        err = _checks.memory_error(where, need, comm, b.xp)
     _checks.entry(where, dict(c=c.describe(), lower=lower, b=getattr(b, "describe", lambda: type(b).__name__)(),
                               nb=nb), comm, err)
+    nbv = c.nb if isinstance(c, CholeskyFactor) else (nb or default_nb(b.xp))
+    extra = 3 * c.lnbytes if isinstance(c, DistMatrix) else 0
+    need = extra + 3 * b.lnbytes + (c.local.shape[0] + b.lshape[1] + nbv) * nbv * b.dtype.itemsize
+    agree(_checks.memory_error(where, need, comm, b.xp), comm=comm)
     _checks.finite(where, {"c": c, "B": b} if isinstance(c, DistMatrix) else {"B": b}, comm)
     if isinstance(c, DistMatrix):
         c_local, c_lay = to_cyclic(c, nb or default_nb(c.xp))

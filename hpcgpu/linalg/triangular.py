@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm import Allreduce, Bcast
-from ..errors import agreed
+from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks, _local
 from .cyclic import default_nb, from_cyclic, to_cyclic
@@ -194,12 +194,12 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
                or _flag_error(where, "lower", lower) or _flag_error(where, "unit_diagonal", unit_diagonal)
                or _checks.nb_error(where, nb))
     comm = a.grid.cart
-    if err is None:
-        nbv = nb or default_nb(a.xp)
-        need = 2 * (a.lnbytes + b.lnbytes) + (a.lshape[0] + b.lshape[1] + nbv) * nbv * a.dtype.itemsize
-        err = _checks.memory_error(where, need, comm, a.xp)
     _checks.entry(where, dict(a=a.describe(), b=getattr(b, "describe", lambda: type(b).__name__)(),
                               trans=trans, lower=lower, unit_diagonal=unit_diagonal, nb=nb), comm, err)
+    # the arguments agreed, every rank asks (the host's answer is collective): the moves' buffers, the panels
+    nbv = nb or default_nb(a.xp)
+    need = 3 * (a.lnbytes + b.lnbytes) + (a.lshape[0] + b.lshape[1] + nbv) * nbv * a.dtype.itemsize
+    agree(_checks.memory_error(where, need, comm, a.xp), comm=comm)
     _checks.finite(where, {"A": a, "B": b}, comm)
     nb = nb or default_nb(a.xp)
     a_local, a_lay = to_cyclic(a, nb)

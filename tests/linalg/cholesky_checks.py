@@ -168,6 +168,10 @@ def main():
         refused(lambda: cholesky(ok, nb=2 + (rank == 1)), ValueError,
                 "cholesky: nb differs across ranks: 2 on %s, 3 on rank 1"
                 % {2: "rank 0", 3: "ranks 0, 2"}.get(size, f"ranks 0, 2-{size - 1}"))
+        # one rank's own refusal (nb=0) is agreed with the others' arguments before any other collective
+        refused(lambda: cholesky(ok, nb=0 if rank == 1 else 2), ValueError,
+                "cholesky: nb differs across ranks: 2 on %s, 0 on rank 1"
+                % {2: "rank 0", 3: "ranks 0, 2"}.get(size, f"ranks 0, 2-{size - 1}"))
 
     counts = comm.gather((cases, refusals))
     if rank == 0:

@@ -108,6 +108,9 @@ def main():
         refused(lambda: solve_triangular(a, b, lower=rank == 1), ValueError,
                 "solve_triangular: lower differs across ranks: False on %s, True on rank 1"
                 % {2: "rank 0", 3: "ranks 0, 2"}.get(size, f"ranks 0, 2-{size - 1}"))
+        refused(lambda: solve_triangular(a, b, nb=0 if rank == 1 else 2), ValueError,
+                "solve_triangular: nb differs across ranks: 2 on %s, 0 on rank 1"
+                % {2: "rank 0", 3: "ranks 0, 2"}.get(size, f"ranks 0, 2-{size - 1}"))
 
     counts = comm.gather((cases, refusals))
     if rank == 0:
