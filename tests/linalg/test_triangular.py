@@ -3,6 +3,7 @@ and its refusals as one agreed line on every rank."""
 
 import os
 
+import numpy as np
 import pytest
 
 import _mpi
@@ -35,3 +36,51 @@ def test_every_solve_has_a_small_residual_and_every_refusal_is_one_line(nprocs):
 def test_every_solve_on_the_device_path():
     """The same checks with the runtime's device (the stand-in's, in its pass): cuSOLVER's and cuBLAS's kernels."""
     _launch(2, "auto")
+
+
+def _xps():
+    """NumPy, and CuPy (the stand-in's in its pass) where a device is present."""
+    from hpcgpu import _device
+
+    cupy = _device.cupy_or_none()
+    return [np] + ([cupy] if cupy is not None and _device.device_count() else [])
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+def test_the_local_kernels_of_every_side(dtype):
+    """hpcgpu.linalg._local on host and device arrays: LAPACK's info of potrf and getrf, trsm on both sides with
+    every op, and gemm_update into a strided view (a trailing block of a rank's local array)."""
+    from hpcgpu import _device
+    from hpcgpu.linalg import _local
+
+    rng = np.random.default_rng(3)
+    eps = np.finfo(dtype).eps
+    x = rng.standard_normal((9, 9)) + (1j * rng.standard_normal((9, 9)) if dtype == "complex128" else 0)
+    spd = (x @ x.conj().T + 9 * np.eye(9)).astype(dtype)
+    bad = spd.copy()
+    bad[5, 5] = -1
+    t, b = np.tril(x + 9 * np.eye(9)).astype(dtype), rng.standard_normal((9, 4)).astype(dtype)
+    for xp in _xps():
+        host = _device.asnumpy
+        for lower in (True, False):
+            f, info = _local.potrf(xp.asarray(spd), lower)
+            f = host(f)
+            assert info == 0 and np.array_equal(f, np.tril(f) if lower else np.triu(f))
+            assert np.linalg.norm((f @ f.conj().T if lower else f.conj().T @ f) - spd) < 100 * eps * np.linalg.norm(spd)
+            assert _local.potrf(xp.asarray(bad), lower)[1] == 6
+        for trans, op in ((0, t), (1, t.T), (2, t.conj().T), ("C", t.conj().T)):
+            left = host(_local.trsm(xp.asarray(t), xp.asarray(b), True, trans))
+            right = host(_local.trsm(xp.asarray(t), xp.asarray(b.T.copy()), True, trans, side="R"))
+            assert np.allclose(op @ left, b, atol=1e3 * eps) and np.allclose(right @ op, b.T, atol=1e3 * eps)
+        sing = rng.standard_normal((8, 3)).astype(dtype)
+        sing[:, 1] = 0
+        lu, piv, info = _local.getrf(xp.asarray(sing))
+        assert info == 2 and isinstance(piv, np.ndarray) and piv.shape == (3,)
+        c = rng.standard_normal((7, 7)).astype(dtype)
+        want = c.copy()
+        a, bb = rng.standard_normal((3, 2)).astype(dtype), rng.standard_normal((4, 2)).astype(dtype)
+        want[2:5, 3:7] -= a @ bb.conj().T
+        cd = xp.asarray(c)
+        _local.gemm_update(cd[2:5, 3:7], xp.asarray(a), xp.asarray(bb), -1.0, trans_b=2)
+        assert np.allclose(host(cd), want, atol=1e2 * eps)
