@@ -1466,6 +1466,56 @@ FIXES: dict[str, str] = {
         "of your own must define ``predict(params, x)``, returning its outputs for the rows of ``x``: an array "
         "of one row per sample (``Trainer.predict`` and ``evaluate`` use it)."
     ),
+    # -- Linear algebra: the entry checks every routine shares (hpcgpu/linalg/_checks.py) ------------------
+    "…: … must be an hpcgpu.DistMatrix, got …": (
+        "A routine of :mod:`hpcgpu.linalg` (``cholesky``, ``solve``, ``lstsq``...) was given something other "
+        "than a distributed matrix. Make one with ``hpcgpu.DistMatrix.from_global``, ``from_hdf5`` or "
+        "``random``; a NumPy array on one rank is not distributed (SciPy's routine is the one for it)."
+    ),
+    "…: … is …; the solvers take … (a.astype(\"float64\"))": (
+        "The factorizations and solvers take float32, float64, complex64 and complex128, LAPACK's and "
+        "cuSOLVER's four kinds; half precision and bfloat16 are for ``matmul`` only. Convert first: "
+        "``a.astype(\"float64\")``."
+    ),
+    "…: … must be square, got … x …": (
+        "Cholesky, LU and ``solve`` factor square matrices. For an overdetermined system (more rows than "
+        "columns) use ``hpcgpu.linalg.lstsq``."
+    ),
+    "…: A and B are on different grids (…x… and …x…): b.redistribute(a.grid)": (
+        "A and the right-hand side B live on different process grids, so their rows are not on the same "
+        "ranks. Move B onto A's grid first (``b.redistribute(a.grid)``: one ``Alltoallv``)."
+    ),
+    "…: A is … and B is …: give both one dtype (b.astype(a.dtype))": (
+        "A and B have different dtypes; the solvers work in one. Convert B (``b.astype(a.dtype)``), or both "
+        "to the wider kind."
+    ),
+    "…: shapes do not conform: A is … x …, B has … rows (A's … needed)": (
+        "B must have as many rows as A (``A x = B``). Check which dataset was read as B, or transpose it "
+        "(``b.T`` is a view that costs nothing until used)."
+    ),
+    "…: nb must be an int (a block size, >= 1) or None, got …": (
+        "``nb`` is the block size of the block-cyclic layout the factorizations work on: an integer, or "
+        "``None`` for the default (256 on a host, 512 on a GPU; :doc:`guide/linalg`)."
+    ),
+    "…: nb must be >= 1, got …": (
+        "The block size must be at least 1. Leave it out for the default, or give about 256 on a CPU and "
+        "512-1024 on a GPU."
+    ),
+    "…: needs … GiB of device memory a rank, more than its GPU has free (… GiB): …": (
+        "The routine's blocks, panels and workspace would not fit the GPU's free memory on some rank. Use more "
+        "ranks (each then holds less), free device memory first (CuPy's memory pool: "
+        "``cupy.get_default_memory_pool().free_all_blocks()``), or solve a smaller problem."
+    ),
+    "…: … holds NaN or inf (at row …, column …): the solvers need finite values": (
+        "A factorization of a matrix holding NaN or infinity returns garbage without saying so (LAPACK does "
+        "not check). The first such element found is named by its global row and column: fix the data that "
+        "made it, or drop those rows."
+    ),
+    "module 'hpcgpu.linalg' has no attribute …": (
+        "The name is not one of :mod:`hpcgpu.linalg`'s: check its spelling against the guide's table of names "
+        "(:doc:`guide/linalg`). SciPy's names (``cholesky``, ``lu_factor``, ``solve``, ``lstsq``...) and "
+        "ScaLAPACK's (``pdpotrf``, ``pdgetrf``, ``pdgesv``, ``pdgels``...) are both there."
+    ),
     # -- Matrix multiply and distributed matrices ---------------------------------------------------------
     "--alpha and --beta must be finite, got … and …": (
         "``--alpha`` and ``--beta`` must be finite numbers (``1``, ``-0.5``, ``1+2j``); NaN or infinity "

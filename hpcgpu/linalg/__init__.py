@@ -49,9 +49,9 @@ def __getattr__(name: str):
         except ModuleNotFoundError as e:
             if e.name != f"{__name__}.{name}":
                 raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+            raise AttributeError(f"module 'hpcgpu.linalg' has no attribute {name!r}") from None
     else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        raise AttributeError(f"module 'hpcgpu.linalg' has no attribute {name!r}")
     globals()[name] = value
     return value
 

@@ -9,7 +9,7 @@ GFLOP/s, and the ratio to the local GEMM of one process with the same total
 number of BLAS threads, measured in the same run.
 
 (This module is the command line, a subcommand of ``python -m hpcgpu``. The
-function is ``hpcgpu.matmul``, defined in :mod:`hpcgpu.summa`: no submodule
+function is ``hpcgpu.matmul``, defined in :mod:`hpcgpu.linalg.summa`: no submodule
 is named ``matmul``, so importing any module never replaces the function.)
 """
 

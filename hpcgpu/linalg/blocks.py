@@ -4,7 +4,7 @@ A layout is a function of a rank: the global rows and columns (slices) the
 rank holds. :func:`remap` moves a matrix between any two layouts over one
 ``Alltoallv`` (SUMMA's transposes and redistribution onto another grid,
 2.5-D's replication onto its layers and the sum back); the matrix layers
-above it (:mod:`hpcgpu.distmatrix`, :mod:`hpcgpu.summa`) both build on it.
+above it (:mod:`hpcgpu.linalg.distmatrix`, :mod:`hpcgpu.linalg.summa`) both build on it.
 """
 
 from __future__ import annotations

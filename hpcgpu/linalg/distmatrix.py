@@ -456,7 +456,7 @@ class DistMatrix(_Elementwise):
         gshape : (int, int)
             Global shape ``(m, n)``.
         grid : ProcessGrid, optional
-            :func:`hpcgpu.grid.default_grid` when omitted (made on first use,
+            :func:`hpcgpu.linalg.grid.default_grid` when omitted (made on first use,
             which is collective).
         dtype : str or numpy.dtype
             float32, float64, complex64 or complex128.
@@ -552,7 +552,7 @@ class DistMatrix(_Elementwise):
         gshape : (int, int)
             Global shape ``(m, n)``, both ``>= 0``.
         grid : ProcessGrid, optional
-            :func:`hpcgpu.grid.default_grid` when omitted (made on first use,
+            :func:`hpcgpu.linalg.grid.default_grid` when omitted (made on first use,
             which is collective).
         dtype : str or numpy.dtype
             float32, float64, complex64 or complex128. Values are drawn in
@@ -888,7 +888,7 @@ def _vector_block(n: int, grid: ProcessGrid, layout: str, rank: int) -> tuple[sl
 def _vector_source(n: int, grid: ProcessGrid, layout: str, rank: int):
     """:func:`_vector_block` on the ranks of the first copy (grid column 0 for "rows", grid row 0 for "cols").
 
-    None elsewhere: every element from one rank, as :func:`hpcgpu.blocks.remap`'s source layout wants it.
+    None elsewhere: every element from one rank, as :func:`hpcgpu.linalg.blocks.remap`'s source layout wants it.
     """
     i, j = grid.cart.Get_coords(rank)
     return _vector_block(n, grid, layout, rank) if (j if layout == "rows" else i) == 0 else None
@@ -998,7 +998,7 @@ class DistVector(_Elementwise):
         n : int
             Length, >= 0.
         grid : ProcessGrid, optional
-            :func:`hpcgpu.grid.default_grid` when omitted.
+            :func:`hpcgpu.linalg.grid.default_grid` when omitted.
         layout : {"rows", "cols"}
         dtype : str or numpy.dtype
             One of :data:`DTYPES`.
@@ -1446,7 +1446,7 @@ def matmul_operator(a, b):
     -------
     DistMatrix or DistVector
         A matrix: :func:`hpcgpu.matmul` with each view read as ``transa``/``transb`` on its matrix (never
-        moved as a view), by the algorithm :func:`hpcgpu.summa.variant` models as moving fewer bytes: SUMMA,
+        moved as a view), by the algorithm :func:`hpcgpu.linalg.summa.variant` models as moving fewer bytes: SUMMA,
         or, for a skinny product (``op(A)`` times a few columns), stationary A (only B and C move). A vector
         ``x``: ``y = op(A) x``, each rank's local GEMV of its block and one ``Allreduce`` of its piece of y
         along its grid row (``"rows"`` layout; ``x`` in ``"cols"``), or for a transposed view along its grid

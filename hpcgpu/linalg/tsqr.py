@@ -254,7 +254,7 @@ def qr(a, mode: str = "reduced"):
     MemoryError
         The row blocks, Q and the tree's R's do not fit (before any work).
 
-    All are raised on every rank, before any other communication (:mod:`hpcgpu.linalg._checks`).
+    All are raised on every rank, before any other communication (``hpcgpu.linalg._checks``).
 
     Notes
     -----
