@@ -21,9 +21,9 @@ _LAZY = {
     "norm": ("distmatrix", "norm"),
     "matmul": ("summa", "matmul"), "pdgemm": ("summa", "matmul"),
     "solve_triangular": ("triangular", "solve_triangular"), "pdtrsm": ("triangular", "solve_triangular"),
-    "cholesky": ("cholesky", "cholesky"), "pdpotrf": ("cholesky", "cholesky"),
-    "cho_factor": ("cholesky", "cho_factor"), "cho_solve": ("cholesky", "cho_solve"),
-    "pdpotrs": ("cholesky", "cho_solve"), "CholeskyFactor": ("cholesky", "CholeskyFactor"),
+    "cholesky": ("chol", "cholesky"), "pdpotrf": ("chol", "cholesky"),
+    "cho_factor": ("chol", "cho_factor"), "cho_solve": ("chol", "cho_solve"),
+    "pdpotrs": ("chol", "cho_solve"), "CholeskyFactor": ("chol", "CholeskyFactor"),
     "qr": ("tsqr", "qr"), "pdgeqrf": ("tsqr", "qr"), "lstsq": ("tsqr", "lstsq"), "pdgels": ("tsqr", "lstsq"),
     "svd": ("tsqr", "svd"),
     "LUFactor": ("lu", "LUFactor"),
@@ -59,23 +59,3 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
-
-import sys as _sys  # noqa: E402
-import types as _types  # noqa: E402
-
-
-class _Package(_types.ModuleType):
-    """This package's module type: a submodule named as the function it defines (``cholesky``) never hides it.
-
-    Importing ``hpcgpu.linalg.cholesky`` makes the import system set the submodule as this package's attribute
-    ``cholesky``, over the function ``from hpcgpu.linalg import cholesky`` must give; that one assignment is
-    refused, so the name keeps resolving through :data:`_LAZY` (the submodule stays in ``sys.modules``).
-    """
-
-    def __setattr__(self, name, value):
-        if isinstance(value, _types.ModuleType) and _LAZY.get(name, ("",))[0] == name:
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

@@ -217,7 +217,7 @@ def _inputs(a, grid):
 
 def _run(a, A, B):
     """The routine of ``a.op`` on A (and B): ``(result, {more attributes})``. Collective."""
-    from . import cholesky, lstsq, solve  # the functions (the package never lets a submodule hide one)
+    from . import cholesky, lstsq, solve  # the functions (no submodule has these names)
 
     if a.op == "solve":
         return solve(A, B, assume_a=a.assume, nb=a.nb), {}

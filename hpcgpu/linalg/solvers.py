@@ -88,7 +88,7 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
     agree(_checks.memory_error(where, factor_bytes(a, nb_) + solve_bytes(b), a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a, "B": b}, a.grid.cart)
     if assume_a == "pos":
-        from .cholesky import cho_factor, cho_solve
+        from .chol import cho_factor, cho_solve
 
         return cho_solve(cho_factor(a, nb=nb), b)
     lu, piv = factor(a, nb_, where)

@@ -46,7 +46,7 @@ def trsm_cyclic(a_local, a_lay, b_local, b_lay, *, lower: bool, trans=0, unit_di
     """Solve ``op(A) X = B`` on the block-cyclic layout; ``X`` overwrites ``B``'s blocks.
 
     Collective over the grid of ``a_lay`` (its row and column communicators). The caller has agreed the
-    arguments and checked the shapes (:func:`solve_triangular`, :func:`hpcgpu.linalg.cholesky.cho_solve` and
+    arguments and checked the shapes (:func:`solve_triangular`, :func:`hpcgpu.linalg.chol.cho_solve` and
     ``lu_solve`` do); nothing is validated here.
 
     Parameters

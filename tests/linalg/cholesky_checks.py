@@ -20,7 +20,7 @@ import hpcgpu
 from hpcgpu import _device
 from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import _local, cho_factor, cho_solve, cholesky
-from hpcgpu.linalg.cholesky import CholeskyFactor
+from hpcgpu.linalg.chol import CholeskyFactor
 
 rt = hpcgpu.init(sys.argv[1] if len(sys.argv) > 1 else "cpu")
 comm = rt.comm
