@@ -206,7 +206,7 @@ def qr(a, mode: str = "reduced"):
     import scipy.linalg
 
     out = scipy.linalg.qr(a, mode={"reduced": "economic", "complete": "full", "r": "r"}[mode], check_finite=False)
-    return out[0] if mode == "r" else out
+    return out[0][: min(a.shape)] if mode == "r" else out  # SciPy's mode "r" gives all m rows; NumPy's k
 
 
 def svd(a, compute_uv: bool = True):

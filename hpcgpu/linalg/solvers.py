@@ -57,7 +57,7 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
         The factorization's copies do not fit.
     numpy.linalg.LinAlgError
         ``"gen"``: A is exactly singular (the column of ``U``'s first zero diagonal element named); ``"pos"``:
-        A is not positive definite (as ``cho_factor`` says).
+        A is not positive definite (``assume_a="pos"``), naming ``solve``.
 
     All on every rank (:class:`~hpcgpu.errors.AgreedError`); the argument checks before any other
     communication.
@@ -88,9 +88,10 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
     agree(_checks.memory_error(where, factor_bytes(a, nb_) + solve_bytes(b), a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a, "B": b}, a.grid.cart)
     if assume_a == "pos":
-        from .chol import cho_factor, cho_solve
+        from .chol import CholeskyFactor, _factor, cho_solve
 
-        return cho_solve(cho_factor(a, nb=nb), b)
+        local, lay = _factor(where, a, False, nb)  # a matrix that is not positive definite is refused as solve's
+        return cho_solve((CholeskyFactor(local, lay, False), False), b)
     lu, piv = factor(a, nb_, where)
     return solve_factored(lu, piv, b)
 

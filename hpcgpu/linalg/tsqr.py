@@ -201,8 +201,8 @@ class _Tree:
 
 
 def _r_factor(w):
-    """R of ``w`` (``min(m, c) x c``): its leading rows, as SciPy's mode "r" gives R all ``m`` rows."""
-    return _local.qr(w, "r")[: min(w.shape)]
+    """R of ``w``, ``min(m, c) x c``."""
+    return _local.qr(w, "r")
 
 
 def _from_root(where: str, tree: _Tree, finish):

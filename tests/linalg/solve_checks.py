@@ -102,6 +102,10 @@ b = dist(random((29, 2), "float64"), grid)
 sing = dist(g, grid)
 refused(lambda: pdgesv(sing, b, nb=3), np.linalg.LinAlgError,
         "solve: A is singular: U's diagonal is exactly zero at column 17 (LAPACK info 18)")
+indefinite = np.eye(29)
+indefinite[11, 11] = -1.0  # the leading minor of order 12 is the first that is not positive
+refused(lambda: solve(dist(indefinite, grid), b, assume_a="pos", nb=4), np.linalg.LinAlgError,
+        "solve: A is not positive definite: the leading minor of order 12 is not (column 11 of 0..28)")
 a = dist(random((29, 29), "float64"), grid)
 bad = random((29, 2), "float64")
 bad[20, 1] = np.inf
