@@ -46,7 +46,8 @@ def _inputs(t, model_file):
     Xt, yt = blobs(21, d=4, seed=1)
     data = write_h5(t / "data.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
     rng = np.random.default_rng(0)
-    ab = write_h5(t / "ab.h5", A=rng.random((6, 5)), B=rng.random((5, 4)))
+    m = rng.random((5, 5))
+    ab = write_h5(t / "ab.h5", A=rng.random((6, 5)), B=rng.random((5, 4)), S=m @ m.T + 5 * np.eye(5))
     (t / "params.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
     (t / "fns.py").write_text("def f(a, b):\n    return {'s': a + b}\n")
     shutil.copy(model_file, t / "model.h5")
@@ -77,6 +78,10 @@ PROGRAMS = {
                    {"--model": "model", "--data": "data:/test/X"}),
     "matmul -o": (NP, lambda i, out, t: ["-m", "hpcgpu", "matmul", i["ab"] + ":A", i["ab"] + ":B", "-o", out], "C",
                   {"A": "ab:A", "B": "ab:B"}),
+    # The linear-algebra commands (solve, lstsq, cholesky) share one reader and one writer (hpcgpu/linalg/_solve_cli.py,
+    # matmul's output helpers): solve stands for the three.
+    "solve -o": (NP, lambda i, out, t: ["-m", "hpcgpu", "solve", i["ab"] + ":S", i["ab"] + ":B", "-o", out], "X",
+                 {"A": "ab:S", "B": "ab:B"}),
     "tasks -o": (NP, lambda i, out, t: ["-m", "hpcgpu.tasks", i["fns"] + ":f", "--params", i["params"], "-o", out,
                                         "--progress", "none"], None, {"--params": "params", "MODULE": "fns"}),
     "datasets --out": (1, lambda i, out, t: ["-m", "hpcgpu.datasets", "digits", "--out", out], None, {}),
