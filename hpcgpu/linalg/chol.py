@@ -322,7 +322,7 @@ def cholesky(a, lower=False, *, nb=None):
 
     Notes
     -----
-    Right-looking blocked Cholesky (ScaLAPACK's PDPOTRF): see :mod:`hpcgpu.linalg.chol` for the schedule
+    Right-looking blocked Cholesky (ScaLAPACK's PDPOTRF): see ``hpcgpu.linalg.chol``'s module docstring for the schedule
     and its cost, ``n^3 / 3`` flops.
 
     References
