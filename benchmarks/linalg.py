@@ -236,7 +236,7 @@ def scalapack_run(a, routine, shape, nb, grid_shape, P) -> float:
 
 _PHASE_NAMES = ("watch", "to_cyclic", "from_cyclic", "remap", "getrf", "potrf", "trsm", "gemm_update", "geqrf", "qr",
                 "svd", "trsm_cyclic")
-_ROUTINE_MODULES = ("lu", "cholesky", "tsqr", "triangular", "solvers", "_local")
+_ROUTINE_MODULES = ("lu", "chol", "tsqr", "triangular", "solvers", "_local")
 
 
 class Phases:
