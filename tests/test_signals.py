@@ -10,6 +10,7 @@ after a sleep.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -267,7 +268,9 @@ def test_a_second_sigint_while_the_stopped_job_ends_is_130_and_one_line(np_, tmp
         _wait_until(job, lambda: (tmp_path / "ending.1").exists() and all(
             _status(pid, "SigIgn") & late for r, pid in ranks.items() if r != 1))
         for pid in pids:
-            os.kill(pid, signal.SIGINT)
+            # A rank the second SIGINT already ended may have had the launcher end the next one (Intel MPI's does)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
         _taken(pids, signal.SIGINT)
     finally:
         (tmp_path / "go").touch()
