@@ -200,7 +200,8 @@ def test_the_mpi_library_leaves_sighup_and_sigusr1_to_the_program():
     """Under every MPI here, after ``import hpcgpu`` and MPI's start, SIGHUP and SIGUSR1 have their default action
     (MPICH's and Intel MPI's MPI_Init install a SIGUSR1 handler, UCX a SIGHUP one at the library's load)."""
     code = ("import hpcgpu\nfrom mpi4py import MPI\nfrom hpcgpu import _early\n"
-            "print(sorted(n for n, a in _early.os_actions().items() if a.handler))\n")
+            "import os\n"  # one write a rank: two ranks' print (text, then newline) interleaved as "[][]"
+            "os.write(1, f'{sorted(n for n, a in _early.os_actions().items() if a.handler)}\\n'.encode())\n")
     for python in [sys.executable, *_mpi.other_stacks()]:
         if python.endswith(os.path.join(".venv-system", "bin", "python")):
             continue
