@@ -10,6 +10,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.mark.mpi
+@pytest.mark.device
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 6])
 def test_every_element_lands_where_scalapack_puts_it_and_comes_back(nprocs):
     p = _mpi.run(nprocs, [os.path.join(HERE, "cyclic_checks.py")], timeout=300)
