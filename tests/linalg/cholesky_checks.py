@@ -22,6 +22,8 @@ from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import _local, cho_factor, cho_solve, cholesky
 from hpcgpu.linalg.chol import CholeskyFactor
 
+from _common import dist
+
 rt = hpcgpu.init(sys.argv[1] if len(sys.argv) > 1 else "cpu")
 comm = rt.comm
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -45,10 +47,6 @@ def junk_in_other_triangle(g, lower):
     """``g`` with the triangle the factorization must not read replaced by other (finite) values."""
     j = rng.standard_normal(g.shape).astype(g.dtype) * 100
     return np.tril(g) + np.triu(j, 1) if lower else np.triu(g) + np.tril(j, -1)
-
-
-def dist(g, grid):
-    return hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
 
 
 def factor_error(g, f, lower):

@@ -17,6 +17,8 @@ import hpcgpu
 from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import lstsq, pdgels, pdgeqrf, qr, svd
 
+from _common import dist, refused
+
 rt = hpcgpu.init()
 comm = rt.comm
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -34,10 +36,6 @@ def draw(shape, dtype):
     if np.dtype(dtype).kind == "c":
         g = g + 1j * rng.standard_normal(shape)
     return g.astype(dtype)
-
-
-def dist(g, grid):
-    return hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
 
 
 def host(x):
@@ -131,16 +129,6 @@ def check_svd(g, a):
         assert fro(np.eye(n) - VH @ VH.conj().T) / (n * eps) < BOUND, (g.shape, a.grid.shape)
         tol = BOUND * m * eps * sr[0]
         assert np.abs(s - sr).max() <= tol and np.abs(s_only - sr).max() <= tol, (s, s_only, sr)
-
-
-def refused(fn, kind, message):
-    """``fn()`` raises ``kind`` (agreed) with exactly ``message`` on every rank."""
-    try:
-        fn()
-    except kind as e:
-        assert isinstance(e, AgreedError) and str(e) == message, (type(e), str(e))
-        return 1
-    raise AssertionError(f"not refused: {message}")
 
 
 # Every shape once a launch, on the grids in turn, its dtype turning with the shape and the number of ranks, so

@@ -14,6 +14,8 @@ import hpcgpu
 from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import lu_factor, lu_solve, pdgesv, pdposv, solve
 
+from _common import dist, refused
+
 rt = hpcgpu.init()
 comm = rt.comm
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -38,10 +40,6 @@ def scaled_residual(a, x, b, dtype, trans=0):
     r = np.abs(op @ x - b).max(axis=0)
     scale = eps * (np.abs(op).sum(axis=1).max() * np.abs(x).max(axis=0) + np.abs(b).max(axis=0)) * n
     return float((r / scale).max())
-
-
-def dist(g, grid):
-    return hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
 
 
 cases = 0
@@ -84,45 +82,35 @@ for gi, dims in enumerate(grids):
 refusals = 0
 
 
-def refused(fn, kind, message):
-    global refusals
-    try:
-        fn()
-    except AgreedError as e:
-        assert isinstance(e, kind) and str(e) == message, (type(e), str(e), message)
-        refusals += 1
-        return
-    raise AssertionError(f"no refusal: {message}")
-
-
 grid = hpcgpu.ProcessGrid(grids[-1])
 g = random((29, 29), "float64")
 g[:, 17] = 0
 b = dist(random((29, 2), "float64"), grid)
 sing = dist(g, grid)
-refused(lambda: pdgesv(sing, b, nb=3), np.linalg.LinAlgError,
+refusals += refused(lambda: pdgesv(sing, b, nb=3), np.linalg.LinAlgError,
         "solve: A is singular: U's diagonal is exactly zero at column 17 (LAPACK info 18)")
 indefinite = np.eye(29)
 indefinite[11, 11] = -1.0  # the leading minor of order 12 is the first that is not positive
-refused(lambda: solve(dist(indefinite, grid), b, assume_a="pos", nb=4), np.linalg.LinAlgError,
+refusals += refused(lambda: solve(dist(indefinite, grid), b, assume_a="pos", nb=4), np.linalg.LinAlgError,
         "solve: A is not positive definite: the leading minor of order 12 is not (column 11 of 0..28)")
 a = dist(random((29, 29), "float64"), grid)
 bad = random((29, 2), "float64")
 bad[20, 1] = np.inf
-refused(lambda: solve(a, dist(bad, grid), nb=4), ValueError,
+refusals += refused(lambda: solve(a, dist(bad, grid), nb=4), ValueError,
         "solve: B holds NaN or inf (at row 20, column 1): the solvers need finite values")
-refused(lambda: solve(a, dist(random((28, 1), "float64"), grid)), ValueError,
+refusals += refused(lambda: solve(a, dist(random((28, 1), "float64"), grid)), ValueError,
         "solve: shapes do not conform: A is 29 x 29, B has 28 rows (A's 29 needed)")
-refused(lambda: solve(a, b, assume_a="sym"), ValueError,
+refusals += refused(lambda: solve(a, b, assume_a="sym"), ValueError,
         "solve: assume_a must be 'gen' (LU) or 'pos' (Cholesky), got 'sym'")
-refused(lambda: solve(a, dist(random((29, 1), "float32"), grid)), TypeError,
+refusals += refused(lambda: solve(a, dist(random((29, 1), "float32"), grid)), TypeError,
         "solve: A is float64 and B is float32: give both one dtype (b.astype(a.dtype))")
 lu, piv = lu_factor(a, nb=4)
-refused(lambda: lu_solve((lu, piv), b, trans=3), ValueError,
+refusals += refused(lambda: lu_solve((lu, piv), b, trans=3), ValueError,
         "lu_solve: trans must be 0, 1 or 2 (A X = B, A^T X = B, A^H X = B), got 3")
-refused(lambda: lu_solve((lu, piv[:-1]), b), ValueError,
+refusals += refused(lambda: lu_solve((lu, piv[:-1]), b), ValueError,
         "lu_solve: piv must be lu_factor's pivots, 29 integers, got (28,)")
-refused(lambda: lu_solve(a, b), TypeError, "lu_solve: the factors must be lu_factor's (lu, piv), got DistMatrix")
+refusals += refused(lambda: lu_solve(a, b), TypeError,
+                    "lu_solve: the factors must be lu_factor's (lu, piv), got DistMatrix")
 if size > 1:
     other = piv.copy()
     if rank == 1:

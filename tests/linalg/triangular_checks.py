@@ -19,6 +19,8 @@ from hpcgpu import _device
 from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import pdtrsm, solve_triangular
 
+from _common import dist
+
 rt = hpcgpu.init(sys.argv[1] if len(sys.argv) > 1 else "cpu")
 comm = rt.comm
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -29,10 +31,6 @@ CASES = [  # n, nrhs, nb, dtype
     (5, 3, 8, "complex128"), (0, 2, 2, "float64"), (9, 0, 2, "float32"), (23, 7, 4, "complex128")]
 SOME = [(True, 0, False), (False, 0, True), (True, 1, False), (False, 2, False), (True, "C", True)]
 """(lower, trans, unit_diagonal) of each case; the n = 23 one runs every combination."""
-
-
-def dist(g, grid):
-    return hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
 
 
 def residual(op, x, b):
