@@ -26,8 +26,8 @@ import sys
 import threading
 import time
 
-__all__ = ["catch", "count_sigint", "end_now", "name_program", "os_actions", "received", "received_all", "release",
-           "sigints", "undo_mpi_init"]
+__all__ = ["catch", "count_sigint", "end_now", "exit_instant", "name_program", "os_actions", "received",
+           "received_all", "release", "sigints", "undo_mpi_init"]
 
 EXIT_INTERRUPTED = 130
 """The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
@@ -124,14 +124,34 @@ def name_program(prog: str) -> None:
     _prog = prog
 
 
+EXIT_GRID = 0.5
+"""Seconds: the ranks that a second SIGINT ends leave at the next multiple of this on the wall clock (see
+:func:`end_now`)."""
+EXIT_MARGIN = 0.1
+"""Seconds: the least time between a rank's taking the second SIGINT and the instant it leaves."""
+
+
+def exit_instant(now: float, grid: float = EXIT_GRID, margin: float = EXIT_MARGIN) -> float:
+    """The wall-clock instant (seconds since the epoch) at which a rank that took the second SIGINT at ``now`` leaves.
+
+    The first multiple of ``grid`` at least ``margin`` after ``now``. Ranks that took the signal within a
+    few milliseconds of each other (the launcher forwards it to all at once) pick the same instant unless a
+    multiple of ``grid`` falls between their two ``now + margin``: a chance of the spread over ``grid``.
+    """
+    return (int((now + margin) / grid) + 1) * grid
+
+
 def end_now(prog: str) -> None:
     """A second SIGINT: one line from rank 0, then this process ends with :data:`EXIT_INTERRUPTED`.
 
-    Every rank got the signal (the launcher forwards a Ctrl-C to all) and every rank ends at once, rank 0
-    after writing its line. At once, because a rank that outlives another inside MPI (a collective's wait,
-    a progress thread) may find the other gone, abort, and have the launcher kill the job with its banner
-    (MPICH's Hydra did, even after MPI_Finalize, and for ranks that waited a few seconds to give rank 0 the
-    first turn). A rank 0 that is not scheduled until after the others are gone can lose its line.
+    Every rank got the signal (the launcher forwards a Ctrl-C to all), and the ranks leave together: each
+    at the same instant of the wall clock (:func:`exit_instant`, at most ``EXIT_MARGIN + EXIT_GRID``
+    seconds after the signal), with no word between them (the signal may come inside any MPI call). Together,
+    because the launchers end a job when its first rank exits without finalizing MPI: Intel MPI's Hydra kills
+    the others with SIGKILL whatever that rank's status, MPICH's whenever it is not 0, and both then report
+    the kill (exit 255 or 9, and a banner) instead of 130. A rank that has begun to exit keeps its status.
+    Ranks that took the signal on either side of a multiple of the grid leave half a second apart and the
+    launcher's kill can still win; hosts whose clocks differ by more than a few milliseconds likewise.
 
     Parameters
     ----------
@@ -141,12 +161,17 @@ def end_now(prog: str) -> None:
     if not _ENDING.acquire(blocking=False):  # the watcher and the handler both saw it: one line
         while True:
             time.sleep(1)
+    leave = exit_instant(time.time())
     if world_rank() == 0:
         line = f"{prog}: second SIGINT: ending the job now, without saving (exit {EXIT_INTERRUPTED})\n"
         try:
             os.write(2, line.encode("utf-8", "replace"))
         except OSError:
             pass
+    while (left := leave - time.time()) > 0.002:
+        time.sleep(left - 0.002)
+    while time.time() < leave:  # the last two milliseconds spun: a sleep's wake-up is later by up to a tick
+        pass
     os._exit(EXIT_INTERRUPTED)
 
 

@@ -252,6 +252,23 @@ LIBRARY_STOP = re.compile(r"hpcgpu\.train: stopped \(SIGINT\) after step \d+ \(e
                           r"Trainer\(\.\.\., checkpoint='\S+c\.h5', resume=True\) continues")
 
 
+def test_ranks_that_take_the_second_sigint_milliseconds_apart_leave_at_one_instant():
+    """The instant a second SIGINT's ranks leave at (hpcgpu._early.exit_instant): the same for signals taken a few
+    milliseconds apart, unless a multiple of the grid lies between them; never sooner than the margin, never later
+    than margin plus grid."""
+    from hpcgpu import _early
+
+    grid, margin = _early.EXIT_GRID, _early.EXIT_MARGIN
+    rng = np.random.default_rng(0)
+    same = 0
+    for now in 1.7e9 + rng.random(2000) * 1e4:
+        leave = _early.exit_instant(now)
+        assert now + margin <= leave <= now + margin + grid
+        assert leave / grid == round(leave / grid)
+        same += leave == _early.exit_instant(now + 0.005)
+    assert same >= 2000 * (1 - 0.005 / grid) - 20, same  # split only where a multiple of the grid falls between
+
+
 @pytest.mark.parametrize("np_", RANKS)
 def test_a_second_sigint_while_the_stopped_job_ends_is_130_and_one_line(np_, tmp_path):
     """A Ctrl-C (every rank) stops a library run; a second one comes while the stopped job ends: every rank has
