@@ -26,8 +26,8 @@ import sys
 import threading
 import time
 
-__all__ = ["catch", "count_sigint", "end_now", "exit_instant", "name_program", "os_actions", "received",
-           "received_all", "release", "sigints", "undo_mpi_init"]
+__all__ = ["catch", "count_sigint", "end_now", "name_program", "os_actions", "received", "received_all", "release",
+           "sigints", "tell_launcher_finalized", "undo_mpi_init"]
 
 EXIT_INTERRUPTED = 130
 """The exit status after a second SIGINT ended the job at once (128 + SIGINT, as a shell reports it)."""
@@ -124,34 +124,19 @@ def name_program(prog: str) -> None:
     _prog = prog
 
 
-EXIT_GRID = 0.5
-"""Seconds: the ranks that a second SIGINT ends leave at the next multiple of this on the wall clock (see
-:func:`end_now`)."""
-EXIT_MARGIN = 0.1
-"""Seconds: the least time between a rank's taking the second SIGINT and the instant it leaves."""
-
-
-def exit_instant(now: float, grid: float = EXIT_GRID, margin: float = EXIT_MARGIN) -> float:
-    """The wall-clock instant (seconds since the epoch) at which a rank that took the second SIGINT at ``now`` leaves.
-
-    The first multiple of ``grid`` at least ``margin`` after ``now``. Ranks that took the signal within a
-    few milliseconds of each other (the launcher forwards it to all at once) pick the same instant unless a
-    multiple of ``grid`` falls between their two ``now + margin``: a chance of the spread over ``grid``.
-    """
-    return (int((now + margin) / grid) + 1) * grid
-
-
 def end_now(prog: str) -> None:
     """A second SIGINT: one line from rank 0, then this process ends with :data:`EXIT_INTERRUPTED`.
 
-    Every rank got the signal (the launcher forwards a Ctrl-C to all), and the ranks leave together: each
-    at the same instant of the wall clock (:func:`exit_instant`, at most ``EXIT_MARGIN + EXIT_GRID``
-    seconds after the signal), with no word between them (the signal may come inside any MPI call). Together,
-    because the launchers end a job when its first rank exits without finalizing MPI: Intel MPI's Hydra kills
-    the others with SIGKILL whatever that rank's status, MPICH's whenever it is not 0, and both then report
-    the kill (exit 255 or 9, and a banner) instead of 130. A rank that has begun to exit keeps its status.
-    Ranks that took the signal on either side of a multiple of the grid leave half a second apart and the
-    launcher's kill can still win; hosts whose clocks differ by more than a few milliseconds likewise.
+    Every rank got the signal (the launcher forwards a Ctrl-C to all) and every rank ends at once, rank 0
+    after writing its line. At once, because a rank that outlives another inside MPI (a collective's wait,
+    a progress thread) may find the other gone, abort, and have the launcher kill the job with its banner
+    (MPICH's Hydra did, even after MPI_Finalize, and for ranks that waited a few seconds to give rank 0 the
+    first turn). Under a Hydra launcher (MPICH's, Intel MPI's) each rank first tells its proxy that it has
+    finalized (:func:`tell_launcher_finalized`): Hydra kills every other rank with SIGKILL as soon as one exits
+    without that, Intel MPI's whatever the status, MPICH's for any status but 0, and the job then ended with
+    the launcher's banner and exit 255 or 9 whenever one rank left a millisecond before the others (about one
+    run in eight under Intel MPI). A rank 0 that is not scheduled until after the others are gone can lose its
+    line.
 
     Parameters
     ----------
@@ -161,18 +146,73 @@ def end_now(prog: str) -> None:
     if not _ENDING.acquire(blocking=False):  # the watcher and the handler both saw it: one line
         while True:
             time.sleep(1)
-    leave = exit_instant(time.time())
     if world_rank() == 0:
         line = f"{prog}: second SIGINT: ending the job now, without saving (exit {EXIT_INTERRUPTED})\n"
         try:
             os.write(2, line.encode("utf-8", "replace"))
         except OSError:
             pass
-    while (left := leave - time.time()) > 0.002:
-        time.sleep(left - 0.002)
-    while time.time() < leave:  # the last two milliseconds spun: a sleep's wake-up is later by up to a tick
-        pass
+    tell_launcher_finalized()
     os._exit(EXIT_INTERRUPTED)
+
+
+HYDRA_PROXY = "hydra_pmi_proxy"
+"""The process name of Hydra's per-node proxy, the parent of each rank that MPICH's or Intel MPI's ``mpiexec``
+starts."""
+
+
+def _under_hydra(levels: int = 4) -> bool:
+    """Whether Hydra's proxy is this process's parent or an ancestor up to ``levels`` up (a wrapper script)."""
+    pid = os.getppid()
+    for _ in range(levels):
+        if pid <= 1:
+            return False
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if name == HYDRA_PROXY:
+            return True
+        pid = int(rest[1])
+    return False
+
+
+def tell_launcher_finalized(timeout: float = 1.0) -> bool:
+    """Tell a Hydra proxy that this rank has finalized, so that its exit does not end the other ranks.
+
+    Not collective. Only where Hydra's proxy (:data:`HYDRA_PROXY`) is this process's parent (or an ancestor up
+    to four levels: a wrapper script) and ``PMI_FD`` names the PMI socket the proxy gave it: PMI-1's
+    ``cmd=finalize``, then the proxy's ``finalize_ack`` awaited for at most ``timeout`` seconds. Elsewhere it
+    does nothing: Open MPI's ``prterun`` ends the other ranks with SIGTERM but reports the first rank's status
+    (130, and its own message), Slurm's ``srun`` ends no task for another's exit (without
+    ``--kill-on-bad-exit``). After it, a rank that outlives this one is not killed by the launcher: a rank
+    that waits on this one inside MPI waits until hpcgpu's stall watchdog (``HPCGPU_STALL_TIMEOUT``) ends the
+    job. So it is only for the end of a job that every rank is leaving: a second Ctrl-C, which the launcher
+    forwards to every rank.
+
+    Parameters
+    ----------
+    timeout : float
+        Seconds to wait for the proxy's answer.
+
+    Returns
+    -------
+    bool
+        Whether the proxy answered.
+    """
+    fd = os.environ.get("PMI_FD", "")
+    if not fd.isdigit() or not sys.platform.startswith("linux"):
+        return False
+    try:
+        if not _under_hydra():
+            return False
+        import select
+
+        os.write(int(fd), b"cmd=finalize\n")
+        if not select.select([int(fd)], [], [], timeout)[0]:
+            return False
+        return b"finalize_ack" in os.read(int(fd), 256)
+    except (OSError, ValueError):
+        return False
 
 
 class _SigAction(ctypes.Structure):

@@ -381,6 +381,18 @@ def finish_at_exit(prog: str) -> None:
         atexit.register(finish)
 
 
+def _end_stall_timeout() -> float:
+    """The stall timeout (seconds, 0 for none) of :func:`finish`'s wait: ``HPCGPU_STALL_TIMEOUT`` or its default."""
+    from .watchdog import stall_timeout
+
+    try:
+        return stall_timeout()
+    except ValueError:  # a bad variable was reported where the run began; the end keeps the default
+        from .watchdog import DEFAULT_STALL_TIMEOUT
+
+        return DEFAULT_STALL_TIMEOUT
+
+
 def finish() -> None:
     """The end of a guarded process: the ranks meet, then MPI is finalized, with hpcgpu's SIGINT action. Collective.
 
@@ -391,6 +403,8 @@ def finish() -> None:
     (one line, exit 130, :func:`hpcgpu._early.end_now`). Once every rank is there, a SIGINT is late: the
     work is done and the job ends with its status (after MPI_Finalize the launcher ends the whole job as
     soon as one rank exits otherwise, banner and all). SIGTERM, SIGUSR1 and SIGHUP are late from the start.
+    A rank that waits there longer than the stall timeout (``HPCGPU_STALL_TIMEOUT``; another rank left without
+    coming, as one a second SIGINT sent to it alone ends) aborts the job with one line.
     Does nothing where MPI is not running or off the main thread.
     """
     from . import _early
@@ -409,7 +423,14 @@ def finish() -> None:
 
     for name in StopRequest.SIGNALS:
         signal.signal(getattr(signal, name), sigint if name == "SIGINT" else signal.SIG_IGN)
+    limit = _end_stall_timeout()
+    since = time.monotonic()
     while not (met[0] or request.Test()):
+        if limit and time.monotonic() - since > limit:  # a rank that left without meeting (one rank's Ctrl-C twice)
+            from .errors import abort
+
+            abort(f"hpcgpu: stall: rank {mpi.COMM_WORLD.Get_rank()} waited {limit:.0f} s for the other ranks at "
+                  f"the end of the job; aborting the job")
         time.sleep(0.002)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     mpi.Finalize()  # quick once every rank is here

@@ -252,21 +252,66 @@ LIBRARY_STOP = re.compile(r"hpcgpu\.train: stopped \(SIGINT\) after step \d+ \(e
                           r"Trainer\(\.\.\., checkpoint='\S+c\.h5', resume=True\) continues")
 
 
-def test_ranks_that_take_the_second_sigint_milliseconds_apart_leave_at_one_instant():
-    """The instant a second SIGINT's ranks leave at (hpcgpu._early.exit_instant): the same for signals taken a few
-    milliseconds apart, unless a multiple of the grid lies between them; never sooner than the margin, never later
-    than margin plus grid."""
-    from hpcgpu import _early
+EARLY_EXIT = """
+import os, sys, time
+from mpi4py import MPI
+from hpcgpu import _early
 
-    grid, margin = _early.EXIT_GRID, _early.EXIT_MARGIN
-    rng = np.random.default_rng(0)
-    same = 0
-    for now in 1.7e9 + rng.random(2000) * 1e4:
-        leave = _early.exit_instant(now)
-        assert now + margin <= leave <= now + margin + grid
-        assert leave / grid == round(leave / grid)
-        same += leave == _early.exit_instant(now + 0.005)
-    assert same >= 2000 * (1 - 0.005 / grid) - 20, same  # split only where a multiple of the grid falls between
+here, rank = sys.argv[1], MPI.COMM_WORLD.Get_rank()
+told = _early.tell_launcher_finalized() if rank == 1 else None
+if rank == 1:
+    open(os.path.join(here, "told"), "w").write(str(told))
+    os._exit(130)
+while not os.path.exists(os.path.join(here, "told")):
+    time.sleep(0.01)
+time.sleep(1)  # rank 1 is long gone: under Hydra without the word, its exit had the launcher kill this rank
+os.write(1, b"rank 0 outlived rank 1\\n")
+_early.tell_launcher_finalized()
+os._exit(130)
+"""
+
+
+def test_a_rank_that_told_the_launcher_it_finalized_leaves_without_ending_the_others(tmp_path):
+    """Under a Hydra launcher (MPICH's, Intel MPI's) a rank that leaves with 130 after
+    hpcgpu._early.tell_launcher_finalized does not have the launcher kill the rank still running (which it does,
+    with its banner and exit 255 or 9, for a rank that leaves without): the job's status is 130, no banner.
+    Elsewhere the call does nothing and says so (Open MPI's prterun ends the others with SIGTERM)."""
+    hydra = _mpi.flavor() in ("mpich", "impi")
+    (tmp_path / "early.py").write_text(EARLY_EXIT)
+    p = _mpi.run(2, [str(tmp_path / "early.py"), str(tmp_path)], timeout=120, fork=False)
+    assert (tmp_path / "told").read_text() == str(hydra)
+    if hydra:
+        assert p.returncode == 130 and "rank 0 outlived rank 1" in p.stdout, (p.stdout, p.stderr)
+        assert BANNER not in p.stdout + p.stderr, p.stdout
+    else:
+        assert p.returncode == 130, (p.stdout, p.stderr)
+
+
+LEFT_WITHOUT_MEETING = """
+import os
+import hpcgpu
+from hpcgpu import _early
+
+def main():
+    rt = hpcgpu.init()
+    if rt.rank == 1:  # as a second SIGINT sent to this rank alone ends it
+        _early.tell_launcher_finalized()
+        os._exit(130)
+
+hpcgpu.run_guarded(main, prog="guarded.py")
+"""
+
+
+def test_a_rank_that_left_without_meeting_the_others_at_the_end_does_not_hang_the_job(tmp_path):
+    """A rank that leaves without the end's meeting (hpcgpu._stop.finish), having told Hydra it finalized (so
+    the launcher does not end the job for it): the others wait there for the stall timeout, then abort the job
+    with one line. Under another launcher the job ends too (it ends the others itself)."""
+    (tmp_path / "left.py").write_text(LEFT_WITHOUT_MEETING)
+    p = _mpi.run(2, [str(tmp_path / "left.py")], timeout=120, env={"HPCGPU_STALL_TIMEOUT": "3"}, fork=False)
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    if _mpi.flavor() in ("mpich", "impi"):
+        assert "hpcgpu: stall: rank 0 waited 3 s for the other ranks at the end of the job; aborting the job" \
+            in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("np_", RANKS)
