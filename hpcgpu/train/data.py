@@ -863,6 +863,17 @@ def _displs(counts: np.ndarray) -> np.ndarray:
     return d
 
 
+def _rows_meta(f, path: str, name: str):
+    """Shape, dtype and :func:`~hpcgpu.io.source_error` of dataset ``name`` of open file ``f``.
+
+    A function of its own so that no h5py Dataset outlives it: an error raised where one is a local stays
+    alive with the traceback's frame, and a virtual dataset's creation property list alive at MPI_Finalize
+    crashed parallel HDF5 1.10 (Debian's), which closes it there after the objects it refers to.
+    """
+    ds = f[name]
+    return tuple(ds.shape), ds.dtype, source_error(path, ds, f"predict {path}:{name}")
+
+
 class HDF5Rows:
     """Rows of an HDF5 dataset, read on demand (``len``, ``shape``, slicing): predict's input from a file.
 
@@ -875,9 +886,7 @@ class HDF5Rows:
             raise err
         try:
             with f:
-                ds = f[name]
-                err = source_error(path, ds, f"predict {path}:{name}")
-                self.shape, self.dtype = tuple(ds.shape), ds.dtype
+                self.shape, self.dtype, err = _rows_meta(f, path, name)
         except (OSError, KeyError, TypeError) as e:
             raise ValueError(f"predict {path}:{name}: cannot be read ({one_line(e)})") from None
         if err is not None:
