@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import _blas, _device, _gemm
 
-__all__ = ["xp_of", "potrf", "trsm", "getrf", "geqrf", "qr", "svd", "gemm_update"]
+__all__ = ["xp_of", "potrf", "trsm", "getrf", "geqrf", "qr", "qr_r", "svd", "gemm_update"]
 
 _TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2, "n": 0, "t": 1, "c": 2}
 
@@ -191,6 +191,39 @@ def geqrf(a):
     cupy = _device.cupy_or_none()
     h, tau = cupy.linalg.qr(a, mode="raw")  # NumPy's raw form: the compact matrix transposed
     return cupy.ascontiguousarray(h.T), tau
+
+
+def qr_r(a, overwrite: bool = False):
+    """R of a block's QR, ``min(m, n) x n``, upper triangular. Not collective.
+
+    On the host one LAPACK ``geqrf`` call (SciPy's ``qr(mode="r")`` copies a C-ordered block into LAPACK's
+    order and returns all ``m`` rows of the factored block, twice the block's bytes moved for an ``n x n``
+    result); on the device CuPy's ``qr(mode="r")``.
+
+    Parameters
+    ----------
+    a : xp.ndarray, shape (m, n)
+        float32, float64, complex64 or complex128; host or device.
+    overwrite : bool
+        The caller's scratch: a Fortran-ordered host ``a`` is factored in place (its contents are lost).
+
+    Returns
+    -------
+    r : xp.ndarray, shape (min(m, n), n)
+    """
+    if _device.is_device_array(a):
+        return _device.cupy_or_none().linalg.qr(a, mode="r")
+    k = min(a.shape)
+    if k == 0:
+        return np.zeros((0, a.shape[1]), dtype=a.dtype)
+    geqrf = _lapack("geqrf", a)
+    if not (overwrite and a.flags.f_contiguous):
+        a = np.array(a, order="F")  # a copy of ours, in LAPACK's order, to factor in place
+    lwork = int(np.real(geqrf(a, lwork=-1)[2][0]))
+    out, _tau, _work, info = geqrf(a, lwork=max(lwork, 1), overwrite_a=True)
+    if info < 0:
+        raise ValueError(f"geqrf: argument {-info} was illegal")
+    return np.triu(out[:k])
 
 
 def qr(a, mode: str = "reduced"):

@@ -133,10 +133,10 @@ class _Tree:
     its critical path is ``log2 P`` times a small QR, whatever ``P``. The stacked R's are small (``c x c``), so
     the tree runs on the host (SciPy's LAPACK) also when the blocks live on a GPU, where factoring a ``2c x c``
     matrix would leave the device waiting on launches: one copy of ``R_p`` to the host and one of ``T_p``
-    back.
+    back. With ``scratch`` the caller gives up ``W``'s rows: the leaf's R is factored in their place.
     """
 
-    def __init__(self, w, m: int, comm, keep: bool):
+    def __init__(self, w, m: int, comm, keep: bool, scratch: bool = False):
         self.comm = comm
         self.keep = keep
         P, me = comm.Get_size(), comm.Get_rank()
@@ -149,7 +149,7 @@ class _Tree:
         elif keep:
             self.q_leaf, r = _local.qr(w, "reduced")
         else:
-            self.q_leaf, r = None, _r_factor(w)
+            self.q_leaf, r = None, _local.qr_r(w, overwrite=scratch)
         self.merges, self.parent = [], None
         self.r = self._up(np.ascontiguousarray(_device.asnumpy(r)), P, me, c)
 
@@ -168,7 +168,7 @@ class _Tree:
                         u, r = _local.qr(stack, "reduced")
                         self.merges.append((q + s, rows[q], u))
                     else:
-                        r = _r_factor(stack)
+                        r = _local.qr_r(stack, overwrite=True)
                 elif me == q + s:
                     if rows[q + s]:
                         self.comm.Send(np.ascontiguousarray(r), dest=q, tag=_UP)
@@ -198,11 +198,6 @@ class _Tree:
         if self.q_leaf.shape[0] == 0:
             return xp.empty((0, k), dtype=self.dtype)
         return _mul(self.q_leaf, xp.asarray(np.ascontiguousarray(t)))
-
-
-def _r_factor(w):
-    """R of ``w``, ``min(m, c) x c``."""
-    return _local.qr(w, "r")
 
 
 def _from_root(where: str, tree: _Tree, finish):
@@ -366,10 +361,11 @@ def lstsq(a, b, cond=None):
     nrhs = b.gshape[1] if getattr(b, "gshape", None) is not None and len(b.gshape) == 2 else 0
     _enter("lstsq", a, b, {"cond": cond}, err, extra_cols=nrhs, want_q=False)
     m, n = a.gshape
-    w = _to_rows(a)
-    wb = _to_rows(b)
-    w = _local.xp_of(w).concatenate([w, wb], axis=1)
-    tree = _Tree(w, m, a.grid.cart, keep=False)
+    wa, wb = _to_rows(a), _to_rows(b)
+    xp = _local.xp_of(wa)
+    w = xp.empty((wa.shape[0], n + nrhs), dtype=wa.dtype, order="F")  # [A | B] in LAPACK's order: factored in place
+    w[:, :n], w[:, n:] = wa, wb
+    tree = _Tree(w, m, a.grid.cart, keep=False, scratch=True)
     eps = np.finfo(a.dtype).eps
     x, residues, rank, s = _from_root("lstsq", tree, lambda r: _solve(r, m, n, eps if cond is None else cond))
     xp = a.xp
