@@ -219,7 +219,7 @@ def qr_r(a, overwrite: bool = False):
     geqrf = _lapack("geqrf", a)
     if not (overwrite and a.flags.f_contiguous):
         a = np.array(a, order="F")  # a copy of ours, in LAPACK's order, to factor in place
-    lwork = int(np.real(geqrf(a, lwork=-1)[2][0]))
+    lwork = int(np.real(geqrf(a, lwork=-1, overwrite_a=True)[2][0]))  # a query: no copy of a, a unchanged
     out, _tau, _work, info = geqrf(a, lwork=max(lwork, 1), overwrite_a=True)
     if info < 0:
         raise ValueError(f"geqrf: argument {-info} was illegal")

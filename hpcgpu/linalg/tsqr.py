@@ -110,6 +110,23 @@ def _from_replicated(x: np.ndarray, grid, xp):
     return DistMatrix(xp.asarray(np.ascontiguousarray(x[rows, cols])), x.shape, grid)
 
 
+def _put_columns(w, lo: int, src) -> None:
+    """``w[:, lo:lo + k] = src`` for a Fortran-ordered ``w`` and a C-ordered ``src``, by bands of rows on the host.
+
+    NumPy's one assignment walks ``w`` a column at a time, a cache miss a row; a band of 1024 rows stays in
+    the cache (twice as fast at 200,000 x 200 here).
+    """
+    k = src.shape[1]
+    if _device.is_device_array(w) or src.shape[0] <= _BAND:
+        w[:, lo:lo + k] = src
+        return
+    for i in range(0, src.shape[0], _BAND):
+        w[i:i + _BAND, lo:lo + k] = src[i:i + _BAND]
+
+
+_BAND = 1024
+
+
 def _mul(a, b):
     """``a @ b`` into a new array (host or device, as ``a``) by the one local GEMM."""
     c = _local.xp_of(a).empty((a.shape[0], b.shape[1]), dtype=a.dtype)
@@ -364,7 +381,8 @@ def lstsq(a, b, cond=None):
     wa, wb = _to_rows(a), _to_rows(b)
     xp = _local.xp_of(wa)
     w = xp.empty((wa.shape[0], n + nrhs), dtype=wa.dtype, order="F")  # [A | B] in LAPACK's order: factored in place
-    w[:, :n], w[:, n:] = wa, wb
+    _put_columns(w, 0, wa)
+    _put_columns(w, n, wb)
     tree = _Tree(w, m, a.grid.cart, keep=False, scratch=True)
     eps = np.finfo(a.dtype).eps
     x, residues, rank, s = _from_root("lstsq", tree, lambda r: _solve(r, m, n, eps if cond is None else cond))
