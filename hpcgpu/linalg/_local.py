@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import _blas, _device, _gemm
 
-__all__ = ["xp_of", "potrf", "trsm", "getrf", "geqrf", "qr", "qr_r", "svd", "gemm_update"]
+__all__ = ["xp_of", "potrf", "trsm", "getrf", "getrs", "geqrf", "qr", "qr_r", "svd", "gemm_update"]
 
 _TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2, "n": 0, "t": 1, "c": 2}
 
@@ -167,6 +167,38 @@ def getrf(a):
     d = cupy.asnumpy(cupy.diagonal(lu))
     zero = np.nonzero(d == 0)[0]
     return lu, np.asarray(cupy.asnumpy(piv), np.int64), int(zero[0]) + 1 if zero.size else 0
+
+
+def getrs(lu, piv, b, trans: int = 0):
+    """Solve ``op(A) X = B`` with :func:`getrf`'s factors of the whole ``A``. Not collective.
+
+    Parameters
+    ----------
+    lu : xp.ndarray, shape (n, n)
+        :func:`getrf`'s ``lu``, as it returned it (LAPACK's order).
+    piv : numpy.ndarray of int, shape (n,)
+        :func:`getrf`'s 0-based pivots.
+    b : xp.ndarray, shape (n, nrhs)
+        ``lu``'s dtype and side. Not overwritten.
+    trans : {0, 1, 2}
+        ``A``, ``A^T``, ``A^H``.
+
+    Returns
+    -------
+    x : xp.ndarray, shape (n, nrhs), C-contiguous
+    """
+    if b.size == 0:
+        return b.copy()
+    if not _device.is_device_array(lu):
+        x, info = _lapack("getrs", lu)(lu, np.asarray(piv, np.int32), b, trans=trans, overwrite_b=0)
+        if info < 0:
+            raise ValueError(f"getrs: argument {-info} was illegal")
+        return np.ascontiguousarray(x)
+    cupy = _device.cupy_or_none()
+    from cupyx.scipy.linalg import lu_solve
+
+    return cupy.ascontiguousarray(lu_solve((lu, cupy.asarray(piv, dtype=cupy.int32)), b, trans=trans,
+                                           check_finite=False))
 
 
 def geqrf(a):

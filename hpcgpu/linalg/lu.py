@@ -55,7 +55,7 @@ from ..comm import Allgather, Alltoallv, Bcast, Ibcast
 from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks
-from ._local import gemm_update, getrf, trsm, xp_of
+from ._local import gemm_update, getrf, getrs, trsm, xp_of
 from .cyclic import Cyclic, default_nb, from_cyclic, to_cyclic
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve"]
@@ -516,6 +516,10 @@ def solve_factored(lu: LUFactor, piv: np.ndarray, b, trans: int = 0):
     """:func:`lu_solve` of checked arguments: ``X`` as a DistMatrix. Collective over the grid."""
     from .triangular import trsm_cyclic
 
+    if lu.layout.grid.size == 1:  # getrf's factor as LAPACK left it: one getrs, no loop over blocks
+        from .distmatrix import DistMatrix
+
+        return DistMatrix(getrs(lu.local, piv, b.local, trans), b.gshape, b.grid)
     local, lay = to_cyclic(b, lu.nb)
     dst, src = full_permutation(piv)
     if trans == 0:  # A = P L U: L U X = P^T B

@@ -1,4 +1,4 @@
-"""Stand-in for the parts of ``cupyx.scipy.linalg`` hpcgpu uses: ``solve_triangular`` and ``lu_factor``.
+"""Stand-in for the parts of ``cupyx.scipy.linalg`` hpcgpu uses: ``solve_triangular``, ``lu_factor``, ``lu_solve``.
 
 Mirrored from CuPy's ``cupyx/scipy/linalg/_solve_triangular.py`` and ``_decomp_lu.py``: device arrays only, the
 results in Fortran order (CuPy copies into a Fortran array for cuBLAS's TRSM and cuSOLVER's GETRF), ``trans`` as
@@ -66,3 +66,33 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
         return numpy.asfortranarray(lu), piv.astype(numpy.int32)
 
     return launch(getrf, a)
+
+
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    """Solve ``op(a) x = b`` with :func:`lu_factor`'s factors (cuSOLVER's GETRS).
+
+    Parameters
+    ----------
+    lu_and_piv : (cupy.ndarray, cupy.ndarray)
+        ``lu`` (n, n) and the 0-based int32 pivots, as :func:`lu_factor` returned them.
+    b : cupy.ndarray, shape (n,) or (n, k)
+    trans : {0, 1, 2}
+    overwrite_b, check_finite : bool
+
+    Returns
+    -------
+    cupy.ndarray
+        ``x``, Fortran order for 2-D ``b``.
+    """
+    lu, piv = lu_and_piv
+    if lu.ndim != 2 or lu.shape[0] != lu.shape[1] or len(b) != len(lu):
+        raise ValueError("incompatible dimensions")
+    if trans not in (0, 1, 2):
+        raise ValueError("unknown trans")
+    if piv.dtype != numpy.int32:
+        raise TypeError("lu_solve: piv must be int32, as lu_factor gives it")
+
+    def getrs(f, p, fb):
+        return numpy.asfortranarray(scipy.linalg.lu_solve((f, p), fb, trans=trans, check_finite=False))
+
+    return launch(getrs, lu, piv, b)
