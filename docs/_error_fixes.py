@@ -221,6 +221,25 @@ FIXES: dict[str, str] = {
         "slow file system, a dead node), or raise the timeout if the wait was legitimate (see *The job hangs* "
         "above)."
     ),
+    "hpcgpu: stall: rank … waited … s for the other ranks at the end of the job; aborting the job": (
+        "At the end of a guarded program (``hpcgpu.run_guarded``, and hpcgpu's command lines) the ranks meet "
+        "before MPI is finalized; this rank waited there longer than the stall timeout (600 s by default, "
+        "``HPCGPU_STALL_TIMEOUT``), so it aborted the job instead of waiting for ever. Another rank left "
+        "without coming: one a second SIGINT (Ctrl-C) sent to it alone ended (under MPICH's and Intel MPI's "
+        "Hydra such a rank tells the launcher it finalized, so the launcher no longer ends the others), or one "
+        "that called ``os._exit`` or was killed. Send a Ctrl-C to the whole job (to ``mpiexec`` or ``srun``, "
+        "which forward it to every rank), not to one rank's process."
+    ),
+    "geqrf: argument … was illegal": (
+        "LAPACK's QR (``geqrf``) refused an argument hpcgpu gave it: a bug in hpcgpu, not in your input (the "
+        "matrix's shape and values are checked before it is called). Please report it with the matrix's shape "
+        "and dtype and the number of ranks."
+    ),
+    "getrs: argument … was illegal": (
+        "LAPACK's LU solve (``getrs``) refused an argument hpcgpu gave it: a bug in hpcgpu, not in your input "
+        "(the factor, the pivots and B are checked before it is called). Please report it with the shapes, "
+        "the dtype and the number of ranks."
+    ),
     "…: … differs across ranks: …": (
         "The ranks called one collective function (``Trainer(...)``, ``fit``, ``evaluate``, ``predict``, "
         "``DistMatrix.random``, ``matmul``, ``tasks.map``...) with different values of the argument named: "

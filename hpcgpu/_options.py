@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["VARIABLES", "text", "switch", "seconds", "choice", "error"]
+__all__ = ["VARIABLES", "text", "switch", "seconds", "choice", "error", "stall_timeout", "DEFAULT_STALL_TIMEOUT"]
 
 VARIABLES = ("HPCGPU_STALL_TIMEOUT", "HPCGPU_CUDA_AWARE_MPI", "HPCGPU_NONBLOCKING_DEVICE", "HPCGPU_DEVICE",
              "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_BLAS_OVERSUBSCRIBE", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT",
@@ -200,3 +200,23 @@ def error() -> ValueError | None:
         except ValueError as e:
             return e
     return None
+
+
+DEFAULT_STALL_TIMEOUT = 600.0
+"""Seconds a collective may wait when neither an option nor ``HPCGPU_STALL_TIMEOUT`` says: far above any
+legitimate wait of hpcgpu's own (a checkpoint of a large model on a slow file system, a data set's first read,
+a rank's first CUDA or NCCL start: tens of seconds), and short against an allocation's hours that a hang burns."""
+
+
+def stall_timeout(value: float | None = None) -> float:
+    """The stall timeout in seconds: ``value``, else ``$HPCGPU_STALL_TIMEOUT``, else :data:`DEFAULT_STALL_TIMEOUT`.
+
+    Not collective. The one reader of ``HPCGPU_STALL_TIMEOUT`` (:func:`hpcgpu.watchdog.stall_timeout` makes its
+    error an agreed one; ``hpcgpu._stop.finish``, a layer below the watchdog, bounds the end's meeting with it).
+
+    Raises
+    ------
+    ValueError
+        ``value`` or the variable is not a number >= 0 and finite.
+    """
+    return seconds("HPCGPU_STALL_TIMEOUT", value, DEFAULT_STALL_TIMEOUT, "--stall-timeout")

@@ -383,14 +383,12 @@ def finish_at_exit(prog: str) -> None:
 
 def _end_stall_timeout() -> float:
     """The stall timeout (seconds, 0 for none) of :func:`finish`'s wait: ``HPCGPU_STALL_TIMEOUT`` or its default."""
-    from .watchdog import stall_timeout
+    from . import _options
 
     try:
-        return stall_timeout()
+        return _options.stall_timeout()
     except ValueError:  # a bad variable was reported where the run began; the end keeps the default
-        from .watchdog import DEFAULT_STALL_TIMEOUT
-
-        return DEFAULT_STALL_TIMEOUT
+        return _options.DEFAULT_STALL_TIMEOUT
 
 
 def finish() -> None:

@@ -42,10 +42,9 @@ __all__ = ["Watchdog", "stall_timeout", "watch", "DEFAULT_STALL_TIMEOUT"]
 
 _TAG = 7741
 
-DEFAULT_STALL_TIMEOUT = 600.0
-"""Seconds a collective may wait when neither an option nor ``HPCGPU_STALL_TIMEOUT`` says: far above any
-legitimate wait of hpcgpu's own (a checkpoint of a large model on a slow file system, a data set's first read,
-a rank's first CUDA or NCCL start: tens of seconds), and short against an allocation's hours that a hang burns."""
+DEFAULT_STALL_TIMEOUT = _options.DEFAULT_STALL_TIMEOUT
+"""Seconds a collective may wait when neither an option nor ``HPCGPU_STALL_TIMEOUT`` says (600: see
+:data:`hpcgpu._options.DEFAULT_STALL_TIMEOUT`)."""
 
 
 def stall_timeout(value: float | None = None) -> float:
@@ -73,7 +72,7 @@ def stall_timeout(value: float | None = None) -> float:
         environment are the same on every rank.
     """
     try:
-        return _options.seconds("HPCGPU_STALL_TIMEOUT", value, DEFAULT_STALL_TIMEOUT, "--stall-timeout")
+        return _options.stall_timeout(value)
     except ValueError as e:
         raise agreed(e) from None
 
