@@ -996,9 +996,10 @@ class Keras(Jax):
         Parameters
         ----------
         params : dict of str to array
+            NumPy or CuPy arrays (the trainer's, on its device: copied to the host first).
         """
         for v, k in zip(self.keras_model.trainable_variables, self._paths, strict=True):
-            v.assign(np.asarray(params[k]).astype(v.dtype))
+            v.assign(_host(params[k]).astype(v.dtype))  # the trainer's device arrays: copied to the host, explicitly
 
 
 def _mask(jax, params, trainable, n: int) -> list:

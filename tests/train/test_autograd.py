@@ -379,9 +379,6 @@ def test_bf16_mixed_runs_a_jax_function_in_bfloat16_on_float32_weights():
 
 
 @JAX
-@pytest.mark.xfail(_mpi.standin(), strict=True, raises=TypeError,
-                   reason="on the device path nn.Keras.assign(trainer.params) converts the trainer's device arrays to "
-                          "NumPy implicitly (hpcgpu/nn/_autograd.py, assign): a GPU node's CuPy refuses it")
 def test_a_keras_model_on_the_jax_backend_trains_the_built_in_layers_model(monkeypatch):
     """A Keras 3 model (Keras's JAX backend) from the MLP's weights trains as the built-in layers do, loss for
     loss (float64); assign writes the trained parameters back, so Keras's own predict gives the trainer's; a
