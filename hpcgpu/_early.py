@@ -202,15 +202,16 @@ def tell_launcher_finalized(timeout: float = 1.0) -> bool:
     fd = os.environ.get("PMI_FD", "")
     if not fd.isdigit() or not sys.platform.startswith("linux"):
         return False
+    fd = int(fd)
     try:
         if not _under_hydra():
             return False
         import select
 
-        os.write(int(fd), b"cmd=finalize\n")
-        if not select.select([int(fd)], [], [], timeout)[0]:
+        os.write(fd, b"cmd=finalize\n")
+        if not select.select([fd], [], [], timeout)[0]:
             return False
-        return b"finalize_ack" in os.read(int(fd), 256)
+        return b"finalize_ack" in os.read(fd, 256)
     except (OSError, ValueError):
         return False
 

@@ -110,6 +110,10 @@ def _from_replicated(x: np.ndarray, grid, xp):
     return DistMatrix(xp.asarray(np.ascontiguousarray(x[rows, cols])), x.shape, grid)
 
 
+_BAND = 1024
+"""Rows a band of :func:`_put_columns` copies at once."""
+
+
 def _put_columns(w, lo: int, src) -> None:
     """``w[:, lo:lo + k] = src`` for a Fortran-ordered ``w`` and a C-ordered ``src``, by bands of rows on the host.
 
@@ -122,9 +126,6 @@ def _put_columns(w, lo: int, src) -> None:
         return
     for i in range(0, src.shape[0], _BAND):
         w[i:i + _BAND, lo:lo + k] = src[i:i + _BAND]
-
-
-_BAND = 1024
 
 
 def _mul(a, b):
@@ -379,14 +380,13 @@ def lstsq(a, b, cond=None):
     _enter("lstsq", a, b, {"cond": cond}, err, extra_cols=nrhs, want_q=False)
     m, n = a.gshape
     wa, wb = _to_rows(a), _to_rows(b)
-    xp = _local.xp_of(wa)
+    xp = a.xp
     w = xp.empty((wa.shape[0], n + nrhs), dtype=wa.dtype, order="F")  # [A | B] in LAPACK's order: factored in place
     _put_columns(w, 0, wa)
     _put_columns(w, n, wb)
     tree = _Tree(w, m, a.grid.cart, keep=False, scratch=True)
     eps = np.finfo(a.dtype).eps
     x, residues, rank, s = _from_root("lstsq", tree, lambda r: _solve(r, m, n, eps if cond is None else cond))
-    xp = a.xp
     return _from_replicated(x, a.grid, xp), xp.asarray(residues), rank, xp.asarray(s)
 
 
