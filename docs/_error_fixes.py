@@ -289,12 +289,18 @@ FIXES: dict[str, str] = {
         "default) or ``\"step\"`` (after each global step), as Lightning's ``interval``."
     ),
     # -- Training: data -----------------------------------------------------------------------------------
-    ("drop_last=…: only drop_last=True is supported (the last N mod B samples of each epoch's order are left "
-     "out of it)"): (
-        "``GlobalBatchSampler`` was given ``drop_last=False`` (or another value): an epoch is ``N // B`` steps "
-        "of exactly B samples, and the last ``N mod B`` samples of its order wait for a later epoch (the "
-        "order is drawn anew each epoch, the same at any number of ranks). Leave ``drop_last`` out; to train "
-        "every sample every epoch, choose a batch size that divides the number of training samples."
+    "drop_last=…: must be True or False": (
+        "``GlobalBatchSampler`` was given a ``drop_last`` that is not a bool. True (the default) leaves the "
+        "last ``N mod B`` samples of each epoch's order out of it; False trains them as a last, smaller step."
+    ),
+    ("--no-drop-last with --sync-batchnorm: the last step's … samples… leave a rank without a row, and "
+     "SyncBatchNorm's statistics need every rank's: use --drop-last, or a --batch-size that leaves at least … "
+     "samples (or none) for the last step"): (
+        "Without ``drop_last`` the epoch's last step trains the last ``N mod B`` samples, each of its K "
+        "micro-batches split among the ranks; here a micro-batch has fewer samples than there are ranks, so a "
+        "rank would skip the forward pass in which SyncBatchNorm sums its statistics over every rank. Keep "
+        "``drop_last`` (the default), or choose a batch size that leaves no remainder or at least K x the "
+        "number of ranks."
     ),
     "bundled data set: cannot write … (…)": (
         "Rank 0 could not write the bundled data set (the digits, or Fashion-MNIST) to its cache, "
@@ -835,6 +841,11 @@ FIXES: dict[str, str] = {
         "A resumed run must keep the precision of the run that wrote the checkpoint. Rerun with the "
         "``--precision`` (or ``--dtype``) named first in the message, or start a new run without "
         "``--resume``."
+    ),
+    "--resume: … was written with …, this run has …": (
+        "A switch a resumed run must keep: ``--drop-last`` or ``--no-drop-last`` (in library use "
+        "``drop_last=True`` or ``False``) decides how many steps an epoch has. Rerun with the one the message "
+        "names for the checkpoint, or start a new run under another ``--checkpoint``."
     ),
     "--resume: … was written with --… …, this run has …": (
         "A resumed run must keep the options that decide the model, the sample order and the update rule: "

@@ -24,6 +24,7 @@ if __name__ == "__main__":  # the program: stop signals are recorded from here o
 
 
 import sys
+from argparse import BooleanOptionalAction
 
 from .._cli import ArgumentParser, add_collectives, hidden_widths, run
 from .precision import PRECISIONS
@@ -83,6 +84,9 @@ def _optimizer_options(p: ArgumentParser, d: TrainConfig) -> None:
                    help="GLOBAL batch size in samples, split among the ranks (uneven splits are exact)")
     g.add_argument("--grad-accum-steps", type=int, default=d.grad_accum_steps, metavar="K",
                    help="gradient accumulation: each step is K micro-batches of BATCH_SIZE/K samples, reduced once")
+    g.add_argument("--drop-last", action=BooleanOptionalAction, default=d.drop_last,
+                   help="leave the last N mod BATCH_SIZE samples of each epoch's order out of it (--no-drop-last: "
+                        "train them as a last, smaller step)")
     g.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=d.optimizer,
                    help="sgd (with --momentum), adam or adamw (betas 0.9, 0.999)")
     g.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (mean-loss gradient)")

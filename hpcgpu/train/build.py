@@ -578,7 +578,7 @@ def bind_data(parts: ModelParts, config: TrainConfig, rt: Runtime, groups: Proce
         c = dataclasses.replace(c, task=m.task)
     m.adapt_inputs(train.X, g.data_comm)  # a leading Standardize's statistics, from every rank's rows
     sampler = GlobalBatchSampler(train, c.batch_size, c.seed, g.data_comm, xp, c.grad_accum_steps,
-                                 replicate=replicated(c.data_placement, train, rt.comm, xp))
+                                 replicate=replicated(c.data_placement, train, rt.comm, xp), drop_last=c.drop_last)
     steps = sampler.steps
     if isinstance(parts.optimizer, TorchOptimizer):  # the optimizer's own rate, stepped by its scheduler
         schedule = TorchSchedule(parts.optimizer, steps)

@@ -60,7 +60,9 @@ functions of the options and the step, at any number of ranks."""
 # Options a resumed run must share with the run that wrote the checkpoint:
 # they decide the model's shape, the sample order or the update rule.
 MUST_MATCH = ("optimizer", "hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay",
-              "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "task", "loss")
+              "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "task", "loss", "drop_last")
+_BEFORE = {"drop_last": True}
+"""What a checkpoint written before an option existed ran with."""
 """``epochs`` is not among them: a resumed run of a constant or step schedule may train on to more epochs than
 the run that wrote the checkpoint, never fewer than it has done; a cosine schedule spans the run's epochs, so
 there they must match."""
@@ -527,9 +529,16 @@ class Resumer:
                               f"which spans the run's epochs: this run has {mine['epochs']}; only a constant or "
                               f"step schedule can be extended")
         for k in MUST_MATCH:
-            if config.get(k) != mine[k]:
-                return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} "
-                                  f"{config.get(k)}, this run has {mine[k]}")
+            theirs, flag = config.get(k, _BEFORE.get(k)), "--" + k.replace("_", "-")
+            if theirs != mine[k]:
+                if isinstance(mine[k], bool):  # a switch: --drop-last or --no-drop-last
+                    def switch(on, flag=flag):
+                        return flag if on else "--no-" + flag[2:]
+
+                    return ValueError(f"--resume: {p} was written with {switch(theirs)}, this run has "
+                                      f"{switch(mine[k])}")
+                return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} {theirs}, this run has "
+                                  f"{mine[k]}")
         opt = header["optimizer"]
         if len(opt) > 1 and opt != self.optimizer:
             return ValueError(f"--resume: {p} was written with the optimizer {_described(opt)}, this run has "

@@ -176,6 +176,12 @@ def data_error(c: TrainConfig, model: TrainModel, data_ranks: int, train: Split,
     if c.batch_size // c.grad_accum_steps < data_ranks:
         return ValueError(f"--grad-accum-steps {c.grad_accum_steps}: a micro-batch of "
                           f"{c.batch_size // c.grad_accum_steps} samples is smaller than the {ranks}")
+    rest, K = train.n_global % c.batch_size, c.grad_accum_steps
+    if not c.drop_last and c.sync_batchnorm and rest and rest // K < data_ranks:
+        return ValueError(f"--no-drop-last with --sync-batchnorm: the last step's {rest} samples"
+                          f"{f' in {K} micro-batches' if K > 1 else ''} leave a rank without a row, and "
+                          f"SyncBatchNorm's statistics need every rank's: use --drop-last, or a --batch-size that "
+                          f"leaves at least {K * data_ranks} samples (or none) for the last step")
     return None
 
 

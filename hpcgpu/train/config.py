@@ -58,6 +58,13 @@ class TrainConfig:
         and reduces once (PyTorch DDP's ``no_sync``, Horovod's
         ``backward_passes_per_step``); activations take 1/K of the memory.
         K must divide B, and B / K must be at least the number of ranks.
+    drop_last : bool
+        True (the default): the last ``N mod B`` samples of each epoch's
+        order wait for a later epoch, so every step averages over exactly B
+        samples. False (PyTorch's ``DataLoader`` default): they are an
+        epoch's last, smaller step, averaged over its own samples. Either
+        way the same samples at any number of ranks
+        (:class:`hpcgpu.train.GlobalBatchSampler`).
     lr : float
         Peak learning rate (per mean-loss gradient).
     clip_grad_norm : float or None
@@ -194,6 +201,7 @@ class TrainConfig:
     epochs: int = 20
     batch_size: int = 64
     grad_accum_steps: int = 1
+    drop_last: bool = True
     lr: float = 0.05
     clip_grad_norm: float | None = None
     clip_grad_value: float | None = None
@@ -263,7 +271,9 @@ class TrainConfig:
             if value is None and (f.type.endswith("| None") or f.name == "out"):
                 continue
             if not _of_kind(kind, value, f.name in _PATHS):
-                flag = "--" + f.name.replace("_", "-")
+                # a switch is named as the Trainer's argument: the command line's own is always a bool, and its
+                # flag would read as drop_last=True in the Trainer's words (hpcgpu.Trainer._words)
+                flag = f.name if kind == "bool" else "--" + f.name.replace("_", "-")
                 return TypeError(f"{flag} must be {_WANTS[kind]}, got {value!r}")
         return None
 

@@ -594,20 +594,24 @@ class GlobalBatchSampler:
         Every rank holds the whole training set (see above); collective
         (construction then gathers it).
     drop_last : bool
-        True (the only value taken): the last ``N mod B`` samples of each
-        epoch's order are not trained in that epoch, so every step averages
-        over exactly B samples (the learning rate means the same at every
-        step, and a step's shapes never change). The order is drawn anew
-        every epoch, so no sample is left out for good, and the dropped
-        samples are the same whatever P is. PyTorch's ``DataLoader``
-        trains the partial batch by default; hpcgpu does not.
+        True (the default): the last ``N mod B`` samples of each epoch's
+        order are not trained in that epoch, so every step averages over
+        exactly B samples (the learning rate means the same at every step,
+        and a step's shapes never change). The order is drawn anew every
+        epoch, so no sample is left out for good, and the dropped samples
+        are the same whatever P is. False (PyTorch's ``DataLoader``
+        default): they are trained as a last, smaller step of ``N mod B``
+        samples, its gradient averaged over them; split into K micro-batches
+        (``block_range(N mod B, K, k)``) and each among the ranks as a full
+        one is, so the same at any P. A rank may then hold no row of the
+        last step (``N mod B < P``): it adds a zero gradient.
 
     Raises
     ------
     ValueError
-        ``drop_last`` is not True (an :class:`hpcgpu.AgreedError`: the value
-        is the same on every rank, so every rank raises it, before any
-        communication).
+        ``drop_last`` is not a bool (an :class:`hpcgpu.AgreedError`: the
+        value is the same on every rank, so every rank raises it, before
+        any communication).
 
     Attributes
     ----------
@@ -618,9 +622,17 @@ class GlobalBatchSampler:
     n_global : int
         N, the training samples over all ranks.
     steps : int
-        Global batches per epoch, ``N // B`` (``drop_last``).
+        Global batches per epoch: ``N // B``, or ``ceil(N / B)`` without
+        ``drop_last``.
+    drop_last : bool
     dropped : int
-        ``N mod B``: the samples of each epoch's order left out of it.
+        The samples of each epoch's order left out of it: ``N mod B``, or 0
+        without ``drop_last``.
+    last_batch : int
+        The global batch of the epoch's last step: B, or ``N mod B`` where
+        that step is a partial one.
+    epoch_samples : int
+        The samples an epoch trains: ``N - dropped``.
     local_micro_batch : int
         ``len(block_range(B / K, P, rank))``: B/(K P), rounded up on the
         last ``(B / K) mod P`` ranks. Uneven local batches are exact: the
@@ -631,19 +643,26 @@ class GlobalBatchSampler:
 
     def __init__(self, train: Split, batch_size: int, seed: int, comm: MPI.Intracomm, xp=np,
                  micro_batches: int = 1, replicate: bool = False, drop_last: bool = True):
-        if drop_last is not True:
-            raise agreed(ValueError(f"drop_last={drop_last!r}: only drop_last=True is supported (the last "
-                                    "N mod B samples of each epoch's order are left out of it)"))
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise agreed(ValueError(f"drop_last={drop_last!r}: must be True or False"))
         self.train, self.global_batch, self.seed, self.comm, self.xp = train, int(batch_size), int(seed), comm, xp
-        self.micro_batches = int(micro_batches)
+        self.micro_batches, self.drop_last = int(micro_batches), bool(drop_last)
         self.n_global, self.data_parallel_size = train.n_global, comm.size
-        self.steps = self.n_global // self.global_batch
-        self.dropped = self.n_global - self.steps * self.global_batch
+        self._full = self.n_global // self.global_batch  # steps of exactly B samples
+        rest = self.n_global - self._full * self.global_batch
+        self.steps = self._full + (1 if rest and not self.drop_last else 0)
+        self.dropped = rest if self.drop_last else 0
+        self.last_batch = rest if self.steps > self._full else self.global_batch
+        self.epoch_samples = self.n_global - self.dropped
         P = self.data_parallel_size
         self.bounds = [block_range(self.global_batch // self.micro_batches, P, r) for r in range(P)]
         lo, hi = self.bounds[comm.rank]
         self.local_micro_batch = hi - lo
         self.local_batch = self.micro_batches * self.local_micro_batch
+        # The partial last step's micro-batches: global positions (lo, hi) of each, and this rank's rows of each
+        self._partial_micro = [block_range(rest, self.micro_batches, k) for k in range(self.micro_batches)]
+        self._partial_local = sum(len(range(*block_range(mhi - mlo, P, comm.rank))) for mlo, mhi in
+                                  self._partial_micro) if self.steps > self._full else 0
         self.shard_starts = np.asarray(train.starts if train.starts is not None else block_starts(self.n_global, P))
         self._rowtype = from_numpy_dtype(train.X.dtype).Create_contiguous(train.dim).Commit()
         ytail, ytype = train.y.shape[1:], train.y.dtype
@@ -651,7 +670,7 @@ class GlobalBatchSampler:
         n_local = train.stop - train.start
         self.replicated = bool(replicate)
         # Another rank's rows in one epoch: at most all of this rank's local batches.
-        self._cap = min(self.steps * self.local_batch, self.n_global - n_local)
+        self._cap = min(self._full * self.local_batch + self._partial_local, self.n_global - n_local)
         D, dt = train.dim, train.X.dtype
         if self.replicated:  # the whole set, gathered once: row r of the pool is global row r
             counts, displs = np.diff(self.shard_starts), self.shard_starts[:-1]  # shard_starts ends with N
@@ -682,8 +701,10 @@ class GlobalBatchSampler:
                 err = MemoryError(f"training data on the GPU of rank {comm.rank}: {e}"
                                   + ("; use --data-placement sharded" if self.replicated else ""))
             agree(err, comm=comm)
-        self._bX = xp.empty((self.local_batch, D), dt)
-        self._by = xp.empty((self.local_batch,) + ytail, ytype)
+        # (a rank's rows of a partial step may outnumber its full local batch: block_range's sizes are not monotone)
+        rows = max(self.local_batch, self._partial_local)
+        self._bX_all, self._by_all = xp.empty((rows, D), dt), xp.empty((rows,) + ytail, ytype)
+        self._bX, self._by = self._bX_all[: self.local_batch], self._by_all[: self.local_batch]
         self._index = None
         self._send = (np.empty((0, D), dt), np.empty((0,) + ytail, ytype))
 
@@ -724,22 +745,74 @@ class GlobalBatchSampler:
 
         Returns
         -------
-        numpy.ndarray, shape (steps * K * lm,)
-            With ``lm = len(block_range(B / K, P, rank))``: the rows of step
-            ``s`` are elements ``s * K * lm .. (s + 1) * K * lm``, micro-batch
-            by micro-batch.
+        numpy.ndarray, shape (full steps * K * lm + rows of the partial step,)
+            With ``lm = len(block_range(B / K, P, rank))``: the rows of full
+            step ``s`` are elements ``s * K * lm .. (s + 1) * K * lm``,
+            micro-batch by micro-batch; a partial last step's rows (without
+            ``drop_last``) follow, micro-batch by micro-batch too.
         """
         lo, hi = self.bounds[rank]
-        b = self.global_batch // self.micro_batches
-        return perm[: self.steps * self.global_batch].reshape(self.steps, self.micro_batches, b)[:, :, lo:hi].ravel()
+        b, full = self.global_batch // self.micro_batches, self._full
+        rows = perm[: full * self.global_batch].reshape(full, self.micro_batches, b)[:, :, lo:hi].ravel()
+        if self.steps == full:
+            return rows
+        first, P = full * self.global_batch, self.data_parallel_size
+        parts = [rows]
+        for mlo, mhi in self._partial_micro:
+            rlo, rhi = block_range(mhi - mlo, P, rank)
+            parts.append(perm[first + mlo + rlo : first + mlo + rhi])
+        return np.concatenate(parts)
+
+    def micro_batch_rows(self, step: int) -> list[tuple[int, int, int]]:
+        """This rank's micro-batches of ``step``: ``(start, stop, first)`` each. Not collective.
+
+        ``start:stop`` are the rows of :meth:`batch`'s arrays, ``first`` the
+        position in the step's global batch of the micro-batch's first row
+        on this rank (where a draw per global sample starts: dropout).
+
+        Parameters
+        ----------
+        step : int
+            Step in the epoch, ``0 <= step < steps``.
+
+        Returns
+        -------
+        list of (int, int, int), one per micro-batch (K); a range may be
+        empty on the partial last step.
+        """
+        P, r = self.data_parallel_size, self.comm.rank
+        if step < self._full:
+            lm, b, lo = self.local_micro_batch, self.global_batch // self.micro_batches, self.bounds[r][0]
+            return [(k * lm, (k + 1) * lm, k * b + lo) for k in range(self.micro_batches)]
+        out, at = [], 0
+        for mlo, mhi in self._partial_micro:
+            rlo, rhi = block_range(mhi - mlo, P, r)
+            out.append((at, at + rhi - rlo, mlo + rlo))
+            at += rhi - rlo
+        return out
+
+    def step_batch(self, step: int) -> int:
+        """The global batch of ``step`` of an epoch: B, or ``N mod B`` for a partial last step. Not collective.
+
+        Parameters
+        ----------
+        step : int
+            Step in the epoch, ``0 <= step < steps``.
+
+        Returns
+        -------
+        int
+        """
+        return self.global_batch if step < self._full else self.last_batch
 
     def state_dict(self) -> dict:
-        """What decides the sample order: ``seed``, ``batch_size``, ``micro_batches``.
+        """What decides the sample order and the steps: ``seed``, ``batch_size``, ``micro_batches``, ``drop_last``.
 
         The order of epoch ``e`` is a pure function of these and ``e``
         (:meth:`order`), so there is no generator state to save.
         """
-        return dict(seed=self.seed, batch_size=self.global_batch, micro_batches=self.micro_batches)
+        return dict(seed=self.seed, batch_size=self.global_batch, micro_batches=self.micro_batches,
+                    drop_last=self.drop_last)
 
     def load_state_dict(self, state: dict) -> None:
         """Check that ``state`` gives this sampler's order. Not collective.
@@ -755,7 +828,8 @@ class GlobalBatchSampler:
             ``state`` is another sampler's (its order would differ).
         """
         mine = self.state_dict()
-        if {k: state.get(k, mine[k]) for k in mine} != mine:
+        given = {k: state.get(k, True if k == "drop_last" else mine[k]) for k in mine}  # older: always dropped
+        if {k: bool(v) if k == "drop_last" else v for k, v in given.items()} != mine:
             raise ValueError(f"a sampler of {state} cannot continue as {mine}")
 
     def _owner(self, rows: np.ndarray) -> np.ndarray:
@@ -841,20 +915,27 @@ class GlobalBatchSampler:
         -------
         X : xp.ndarray, shape (local_batch, D)
             Features, of the training data's dtype; micro-batch ``k`` is rows
-            ``k * local_micro_batch .. (k + 1) * local_micro_batch``.
+            ``k * local_micro_batch .. (k + 1) * local_micro_batch``. A
+            partial last step (no ``drop_last``) has fewer rows, in
+            micro-batches as :meth:`micro_batch_rows` says (none at all on a
+            rank that holds none of it).
         y : xp.ndarray, shape (local_batch,) or (local_batch, k)
             Targets (int64 labels, or regression targets). Both arrays are
             buffers reused (overwritten) by the next call.
         """
         lb, xp = self.local_batch, self.xp
-        rows = self._index[step * lb : (step + 1) * lb]
+        if step < self._full:
+            rows, bX, by = self._index[step * lb : (step + 1) * lb], self._bX, self._by
+        else:  # the partial last step: the first rows of the buffers
+            n = self._partial_local
+            rows, bX, by = self._index[step * lb : step * lb + n], self._bX_all[:n], self._by_all[:n]
         if xp is np:  # mode "raise" with out= buffers the whole gather and checks each index: twice the time
-            np.take(self._dev_X, rows, axis=0, out=self._bX, mode="clip")
-            np.take(self._dev_y, rows, axis=0, out=self._by, mode="clip")
+            np.take(self._dev_X, rows, axis=0, out=bX, mode="clip")
+            np.take(self._dev_y, rows, axis=0, out=by, mode="clip")
         else:
-            xp.take(self._dev_X, rows, axis=0, out=self._bX)
-            xp.take(self._dev_y, rows, axis=0, out=self._by)
-        return self._bX, self._by
+            xp.take(self._dev_X, rows, axis=0, out=bX)
+            xp.take(self._dev_y, rows, axis=0, out=by)
+        return bX, by
 
 
 def _displs(counts: np.ndarray) -> np.ndarray:

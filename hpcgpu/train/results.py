@@ -138,7 +138,9 @@ def header(t) -> str:
         f"hpcgpu.train: {t.rt.size} rank(s){t._placement} on {t.rt.summary()}, data {t.data_path}: "
         f"N={s.n_global} D={t.train_split.dim} {task}, {what}, optimizer {t.optimizer.name}, "
         f"global batch {s.global_batch} "
-        f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch, precision {t.precision.name}, "
+        f"(local {s.local_batch} on rank 0{accum}), {s.steps} steps/epoch"
+        + (f" (the last of {s.last_batch})" if s.last_batch != s.global_batch else "")
+        + f", precision {t.precision.name}, "
         + ("CUDA graphs on, " if t._step_fn.graph is not None
            else f"CUDA graphs off ({t._graphs_why}), " if t._graphs_why else "")
         + f"data {'replicated' if s.replicated else 'sharded'}"

@@ -115,7 +115,7 @@ class Step:
         # the model's first loss_and_grad agreed on (_first): only a model of one's own has a contract to check
         self._agreed = not getattr(self.model, "first_call_agreed", False)
 
-    def __call__(self, X, y, step: int, stop: bool, reduce: bool = True, read: bool = True):
+    def __call__(self, X, y, step: int, stop: bool, reduce: bool = True, read: bool = True, partial=None):
         """Run global step ``step`` (0-based) on this rank's local batch ``X``, ``y``. Collective.
 
         Parameters
@@ -132,6 +132,12 @@ class Step:
             False: the reduced statistics stay on the device (over NCCL,
             where reading them would make the host wait for the GPU every
             step); nothing is read here.
+        partial : (int, list of (int, int, int)) or None
+            An epoch's partial last step (``drop_last=False``): its global
+            batch, and this rank's micro-batches as ``(start, stop, first)``
+            (:meth:`hpcgpu.train.data.GlobalBatchSampler.micro_batch_rows`;
+            a range may be empty). Run eagerly (no CUDA graph: its shapes
+            are not the captured ones); the update divides by its batch.
 
         Returns
         -------
@@ -146,8 +152,11 @@ class Step:
         hook = red.ready if self.overlap else None
         self.groups.share_buffers(model)  # data rank 0's running statistics (DDP's broadcast_buffers)
         broken = None
+        self._batch_now = self.batch if partial is None else partial[0]
         try:
-            if self.graph is not None:  # K == 1, no hook: see graphs_plan
+            if partial is not None:
+                self._partial(X, y, step, partial[1], scale, hook)
+            elif self.graph is not None:  # K == 1, no hook: see graphs_plan
                 self.graph.step(X, y, scale)
             elif K == 1:
                 model.randomness(step, 0, self.groups.data_rank, first=self._first_row(0))
@@ -175,6 +184,36 @@ class Step:
         if stepped is not None:
             stepped(step)
         return slots
+
+    def _partial(self, X, y, step: int, micro: list, scale: float, hook) -> None:
+        """The forward and backward passes of a partial last step: its micro-batches, the empty ones skipped.
+
+        A rank with no row of the step writes a zero gradient and zero sums; the reduction's buckets are posted
+        after the passes (never from a hook: the last micro-batch may be empty here).
+        """
+        model, done, err = self.model, False, None
+        try:
+            for k, (lo, hi, first) in enumerate(micro):
+                if hi == lo:
+                    continue
+                model.randomness(step, k, self.groups.data_rank, first=first)
+                model.loss_and_grad(X[lo:hi], y[lo:hi], accumulate=done, loss_scale=scale)
+                done = True
+        except ContractError as e:
+            if self._agreed:
+                raise  # a later step's: __call__ agrees on it after the reduction
+            err = TypeError(str(e))
+        if not self._agreed:  # the run's first step (a resume's at the epoch's end): agreed once, as _first does
+            dog = self.reducer.watchdog
+            with dog.watch("the first step's contract check", f"step {step + 1}") if dog else \
+                    contextlib.nullcontext():
+                agree(err, comm=self.groups.comm)
+            self._agreed = True
+        if not done:
+            model.grad[...] = 0
+            model.stats[...] = 0
+        if hook is not None:
+            self.reducer.post_rest()
 
     def _first_row(self, k: int) -> int:
         """The position in the step's global batch of this rank's first row of micro-batch ``k``.
@@ -247,7 +286,8 @@ class Step:
         if skip:
             return
         self.updates += 1
-        mean = 1.0 / (self.batch * scale)  # the reduced sum to the mean gradient, the loss scale divided out
+        # the reduced sum to the mean gradient (over this step's samples), the loss scale divided out
+        mean = 1.0 / (getattr(self, "_batch_now", self.batch) * scale)
         mean *= self.clip(grad, mean)
         self.optimizer.update(grad, self.state, self.params, lr=self.schedule(step), scale=mean,
                               count=self.updates)

@@ -354,6 +354,9 @@ class Trainer:
 
         def word(m):
             name = m.group(1).replace("-", "_")
+            off = name.startswith("no_") and fields.get(name[3:]) in (bool, "bool")  # --no-drop-last
+            if off:
+                return f"{name[3:]}=False"
             if name not in fields:
                 return m.group(0)
             return f"{name}=True" if fields[name] in (bool, "bool") else name
@@ -928,7 +931,10 @@ class Trainer:
             X, y = sampler.batch(s)
             tm.mark("compute", f"step {self.step + 1}")
             stop = self.stop_request is not None and self.stop_request.requested()
-            slots = step(X, y, self.step, stop, reduce=not on_device or self.rt.size > 1, read=not on_device)
+            partial = None if sampler.step_batch(s) == sampler.global_batch else \
+                (sampler.last_batch, sampler.micro_batch_rows(s))
+            slots = step(X, y, self.step, stop, reduce=not on_device or self.rt.size > 1, read=not on_device,
+                         partial=partial)
             self.metrics.skipped += step.skipped_last
             if on_device:
                 self._stats[s] = self.model.stats  # the reduced sums (a view of the reducer's slots)
@@ -937,7 +943,7 @@ class Trainer:
             else:  # any rank's request: every rank stops after this step (a data group's sum, then the tensor group's)
                 with self.watchdog.watch("stop flag Allreduce", f"step {self.step + 1}"):
                     stop = self.groups.any(bool(slots["stop"]), self.groups.tensor_comm)
-                self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.global_batch)
+                self.metrics.add_step(*self._sums(slots), self.step, self.epoch, sampler.step_batch(s))
                 self._drained = s + 1
             self._steps_run += 1
             self.step += 1
@@ -973,11 +979,11 @@ class Trainer:
         if hi > lo:
             first = self.step - (hi - lo)
             for i, (loss_sum, metric) in enumerate(_device.asnumpy(self._stats[lo:hi]).tolist()):
-                self.metrics.add_step(loss_sum, metric, first + i, self.epoch, self.sampler.global_batch)
+                self.metrics.add_step(loss_sum, metric, first + i, self.epoch, self.sampler.step_batch(lo + i))
         self._drained = hi
 
     def _finish_epoch(self, lr: float) -> dict:
-        n = self.sampler.steps * self.sampler.global_batch
+        n = self.sampler.epoch_samples
         row = dict(epoch=self.epoch + 1, lr=lr, seconds=self.metrics.seconds,
                    samples_per_second=n / self.metrics.seconds if self.metrics.seconds > 0 else math.nan,
                    loss_scale=self.precision.loss_scale, skipped_steps=self._skipped_in_epoch())

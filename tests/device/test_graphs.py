@@ -485,6 +485,22 @@ def test_the_trainer_with_cuda_graphs_trains_the_model_it_trains_without(nprocs,
 
 
 @pytest.mark.mpi
+def test_a_partial_last_step_runs_eagerly_beside_the_graphs_and_trains_the_same_model(tmp_path):
+    """--no-drop-last: 250 samples in batches of 24, the 11th step of 10 (at 3 ranks, local 3 or 4 rows) outside
+    the graph of the full steps; the model is the one trained without graphs."""
+    X, y = blobs(250, d=10, c=4)
+    data = write_h5(tmp_path / "d.h5", train__X=X, train__y=y)
+    on, on_h5 = _train(tmp_path, 3, "on", "--bucket-mb", "1000", "--no-drop-last", data=data)
+    off, off_h5 = _train(tmp_path, 3, "off", "--cuda-graphs", "off", "--no-drop-last", data=data)
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    first = on.stdout.splitlines()[0]
+    assert "11 steps/epoch (the last of 10)" in first and "CUDA graphs on" in first, on.stdout + on.stderr
+    a, b = _params(on_h5), _params(off_h5)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-11, atol=1e-13, err_msg=k)
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("extra, why", _mpi.cases([
     (("--grad-accum-steps", "2"), "gradient accumulation"),
     (("--precision", "bf16-mixed", "--dtype", "float32"), "mixed precision"),

@@ -1,9 +1,10 @@
 """The same model at any number of ranks, with dropout and BatchNorm.
 
 The built-in ``Dropout`` draws a sample's mask from its place in the step's global batch, so 1, 2 and 3 ranks
-train the same parameters (to summation order); ``sync_batchnorm=True`` makes an ``nn.Torch`` module's BatchNorm
-normalize over the global batch (PyTorch's SyncBatchNorm over hpcgpu's collectives), so 1 and 3 ranks agree there
-too, and one rank's synchronized BatchNorm is PyTorch's own. One launch a rank count trains every model
+train the same parameters (to summation order), with an epoch's last partial step (``drop_last=False``) too;
+``sync_batchnorm=True`` makes an ``nn.Torch`` module's BatchNorm normalize over the global batch (PyTorch's
+SyncBatchNorm over hpcgpu's collectives), so 1 and 3 ranks agree there too, with or without a partial step, and one
+rank's synchronized BatchNorm is PyTorch's own. One launch a rank count trains every model
 (``import torch`` costs seconds a rank); the same checks run in process at 1 rank.
 
 Run as a script (``mpiexec -n 3 python tests/train/test_same_model.py``), it prints the checks' JSON from rank 0.
@@ -70,17 +71,28 @@ def checks(rt) -> dict:
         t.fit((X, y))
         out[name] = _params(t)
         t.close()
+    # the last partial step (drop_last=False): 90 = 2 x 40 + 10, as 2 micro-batches of 5
+    partial = dict(common, batch_size=40, drop_last=False)
+    net = nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dropout(0.4), nn.Dense(16, 8, "tanh"), nn.Dropout(0.3),
+                        nn.Dense(8, 2))
+    t = hpcgpu.Trainer(net, loss=nn.SoftmaxCrossEntropy(), optimizer=optim.SGD(0.1, momentum=0.9),
+                       grad_accum_steps=2, **partial)
+    t.fit((X, y))
+    out["dropout_partial"] = _params(t)
+    t.close()
     if rt.size == 2:  # the dropout model split over a tensor group of 2: rank 0's slices
-        net = nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dropout(0.4), nn.Dense(16, 8, "tanh"), nn.Dropout(0.3),
-                            nn.Dense(8, 2))
-        t = hpcgpu.Trainer(net, loss=nn.SoftmaxCrossEntropy(), optimizer=optim.SGD(0.1, momentum=0.9),
-                           grad_accum_steps=2, tensor_parallel=2, **common)
-        t.fit((X, y))
-        out["dropout_tensor_parallel"] = _params(t)
-        t.close()
+        for name, kw in (("dropout_tensor_parallel", common), ("dropout_tensor_parallel_partial", partial)):
+            net = nn.Sequential(nn.Dense(6, 16, "relu"), nn.Dropout(0.4), nn.Dense(16, 8, "tanh"),
+                                nn.Dropout(0.3), nn.Dense(8, 2))
+            t = hpcgpu.Trainer(net, loss=nn.SoftmaxCrossEntropy(), optimizer=optim.SGD(0.1, momentum=0.9),
+                               grad_accum_steps=2, tensor_parallel=2, **kw)
+            t.fit((X, y))
+            out[name] = _params(t)
+            t.close()
     if HAS_TORCH:
-        for name, sync in (("bn_sync", True), ("bn_local", False)):
-            t = hpcgpu.Trainer(_bn_module(), optimizer=optim.SGD(0.05, momentum=0.9), sync_batchnorm=sync, **common)
+        for name, sync, kw in (("bn_sync", True, common), ("bn_local", False, common),
+                               ("bn_sync_partial", True, partial)):
+            t = hpcgpu.Trainer(_bn_module(), optimizer=optim.SGD(0.05, momentum=0.9), sync_batchnorm=sync, **kw)
             t.fit((X, y), validation=(X[:20], y[:20]))
             out[name] = _params(t)
             out[name + "_val_loss"] = [float(v) for v in t.history["val_loss"]]
@@ -171,18 +183,22 @@ def test_same_model_at_any_number_of_ranks(n):
     ``sync_batchnorm=True`` give at 2 and 3 ranks the parameters (and BatchNorm's running statistics) of one rank,
     to summation order; BatchNorm without it does not (each rank normalizes over its own rows)."""
     got, one = _ranks(n), _one_rank()
-    for k, v in one["dropout"].items():
-        np.testing.assert_allclose(got["dropout"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+    for run in ("dropout", "dropout_partial"):  # drop_last=False's partial step too (a rank of 3 holds 1 row)
+        for k, v in one[run].items():
+            np.testing.assert_allclose(got[run][k], v, rtol=1e-9, atol=1e-12, err_msg=f"{run} {k}")
     if n == 2:  # tensor rank 0 holds the first layer's first 8 outputs and the second's first 8 inputs
-        tp, whole = got["dropout_tensor_parallel"], {k: np.asarray(v) for k, v in one["dropout"].items()}
-        parts = {"p:fc0.weight": whole["p:fc0.weight"][:, :8], "p:fc0.bias": whole["p:fc0.bias"][:8],
-                 "p:fc1.weight": whole["p:fc1.weight"][:8], "p:fc1.bias": whole["p:fc1.bias"],
-                 "p:fc2.weight": whole["p:fc2.weight"], "p:fc2.bias": whole["p:fc2.bias"]}
-        for k, v in parts.items():
-            np.testing.assert_allclose(tp[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+        for run in ("dropout", "dropout_partial"):
+            tp, whole = got[run.replace("dropout", "dropout_tensor_parallel")], \
+                {k: np.asarray(v) for k, v in one[run].items()}
+            parts = {"p:fc0.weight": whole["p:fc0.weight"][:, :8], "p:fc0.bias": whole["p:fc0.bias"][:8],
+                     "p:fc1.weight": whole["p:fc1.weight"][:8], "p:fc1.bias": whole["p:fc1.bias"],
+                     "p:fc2.weight": whole["p:fc2.weight"], "p:fc2.bias": whole["p:fc2.bias"]}
+            for k, v in parts.items():
+                np.testing.assert_allclose(tp[k], v, rtol=1e-9, atol=1e-12, err_msg=f"{run} {k}")
     if HAS_TORCH:
-        for k, v in one["bn_sync"].items():
-            np.testing.assert_allclose(got["bn_sync"][k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+        for run in ("bn_sync", "bn_sync_partial"):
+            for k, v in one[run].items():
+                np.testing.assert_allclose(got[run][k], v, rtol=1e-9, atol=1e-12, err_msg=f"{run} {k}")
         # the history's losses are float32 sums (the metrics' type): equal to float32's rounding
         np.testing.assert_allclose(got["bn_sync_val_loss"], one["bn_sync_val_loss"], rtol=1e-6)
         assert not _close(got["bn_local"], one["bn_local"])
