@@ -253,8 +253,7 @@ def _move(local, src_rows, src_cols, dst_rows, dst_cols, grid, dst_shape, dtype)
     off = 0
     for (r, c), k in zip(coords, scounts, strict=True):
         if k:
-            ri, ci = (xp.asarray(a) for a in (rows_to[r], cols_to[c]))
-            sendbuf[off:off + k] = local[ri[:, None], ci[None, :]].ravel()
+            _gather(local, rows_to[r], cols_to[c], sendbuf[off:off + k].reshape(rows_to[r].size, -1), xp)
         off += k
     recvbuf = xp.empty(sum(rcounts), dtype=dtype)
     Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=cart)
@@ -262,10 +261,48 @@ def _move(local, src_rows, src_cols, dst_rows, dst_cols, grid, dst_shape, dtype)
     off = 0
     for (r, c), k in zip(coords, rcounts, strict=True):
         if k:
-            ri, ci = (xp.asarray(a) for a in (rows_from[r], cols_from[c]))
-            out[ri[:, None], ci[None, :]] = recvbuf[off:off + k].reshape(ri.size, ci.size)
+            ri, ci = rows_from[r], cols_from[c]
+            _scatter(out, ri, ci, recvbuf[off:off + k].reshape(ri.size, ci.size), xp)
         off += k
     return out
+
+
+def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
+    """The ascending indices ``idx`` as runs of consecutive ones: ``[(start, stop), ...]``."""
+    if idx.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    starts, stops = idx[np.r_[0, breaks]], idx[np.r_[breaks - 1, idx.size - 1]] + 1
+    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+
+
+def _gather(local, ri: np.ndarray, ci: np.ndarray, out, xp) -> None:
+    """``out[...] = local[ri][:, ci]``: whole rows and column runs copied as blocks, no element-wise index.
+
+    The layouts' pieces are runs of ``nb`` (or whole ranges): one strided copy per column run of the rows, taken
+    first (a row gather of a C-ordered array is one contiguous copy a row), where 2-D fancy indexing computed
+    every element's index (0.14 s of a 4096^2 move at 2 ranks, two thirds of it).
+    """
+    rr = _runs(ri)
+    rows = local[rr[0][0]:rr[0][1]] if len(rr) == 1 else xp.take(local, xp.asarray(ri), axis=0)
+    at = 0
+    for c0, c1 in _runs(ci):
+        out[:, at:at + c1 - c0] = rows[:, c0:c1]
+        at += c1 - c0
+
+
+def _scatter(out, ri: np.ndarray, ci: np.ndarray, block, xp) -> None:
+    """``out[ri][:, ci] = block`` (``out`` updated in place), by row runs and column runs as :func:`_gather`."""
+    cr = _runs(ci)
+    rr = _runs(ri)
+    at = 0
+    for r0, r1 in rr:
+        part = block[at:at + r1 - r0]
+        pos = 0
+        for c0, c1 in cr:
+            out[r0:r1, c0:c1] = part[:, pos:pos + c1 - c0]
+            pos += c1 - c0
+        at += r1 - r0
 
 
 def to_cyclic(a, nb: int):
