@@ -52,10 +52,13 @@ def _count_below(i: int, nb: int, p: int, nprocs: int) -> int:
 
 
 def default_nb(xp=np) -> int:
-    """The block size when the user gives none: 256 on a host, 512 on a GPU.
+    """The block size when the user gives none: 128 on a host, 512 on a GPU.
 
-    256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs near its peak, and
-    smaller panels leave the device waiting on the host.
+    On a host (one BLAS thread a rank) a GEMM of 128 columns already runs near its peak, and the narrower panels
+    shorten what one grid column does while the others wait: at n = 4096 on 2 and 4 ranks here, Cholesky ran at
+    0.78 and 0.59 of SciPy with 128 against 0.61 and 0.61 with 256, LU at 0.84 and 0.59 against 0.70 and 0.53
+    (``benchmarks/linalg.py``, docs/performance.rst). On a GPU a cuBLAS GEMM of 512 columns runs near its peak,
+    and smaller panels leave the device waiting on the host.
 
     Parameters
     ----------
@@ -66,7 +69,7 @@ def default_nb(xp=np) -> int:
     -------
     int
     """
-    return 256 if xp is np else 512
+    return 128 if xp is np else 512
 
 
 class Cyclic:
@@ -229,39 +232,39 @@ def _block_cols(grid, n: int, pcol: int) -> np.ndarray:
     return np.arange(s.start, s.stop, dtype=np.int64)
 
 
-def _move(local, src_rows, src_cols, dst_rows, dst_cols, grid, dst_shape, dtype):
-    """Move a matrix between two layouts by one ``Alltoallv`` over ``grid.cart``.
+def _move(local, src, dst, comm, dst_shape, dtype):
+    """Move a matrix between two layouts by one ``Alltoallv`` over ``comm``.
 
-    ``src_rows(prow)``/``src_cols(pcol)`` are the global indices a grid row/column holds in the source layout
-    (ascending), ``dst_*`` those of the target. Every piece is sent and placed in ascending global order on both
-    sides, so one intersection per pair of ranks is the whole plan.
+    ``src(rank)`` and ``dst(rank)`` are ``(rows, cols)``, the global indices (ascending) that rank of ``comm``
+    holds in the source and the target layout; the two may lie on different grids over the same ranks. Every
+    piece is sent and placed in ascending global order on both sides, so one intersection per pair of ranks is
+    the whole plan.
     """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
-    pr, pc = grid.shape
-    cart = grid.cart
-    my_r, my_c = src_rows(grid.row), src_cols(grid.col)
-    rows_to = [np.nonzero(np.isin(my_r, dst_rows(q)))[0] for q in range(pr)]
-    cols_to = [np.nonzero(np.isin(my_c, dst_cols(q)))[0] for q in range(pc)]
-    t_r, t_c = dst_rows(grid.row), dst_cols(grid.col)
-    rows_from = [np.nonzero(np.isin(t_r, src_rows(q)))[0] for q in range(pr)]
-    cols_from = [np.nonzero(np.isin(t_c, src_cols(q)))[0] for q in range(pc)]
-    size = cart.Get_size()
-    coords = [cart.Get_coords(r) for r in range(size)]
-    scounts = [rows_to[r].size * cols_to[c].size for r, c in coords]
-    rcounts = [rows_from[r].size * cols_from[c].size for r, c in coords]
+    size, me = comm.Get_size(), comm.Get_rank()
+    (my_r, my_c), (t_r, t_c) = src(me), dst(me)
+    rows_to, cols_to, rows_from, cols_from = [], [], [], []
+    for p in range(size):
+        (sr, sc), (dr, dc) = src(p), dst(p)
+        rows_to.append(np.nonzero(np.isin(my_r, dr))[0])
+        cols_to.append(np.nonzero(np.isin(my_c, dc))[0])
+        rows_from.append(np.nonzero(np.isin(t_r, sr))[0])
+        cols_from.append(np.nonzero(np.isin(t_c, sc))[0])
+    scounts = [rows_to[p].size * cols_to[p].size for p in range(size)]
+    rcounts = [rows_from[p].size * cols_from[p].size for p in range(size)]
     sendbuf = xp.empty(sum(scounts), dtype=dtype)
     off = 0
-    for (r, c), k in zip(coords, scounts, strict=True):
+    for p, k in enumerate(scounts):
         if k:
-            _gather(local, rows_to[r], cols_to[c], sendbuf[off:off + k].reshape(rows_to[r].size, -1), xp)
+            _gather(local, rows_to[p], cols_to[p], sendbuf[off:off + k].reshape(rows_to[p].size, -1), xp)
         off += k
     recvbuf = xp.empty(sum(rcounts), dtype=dtype)
-    Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=cart)
+    Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
     out = xp.empty(dst_shape, dtype=dtype)
     off = 0
-    for (r, c), k in zip(coords, rcounts, strict=True):
+    for p, k in enumerate(rcounts):
         if k:
-            ri, ci = rows_from[r], cols_from[c]
+            ri, ci = rows_from[p], cols_from[p]
             _scatter(out, ri, ci, recvbuf[off:off + k].reshape(ri.size, ci.size), xp)
         off += k
     return out
@@ -305,8 +308,24 @@ def _scatter(out, ri: np.ndarray, ci: np.ndarray, block, xp) -> None:
         at += r1 - r0
 
 
-def to_cyclic(a, nb: int):
-    """Move a :class:`~hpcgpu.DistMatrix` into the block-cyclic layout of its grid.
+def _blocks_of(grid, m: int, n: int):
+    """``rank -> (rows, cols)`` of the 2-D block layout of an ``m x n`` matrix on ``grid``."""
+    def of(rank):
+        r, c = grid.cart.Get_coords(rank)
+        return _block_rows(grid, m, r), _block_cols(grid, n, c)
+    return of
+
+
+def _cyclic_of(layout: Cyclic):
+    """``rank -> (rows, cols)`` of ``layout``."""
+    def of(rank):
+        r, c = layout.grid.cart.Get_coords(rank)
+        return layout.rows(r), layout.cols(c)
+    return of
+
+
+def to_cyclic(a, nb: int, grid=None):
+    """Move a :class:`~hpcgpu.DistMatrix` into the block-cyclic layout of its grid (or of ``grid``).
 
     Collective over ``a.grid``: one ``Alltoallv``. The caller agrees on ``nb`` (the routines of
     :mod:`hpcgpu.linalg` do, with their other arguments).
@@ -317,6 +336,9 @@ def to_cyclic(a, nb: int):
         Global ``(m, n)``, on a ``pr x pc`` grid, host or device.
     nb : int
         Block size, >= 1.
+    grid : ProcessGrid, optional
+        The layout's grid: another shape over the same ranks in the same order (``a.grid.wide()``); ``a.grid``
+        by default.
 
     Returns
     -------
@@ -324,15 +346,14 @@ def to_cyclic(a, nb: int):
         This rank's blocks, C-contiguous, ``a``'s dtype and side (host or device).
     layout : Cyclic
     """
-    layout = Cyclic(a.gshape, a.grid, nb)
+    layout = Cyclic(a.gshape, a.grid if grid is None else grid, nb)
     m, n = a.gshape
-    local = _move(a.local, lambda p: _block_rows(a.grid, m, p), lambda q: _block_cols(a.grid, n, q), layout.rows,
-                  layout.cols, a.grid, layout.lshape, a.dtype)
+    local = _move(a.local, _blocks_of(a.grid, m, n), _cyclic_of(layout), a.grid.cart, layout.lshape, a.dtype)
     return local, layout
 
 
-def from_cyclic(local, layout: Cyclic):
-    """Move a block-cyclic matrix back into a :class:`~hpcgpu.DistMatrix` on the same grid.
+def from_cyclic(local, layout: Cyclic, grid=None):
+    """Move a block-cyclic matrix back into a :class:`~hpcgpu.DistMatrix` on the same grid (or on ``grid``).
 
     Collective over ``layout.grid``: one ``Alltoallv``.
 
@@ -341,6 +362,8 @@ def from_cyclic(local, layout: Cyclic):
     local : xp.ndarray, shape ``layout.lshape``
         This rank's blocks.
     layout : Cyclic
+    grid : ProcessGrid, optional
+        The result's grid: another shape over the same ranks in the same order; ``layout.grid`` by default.
 
     Returns
     -------
@@ -349,8 +372,8 @@ def from_cyclic(local, layout: Cyclic):
     """
     from .distmatrix import DistMatrix
 
-    grid, m, n = layout.grid, layout.m, layout.n
-    shape = grid.block_shape((m, n))
-    out = _move(local, layout.rows, layout.cols, lambda p: _block_rows(grid, m, p),
-                lambda q: _block_cols(grid, n, q), grid, shape, np.dtype(local.dtype))
+    grid = layout.grid if grid is None else grid
+    m, n = layout.m, layout.n
+    out = _move(local, _cyclic_of(layout), _blocks_of(grid, m, n), grid.cart, grid.block_shape((m, n)),
+                np.dtype(local.dtype))
     return DistMatrix(out, (m, n), grid)

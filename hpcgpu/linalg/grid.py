@@ -313,12 +313,32 @@ class ProcessGrid:
             return False
         return MPI.Comm.Compare(self.cart, other.cart) in (MPI.IDENT, MPI.CONGRUENT)
 
+    def wide(self) -> ProcessGrid:
+        """This grid if ``pr <= pc``, else its transpose ``pc x pr`` over the same ranks (made once, kept).
+
+        Collective over the grid at its first call (``Create_cart``); not after. LU's panels are factored by one
+        grid column, their pivot searches and row interchanges crossing its ``pr`` ranks: fewer grid rows than
+        columns keeps them short (ScaLAPACK's advice), which :func:`hpcgpu.linalg.lu_factor` takes.
+
+        Returns
+        -------
+        ProcessGrid
+        """
+        if self.shape[0] <= self.shape[1]:
+            return self
+        if getattr(self, "_wide", None) is None:
+            self._wide = ProcessGrid((self.shape[1], self.shape[0]), comm=self.cart)
+        return self._wide
+
     def free(self) -> None:
-        """Free the three communicators, and those made for 2.5-D on this grid. Collective."""
+        """Free the three communicators, and those made for 2.5-D on this grid and its :meth:`wide` one. Collective."""
         for _, _, layer_grid, fiber in getattr(self, "_layers25d", {}).values():
             layer_grid.free()
             fiber.Free()
         self._layers25d = {}
+        if getattr(self, "_wide", None) is not None:
+            self._wide.free()
+            self._wide = None
         for c in (self.row_comm, self.col_comm, self.cart):
             if c != MPI.COMM_NULL:
                 c.Free()

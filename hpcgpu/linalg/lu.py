@@ -1,8 +1,9 @@
 """LU factorization with partial pivoting on the 2-D block-cyclic layout (ScaLAPACK's PDGETRF and PDGETRS).
 
-:func:`lu_factor` moves A into the block-cyclic layout of its grid (``cyclic.to_cyclic``, one
-``Alltoallv``) and factors it right-looking, one panel of ``nb`` columns at a time. For the panel of global columns
-``k0:k1`` (``w = k1 - k0``), owned by grid column ``qk`` and, for its diagonal block, grid row ``pk``:
+:func:`lu_factor` moves A into the block-cyclic layout of its grid, or of that grid's transpose where it has more
+rows than columns (``ProcessGrid.wide``: a ``2 x 1`` grid's LU works on ``1 x 2``), by one ``Alltoallv``
+(``cyclic.to_cyclic``), and factors it right-looking, one panel of ``nb`` columns at a time. For the panel of
+global columns ``k0:k1`` (``w = k1 - k0``), owned by grid column ``qk`` and, for its diagonal block, grid row ``pk``:
 
 1. *Panel.* The ranks of grid column ``qk`` gather the panel's trailing rows ``k0:n`` (an ``Allgather`` over the
    grid column) and the diagonal block's owner factors them with one local ``getrf``: partial pivoting over the
@@ -74,7 +75,10 @@ class LUFactor:
         This rank's blocks of the packed factors (host or device); on one rank LAPACK's array as ``getrf`` left
         it (Fortran order), elsewhere C-ordered.
     layout : Cyclic
-        The ``n x n`` block-cyclic layout over the grid.
+        The ``n x n`` block-cyclic layout over the grid it was factored on.
+    grid : ProcessGrid, optional
+        A's grid, where B and the results live (``layout.grid`` by default; the layout may be on its
+        ``wide()`` transpose).
 
     Attributes
     ----------
@@ -85,15 +89,16 @@ class LUFactor:
     nb : int
         The block size.
     grid : ProcessGrid
+        A's grid.
     dtype : numpy.dtype
     xp : module
         ``numpy`` or ``cupy``.
     """
 
-    def __init__(self, local, layout: Cyclic):
+    def __init__(self, local, layout: Cyclic, grid=None):
         self.local, self.layout = local, layout
         self.gshape = (layout.m, layout.n)
-        self.nb, self.grid = layout.nb, layout.grid
+        self.nb, self.grid = layout.nb, layout.grid if grid is None else grid
         self.dtype = np.dtype(local.dtype)
         self.xp = xp_of(local)
 
@@ -107,7 +112,7 @@ class LUFactor:
         DistMatrix
             ``(n, n)``, the factors' dtype and side.
         """
-        return from_cyclic(self.local, self.layout)
+        return from_cyclic(self.local, self.layout, self.grid)
 
     def describe(self) -> str:
         """``"LU of 100 x 100 float64 on grid 2x2, nb 8"``: what the ranks' parts share (for ``agree_inputs``)."""
@@ -131,7 +136,7 @@ def lu_factor(a, *, nb: int | None = None):
     a : DistMatrix
         ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
     nb : int, optional, keyword-only
-        Block size of the layout and width of the panels, >= 1: 256 on a host, 512 on a GPU by default
+        Block size of the layout and width of the panels, >= 1: 128 on a host, 512 on a GPU by default
         (``cyclic.default_nb``).
 
     Returns
@@ -301,7 +306,9 @@ def factor(a, nb: int, where: str):
         # kept in LAPACK's (Fortran) order: one rank's factor never moves, and its C-ordered copy was 0.17 s of a
         # 1.4 s n = 4096 factor and solve here; the triangular solves read either order
         return LUFactor(lu, Cyclic(a.gshape, a.grid, nb)), piv
-    local, lay = to_cyclic(a, nb)
+    # pr <= pc: each panel's pivot search, gather and interchanges cross pr ranks (at P = 2, n = 4096: 0.62 of
+    # SciPy on 2 x 1, 0.85 on 1 x 2)
+    local, lay = to_cyclic(a, nb, a.grid.wide())  # collective at a grid's first LU: its transpose is made
     n = lay.n
     piv = np.empty(n, np.int64)
     panels = range(0, n, nb)
@@ -330,7 +337,7 @@ def factor(a, nb: int, where: str):
                 gemm_update(local[lr1:, lc1:lc1 + ahead], l21, u12[:, :ahead])
             nxt.start(local)
         gemm_update(local[lr1:, lc1 + ahead:], l21, u12[:, ahead:])
-    return LUFactor(local, lay), piv
+    return LUFactor(local, lay, a.grid), piv
 
 
 def _singular(where: str, k0: int, info: int) -> None:
@@ -520,7 +527,7 @@ def solve_factored(lu: LUFactor, piv: np.ndarray, b, trans: int = 0):
         from .distmatrix import DistMatrix
 
         return DistMatrix(getrs(lu.local, piv, b.local, trans), b.gshape, b.grid)
-    local, lay = to_cyclic(b, lu.nb)
+    local, lay = to_cyclic(b, lu.nb, lu.layout.grid)
     dst, src = full_permutation(piv)
     if trans == 0:  # A = P L U: L U X = P^T B
         permute_rows(local, lay, dst, src)
@@ -530,5 +537,5 @@ def solve_factored(lu: LUFactor, piv: np.ndarray, b, trans: int = 0):
         local = trsm_cyclic(lu.local, lu.layout, local, lay, lower=False, trans=trans, unit_diagonal=False)
         local = trsm_cyclic(lu.local, lu.layout, local, lay, lower=True, trans=trans, unit_diagonal=True)
         permute_rows(local, lay, src, dst)
-    return from_cyclic(local, lay)
+    return from_cyclic(local, lay, b.grid)
 

@@ -35,6 +35,15 @@ for dims in grids:
             b = from_cyclic(local, lay)
             assert b.gshape == (m, n) and b.dtype == np.dtype(dtype) and type(b.local) is type(a.local)
             assert np.array_equal(asnumpy(b.local), asnumpy(a.local)), (dims, m, n, nb)
+            # into the layout of the transposed grid over the same ranks (LU's), and back onto this one
+            wide = grid.wide()
+            assert wide.shape == (min(dims), max(dims)) and (wide is grid) == (dims[0] <= dims[1])
+            local, lay = to_cyclic(a, nb, wide)
+            host = asnumpy(local)
+            assert host.shape == (numroc(m, nb, wide.row, wide.shape[0]), numroc(n, nb, wide.col, wide.shape[1]))
+            assert np.array_equal(host, g[np.ix_(lay.rows(), lay.cols())]), (dims, m, n, nb)
+            b = from_cyclic(local, lay, grid)
+            assert b.grid is grid and np.array_equal(asnumpy(b.local), asnumpy(a.local)), (dims, m, n, nb)
             cases += 1
     # sizes: every row and column on exactly one grid row/column
     lay = Cyclic((23, 17), grid, 3)

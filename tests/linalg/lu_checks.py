@@ -61,6 +61,8 @@ for gi, dims in enumerate(grids):
         assert all(np.array_equal(p, piv) for p in pivs), (dims, n, nb, dtype)
         full = lu.to_distmatrix()
         assert full.gshape == (n, n) and full.dtype == np.dtype(dtype) and full.grid is grid
+        # factored on the grid with no more rows than columns (its transpose where A's has more), results on A's
+        assert lu.layout.grid.shape == (min(dims), max(dims)) and lu.grid is grid
         got = full.gather()
         if rank == 0 and n:
             ref_lu, ref_piv = scipy.linalg.lu_factor(g)
