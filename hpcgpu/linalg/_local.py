@@ -117,6 +117,8 @@ def trsm(a, b, lower: bool, trans=0, unit_diagonal: bool = False, side: str = "L
     if b.size == 0:
         return b.copy()
     if side in ("R", "r"):
+        if not _device.is_device_array(a):
+            return _trsm_right_host(a, b, bool(lower), t, bool(unit_diagonal))
         # X op(A) = B  <=>  op(A)^T X^T = B^T (op N or T);  X A^H = B  <=>  A X^H = B^H
         if t == 2:
             return _conj_t(trsm(a, _conj_t(b), lower, 0, unit_diagonal))
@@ -127,6 +129,23 @@ def trsm(a, b, lower: bool, trans=0, unit_diagonal: bool = False, side: str = "L
         from scipy.linalg import solve_triangular
     x = solve_triangular(a, b, trans=t, lower=bool(lower), unit_diagonal=bool(unit_diagonal), check_finite=False)
     return xp_of(x).ascontiguousarray(x)
+
+
+def _trsm_right_host(a, b, lower: bool, t: int, unit: bool):
+    """``X op(A) = B`` on the host by one BLAS TRSM on a C-ordered copy of ``b``: its memory is ``B^T`` in
+    Fortran order, and ``op(A)^T X^T = B^T`` is a left-side solve there (``op(A)^T`` is ``A^T``, ``A``, or
+    ``conj(A)`` for ``t`` = 0, 1, 2), done in place. One copy of ``b`` (SciPy's ``solve_triangular`` of the
+    transposes made four: 0.085 s of a 0.54 s Cholesky at P = 2, n = 4096)."""
+    from scipy.linalg import blas
+
+    x = np.array(b, order="C")  # X's memory: a copy, b is not overwritten
+    if t == 2:
+        a = a.conj()
+    fn = blas.get_blas_funcs("trsm", (a, x))
+    out = fn(1.0, a, x.T, side=0, lower=int(lower), trans_a=1 if t == 0 else 0, diag=int(unit), overwrite_b=1)
+    if not np.shares_memory(out, x):  # f2py took a copy after all: X is its transpose
+        return np.ascontiguousarray(out.T)
+    return x
 
 
 def _conj_t(a):
