@@ -1525,10 +1525,10 @@ FIXES: dict[str, str] = {
     ),
     "…: nb must be an int (a block size, >= 1) or None, got …": (
         "``nb`` is the block size of the block-cyclic layout the factorizations work on: an integer, or "
-        "``None`` for the default (128 on a host, 512 on a GPU; :doc:`guide/linalg`)."
+        "``None`` for the default (256 on a host, 512 on a GPU; :doc:`guide/linalg`)."
     ),
     "…: nb must be >= 1, got …": (
-        "The block size must be at least 1. Leave it out for the default, or give about 128 on a CPU and "
+        "The block size must be at least 1. Leave it out for the default, or give about 256 on a CPU and "
         "512-1024 on a GPU."
     ),
     "…: needs … GiB of device memory a rank, more than its GPU has free (… GiB): …": (

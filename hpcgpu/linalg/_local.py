@@ -132,10 +132,12 @@ def trsm(a, b, lower: bool, trans=0, unit_diagonal: bool = False, side: str = "L
 
 
 def _trsm_right_host(a, b, lower: bool, t: int, unit: bool):
-    """``X op(A) = B`` on the host by one BLAS TRSM on a C-ordered copy of ``b``: its memory is ``B^T`` in
-    Fortran order, and ``op(A)^T X^T = B^T`` is a left-side solve there (``op(A)^T`` is ``A^T``, ``A``, or
-    ``conj(A)`` for ``t`` = 0, 1, 2), done in place. One copy of ``b`` (SciPy's ``solve_triangular`` of the
-    transposes made four: 0.085 s of a 0.54 s Cholesky at P = 2, n = 4096)."""
+    """``X op(A) = B`` on the host by one BLAS TRSM on a C-ordered copy of ``b``.
+
+    The copy's memory is ``B^T`` in Fortran order, and ``op(A)^T X^T = B^T`` is a left-side solve there
+    (``op(A)^T`` is ``A^T``, ``A``, or ``conj(A)`` for ``t`` = 0, 1, 2), done in place. One copy of ``b``
+    (SciPy's ``solve_triangular`` of the transposes made four: 0.085 s of a 0.54 s Cholesky at P = 2, n = 4096).
+    """
     from scipy.linalg import blas
 
     x = np.array(b, order="C")  # X's memory: a copy, b is not overwritten

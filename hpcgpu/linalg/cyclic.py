@@ -52,12 +52,10 @@ def _count_below(i: int, nb: int, p: int, nprocs: int) -> int:
 
 
 def default_nb(xp=np) -> int:
-    """The block size when the user gives none: 128 on a host, 512 on a GPU.
+    """The block size when the user gives none: 256 on a host, 512 on a GPU.
 
-    On a host (one BLAS thread a rank) a GEMM of 128 columns already runs near its peak, and the narrower panels
-    shorten what one grid column does while the others wait: at n = 4096 on 2 and 4 ranks here, Cholesky ran at
-    0.78 and 0.59 of SciPy with 128 against 0.61 and 0.61 with 256, LU at 0.84 and 0.59 against 0.70 and 0.53
-    (``benchmarks/linalg.py``, docs/performance.rst). On a GPU a cuBLAS GEMM of 512 columns runs near its peak,
+    256 is the cache-blocked LAPACK sizes' order (at n = 4096 on 2 and 4 ranks here 128 and 256 were within the
+    runs' noise of each other: docs/performance.rst); on a GPU a cuBLAS GEMM of 512 columns runs near its peak,
     and smaller panels leave the device waiting on the host.
 
     Parameters
@@ -69,7 +67,7 @@ def default_nb(xp=np) -> int:
     -------
     int
     """
-    return 128 if xp is np else 512
+    return 256 if xp is np else 512
 
 
 class Cyclic:

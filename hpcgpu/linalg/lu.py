@@ -136,7 +136,7 @@ def lu_factor(a, *, nb: int | None = None):
     a : DistMatrix
         ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
     nb : int, optional, keyword-only
-        Block size of the layout and width of the panels, >= 1: 128 on a host, 512 on a GPU by default
+        Block size of the layout and width of the panels, >= 1: 256 on a host, 512 on a GPU by default
         (``cyclic.default_nb``).
 
     Returns

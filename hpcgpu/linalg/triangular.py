@@ -155,7 +155,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
     unit_diagonal : bool
         Take ``A``'s diagonal as ones (not read).
     nb : int, optional, keyword-only
-        Block size of the block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``: 128 on a host,
+        Block size of the block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``: 256 on a host,
         512 on a GPU).
 
     Returns
