@@ -283,8 +283,10 @@ def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _paired_runs(src: np.ndarray, dst: np.ndarray) -> list[tuple[int, int, int]]:
-    """Positions ``src[i]`` and ``dst[i]`` (the same global indices in two layouts) as runs consecutive in both:
-    ``[(src_start, dst_start, length), ...]``."""
+    """Positions ``src[i]``, ``dst[i]`` (one global index in two layouts) as runs consecutive in both.
+
+    Returns ``[(src_start, dst_start, length), ...]``.
+    """
     if src.size == 0:
         return []
     breaks = np.flatnonzero((np.diff(src) != 1) | (np.diff(dst) != 1)) + 1
