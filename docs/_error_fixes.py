@@ -289,6 +289,12 @@ FIXES: dict[str, str] = {
         "default) or ``\"step\"`` (after each global step), as Lightning's ``interval``."
     ),
     # -- Training: data -----------------------------------------------------------------------------------
+    "the epoch's last, partial step (… samples, drop_last=False), on rank … (… rows): …": (
+        "Without ``drop_last`` each epoch ends with a smaller step of the last ``N mod B`` samples, split over the "
+        "ranks, and the model refused that rank's few rows (after the colon, the model's own words): PyTorch's "
+        "BatchNorm, for one, refuses a training batch of a single row. Keep ``drop_last`` (the default), or "
+        "choose a batch size that leaves no remainder or at least two rows a rank (and a micro-batch)."
+    ),
     "drop_last=…: must be True or False": (
         "``GlobalBatchSampler`` was given a ``drop_last`` that is not a bool. True (the default) leaves the "
         "last ``N mod B`` samples of each epoch's order out of it; False trains them as a last, smaller step."

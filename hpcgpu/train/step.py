@@ -41,6 +41,15 @@ if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing
 __all__ = ["Step"]
 
 
+def _plain(e: BaseException) -> bool:
+    """Whether ``e``'s type takes one message (so a reworded one can be made of it)."""
+    try:
+        type(e)("")
+    except Exception:  # noqa: BLE001 - a constructor with other arguments: raised as it is
+        return False
+    return True
+
+
 @dataclass
 class Step:
     """The parts a step wires together, and the step itself (:meth:`__call__`).
@@ -202,13 +211,17 @@ class Step:
         except ContractError as e:
             if self._agreed:
                 raise  # a later step's: __call__ agrees on it after the reduction
-            err = TypeError(str(e))
-        if not self._agreed:  # the run's first step (a resume's at the epoch's end): agreed once, as _first does
-            dog = self.reducer.watchdog
-            with dog.watch("the first step's contract check", f"step {step + 1}") if dog else \
-                    contextlib.nullcontext():
-                agree(err, comm=self.groups.comm)
-            self._agreed = True
+            err = TypeError(str(e))  # the run's first step (a resume's at the epoch's end), as _first says it
+        except Exception as e:  # noqa: BLE001 - the model's own refusal of a small batch: every rank hears it
+            # (PyTorch's BatchNorm refuses a training batch of one row; the last step may give a rank one)
+            err = type(e)(f"the epoch's last, partial step ({self._batch_now} samples, drop_last=False), on rank "
+                          f"{self.groups.comm.rank} ({X.shape[0]} rows): {e}") if _plain(e) else e
+        # One small agreement a partial step (once an epoch): a rank whose model failed never leaves the others
+        # waiting in the reduction; the first step's contract check rides on it
+        dog = self.reducer.watchdog
+        with dog.watch("the partial step's check", f"step {step + 1}") if dog else contextlib.nullcontext():
+            agree(err, comm=self.groups.comm)
+        self._agreed = True
         if not done:
             model.grad[...] = 0
             model.stats[...] = 0

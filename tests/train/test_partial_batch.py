@@ -223,6 +223,29 @@ def test_sync_batchnorm_needs_a_row_on_every_rank_of_the_partial_step():
                             "for the last step")
 
 
+def test_a_model_refusing_the_small_partial_step_is_one_agreed_line():
+    """PyTorch's BatchNorm refuses a training batch of one row: a partial step of 1 sample (49 = 6 x 8 + 1) is one
+    agreed error naming the step, the rank and PyTorch's words, not one rank's traceback while the others wait."""
+    torch = pytest.importorskip("torch")
+    import hpcgpu
+    from hpcgpu import nn, optim
+    from hpcgpu.errors import AgreedError
+
+    X, y = _data()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                            torch.nn.Linear(8, 2)).double()
+    t = hpcgpu.Trainer(nn.Torch(m, torch.nn.CrossEntropyLoss(reduction="sum")), optimizer=optim.SGD(0.1),
+                       batch_size=B, epochs=1, runtime=hpcgpu.init(), progress="none", dtype="float64",
+                       drop_last=False)
+    with pytest.raises(ValueError) as e:
+        t.fit((X[:49], y[:49]))
+    assert isinstance(e.value, AgreedError)
+    assert str(e.value) == ("the epoch's last, partial step (1 samples, drop_last=False), on rank 0 (1 rows): "
+                            "Expected more than 1 value per channel when training, got input size "
+                            "torch.Size([1, 8])")
+
+
 if __name__ == "__main__":
     import hpcgpu
 
