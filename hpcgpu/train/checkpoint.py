@@ -61,11 +61,11 @@ functions of the options and the step, at any number of ranks."""
 # they decide the model's shape, the sample order or the update rule.
 MUST_MATCH = ("optimizer", "hidden", "batch_size", "seed", "dtype", "lr", "momentum", "weight_decay",
               "schedule", "warmup_epochs", "lr_step_epochs", "lr_gamma", "task", "loss", "drop_last")
-_BEFORE = {"drop_last": True}
-"""What a checkpoint written before an option existed ran with."""
 """``epochs`` is not among them: a resumed run of a constant or step schedule may train on to more epochs than
 the run that wrote the checkpoint, never fewer than it has done; a cosine schedule spans the run's epochs, so
 there they must match."""
+_BEFORE = {"drop_last": True}
+"""What a checkpoint written before an option existed ran with."""
 
 
 @dataclass

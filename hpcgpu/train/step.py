@@ -208,10 +208,9 @@ class Step:
                 model.randomness(step, k, self.groups.data_rank, first=first)
                 model.loss_and_grad(X[lo:hi], y[lo:hi], accumulate=done, loss_scale=scale)
                 done = True
-        except ContractError as e:
-            if self._agreed:
-                raise  # a later step's: __call__ agrees on it after the reduction
-            err = TypeError(str(e))  # the run's first step (a resume's at the epoch's end), as _first says it
+        except ContractError as e:  # as _first says it (the run's first step: a resume's at the epoch's end), or
+            # as _broken does a later step's: agreed here, where a rank with no row never calls the model
+            err = TypeError(str(e) if not self._agreed else f"{e} (at step {step + 1}, rank {self.groups.comm.rank})")
         except Exception as e:  # noqa: BLE001 - the model's own refusal of a small batch: every rank hears it
             # (PyTorch's BatchNorm refuses a training batch of one row; the last step may give a rank one)
             err = type(e)(f"the epoch's last, partial step ({self._batch_now} samples, drop_last=False), on rank "

@@ -77,7 +77,41 @@ def checks(rt) -> dict:
                      "last": t.sampler.last_batch, "losses": list(t.history["train_loss"]),
                      "orders": [t.sampler.order(e).tolist() for e in range(2)]}
         t.close()
+    out["broken"] = rt.comm.allgather(_broken_on_one_row(rt, X, y))
     return out
+
+
+class _OneRowBug:
+    """A model of one's own whose gradient has the wrong shape for a one-row batch only."""
+
+    def init(self, rng):
+        return {"w": np.zeros((5, 1)), "b": np.zeros(1)}
+
+    def loss_and_grad(self, p, x, y):
+        r = (x @ p["w"] + p["b"])[:, 0] - y
+        gw = x.T @ r[:, None]
+        return float((r * r).sum() / 2), {"w": gw[:3] if x.shape[0] == 1 else gw, "b": r.sum(keepdims=True)}
+
+    def predict(self, p, x):
+        return x @ p["w"] + p["b"]
+
+
+def _broken_on_one_row(rt, X, y):
+    """49 = 6 x 8 + 1: the partial step gives one rank one row (the others none at 3 ranks), and the model breaks
+    its contract there; what this rank raised (None: nothing)."""
+    import hpcgpu
+    from hpcgpu import optim
+    from hpcgpu.errors import AgreedError
+
+    t = hpcgpu.Trainer(_OneRowBug(), optimizer=optim.SGD(0.01), batch_size=B, epochs=1, runtime=rt,
+                       progress="none", dtype="float64", drop_last=False, task="regression")
+    try:
+        t.fit((X[:49], X[:49, 0].copy()))
+    except TypeError as e:
+        return f"{'agreed ' if isinstance(e, AgreedError) else ''}{e}"
+    finally:
+        t.close()
+    return None
 
 
 def reference(init: dict, orders, X, y) -> tuple[dict, list]:
@@ -124,6 +158,11 @@ def _ranks(n: int) -> dict:
 
 
 def _check(got: dict) -> None:
+    # the model that breaks its contract on the partial step: the same agreed line on every rank, naming the rank
+    # that holds the one row (the last one), where the ranks without a row never call the model
+    last = len(got["broken"]) - 1
+    assert got["broken"] == [f"agreed model _OneRowBug: the gradient of w has shape (3, 1), the parameter (5, 1) "
+                             f"(at step 7, rank {last})"] * len(got["broken"]), got["broken"]
     assert got["steps"] == N // B and got["dropped"] == N % B and len(got["left_out"]) == N % B
     assert got["unchanged"], "the samples an epoch leaves out changed its model"
     X, y = _data()
