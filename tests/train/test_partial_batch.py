@@ -18,6 +18,10 @@ import sys
 import numpy as np
 import pytest
 
+if __name__ == "__main__":  # a rank's script: tests/ (where _mpi is) is not on its sys.path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _mpi  # noqa: E402
+
 N, B = 50, 8
 LR, MOMENTUM = 0.2, 0.9
 
@@ -150,8 +154,6 @@ def _one_rank() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _ranks(n: int) -> dict:
-    import _mpi
-
     p = _mpi.run(n, [os.path.abspath(__file__)], timeout=300)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -262,6 +264,7 @@ def test_sync_batchnorm_needs_a_row_on_every_rank_of_the_partial_step():
                             "for the last step")
 
 
+@_mpi.torch_device()
 def test_a_model_refusing_the_small_partial_step_is_one_agreed_line():
     """PyTorch's BatchNorm refuses a training batch of one row: a partial step of 1 sample (49 = 6 x 8 + 1) is one
     agreed error naming the step, the rank and PyTorch's words, not one rank's traceback while the others wait."""
