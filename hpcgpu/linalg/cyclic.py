@@ -273,15 +273,6 @@ def _move(local, src, dst, comm, dst_shape, dtype):
     return out
 
 
-def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
-    """The ascending indices ``idx`` as runs of consecutive ones: ``[(start, stop), ...]``."""
-    if idx.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
-    starts, stops = idx[np.r_[0, breaks]], idx[np.r_[breaks - 1, idx.size - 1]] + 1
-    return list(zip(starts.tolist(), stops.tolist(), strict=True))
-
-
 def _paired_runs(src: np.ndarray, dst: np.ndarray) -> list[tuple[int, int, int]]:
     """Positions ``src[i]``, ``dst[i]`` (one global index in two layouts) as runs consecutive in both.
 
@@ -293,6 +284,11 @@ def _paired_runs(src: np.ndarray, dst: np.ndarray) -> list[tuple[int, int, int]]
     starts = np.r_[0, breaks]
     lengths = np.diff(np.r_[starts, src.size])
     return list(zip(src[starts].tolist(), dst[starts].tolist(), lengths.tolist(), strict=True))
+
+
+def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
+    """The ascending indices ``idx`` as runs of consecutive ones: ``[(start, stop), ...]``."""
+    return [(s, s + n) for s, _, n in _paired_runs(idx, idx)]
 
 
 def _gather(local, ri: np.ndarray, ci: np.ndarray, out, xp) -> None:

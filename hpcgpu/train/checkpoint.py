@@ -532,11 +532,8 @@ class Resumer:
             theirs, flag = config.get(k, _BEFORE.get(k)), "--" + k.replace("_", "-")
             if theirs != mine[k]:
                 if isinstance(mine[k], bool):  # a switch: --drop-last or --no-drop-last
-                    def switch(on, flag=flag):
-                        return flag if on else "--no-" + flag[2:]
-
-                    return ValueError(f"--resume: {p} was written with {switch(theirs)}, this run has "
-                                      f"{switch(mine[k])}")
+                    said = [flag if on else "--no-" + flag[2:] for on in (theirs, mine[k])]
+                    return ValueError(f"--resume: {p} was written with {said[0]}, this run has {said[1]}")
                 return ValueError(f"--resume: {p} was written with --{k.replace('_', '-')} {theirs}, this run has "
                                   f"{mine[k]}")
         opt = header["optimizer"]

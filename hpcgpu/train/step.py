@@ -41,14 +41,6 @@ if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing
 __all__ = ["Step"]
 
 
-def _plain(e: BaseException) -> bool:
-    """Whether ``e``'s type takes one message (so a reworded one can be made of it)."""
-    try:
-        type(e)("")
-    except Exception:  # noqa: BLE001 - a constructor with other arguments: raised as it is
-        return False
-    return True
-
 
 @dataclass
 class Step:
@@ -117,6 +109,7 @@ class Step:
     metrics: EpochMetrics | None = field(default=None, repr=False)
 
     def __post_init__(self):
+        self._batch_now = self.batch  # this step's global batch (the partial last step's is smaller)
         # A skip is decided alike on every rank: over all of them where the ranks hold different slices.
         differ = self.groups.tensor_comm is not None or self.reducer.shard is not None
         comm = self.groups.comm
@@ -213,8 +206,11 @@ class Step:
             err = TypeError(str(e) if not self._agreed else f"{e} (at step {step + 1}, rank {self.groups.comm.rank})")
         except Exception as e:  # noqa: BLE001 - the model's own refusal of a small batch: every rank hears it
             # (PyTorch's BatchNorm refuses a training batch of one row; the last step may give a rank one)
-            err = type(e)(f"the epoch's last, partial step ({self._batch_now} samples, drop_last=False), on rank "
-                          f"{self.groups.comm.rank} ({X.shape[0]} rows): {e}") if _plain(e) else e
+            try:
+                err = type(e)(f"the epoch's last, partial step ({self._batch_now} samples, drop_last=False), on "
+                              f"rank {self.groups.comm.rank} ({X.shape[0]} rows): {e}")
+            except Exception:  # noqa: BLE001 - a constructor with other arguments: raised as it is
+                err = e
         # One small agreement a partial step (once an epoch): a rank whose model failed never leaves the others
         # waiting in the reduction; the first step's contract check rides on it
         dog = self.reducer.watchdog
@@ -299,7 +295,7 @@ class Step:
             return
         self.updates += 1
         # the reduced sum to the mean gradient (over this step's samples), the loss scale divided out
-        mean = 1.0 / (getattr(self, "_batch_now", self.batch) * scale)
+        mean = 1.0 / (self._batch_now * scale)
         mean *= self.clip(grad, mean)
         self.optimizer.update(grad, self.state, self.params, lr=self.schedule(step), scale=mean,
                               count=self.updates)
