@@ -326,6 +326,21 @@ def test_the_launchers_own_block_is_all_it_adds(tmp_path):
     assert not (tmp_path / "c.h5").exists()
 
 
+def test_only_a_launch_that_never_started_is_launched_again():
+    """The suite relaunches (tests/_mpi.py ``run``) only a launch the launcher itself could not start: its
+    exact words, nothing from a rank. A rank's failure, or those words after a rank wrote, is the test's."""
+    import subprocess
+
+    block = ("-" * 74 + "\nThe PMIx server's listener thread failed to start. We cannot\ncontinue.\n" + "-" * 74 + "\n")
+    def launch(rc, out, err):
+        return subprocess.CompletedProcess([], rc, out, err)
+
+    assert _mpi.not_started(launch(213, "", block))
+    assert not _mpi.not_started(launch(0, "", block))
+    assert not _mpi.not_started(launch(213, "rank 0 trained\n", block))
+    assert not _mpi.not_started(launch(2, "", "hpcgpu: no.h5: no such file\n"))
+
+
 def test_mpich_yields_while_waiting_when_the_node_has_more_than_two_ranks_a_core(monkeypatch):
     from hpcgpu import _yield
 
