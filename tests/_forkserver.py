@@ -22,13 +22,18 @@ import os
 import sys
 
 STARTUP = ("PYTHON", "LC_", "LANG", "OMP_", "OPENBLAS_", "GOTO_", "MKL_", "BLIS_", "NUMPY_", "HDF5_",
-           "MALLOC_", "LD_", "GLIBC_")
+           "MALLOC_", "LD_", "GLIBC_", "TORCH", "PYTORCH_", "JAX_", "XLA_", "TF_", "KMP_", "GOMP_")
 """Prefixes of the variables read when the server started (the interpreter's, the locale's, NumPy's and its BLAS's,
-HDF5's, the loader's): a launch whose environment differs in one of them starts its ranks as processes of their
-own. ``PYTHONPATH`` is set per rank (:func:`run`)."""
+HDF5's, the loader's, PyTorch's, JAX's and their OpenMP's): a launch whose environment differs in one of them starts
+its ranks as processes of their own. ``PYTHONPATH`` is set per rank (:func:`run`)."""
 
 LOADED = ("numpy", "h5py", "mpi4py", "ml_dtypes")
 """The packages the server imports (or loads) before it forks."""
+
+AUTOGRAD = ("torch", "jax", "jaxlib")
+"""What the second server of a worker imports as well, for the launches that use PyTorch or JAX (:func:`_autograd`):
+``import torch`` is 3.8 s of CPU here and ``import jax`` 2 s, each rank. The other launches never start from it, so
+that a program which does not import them runs without them, as a user's does."""
 
 
 AT_START = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
@@ -45,7 +50,8 @@ def _startup(env: dict) -> dict:
 
 # -- the client side (in a pytest worker) ---------------------------------------------------------------------------
 
-_SERVER = None
+_SERVERS: dict = {}  # heavy (bool) -> _Server
+_CHOSEN = None  # the server usable() chose for the launch it was asked about
 RANK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank.py")
 
 
@@ -66,50 +72,74 @@ def usable(args, env: dict, default) -> bool:
             return False
     elif a0.startswith("-") or not os.path.isfile(a0):
         return False
-    server = _server(default)
+    heavy = _autograd(args)
+    server = _server(default, heavy)
     if server is None or _startup(env) != server.startup:
         return False
     # Another PYTHONPATH (the CuPy stand-in's folder, a user's modules) is the rank's sys.path, unless it would
     # have given another of the modules the server loaded, or code Python runs at its start (sitecustomize).
     added = set(_entries(env)) - server.pythonpath
-    return not any(os.path.exists(os.path.join(d, m)) for d in added for m in (*LOADED, *AT_START))
+    shadowed = (*LOADED, *AT_START, *(AUTOGRAD if heavy else ()))
+    if any(os.path.exists(os.path.join(d, m)) for d in added for m in shadowed):
+        return False
+    global _CHOSEN
+    _CHOSEN = server
+    return True
+
+
+def _autograd(args) -> bool:
+    """Whether ``python ARGS`` names PyTorch or JAX: in ``-c``'s code, a script's text, or a ``.py`` or ``.json``
+    file among the arguments (a model of one's own, a model description)."""
+    words = ("torch", "jax", "keras")
+    texts = [str(a) for a in args]
+    for a in texts:
+        if a.endswith((".py", ".json")) and os.path.isfile(a):
+            try:
+                with open(a, encoding="utf-8", errors="replace") as f:
+                    texts.append(f.read())
+            except OSError:
+                pass
+    return any(w in t for t in texts for w in words)
 
 
 class _Server:
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, heavy: bool):
         import subprocess
         import tempfile
 
         self.dir = tempfile.mkdtemp(prefix="hpcgpu-fork-")
         self.path = os.path.join(self.dir, "s")
         self.startup, self.pythonpath = _startup(env), set(_entries(env))
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path], env=env,
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path, *(["autograd"] * heavy)],
+                                     env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=self.dir)
         self.ready = self.proc.stdout.readline().strip() == b"ready"
 
 
-def _server(default):
-    """This worker's server, started with ``default()``'s environment on first use; None where it did not start."""
-    global _SERVER
-    if _SERVER is None:
-        _SERVER = _Server(default())
-        import atexit
+def _server(default, heavy: bool):
+    """This worker's server (``heavy``: the one with :data:`AUTOGRAD` loaded), started with ``default()``'s
+    environment on first use; None where it did not start."""
+    if heavy not in _SERVERS:
+        if not _SERVERS:
+            import atexit
 
-        atexit.register(_stop)
-    return _SERVER if _SERVER.ready else None
+            atexit.register(_stop)
+        _SERVERS[heavy] = _Server(default(), heavy)
+    server = _SERVERS[heavy]
+    return server if server.ready else None
 
 
 def _stop():
     import shutil
 
-    if _SERVER is not None:
-        _SERVER.proc.stdin.close()
+    for server in _SERVERS.values():
+        server.proc.stdin.close()
         try:
-            _SERVER.proc.wait(timeout=10)
+            server.proc.wait(timeout=10)
         except Exception:
-            _SERVER.proc.kill()
-        shutil.rmtree(_SERVER.dir, ignore_errors=True)
+            server.proc.kill()
+        shutil.rmtree(server.dir, ignore_errors=True)
 
 
 def command(python: str, args) -> list:
@@ -118,7 +148,8 @@ def command(python: str, args) -> list:
 
 
 def environment(env: dict) -> dict:
-    return {**env, "HPCGPU_TEST_FORKSERVER": _SERVER.path}
+    """``env`` with the server :func:`usable` chose for the launch."""
+    return {**env, "HPCGPU_TEST_FORKSERVER": _CHOSEN.path}
 
 
 # -- the server ------------------------------------------------------------------------------------------------------
@@ -344,7 +375,7 @@ if __name__ == "__main__":
     ctypes.CDLL(importlib.util.find_spec("mpi4py.MPI").origin)
     for name in ("argparse", "base64", "dataclasses", "glob", "hashlib", "hmac", "inspect", "json", "pathlib",
                  "platform", "secrets", "shutil", "socket", "tempfile", "threading", "typing", "ml_dtypes",
-                 "numpy.random", "threadpoolctl"):
+                 "numpy.random", "threadpoolctl", *(("torch", "jax") if sys.argv[2:] == ["autograd"] else ())):
         try:
             __import__(name)
         except ImportError:
