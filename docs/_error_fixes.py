@@ -1293,6 +1293,41 @@ FIXES: dict[str, str] = {
         "Every leaf of ``trainable=`` is False (or ``trainable=False``): mark the leaves the optimizer should "
         "train True."
     ),
+    "Jax: apply's updates give … the shape …, not …": (
+        "A training call with ``mutable=`` returned an updated leaf of another shape than the leaf it replaces: "
+        "the running statistics must keep their shape (a mean over the batch axis, ``h.mean(0)``, not a mean "
+        "of the whole batch's array)."
+    ),
+    "Jax: apply's updates hold …, which is no leaf mutable= names (…)": (
+        "The updates a training call returns replace the non-trainable leaves that ``mutable=`` names, at the "
+        "same paths as in ``params`` (flax's ``{\"batch_stats\": ...}``). A trained leaf is the optimizer's, "
+        "never an update's: name the leaf in ``mutable=`` (and mark it non-trainable with ``trainable=``), or "
+        "return it no more."
+    ),
+    "Jax: mutable must be False, True, or the path names of non-trainable subtrees (\"batch_stats\", "
+    "[\"bn1.mean\", \"bn1.var\"]), got …": (
+        "``mutable=`` says which non-trainable leaves a training call updates, as flax's ``mutable=`` argument "
+        "does: True (all of them), a path name of a subtree (``\"batch_stats\"``), or a list of them; "
+        "the names are the pytree's paths joined by dots, as ``nn.Jax(...).state_names`` lists them."
+    ),
+    "Jax: mutable names …, which is no non-trainable leaf or subtree of params…": (
+        "Each name in ``mutable=`` must be a leaf or subtree of ``params`` that ``trainable=`` marks False "
+        "(``nn.Jax(...).state_names`` lists them). A trained leaf cannot also be updated by the call: mark its "
+        "subtree non-trainable, ``trainable={\"params\": True, \"batch_stats\": False}``."
+    ),
+    "Jax: mutable=True but no leaf of params is non-trainable (trainable=): nothing for a step to update": (
+        "``mutable=True`` updates every non-trainable leaf, and ``trainable=`` marks none: mark the running "
+        "statistics non-trainable (``trainable={\"params\": True, \"batch_stats\": False}``), or drop "
+        "``mutable=``."
+    ),
+    "Jax: …(params, x, train=True) returned …, not (outputs, updates): with mutable=, a training call returns "
+    "the outputs and the updated leaves, as flax's apply(..., mutable=[...]) does": (
+        "With ``mutable=``, ``apply`` is called as ``apply(params, x, train=True)`` in training and must return "
+        "``(outputs, updates)``, as ``model.apply(variables, x, train=True, mutable=[\"batch_stats\"])`` does "
+        "in flax; ``apply(params, x, train=False)`` returns the outputs alone (evaluation, prediction). A "
+        "function of flax: ``lambda v, x, train: model.apply(v, x, train=train, mutable=[\"batch_stats\"] if "
+        "train else False)``."
+    ),
     "Keras: the model is not built: give its input shape, keras.Input(shape) as its first layer, or call "
     "model.build(input_shape)": (
         "A Keras model has variables only once its input shape is known; ``nn.Keras`` takes them at its "

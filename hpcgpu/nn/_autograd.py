@@ -673,6 +673,13 @@ class Jax(Model):
         whole subtree), or a function of ``params`` that returns one. This is the mask JAX users already
         write for ``optax.masked`` and Equinox's ``eqx.partition(model, filter_spec)``; it keeps ``apply``'s
         signature, so a Flax model's variables, ``{"params": ..., "batch_stats": ...}``, go in as they are.
+    mutable : bool, str or sequence of str, keyword-only
+        The non-trainable leaves a training step updates, as flax's ``apply(..., mutable=["batch_stats"])``
+        does (BatchNorm's running statistics): False (none, the default), True (every non-trainable leaf), or
+        the path names of subtrees (``"batch_stats"``, ``"bn1.mean"``). ``apply`` is then called as
+        ``apply(params, x, train=True)`` in training, where it returns ``(outputs, updates)`` (``updates`` a
+        pytree of those leaves at their paths, as flax returns it: the leaves it holds replace the state's),
+        and as ``apply(params, x, train=False)`` returning the outputs in evaluation and prediction.
 
     Raises
     ------
@@ -681,7 +688,8 @@ class Jax(Model):
     TypeError
         ``apply`` or ``loss`` not callable, an unknown loss name, a pytree without leaves, a ``trainable``
         that is no mask of ``params`` or that marks no leaf trained, a trained leaf that is not floating point
-        (an integer table would be trained as floats: mark it non-trainable).
+        (an integer table would be trained as floats: mark it non-trainable), a ``mutable`` that is not a bool,
+        a str or a sequence of str, or that names no non-trainable leaf.
 
     Notes
     -----
@@ -693,11 +701,13 @@ class Jax(Model):
     taken of them; the optimizer never sees them (they are no parameters of the trainer's). Every
     data-parallel rank takes data rank 0's at the first step (DDP's broadcast of the module's state), and
     they are kept in checkpoints and in the results file (``/buffers``), put back by a resume and
-    ``load_weights`` (:meth:`buffers`). They stay constant in training: ``apply`` returns outputs only, so
-    state it would update (flax's ``batch_stats`` under ``mutable=``) is not carried across steps.
+    ``load_weights`` (:meth:`buffers`). They stay constant in training unless ``mutable`` names them: then
+    each micro-batch's training call updates them (each rank from its own rows), and every data-parallel rank
+    takes data rank 0's before each step, evaluation and prediction (PyTorch DDP's ``broadcast_buffers``, as
+    for a :class:`Torch` module's BatchNorm); evaluation and prediction never change them (``train=False``).
     """
 
-    def __init__(self, apply, params, loss="cross-entropy", *, trainable=True):
+    def __init__(self, apply, params, loss="cross-entropy", *, trainable=True, mutable=False):
         jax = self._jax = _import("jax", "jax")
         if not callable(apply):
             raise agreed(TypeError(f"Jax: apply must be callable (apply(params, x)), got {type(apply).__name__}"))
@@ -724,7 +734,8 @@ class Jax(Model):
                 raise agreed(TypeError(f"Jax: params leaf {n} is {v.dtype}, not floating point, and is trained: "
                                        "mark it non-trainable (trainable=, a mask of params) or keep it in apply's "
                                        "closure"))
-        self._state = {n: np.ascontiguousarray(values[n]) for n in self.state_names}  # buffers(): live, host
+        self._state = {n: np.array(values[n], order="C") for n in self.state_names}  # buffers(): live, host, 0-d kept
+        self.mutable_names = _mutable(mutable, self.state_names, self.names)
         self.apply, self._loss = apply, loss
         self._dlpack = None  # on a GPU: whether JAX takes the trainer's device arrays by DLPack (known at first)
         self._compile(None)
@@ -744,7 +755,7 @@ class Jax(Model):
         return self._state
 
     def constant_buffers(self) -> frozenset:
-        """Every name of :meth:`buffers`: no step changes them, so they are made data rank 0's once.
+        """The names of :meth:`buffers` no step changes (all but ``mutable``'s): made data rank 0's once.
 
         Not collective.
 
@@ -752,7 +763,7 @@ class Jax(Model):
         -------
         frozenset of str
         """
-        return frozenset(self.state_names)
+        return frozenset(self.state_names) - frozenset(self.mutable_names)
 
     def _leaves(self, flat, state) -> list:
         """The pytree's leaves in its order, from the trained ones ``flat`` and the others ``state``."""
@@ -766,38 +777,59 @@ class Jax(Model):
     def _compile(self, compute) -> None:
         """The jitted value-and-gradient and prediction; with ``compute`` (a 16-bit type), under its policy."""
         jax, treedef, apply, loss, leaves = self._jax, self._treedef, self.apply, self._loss, self._leaves
+        mutable, state_names = self.mutable_names, self.state_names
+        name = getattr(apply, "__name__", "apply")
 
-        def forward(flat, state, x):
+        def call(flat, state, x, train):
+            # apply's outputs and, in a training call with mutable, the updated leaves in mutable_names' order
+            # (those the updates do not hold as they were)
             # the gradient is taken of the trained leaves ``flat`` only: ``state`` (the others) is an argument too,
             # so the values the trainer writes into buffers() reach the function without a recompilation
-            if compute is None:
-                return apply(jax.tree_util.tree_unflatten(treedef, leaves(flat, state)), x)
-            # jmp's mixed policy: the float32 parameters (and floating state) and the inputs cast to the compute
-            # type for the function, its outputs back to float32 for the loss; the gradient flows back through
-            # the casts.
-            floating = [v.astype(compute) if jax.numpy.issubdtype(v.dtype, jax.numpy.floating) else v
-                        for v in state]
-            params = jax.tree_util.tree_unflatten(treedef, leaves([p.astype(compute) for p in flat], floating))
-            out = apply(params, x.astype(compute) if x.dtype.kind == "f" else x)
-            return out.astype(flat[0].dtype)
+            if compute is not None:
+                # jmp's mixed policy: the float32 parameters (and floating state) and the inputs cast to the
+                # compute type for the function, its outputs back to float32 for the loss; the gradient flows back
+                # through the casts.
+                floating = [v.astype(compute) if jax.numpy.issubdtype(v.dtype, jax.numpy.floating) else v
+                            for v in state]
+                params = jax.tree_util.tree_unflatten(treedef, leaves([p.astype(compute) for p in flat], floating))
+                x = x.astype(compute) if x.dtype.kind == "f" else x
+            else:
+                params = jax.tree_util.tree_unflatten(treedef, leaves(flat, state))
+            if not mutable:
+                out, new = apply(params, x), []
+            elif not train:
+                out, new = apply(params, x, train=False), []
+            else:
+                got = apply(params, x, train=True)
+                if not (isinstance(got, tuple) and len(got) == 2):
+                    kind = "an array" if hasattr(got, "shape") else f"a {type(got).__name__}"
+                    raise ContractError(f"Jax: {name}(params, x, train=True) returned {kind}, not "
+                                        "(outputs, updates): with mutable=, a training call returns the outputs "
+                                        "and the updated leaves, as flax's apply(..., mutable=[...]) does")
+                out, new = got[0], _updated(jax, got[1], mutable, dict(zip(state_names, state, strict=True)))
+            if compute is not None and hasattr(out, "astype"):
+                out = out.astype(flat[0].dtype)
+            return out, new
 
-        def objective(flat, state, x, y):
+        def objective(flat, state, x, y, train):
             # Checked while JAX traces the function (once a compilation), not at every step
-            out = forward(flat, state, x)
+            out, new = call(flat, state, x, train)
             if isinstance(out, (tuple, list, dict)) or not hasattr(out, "shape"):
-                raise ContractError(f"Jax: {getattr(apply, '__name__', 'apply')} returned a {type(out).__name__}, "
-                                    "not an array: apply must return the outputs as one array, (n, k) or (n,)")
+                raise ContractError(f"Jax: {name} returned a {type(out).__name__}, not an array: apply must return "
+                                    "the outputs as one array, (n, k) or (n,)")
             value = loss(out, y)
             if getattr(value, "shape", None) != ():
                 got = f"an array of shape {value.shape}" if hasattr(value, "shape") else \
                     f"a {type(value).__name__}"
                 raise ContractError(f"Jax: the loss returned {got}, not one number: loss(outputs, y) must return the "
                                     "sum over the samples")
-            return value, out
+            return value, (out, new)
 
-        self._value_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
-        self._predict = jax.jit(forward)
-        self._forward_loss = jax.jit(objective)  # evaluation: the same loss and outputs, no gradient
+        self._value_and_grad = jax.jit(jax.value_and_grad(lambda f, s, x, y: objective(f, s, x, y, True),
+                                                          has_aux=True))
+        self._predict = jax.jit(lambda f, s, x: call(f, s, x, False)[0])
+        # evaluation: the same loss and outputs, no gradient, nothing updated
+        self._forward_loss = jax.jit(lambda f, s, x, y: objective(f, s, x, y, False))
 
     precisions = ("bf16-mixed",)
     """The mixed precision it takes: ``bf16-mixed`` (the function in bfloat16 on float32 master weights, as
@@ -864,9 +896,11 @@ class Jax(Model):
         """The loss sum, its gradient by name (``jax.value_and_grad`` under ``jax.jit``), the outputs."""
         (*arrays, xj, yj), back = self._to_jax(self._args(params, x, y), x)
         k = len(self.names)
-        (loss, out), grads = self._value_and_grad(arrays[:k], arrays[k:], xj, yj)
+        (loss, (out, new)), grads = self._value_and_grad(arrays[:k], arrays[k:], xj, yj)
         back = back or np.asarray
         loss = float(loss)  # the whole call is done: its results may be handed over
+        for n, v in zip(self.mutable_names, new, strict=True):  # the state the next call reads (host arrays)
+            self._state[n][...] = np.asarray(v)
         return loss, {n: back(g) for n, g in zip(self.names, grads, strict=True)}, back(out)
 
     def forward_loss(self, params, x, y):
@@ -887,7 +921,7 @@ class Jax(Model):
         """
         (*arrays, xj, yj), back = self._to_jax(self._args(params, x, y), x)
         k = len(self.names)
-        loss, out = self._forward_loss(arrays[:k], arrays[k:], xj, yj)
+        loss, (out, _) = self._forward_loss(arrays[:k], arrays[k:], xj, yj)
         loss = float(loss)  # the whole call is done: its outputs may be handed over
         return loss, (back or np.asarray)(out)
 
@@ -1024,6 +1058,58 @@ def _mask(jax, params, trainable, n: int) -> list:
         raise agreed(TypeError(f"Jax: trainable must be True or a pytree of True/False with the structure of params "
                                f"or a prefix of it (optax.masked's mask), got {got}"))
     return flags
+
+
+def _mutable(mutable, state_names: list, trained: list) -> list:
+    """The names of :class:`Jax`'s ``mutable`` leaves, in ``state_names``' order.
+
+    An agreed TypeError for a bad ``mutable``.
+    """
+    if mutable is False or mutable is None:
+        return []
+    if mutable is True:
+        if not state_names:
+            raise agreed(TypeError("Jax: mutable=True but no leaf of params is non-trainable (trainable=): nothing "
+                                   "for a step to update"))
+        return list(state_names)
+    prefixes = [mutable] if isinstance(mutable, str) else mutable
+    try:
+        prefixes = list(prefixes)
+    except TypeError:
+        prefixes = None
+    if not prefixes or not all(isinstance(p, str) and p for p in prefixes):
+        raise agreed(TypeError(f"Jax: mutable must be False, True, or the path names of non-trainable subtrees "
+                               f"(\"batch_stats\", [\"bn1.mean\", \"bn1.var\"]), got {mutable!r}"))
+
+    def under(name, p):
+        return name == p or name.startswith(p + ".")
+
+    for p in prefixes:
+        if not any(under(n, p) for n in state_names):
+            also = " (it is trained: mark it non-trainable with trainable=)" if any(under(n, p) for n in trained) \
+                else ""
+            raise agreed(TypeError(f"Jax: mutable names {p!r}, which is no non-trainable leaf or subtree of "
+                                   f"params{also}"))
+    return [n for n in state_names if any(under(n, p) for p in prefixes)]
+
+
+def _updated(jax, updates, mutable: list, state: dict) -> list:
+    """The leaves of ``mutable`` after a training call, those ``updates`` does not hold as in ``state``.
+
+    ``updates``: a pytree at the paths of params. Checked while JAX traces: a leaf outside ``mutable``, or of
+    another shape, is a :class:`ContractError`.
+    """
+    new = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(updates)[0]:
+        n = _path_name(path)
+        if n not in state or n not in mutable:
+            raise ContractError(f"Jax: apply's updates hold {n}, which is no leaf mutable= names "
+                                f"({', '.join(mutable)})")
+        if tuple(getattr(leaf, "shape", ())) != tuple(state[n].shape):
+            raise ContractError(f"Jax: apply's updates give {n} the shape {tuple(getattr(leaf, 'shape', ()))}, not "
+                                f"{tuple(state[n].shape)}")
+        new[n] = leaf
+    return [new.get(n, state[n]).astype(state[n].dtype) for n in mutable]
 
 
 def _path_name(path) -> str:

@@ -45,6 +45,38 @@ def jax_model(seed, trainable=TRAINABLE):
     return nn.Jax(jax_apply, jax_params(seed), trainable=trainable)
 
 
+def stats_params(seed):
+    """Flax's variables of a layer with running statistics: ``params`` (``w1`` (6, 8), ``w2`` (8, 3)) and
+    ``batch_stats`` (``mean`` (8,), the hidden layer's running mean; ``xsum`` (6,), the sum of every training row;
+    ``count``, 0-d int64, the training rows seen)."""
+    rng = np.random.default_rng(seed)
+    return {"params": {"w1": rng.normal(0, 0.5, (6, 8)), "w2": rng.normal(0, 0.3, (8, 3))},
+            "batch_stats": {"mean": np.zeros(8), "xsum": np.zeros(6), "count": np.zeros((), np.int64)}}
+
+
+def stats_apply(v, x, train):
+    """As a flax module with BatchNorm is called: in training the batch's mean centres the hidden layer and
+    ``(outputs, updates)`` comes back (flax's ``apply(..., mutable=["batch_stats"])``); otherwise the running
+    mean does, and the outputs come back alone."""
+    p, s = v["params"], v["batch_stats"]
+    h = x @ p["w1"]
+    if not train:
+        return (h - s["mean"]) @ p["w2"]
+    mean = h.mean(0)
+    return (h - mean) @ p["w2"], {"batch_stats": {"mean": 0.9 * s["mean"] + 0.1 * mean, "xsum": s["xsum"] + x.sum(0),
+                                                  "count": s["count"] + x.shape[0]}}
+
+
+def stats_model(seed):
+    import jax
+
+    from hpcgpu import nn
+
+    jax.config.update("jax_enable_x64", True)
+    return nn.Jax(stats_apply, stats_params(seed), trainable={"params": True, "batch_stats": False},
+                  mutable="batch_stats")
+
+
 def indices(n=240, vocab=10, width=4):
     """Integer features (indices into a vocabulary of ``vocab``) and labels from them."""
     rng = np.random.default_rng(13)
@@ -102,6 +134,13 @@ def main(argv) -> int:
         runs[run] = held(t), t.history["train_loss"]
         t.close()
     out["jax_resumed_bitwise"] = all(rt.comm.allgather(runs["whole"] == runs["resumed"]))
+    # running statistics (mutable=): each rank updates rank 0's from its own rows at each step, as DDP's BatchNorm
+    t = hpcgpu.Trainer(stats_model(100 + rt.rank), optimizer=optim.SGD(lr=0.05), **COMMON, runtime=rt)
+    t.fit(data())
+    out["stats_after_fit"] = rt.comm.gather(held(t)["buffers"])
+    t.predict(data()[0][:5])  # every rank takes data rank 0's before it
+    out["stats"] = rt.comm.gather(held(t)["buffers"])
+    t.close()
     # integer features from an HDF5 file (written by the test) into an Embedding
     t = hpcgpu.Trainer(embedding_model(), optimizer=optim.SGD(lr=0.05, momentum=0.9), **COMMON, runtime=rt)
     t.fit(f"{tmp}/indices.h5")

@@ -122,6 +122,91 @@ def test_a_checkpoint_and_load_weights_put_the_non_trainable_leaves_back(tmp_pat
     np.testing.assert_array_equal(other.model.buffers()["fixed.perm"], asm.jax_params(100)["fixed"]["perm"])
 
 
+@JAX
+def test_mutable_leaves_are_updated_by_each_training_call_and_never_by_evaluation():
+    """flax's mutable batch_stats: each training call's updates are the state of the next (every training row
+    summed once an epoch, the rows counted), evaluation and prediction run with train=False and change nothing
+    (fit with and without validation: bitwise the same model), a 0-d leaf stays 0-d."""
+    import jax
+
+    X, y = asm.data()
+    m = asm.stats_model(100)
+    t = _fit(m, drop_last=False, batch_size=70)
+    assert m.mutable_names == ["batch_stats.count", "batch_stats.mean", "batch_stats.xsum"]
+    b = t.model.buffers()
+    assert b["batch_stats.count"].shape == () and int(b["batch_stats.count"]) == 3 * 240
+    np.testing.assert_allclose(b["batch_stats.xsum"], 3 * X.sum(0), rtol=1e-12, atol=1e-12)
+    assert np.abs(b["batch_stats.mean"]).max() > 1e-3
+    Xv, yv = X[:50] + 1.0, y[:50]
+    import hpcgpu
+
+    v = hpcgpu.Trainer(asm.stats_model(100), optimizer=optim.SGD(lr=0.05, momentum=0.9),
+                       **{**asm.COMMON, "drop_last": False, "batch_size": 70})
+    v.fit((X, y), validation=(Xv, yv))
+    assert len(v.history["val_loss"]) == 3
+    np.testing.assert_array_equal(asnumpy(v.model.params), asnumpy(t.model.params))
+    for k, want in b.items():
+        np.testing.assert_array_equal(v.model.buffers()[k], want, err_msg=k)
+    before = {k: a.copy() for k, a in b.items()}
+    t.evaluate((Xv, yv))
+    pred = t.predict(Xv)
+    for k, want in before.items():
+        np.testing.assert_array_equal(t.model.buffers()[k], want, err_msg=k)
+    tree = m.tree(t.params)
+    assert tree["batch_stats"]["count"].shape == ()
+    np.testing.assert_allclose(asnumpy(pred), np.asarray(asm.stats_apply(jax.tree_util.tree_map(np.asarray, tree), Xv, False)),
+                               rtol=1e-12, atol=1e-12)
+
+
+@JAX
+def test_a_bad_mutable_or_a_training_call_breaking_its_contract_is_one_line():
+    """mutable= naming nothing non-trainable, of a bad type, or True with no state: one agreed line at
+    construction; a training call not returning (outputs, updates), or updates of a leaf mutable= does not name,
+    or of another shape: one line at the first step."""
+    import jax.numpy as jnp
+
+    from hpcgpu import nn
+    from hpcgpu.errors import AgreedError
+
+    p, mask = asm.stats_params(1), {"params": True, "batch_stats": False}
+    for bad, line in (
+            ("params.w1", "Jax: mutable names 'params.w1', which is no non-trainable leaf or subtree of params "
+                          "(it is trained: mark it non-trainable with trainable=)"),
+            ("stats", "Jax: mutable names 'stats', which is no non-trainable leaf or subtree of params"),
+            (3, "Jax: mutable must be False, True, or the path names of non-trainable subtrees (\"batch_stats\", "
+                "[\"bn1.mean\", \"bn1.var\"]), got 3")):
+        with pytest.raises(TypeError) as e:
+            nn.Jax(asm.stats_apply, p, trainable=mask, mutable=bad)
+        assert isinstance(e.value, AgreedError) and str(e.value) == line
+    with pytest.raises(TypeError) as e:
+        nn.Jax(lambda v, x, train: x @ v["w"], {"w": np.zeros((6, 3))}, mutable=True)
+    assert str(e.value) == ("Jax: mutable=True but no leaf of params is non-trainable (trainable=): nothing for a "
+                            "step to update")
+    assert nn.Jax(asm.stats_apply, p, trainable=mask, mutable=["batch_stats.count"]).constant_buffers() == \
+        {"batch_stats.mean", "batch_stats.xsum"}
+
+    def outputs_only(v, x, train):
+        return x @ v["params"]["w1"] @ v["params"]["w2"]
+
+    def a_trained_leaf(v, x, train):
+        out = x @ v["params"]["w1"] @ v["params"]["w2"]
+        return (out, {"params": {"w2": v["params"]["w2"]}}) if train else out
+
+    def another_shape(v, x, train):
+        out = x @ v["params"]["w1"] @ v["params"]["w2"]
+        return (out, {"batch_stats": {"mean": jnp.zeros(3)}}) if train else out
+
+    for fn, line in ((outputs_only, "Jax: outputs_only(params, x, train=True) returned an array, not "
+                                    "(outputs, updates): with mutable=, a training call returns the outputs and the "
+                                    "updated leaves, as flax's apply(..., mutable=[...]) does"),
+                     (a_trained_leaf, "Jax: apply's updates hold params.w2, which is no leaf mutable= names "
+                                      "(batch_stats.count, batch_stats.mean, batch_stats.xsum)"),
+                     (another_shape, "Jax: apply's updates give batch_stats.mean the shape (3,), not (8,)")):
+        with pytest.raises(TypeError) as e:
+            _fit(nn.Jax(fn, asm.stats_params(1), trainable=mask, mutable="batch_stats"))
+        assert line in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("kind", [pytest.param("torch", marks=TORCH)])
 def test_integer_features_from_an_hdf5_file_reach_an_embedding_as_int64(kind, tmp_path):
     """fit('file.h5') of int64 features trains an Embedding first layer (float indices would be refused by
@@ -164,6 +249,11 @@ def test_per_rank_leaves_and_an_hdf5_of_indices_give_the_one_rank_model(nprocs, 
             np.testing.assert_allclose(rank["params"][k], asnumpy(v), rtol=1e-9, atol=1e-12, err_msg=k)
         for k, v in one.model.buffers().items():
             np.testing.assert_array_equal(rank["buffers"][k], asnumpy(v), err_msg=k)
+    # running statistics: each step starts from data rank 0's, which rank 0 updates from its own 10 rows (3 epochs
+    # of 8 steps: it counted 240 rows, not the 720 of all ranks); every rank holds rank 0's after fit and predict
+    counts = [int(r["batch_stats.count"]) for r in got["stats_after_fit"]]
+    assert counts == [240, 240, 240], counts
+    assert all(r == got["stats"][0] for r in (*got["stats"], *got["stats_after_fit"]))
     emb = _fit(asm.embedding_model(), str(tmp_path / "indices.h5"))
     np.testing.assert_allclose(got["embedding_history"]["train_loss"], emb.history["train_loss"], rtol=1e-10)
     np.testing.assert_allclose(got["embedding_history"]["test_loss"], emb.history["test_loss"], rtol=1e-10)
