@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["HEAVY_YIELD", "RANKS_A_CORE", "blas_at_start", "mpi_start", "when_oversubscribed"]
+__all__ = ["HEAVY_YIELD", "RANKS_A_CORE", "blas_at_start", "mpi_start", "node_cores", "when_oversubscribed"]
 
 HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
 RANKS_A_CORE = 2
@@ -111,7 +111,7 @@ def blas_started(var: str | None) -> None:
 def when_oversubscribed() -> bool:
     """Set :data:`HEAVY_YIELD` where the launcher put more than :data:`RANKS_A_CORE` ranks a core on this node.
 
-    Returns whether it did. Not collective (every rank of a node decides the
+    The node's cores are :func:`node_cores`'s. Returns whether it did. Not collective (every rank of a node decides the
     same from the same variables). Nothing is set when the variable (or its
     ``MPICH_`` alias) is already set, or no launcher said how many ranks the
     node has.
@@ -130,10 +130,28 @@ def when_oversubscribed() -> bool:
         return False
     for var in LOCAL_SIZE_VARS:
         value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > RANKS_A_CORE * (os.cpu_count() or 1):
+        if value.isdigit() and int(value) > RANKS_A_CORE * node_cores():
             os.environ[HEAVY_YIELD] = "1"
             return True
     return False
+
+
+SLURM_CPUS = "SLURM_CPUS_ON_NODE"
+"""Slurm's count of the CPUs its job holds on this node (in every job and step)."""
+
+
+def node_cores() -> int:
+    """The cores this node's ranks share: Slurm's allocation on the node, else the node's. Not collective.
+
+    Slurm's is :data:`SLURM_CPUS`, where a Slurm job runs the ranks. On a node shared between jobs the
+    allocation is what the ranks get (its cgroup confines them to it): 8 ranks in a 2-core allocation of a
+    64-core node are 4 a core, not 1 in 8. A rank's own CPU set is no measure of it: a launcher that binds
+    each rank to a core of its own gives a set of one core to ranks that share none.
+    """
+    value = os.environ.get(SLURM_CPUS, "")
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    return os.cpu_count() or 1
 
 
 class _MPIStart:

@@ -344,7 +344,7 @@ def test_only_a_launch_that_never_started_is_launched_again():
 def test_mpich_yields_while_waiting_when_the_node_has_more_than_two_ranks_a_core(monkeypatch):
     from hpcgpu import _yield
 
-    for v in (_yield.HEAVY_YIELD, "MPICH_ENABLE_HEAVY_YIELD", *_yield.LOCAL_SIZE_VARS):
+    for v in (_yield.HEAVY_YIELD, "MPICH_ENABLE_HEAVY_YIELD", _yield.SLURM_CPUS, *_yield.LOCAL_SIZE_VARS):
         monkeypatch.delenv(v, raising=False)
     cores = os.cpu_count() or 1
     monkeypatch.setenv("MPI_LOCALNRANKS", str(2 * cores))  # two ranks a core: MPICH's own polling is faster
@@ -353,6 +353,25 @@ def test_mpich_yields_while_waiting_when_the_node_has_more_than_two_ranks_a_core
     assert _yield.when_oversubscribed() and os.environ[_yield.HEAVY_YIELD] == "1"
     monkeypatch.setenv(_yield.HEAVY_YIELD, "0")  # the user's choice stays
     assert not _yield.when_oversubscribed() and os.environ[_yield.HEAVY_YIELD] == "0"
+
+
+def test_in_a_slurm_job_the_cores_ranks_share_are_its_allocation_on_the_node(monkeypatch):
+    """8 ranks in a 2-core allocation of a larger node are 4 a core: they yield, whatever the node's count;
+    8 in an 8-core allocation are 1 a core: they poll. No allocation: the node's cores."""
+    from hpcgpu import _yield
+
+    for v in (_yield.HEAVY_YIELD, "MPICH_ENABLE_HEAVY_YIELD", _yield.SLURM_CPUS, *_yield.LOCAL_SIZE_VARS):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setenv("MPI_LOCALNRANKS", "8")
+    assert _yield.node_cores() == 64 and not _yield.when_oversubscribed()
+    monkeypatch.setenv(_yield.SLURM_CPUS, "8")
+    assert _yield.node_cores() == 8 and not _yield.when_oversubscribed()
+    monkeypatch.setenv(_yield.SLURM_CPUS, "2")
+    assert _yield.node_cores() == 2 and _yield.when_oversubscribed() and os.environ[_yield.HEAVY_YIELD] == "1"
+    for bad in ("", "0", "two"):  # not Slurm's: the node's count
+        monkeypatch.setenv(_yield.SLURM_CPUS, bad)
+        assert _yield.node_cores() == 64
 
 
 _BLAS_AT_IMPORT = ("import hpcgpu, os, sys; from threadpoolctl import threadpool_info; "
