@@ -332,17 +332,22 @@ def timed_all_ranks(comm, f) -> float:
     return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
 
 
+def idle_wait(comm) -> None:
+    """Wait for the other ranks without spinning (MPICH's Barrier busy-polls a core SciPy's threads need)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
+
+
 def timed_rank0(comm, f, own: bool = False):
     """Seconds of f() on rank 0 alone while the other ranks sleep (None elsewhere); ``own``: f returns them."""
-    from hpcgpu.linalg._matmul_cli import _idle_wait
-
     t = None
     if comm.Get_rank() == 0:
         t0 = time.perf_counter()
         t = f()
         if not own:
             t = time.perf_counter() - t0
-    _idle_wait(comm)
+    idle_wait(comm)
     return t
 
 
