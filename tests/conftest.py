@@ -41,12 +41,29 @@ def pytest_configure(config):
     # the tests of hpcgpu's own choice of it (tests/test_runtime.py) clear it in their ranks' environment.
     for var in ("MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle"):
         os.environ.setdefault(var, "1")
+    _default_stop_signals()
     if config.getoption("--device") == "standin":
         # In this process and, through PYTHONPATH, in every rank and subprocess the tests start.
         sys.path.insert(0, STANDIN)
         os.environ["PYTHONPATH"] = STANDIN + os.pathsep + os.environ.get("PYTHONPATH", "")
         for var in ("HPCGPU_STANDIN_FAIL", "HPCGPU_STANDIN_DEVICES", "CUDA_VISIBLE_DEVICES"):
             os.environ.pop(var, None)
+
+
+def _default_stop_signals():
+    """Start the suite's processes from the stop signals' default actions, whatever this one inherited.
+
+    An ignored signal is inherited by every child: the suite run under ``nohup`` (SIGHUP ignored), or from a
+    non-interactive shell's background job (SIGINT ignored), gave Intel MPI's ranks an ignored SIGHUP (its Hydra
+    passes it on; MPICH's and Open MPI's launchers do not), which hpcgpu rightly leaves ignored: the signal tests
+    then failed. Their subject is the actions a job gets by default.
+    """
+    import signal
+
+    for name in ("SIGHUP", "SIGTERM", "SIGUSR1", "SIGINT"):
+        sig = getattr(signal, name)
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(config, items):
