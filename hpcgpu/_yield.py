@@ -111,10 +111,10 @@ def blas_started(var: str | None) -> None:
 def when_oversubscribed() -> bool:
     """Set :data:`HEAVY_YIELD` where the launcher put more than :data:`RANKS_A_CORE` ranks a core on this node.
 
-    The node's cores are :func:`node_cores`'s. Returns whether it did. Not collective (every rank of a node decides the
-    same from the same variables). Nothing is set when the variable (or its
-    ``MPICH_`` alias) is already set, or no launcher said how many ranks the
-    node has.
+    The node's cores are :func:`node_cores`'s. Returns whether it did. Not
+    collective (every rank of a node decides the same from the same
+    variables). Nothing is set when the variable (or its ``MPICH_`` alias)
+    is already set, or no launcher said how many ranks the node has.
 
     Heavy yield waits with ``nanosleep(1 ns)`` between polls, which the
     kernel rounds up to its timer slack (50 us by default): about 70 us a

@@ -111,9 +111,8 @@ class _Server:
         self.path = os.path.join(self.dir, "s")
         self.startup, self.pythonpath = _startup(env), set(_entries(env))
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path, *(["autograd"] * heavy)],
-                                     env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     cwd=self.dir)
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, cwd=self.dir)
         self.ready = self.proc.stdout.readline().strip() == b"ready"
 
 
@@ -375,7 +374,7 @@ if __name__ == "__main__":
     ctypes.CDLL(importlib.util.find_spec("mpi4py.MPI").origin)
     for name in ("argparse", "base64", "dataclasses", "glob", "hashlib", "hmac", "inspect", "json", "pathlib",
                  "platform", "secrets", "shutil", "socket", "tempfile", "threading", "typing", "ml_dtypes",
-                 "numpy.random", "threadpoolctl", *(("torch", "jax") if sys.argv[2:] == ["autograd"] else ())):
+                 "numpy.random", "threadpoolctl", *(AUTOGRAD if sys.argv[2:] == ["autograd"] else ())):
         try:
             __import__(name)
         except ImportError:

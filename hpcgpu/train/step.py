@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # the parts' types, for the reader and type checkers; nothing
 __all__ = ["Step"]
 
 
-
 @dataclass
 class Step:
     """The parts a step wires together, and the step itself (:meth:`__call__`).
