@@ -29,13 +29,13 @@ ARGS    ?=
 # spinning: tests/conftest.py) and poll, and a third worker fills that time. The host pass took 312 s on three, 354 s
 # on two (the previous measure: 482 s on one). The tests of tests/slurm and tests/cluster run on one worker
 # (tests/conftest.py); so do each table of refusals that runs in one launch. WORKERS=0: one process. test-mpi (the
-# other stacks' CI passes) runs on as many. The system's Open MPI 4 stays on one: on two workers a clean clone's CI
-# pass failed 224 tests in 137 s, every launch "orte_init failed: getting local rank failed", reported by a worker's
-# singleton orted (two workers' singleton MPI_Inits at once, presumably), though a pass in this checkout had been
-# green.
+# other stacks' CI passes) runs on as many. Under the system's Open MPI 4 a process no launcher started (a
+# singleton: the pytest workers, a one-rank run without mpiexec) starts an orted of its own, 2.5 s each, and two
+# at once on two workers failed ("orte_init failed: getting local rank failed"): its pass runs them isolated
+# (OMPI_MCA_ess_singleton_isolated=1, no orted; hpcgpu never spawns), on three workers: 537 s against 862 s on one.
 WORKERS ?= 3
 XDIST   := $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadgroup)
-MPI_XDIST := $(if $(filter system,$(MPI)),,$(XDIST))
+MPI_ENV := $(if $(filter system,$(MPI)),OMPI_MCA_ess_singleton_isolated=1)
 PY      := $(VENV)/bin/python
 # Packages go in with uv (itself from PyPI, by pip, into the environment): it links them from its cache, where pip
 # unpacks every wheel again. A fresh environment with PyTorch and JAX took 6.5 s with uv against 56 s with pip here
@@ -76,7 +76,7 @@ run-train:
 # Every test that starts ranks (marker mpi), under this MPI: CI's pass for Open MPI and Intel MPI. With the
 # autograd extra, as make test has it: the PyTorch and JAX tests run under every MPI, not skipped for want of it.
 test-mpi: $(VENV)/.installed $(VENV)/.autograd
-	$(PY) -m pytest $(MPI_XDIST) -m mpi $(ARGS)
+	$(MPI_ENV) $(PY) -m pytest $(XDIST) -m mpi $(ARGS)
 
 # The suite twice: as it is here, then as on a GPU node (the CuPy stand-in of
 # tests/device posing as a present GPU, so --device auto takes the device path): the tests whose path is known to
