@@ -84,7 +84,7 @@ def _launch(tmp_path, nprocs: int, table: dict, env=None, timeout: float = 300):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", _mpi.cases([2, 3], [3]))
 @pytest.mark.parametrize("table", [TRAINER, MATRICES], ids=["trainer", "matrices"])
 def test_a_difference_is_one_agreed_line_on_every_rank(tmp_path, nprocs, table):
     p = _launch(tmp_path, nprocs, table)
@@ -217,7 +217,7 @@ LATE = "TypeError agreed: Torch: Late returned a tuple, not a tensor: its forwar
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", _mpi.cases([2, 3], [3]))
 def test_a_later_contract_error_is_agreed_when_the_reduction_overlaps_the_backward_pass(tmp_path, nprocs):
     """The broken rank posts the buckets its backward pass did not, so the reduction (and the agreement after it)
     completes on every rank: with several buckets, and with gradient accumulation breaking at either micro-batch.

@@ -177,7 +177,7 @@ def test_one_rank_sync_batchnorm_is_pytorchs():
 
 @TORCH_DEVICE
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", _mpi.cases([2, 3], [3]))
 def test_same_model_at_any_number_of_ranks(n):
     """Built-in Dropout (with gradient accumulation; at 2 ranks also split over a tensor group) and
     ``sync_batchnorm=True`` give at 2 and 3 ranks the parameters (and BatchNorm's running statistics) of one rank,

@@ -87,7 +87,7 @@ def test_a_checkpoint_holds_the_frozen_layer_and_batchnorm_and_resumes_bitwise(t
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", _mpi.cases([2, 3], [3]))
 def test_modules_initialized_per_rank_give_the_one_rank_model(nprocs, tmp_path):
     """Every rank's module from its own seed (the frozen layer too, as a user's per-rank initialization would
     make it): the frozen layer is data rank 0's on every rank, so the model at 2 and 3 ranks is the one of 1 rank
