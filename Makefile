@@ -33,9 +33,11 @@ ARGS    ?=
 # singleton: the pytest workers, a one-rank run without mpiexec) starts an orted of its own, 2.5 s each, and two
 # at once on two workers failed ("orte_init failed: getting local rank failed"): its pass runs them isolated
 # (OMPI_MCA_ess_singleton_isolated=1, no orted; hpcgpu never spawns), on three workers: 537 s against 862 s on one.
+# The other stacks' ranks start from the suite's fork server (tests/_forkserver.py), the system stack's as processes
+# of their own (HPCGPU_TEST_FORKSERVER=0): what passes from the server passes there.
 WORKERS ?= 3
 XDIST   := $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadgroup)
-MPI_ENV := $(if $(filter system,$(MPI)),OMPI_MCA_ess_singleton_isolated=1)
+MPI_ENV := $(if $(filter system,$(MPI)),OMPI_MCA_ess_singleton_isolated=1 HPCGPU_TEST_FORKSERVER=0)
 PY      := $(VENV)/bin/python
 # Packages go in with uv (itself from PyPI, by pip, into the environment): it links them from its cache, where pip
 # unpacks every wheel again. A fresh environment with PyTorch and JAX took 6.5 s with uv against 56 s with pip here

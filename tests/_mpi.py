@@ -236,13 +236,14 @@ def run(nprocs: int, args, timeout: float = 120, cwd=None, env=None, check=False
     ``python`` is another environment's interpreter (see :func:`other_stacks`):
     its MPI's launcher starts it. The result's ``stderr`` is what the ranks
     wrote; ``launcher_stderr`` what the launcher added after it (see
-    :func:`split_launcher`). Under MPICH the ranks start from this worker's fork server
-    (``tests/_forkserver.py``: NumPy, h5py and the MPI library loaded once) where the launch allows it;
-    ``fork=False`` for a test whose subject is the rank's process itself.
+    :func:`split_launcher`). The ranks start from this worker's fork server (``tests/_forkserver.py``: NumPy,
+    h5py and the MPI library loaded once) where the launch allows it, under every MPI (the system stack's CI pass
+    turns it off: ``HPCGPU_TEST_FORKSERVER=0``); ``fork=False`` for a test whose subject is the rank's process
+    itself.
     """
     e = environment(env, python)
     cmd = [mpiexec(python), "-n", str(nprocs), python or sys.executable, *args]
-    if fork and python is None and flavor() == "mpich" and _forkserver.usable(args, e, environment):
+    if fork and python is None and _forkserver.usable(args, e, environment):
         cmd[3:] = _forkserver.command(sys.executable, args)
         e = _forkserver.environment(e)
     for _ in range(3):

@@ -1,6 +1,6 @@
 """A rank of the suite's launches started from the fork server (tests/_forkserver.py).
 
-The launcher (MPICH's Hydra) starts this in place of ``python ARGS`` as ``python -I -S _rank.py ARGS``: it hands
+The launcher (MPICH's or Intel MPI's Hydra, Open MPI's) starts this in place of ``python ARGS`` as ``python -I -S _rank.py ARGS``: it hands
 its environment, working directory, umask, CPU set, resource limits and standard streams (and Hydra's PMI socket,
 ``PMI_FD``) to the fork server of the test's pytest worker, which forks a process that has NumPy, h5py and the MPI
 library loaded and runs ``ARGS`` there as ``python ARGS`` would. This process stays what the launcher sees: it
