@@ -1,12 +1,12 @@
 """A rank of the suite's launches started from the fork server (tests/_forkserver.py).
 
-The launcher (MPICH's or Intel MPI's Hydra, Open MPI's) starts this in place of ``python ARGS`` as ``python -I -S _rank.py ARGS``: it hands
-its environment, working directory, umask, CPU set, resource limits and standard streams (and Hydra's PMI socket,
-``PMI_FD``) to the fork server of the test's pytest worker, which forks a process that has NumPy, h5py and the MPI
-library loaded and runs ``ARGS`` there as ``python ARGS`` would. This process stays what the launcher sees: it
-passes on every signal it is sent and exits as the rank did (its code, or killed by its signal). Killed itself
-(SIGKILL), the fork server kills the rank. Where the server cannot be reached, this process becomes ``python ARGS``
-(exec).
+The launcher (MPICH's or Intel MPI's Hydra, Open MPI's) starts this in place of ``python ARGS`` as
+``python -I -S _rank.py ARGS``: it hands its environment, working directory, umask, CPU set, resource limits and
+standard streams (and Hydra's PMI socket, ``PMI_FD``; Open MPI's ranks find their PMIx server from the environment)
+to the fork server of the test's pytest worker, which forks a process that has NumPy, h5py and the MPI library
+loaded and runs ``ARGS`` there as ``python ARGS`` would. This process stays what the launcher sees: it passes on
+every signal it is sent and exits as the rank did (its code, or killed by its signal). Killed itself (SIGKILL), the
+fork server kills the rank. Where the server cannot be reached, this process becomes ``python ARGS`` (exec).
 
 Built-in modules only (``marshal``, ``_socket``; no ``json``, ``socket`` or site): it starts in 6 ms.
 """
