@@ -118,11 +118,35 @@ def trainer_ranks(arg: str) -> dict[int, int]:
     return found
 
 
+IMPORT_VARS = ("KMP_INIT_AT_FORK", "KMP_DUPLICATE_LIB_OK", "XLA_PYTHON_CLIENT_PREALLOCATE", "TF_CPP_MIN_LOG_LEVEL",
+               "TF_FORCE_GPU_ALLOW_GROWTH", "TORCHINDUCTOR_CACHE_DIR")
+"""Variables a library imported or used in the pytest worker itself puts in the worker's environment (scikit-learn's
+OpenMP settings, hpcgpu.nn.Jax's, Keras's and JAX's, PyTorch's compiler cache). A test's ranks get
+them as the session began (:func:`note_session_start`), whatever the worker ran before: a rank's environment does
+not depend on the tests before it, and the fork server (started with the session's) stays usable. They had made
+every later launch of a worker that ran a PyTorch, JAX or scikit-learn test in process start its ranks as
+processes of their own: about a third of the host pass's ranks, PyTorch's and JAX's among them."""
+
+_SESSION_IMPORT_VARS: dict | None = None
+
+
+def note_session_start() -> None:
+    """Record :data:`IMPORT_VARS` as they are before any test module is imported (``tests/conftest.py``)."""
+    global _SESSION_IMPORT_VARS
+    _SESSION_IMPORT_VARS = {k: os.environ.get(k) for k in IMPORT_VARS}
+
+
 def environment(env=None, python: str | None = None) -> dict:
-    """``os.environ`` for a test's ranks: unbuffered output, this checkout first on PYTHONPATH,
-    the launcher's flags (``python``'s MPI's, when given), one BLAS thread a rank when tests run side by side and
-    ``env`` names no thread variable (:data:`SHARED_CORES`), then ``env`` (a value of None removes a variable)."""
+    """``os.environ`` for a test's ranks (:data:`IMPORT_VARS` as the session began): unbuffered output, this checkout
+    first on PYTHONPATH, the launcher's flags (``python``'s MPI's, when given), one BLAS thread a rank when tests run
+    side by side and ``env`` names no thread variable (:data:`SHARED_CORES`), then ``env`` (a value of None removes
+    a variable)."""
     e = dict(os.environ)
+    for k, v in (_SESSION_IMPORT_VARS or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     e.setdefault("PYTHONUNBUFFERED", "1")
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
     if python is not None:  # another environment: none of this one's launcher settings

@@ -42,6 +42,9 @@ def pytest_configure(config):
     for var in ("MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle"):
         os.environ.setdefault(var, "1")
     _default_stop_signals()
+    import _mpi
+
+    _mpi.note_session_start()
     if config.getoption("--device") == "standin":
         # In this process and, through PYTHONPATH, in every rank and subprocess the tests start.
         sys.path.insert(0, STANDIN)
