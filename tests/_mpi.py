@@ -173,7 +173,7 @@ thread each (:func:`environment`), as a site's ``OMP_NUM_THREADS=1`` gives: hpcg
 ranks the launcher put there and cannot see the other tests' ranks, and a rank's second OpenBLAS thread waiting
 for a core another test holds made a one-rank training run 10 times slower (23 s against 2.3 s alone). A test
 whose subject is the threads says so in its own ``env`` (any of :data:`THREAD_VARS`, None to unset it); run
-without workers (``-n 0``, the system MPI's pass), the suite's ranks choose their threads as a user's would."""
+without workers (``-n 0``), the suite's ranks choose their threads as a user's would."""
 
 
 def blas_threads(n: int | str) -> dict:
