@@ -110,6 +110,14 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_report_header(config):
+    """The MPI library and launcher, and the device. Under pytest-xdist this process (the controller) only schedules
+    and starts the workers, which inherit its environment: it reads the library's version without ``MPI_Init``
+    (``_mpi.SINGLETON_VARS``)."""
+    import mpi4py
+
+    controller = bool(getattr(config.option, "numprocesses", None)) and "mpi4py.MPI" not in sys.modules
+    if controller:
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False
     from mpi4py import MPI
 
     import _mpi
@@ -119,9 +127,12 @@ def pytest_report_header(config):
 
     cupy = d.cupy_or_none()
     dev = "no CuPy" if cupy is None else f"cupy {cupy.__version__}, {d.device_count()} device(s)"
+    world = (f"world size of this process {MPI.COMM_WORLD.Get_size()}" if MPI.Is_initialized()
+             else "MPI not initialized in pytest-xdist's controller")
     return [f"MPI: {lib} (MPI {'%d.%d' % MPI.Get_version()}), launcher {_mpi.mpiexec()}, "
-            f"world size of this process {MPI.COMM_WORLD.Get_size()}; multi-rank tests start their own ranks",
+            f"{world}; multi-rank tests start their own ranks",
             f"device: {dev} (--device={config.getoption('--device')})"]
+
 
 
 @pytest.fixture(scope="session")

@@ -326,6 +326,18 @@ def test_the_launchers_own_block_is_all_it_adds(tmp_path):
     assert not (tmp_path / "c.h5").exists()
 
 
+@pytest.mark.mpi
+def test_the_suites_launches_inherit_no_singletons_variables():
+    """The suite's own ground: this pytest process (a worker, or pytest itself) holds none of the variables an
+    Open MPI singleton's MPI_Init writes (_mpi.SINGLETON_VARS; pytest-xdist's controller no longer initializes MPI),
+    and a launch from it is one world of 2 ranks (with them, Open MPI 4's mpiexec exited 1 without a word)."""
+    assert not [k for k in _mpi.SINGLETON_VARS if k in os.environ], os.environ
+    assert os.environ.get("OMPI_MCA_ess") != "singleton"
+    p = _mpi.run(2, ["-c", "import os; from mpi4py import MPI; os.write(1, b'%d\\n' % MPI.COMM_WORLD.Get_size())"],
+                 timeout=60, fork=False)  # one write a rank: print's two interleave
+    assert (p.returncode, p.stdout) == (0, "2\n2\n"), (p.stdout, p.stderr, p.launcher_stderr)
+
+
 def test_only_a_launch_that_never_started_is_launched_again():
     """The suite relaunches (tests/_mpi.py ``run``) only a launch the launcher itself could not start: its
     exact words, nothing from a rank. A rank's failure, or those words after a rank wrote, is the test's."""
