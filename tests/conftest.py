@@ -156,3 +156,26 @@ def small_h5(tmp_path):
     X, y = blobs(240)
     Xt, yt = blobs(61, seed=1)
     return write_h5(tmp_path / "small.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """``HPCGPU_TEST_CPU_LOG=FILE``: each test's CPU seconds (this process's, then its reaped children's: the
+    launchers and the ranks they reaped, subprocesses; not the fork server's ranks: ``HPCGPU_TEST_FORKSERVER_LOG``)
+    and wall seconds, a line each, to find where the suite's time goes (docs/guide/testing.rst)."""
+    log = os.environ.get("HPCGPU_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu(who):
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    s, c, t = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.monotonic()
+    yield
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"{cpu(resource.RUSAGE_SELF) - s:.3f} {cpu(resource.RUSAGE_CHILDREN) - c:.3f} "
+                f"{time.monotonic() - t:.3f} {item.nodeid}\n")
