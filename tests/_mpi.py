@@ -169,10 +169,9 @@ SINGLETON_VARS = ("OMPI_MCA_orte_ess_num_procs", "OMPI_APP_CTX_NUM_PROCS",
                   "OMPI_MCA_orte_precondition_transports", "ORTE_SCHIZO_DETECTION", "OMPI_MCA_orte_hnp_uri")
 """Variables Open MPI 4's ``MPI_Init`` writes into the C environment of a process no launcher started (a
 singleton), which no user sets; with them it writes ``OMPI_MCA_ess=singleton`` (and ``OMPI_MCA_pmix=isolated`` under
-``OMPI_MCA_ess_singleton_isolated=1``).
-Python's ``os.environ`` never sees them, but a child started from that process inherits them: pytest-xdist's
-controller, which initialized MPI for its header, gave them to every worker, and from there to every ``mpiexec`` the
-tests ran, which then exited 1 without a word (CI's system-MPI pass, 311 tests failed;
+``OMPI_MCA_ess_singleton_isolated=1``). Python's ``os.environ`` never sees them, but a child started from that process
+inherits them: pytest-xdist's controller, which initialized MPI for its header, gave them to every worker, and from
+there to every ``mpiexec`` the tests ran, which then exited 1 without a word (CI's system-MPI pass, 311 tests failed;
 tests/test_runtime.py checks that the workers' environment holds none)."""
 
 

@@ -134,7 +134,6 @@ def pytest_report_header(config):
             f"device: {dev} (--device={config.getoption('--device')})"]
 
 
-
 @pytest.fixture(scope="session")
 def cluster():
     """Three "nodes" (network + UTS + mount namespaces on a private bridge; tests/cluster); most tests use the
