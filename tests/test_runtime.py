@@ -1,6 +1,7 @@
 import os
 import re
 
+import h5py
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -469,3 +470,47 @@ def test_ranks_past_two_a_core_start_with_mpichs_heavy_yield():
     p = _mpi.run(n, ["-c", code], env={"MPIR_CVAR_ENABLE_HEAVY_YIELD": None}, timeout=90)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["1"] * n, p.stdout
+
+
+_ENDINGS = r'''
+import os, sys, threading, time
+import h5py
+from mpi4py import MPI
+how, out = sys.argv[1], sys.argv[2]
+rank = MPI.COMM_WORLD.rank
+f = h5py.File(f"{out}.{rank}.h5", "w")  # never closed: HDF5 closes it at exit
+f["x"] = [rank, 1, 2]
+log = open(f"{out}.{rank}.txt", "w")  # never closed either: only Python's finalization flushes it
+log.write("kept")
+sys.stdout.write(f"rank {rank} without a newline")
+threading.Thread(target=lambda: (time.sleep(0.3), open(f"{out}.{rank}.thread", "w").close())).start()
+if how == "message":
+    sys.exit(f"rank {rank} stops here")
+if how == "code":
+    sys.exit(3)
+'''
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("how", ["end", "code", "message"])
+def test_a_rank_from_the_fork_server_ends_as_a_process_of_its_own(tmp_path, how):
+    """The suite's fork server ends a rank without Python's finalization (tests/_forkserver.py ``_exit``): its
+    exit code, streams, unclosed HDF5 and text files and non-daemon threads come out as from ``python`` itself."""
+    script = tmp_path / "end.py"
+    script.write_text(_ENDINGS)
+    seen = {}
+    for fork in (True, False):
+        out = tmp_path / f"fork{fork}"
+        p = _mpi.run(2, [str(script), how, str(out)], timeout=90, fork=fork)
+        files = {}
+        for r in range(2):
+            with h5py.File(f"{out}.{r}.h5", "r") as f:
+                files[r] = (f["x"][()].tolist(), open(f"{out}.{r}.txt").read(),
+                            os.path.exists(f"{out}.{r}.thread"))
+        seen[fork] = (p.returncode, sorted(p.stdout.replace("newline", "newline\n").split("\n")),
+                      sorted(p.stderr.splitlines()), files)
+    assert seen[True] == seen[False], seen
+    code, _, err, files = seen[True]
+    assert code == {"end": 0, "code": 3, "message": 1}[how]
+    assert files == {r: ([r, 1, 2], "kept", True) for r in range(2)}
+    assert err == ([f"rank {r} stops here" for r in range(2)] if how == "message" else []), err
