@@ -398,10 +398,11 @@ def _exit(code) -> None:
 
     What Python's exit does, in its order, up to the finalization: ``SystemExit``'s code (None: 0; an int; else
     printed, 1), the non-daemon threads joined, the ``atexit`` callbacks (hpcgpu's stop policy's among them), the
-    standard streams flushed (120 where a flush fails), the files the rank left open closed, ``MPI_Finalize`` (mpi4py's ``Py_AtExit`` callback, which
-    runs in the finalization), then the C library's ``exit``: its ``atexit`` handlers (HDF5 closes what is open)
-    and C stdio's flush. The finalization left out (each module's objects freed, each page the server shares with
-    the rank written) was about 0.06 of a rank's 0.15 CPU seconds here. An uncaught exception never comes here: it
+    standard streams flushed (120 where a flush fails), the files the rank left open closed, ``MPI_Finalize``
+    (mpi4py's ``Py_AtExit`` callback, which runs in the finalization), then the C library's ``exit``: its
+    ``atexit`` handlers (HDF5 closes what is open) and C stdio's flush. The finalization left out (each module's
+    objects freed, each page the server shares with the rank written) was about 0.05 of a rank's 0.14 CPU seconds
+    here. An uncaught exception never comes here: it
     ends the rank through Python's own path.
     """
     import atexit
