@@ -14,11 +14,23 @@ layer order (the order backward completes them), and each bucket's
 :meth:`GradientReducer.finish` waits for all of them before the update. One
 bucket (the default for models under 25 MB) is one blocking ``Allreduce``
 after the backward pass.
+
+Where every rank of that one reduction is on one node and the buffer is on the
+host, the reduction is the reducer's own (:class:`NodeSum`): the ranks' buffers
+are parts of one shared-memory segment; each rank sums its slice of every part (a
+reduce-scatter by loads), then copies the other slices from their owners (an
+allgather by loads), between three barriers, with no message copies. On this
+2-core machine, for a 784-256-256-10 gradient (1.08 MB): 91-114 us against the MPI
+library's ``Allreduce`` at 108-227 us at 2 ranks, and 151-318 us against 276-721 us
+at 3, under MPICH, Open MPI 4 and 5 and Intel MPI (docs/performance.rst).
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
+import os
+import uuid
 
 import numpy as np
 from mpi4py import MPI
@@ -26,7 +38,146 @@ from mpi4py import MPI
 from .. import _device
 from ..comm import Allgather, Allreduce, Iallreduce, Reduce_scatter_block
 
-__all__ = ["GradientReducer"]
+__all__ = ["GradientReducer", "NodeSum"]
+
+SHM_DIR = "/dev/shm"
+"""Where :class:`NodeSum` makes its segment (a tmpfs): unlinked as soon as every rank has mapped it."""
+
+
+class NodeSum:
+    """``Allreduce(SUM)`` of one host buffer over the ranks of one node, through one shared-memory segment.
+
+    Made by :meth:`make` (collective), which returns None where it cannot be had (ranks on more than one node,
+    no room in :data:`SHM_DIR`, a dtype other than float32 or float64): the caller then uses the MPI library's
+    ``Allreduce``. Each rank's buffer (:attr:`mine`) is its part of a segment every rank maps. A sum
+    (:meth:`allreduce`): a barrier (every part written); rank ``r`` sums slice ``r`` of every part, in rank
+    order, into slice ``r`` of its own part (a reduce-scatter by loads: no rank writes a slice another reads
+    meanwhile); a barrier; each rank copies every other slice from its owner's part (an allgather by loads); a
+    barrier (no part is written again while another rank reads it). Every element is summed once, by one rank,
+    in one order, so every rank holds the same bits (rank order, which need not be the MPI library's). The
+    barriers are the MPI library's: their memory ordering publishes the stores made before them, as every
+    shared-memory transport's messages must. The segment is a file of :data:`SHM_DIR`, unlinked once every rank
+    has mapped it (nothing stays there, whatever ends the job), unmapped when the last array on it is freed;
+    each rank reserves its own part (``posix_fallocate``, on its memory node), so a full tmpfs is a fallback
+    here, never a SIGBUS at a first touch.
+
+    Parameters
+    ----------
+    parts : list of numpy.ndarray, shape (n,)
+        Every rank's part of the mapped segment, in rank order (:meth:`make` maps them).
+    comm : mpi4py.MPI.Intracomm
+        The ranks that sum, all on this node.
+
+    Attributes
+    ----------
+    mine : numpy.ndarray, shape (n,)
+        This rank's buffer, zeroed at the start: its part of the segment.
+    """
+
+    def __init__(self, parts: list, comm):
+        self.comm, self.parts, self.rank = comm, parts, comm.rank
+        self.mine = parts[comm.rank]
+        n, P = self.mine.size, comm.size
+        self.bounds = [q * n // P for q in range(P + 1)]
+        self._acc = np.empty(self.bounds[self.rank + 1] - self.bounds[self.rank], self.mine.dtype)
+
+    @classmethod
+    def make(cls, n: int, dtype, comm) -> NodeSum | None:
+        """A :class:`NodeSum` of ``n`` elements of ``dtype`` over ``comm``, or None where it cannot be had.
+
+        Collective over ``comm``: every rank gets one, or every rank None.
+
+        Parameters
+        ----------
+        n : int
+            Elements of each rank's buffer (the same on every rank).
+        dtype : numpy.dtype
+            float32 or float64; another dtype gives None.
+        comm : mpi4py.MPI.Intracomm
+            The ranks that sum; None unless they are all on this node.
+
+        Returns
+        -------
+        NodeSum or None
+        """
+        dtype = np.dtype(dtype)
+        if comm.size < 2 or n < 1 or dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            return None
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        one_node = node.size == comm.size
+        node.Free()
+        if not one_node:
+            return None
+        part = -(-n * dtype.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE  # each part on pages of its own
+        path = comm.bcast(_new_segment(comm.size * part) if comm.rank == 0 else None, root=0)
+        if path is None:
+            return None
+        mapped = _map_part(path, comm.rank * part, part, comm.size * part)
+        ok = comm.allreduce(mapped is not None, op=MPI.LAND)  # every rank mapped it, or none uses it
+        if comm.rank == 0:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if not ok:
+            if mapped is not None:
+                mapped.close()
+            return None
+        parts = [np.frombuffer(mapped, dtype=dtype, count=n, offset=q * part) for q in range(comm.size)]
+        parts[comm.rank][...] = 0
+        comm.Barrier()  # every part zeroed before any rank's first sum reads it
+        return cls(parts, comm)
+
+    def allreduce(self) -> None:
+        """Replace every rank's :attr:`mine` by the sum over the ranks. Collective over the comm."""
+        comm, parts, b, r = self.comm, self.parts, self.bounds, self.rank
+        lo, hi = b[r], b[r + 1]
+        comm.Barrier()  # every part holds its rank's contribution
+        acc = self._acc
+        np.add(parts[0][lo:hi], parts[1][lo:hi], out=acc)
+        for q in range(2, len(parts)):
+            acc += parts[q][lo:hi]
+        self.mine[lo:hi] = acc  # slice r of this part: no other rank reads it before the next barrier
+        comm.Barrier()  # every slice summed
+        for q in range(len(parts)):
+            if q != r:
+                self.mine[b[q]:b[q + 1]] = parts[q][b[q]:b[q + 1]]
+        comm.Barrier()  # every rank has read the others' slices: each may write its own part again
+
+
+def _new_segment(size: int) -> str | None:
+    """A new file of ``size`` bytes (sparse) in :data:`SHM_DIR` with a name no other job has; None where it fails."""
+    path = os.path.join(SHM_DIR, f"hpcgpu-allreduce-{os.getpid()}-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        os.unlink(path)
+        return None
+    finally:
+        os.close(fd)
+    return path
+
+
+def _map_part(path: str, offset: int, part: int, size: int):
+    """The segment ``path`` mapped (``size`` bytes), this rank's part ``[offset, offset + part)`` reserved.
+
+    None where either fails (no room left in the tmpfs: ``posix_fallocate``'s ENOSPC).
+    """
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, offset, part)
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
 
 
 class GradientReducer:
@@ -87,6 +238,9 @@ class GradientReducer:
         ``[lo, hi)`` of this rank's block (the whole gradient without ZeRO).
     padded : int
         The gradient's length rounded up to a multiple of ``shards``.
+    node_sum : NodeSum or None
+        The reduction of one host bucket over ranks of one node, in shared memory (:attr:`buffer` is this rank's
+        part of its segment); None where the MPI library's ``Allreduce`` sums.
     """
 
     def __init__(self, n_params: int, xp, dtype, comm, slots=("loss_sum", "correct", "stop"), watchdog=None,
@@ -100,6 +254,14 @@ class GradientReducer:
         self.buckets, self._last_layer = [(0, self.buffer.size)], {}
         if layers is not None and bucket_bytes is not None and self.shards == 1:
             self._plan(list(layers), float(bucket_bytes))
+        # One host bucket on one node: the buffer is this rank's part of a shared segment (the same choice on
+        # every rank: the sizes, the plan and the comm are agreed)
+        self.node_sum = None
+        if xp is np and self.shards == 1 and len(self.buckets) == 1 and comm.size > 1:
+            self.node_sum = NodeSum.make(self.buffer.size, dtype, comm)
+            if self.node_sum is not None:
+                self.buffer = self.node_sum.mine
+                self.grad = self.buffer[: self.n_params]
         self.shard, self.shard_range = None, (0, self.n_params)
         if self.shards > 1:
             if comm.size != self.shards:
@@ -216,6 +378,8 @@ class GradientReducer:
             if self.shards > 1:
                 Reduce_scatter_block(self.buffer[: self.padded], self.shard, comm=self.comm)
                 Allreduce(self.buffer[self.padded :], comm=self.comm)
+            elif self.node_sum is not None:
+                self.node_sum.allreduce()
             elif len(self.buckets) == 1:
                 Allreduce(self.buffer, comm=self.comm)
             else:

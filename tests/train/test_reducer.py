@@ -46,9 +46,9 @@ def test_overlapped_buckets_are_bitwise_the_single_allreduce(nprocs, tmp_path):
     default one bucket (one Allreduce after backward): the same bits, with gradient accumulation too.
 
     At 2 ranks every element is one sum of two values, the same bits whatever the algorithm. At 3 ranks the
-    bits depend on the order in which the MPI sums: MPICH and Intel MPI give the same bits in Iallreduce and
-    Allreduce; Open MPI's non-blocking collectives (libnbc) sum in another tree than its blocking ones (tuned),
-    so there the last bits differ (float64: checked to 1e-9 after two epochs)."""
+    bits depend on the order of the sums: one bucket on one node is the reducer's own sum in rank order
+    (NodeSum), which MPICH's and Intel MPI's Iallreduce match; Open MPI's non-blocking collectives (libnbc)
+    sum in another order, so there the last bits differ (float64: checked to 1e-9 after two epochs)."""
     from _data import blobs, write_h5
 
     X, y = blobs(240, d=64, c=10)
