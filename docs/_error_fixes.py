@@ -2348,11 +2348,14 @@ FIXES: dict[str, str] = {
     ),
     (
         "hpcgpu: stall: … (…) has waited … s (stall timeout … s); ranks … have not arrived, ranks … are "
-        "waiting; aborting the job"
+        "waiting…; aborting the job"
     ): (
         "The stall watchdog's report, from rank 0: some ranks have waited longer than the stall timeout in "
         "one collective (named, with the phase) that the listed ranks never reached; a rank is stuck (a "
         "deadlock, a hung file system, a GPU that stopped answering) or died without the launcher noticing. "
+        "A rank named as waiting in another collective has arrived elsewhere (a barrier lets a rank leave "
+        "once it has heard from every rank, so with one rank stopped another may already wait in the next "
+        "collective, or still in the one before): the ranks that have not arrived are waiting nowhere. "
         "The job is aborted so that it does not hang until its time limit. Look at what the missing ranks "
         "were doing (their last lines, the node they ran on); if the work between collectives is really that "
         "long, raise ``--stall-timeout`` (or ``HPCGPU_STALL_TIMEOUT``, seconds; 0 turns the watchdog off)."

@@ -234,10 +234,15 @@ class Watchdog:
         if now - oldest[3] < T:
             return None
         same = {r for r, v in waiting.items() if v[0] == oldest[0] and v[1] == oldest[1]}
-        missing = [r for r in range(self.size) if r not in same]
+        # A rank waiting in another collective has arrived somewhere: a barrier lets a rank leave once it has heard
+        # from every rank, so with one rank stopped between two of them another may wait in the next one already.
+        # Not arrived is waiting nowhere.
+        missing = [r for r in range(self.size) if r not in waiting]
+        elsewhere = "".join(f", rank {r} is waiting in {waiting[r][1]} ({waiting[r][2]})"
+                            for r in sorted(waiting) if r not in same)
         return (f"hpcgpu: stall: {oldest[1]} ({oldest[2]}) has waited {now - oldest[3]:.0f} s "
                 f"(stall timeout {T:g} s); ranks {missing or 'none'} have not arrived, "
-                f"ranks {sorted(same)} are waiting; aborting the job")
+                f"ranks {sorted(same)} are waiting{elsewhere}; aborting the job")
 
 
 _OWN: Watchdog | None = None

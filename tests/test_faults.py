@@ -127,6 +127,32 @@ def test_stall_watchdog_names_the_stuck_rank(tmp_path):
     assert "hpcgpu: stall: " in err and "ranks [2] have not arrived" in err, err
 
 
+def test_a_rank_waiting_in_another_collective_has_arrived_and_is_named_there():
+    """Rank 0's verdict from the ranks' reports (Watchdog._judge): with rank 2 stopped between two barriers, rank 1
+    may already wait in the next step's reduction while rank 0 still waits in this one (a barrier lets a rank leave
+    once it has heard from every rank: seen under load in CI's system-MPI pass, where the line named ranks [1, 2]).
+    The rank that has not arrived is the one waiting nowhere; the other is named where it waits."""
+    from hpcgpu.watchdog import Watchdog
+
+    class Quiet:  # no report in flight
+        def Iprobe(self, **kw):
+            return False
+
+    wd = Watchdog(None, 3.0)
+    wd.size, wd.comm = 3, Quiet()
+    now = 100.0
+    mine = (282, "gradient Allreduce", "step 139", now - 3.1)
+    waiting = {1: (284, "gradient Allreduce", "step 140", now - 3.0)}
+    assert wd._judge(dict(waiting), mine, now) == (
+        "hpcgpu: stall: gradient Allreduce (step 139) has waited 3 s (stall timeout 3 s); ranks [2] have not "
+        "arrived, ranks [0] are waiting, rank 1 is waiting in gradient Allreduce (step 140); aborting the job")
+    waiting[1] = (282, "gradient Allreduce", "step 139", now - 3.0)  # the usual case: the same collective
+    assert wd._judge(dict(waiting), mine, now) == (
+        "hpcgpu: stall: gradient Allreduce (step 139) has waited 3 s (stall timeout 3 s); ranks [2] have not "
+        "arrived, ranks [0, 1] are waiting; aborting the job")
+    assert wd._judge({}, (282, "gradient Allreduce", "step 139", now - 1.0), now) is None  # not yet T
+
+
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_stall_watchdog_library(nprocs):
     p = _mpi.run(nprocs, [os.path.join(_mpi.SCRIPTS, "stall.py"), "1.5"], timeout=60)
