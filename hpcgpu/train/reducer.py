@@ -101,7 +101,8 @@ class NodeSum:
         NodeSum or None
         """
         dtype = np.dtype(dtype)
-        if comm.size < 2 or n < 1 or dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        if comm.size < 2 or n < 1 or dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or \
+                not hasattr(os, "posix_fallocate"):  # (Linux's: a tmpfs without it is no place for the segment)
             return None
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         one_node = node.size == comm.size
