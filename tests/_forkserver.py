@@ -402,8 +402,7 @@ def _exit(code) -> None:
     (mpi4py's ``Py_AtExit`` callback, which runs in the finalization), then the C library's ``exit``: its
     ``atexit`` handlers (HDF5 closes what is open) and C stdio's flush. The finalization left out (each module's
     objects freed, each page the server shares with the rank written) was about 0.05 of a rank's 0.14 CPU seconds
-    here. An uncaught exception never comes here: it
-    ends the rank through Python's own path.
+    here. An uncaught exception never comes here: it ends the rank through Python's own path.
     """
     import atexit
     import ctypes

@@ -124,9 +124,8 @@ class NodeSum:
             if mapped is not None:
                 mapped.close()
             return None
+        # a new file's pages read zero (ftruncate, posix_fallocate): every part starts zeroed, with no pass over it
         parts = [np.frombuffer(mapped, dtype=dtype, count=n, offset=q * part) for q in range(comm.size)]
-        parts[comm.rank][...] = 0
-        comm.Barrier()  # every part zeroed before any rank's first sum reads it
         return cls(parts, comm)
 
     def allreduce(self) -> None:
