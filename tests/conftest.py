@@ -71,7 +71,15 @@ def _default_stop_signals():
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n N --dist loadgroup``), the tests of tests/slurm and tests/cluster run on one worker:
-    they share the session's Slurm and network-namespace nodes, which one worker starts once."""
+    they share the session's Slurm and network-namespace nodes, which one worker starts once. The stand-in's pass
+    (``--device=standin``) leaves out the tests marked ``host``: their programs run on the host whatever the pass
+    (``--device cpu``, the site's build), so there they would repeat the host pass's run; each has a twin marked
+    ``device`` where the device path has something to show."""
+    if config.getoption("--device") == "standin":
+        host = [item for item in items if item.get_closest_marker("host") is not None]
+        if host:
+            config.hook.pytest_deselected(items=host)
+            items[:] = [item for item in items if item.get_closest_marker("host") is None]
     for item in items:
         rel = os.path.relpath(str(item.path), HERE).split(os.sep)[0]
         if rel in ("slurm", "cluster"):

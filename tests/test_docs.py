@@ -30,7 +30,10 @@ def _require_sphinx():
 
 
 # the tests that read the built site run on one pytest-xdist worker, which builds it once (12 s, not twice)
-ON_THE_SITES_WORKER = pytest.mark.xdist_group("site")
+def ON_THE_SITES_WORKER(fn):  # noqa: N802 - a mark
+    """The tests of the built site: one pytest-xdist worker builds it (group ``site``), and the stand-in's pass leaves
+    them out (mark ``host``): Sphinx and the pages have no device path, and the build is a third of a minute."""
+    return pytest.mark.host(pytest.mark.xdist_group("site")(fn))
 
 
 @pytest.fixture(scope="session")

@@ -106,6 +106,7 @@ def test_one_rank_grid_and_errors():
 
 
 @pytest.mark.mpi
+@pytest.mark.host  # --device cpu: the device path's twin is tests/device's test_summa_on_device_every_grid_and_dtype
 @pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4, 6], [1, 2, 3]))  # 6: 2x3 and 3x2, as 8's 2x4
 def test_summa_against_numpy(nprocs):
     p = _mpi.script(nprocs, "summa_checks.py", "cpu", timeout=240)

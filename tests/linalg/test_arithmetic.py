@@ -27,6 +27,7 @@ def _launch(nprocs, device="cpu"):
 
 
 @pytest.mark.mpi
+@pytest.mark.host  # --device cpu: its device-path twin below is marked device
 @pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4], [1, 3, 4]))
 def test_every_operation_against_numpy_on_every_grid(nprocs):
     """Elementwise, views, reductions, vectors and products at 1-4 ranks on 1xP, Px1 and 2x2; bytes of a view's

@@ -22,6 +22,7 @@ def _launch(nprocs, device="cpu"):
 
 
 @pytest.mark.mpi
+@pytest.mark.host  # --device cpu: its device-path twin below is marked device
 @pytest.mark.parametrize("nprocs", _mpi.cases([1, 2, 3, 4, 6], [1, 3, 4]))
 def test_every_solve_has_a_small_residual_and_every_refusal_is_one_line(nprocs):
     """Every grid of ``nprocs`` ranks (1xP, Px1, 2x2, 4x1, 2x3, 3x2), float32, float64, complex128, lower and upper,
