@@ -57,6 +57,37 @@ def plain_torch(X, y, hidden, batch, epochs, lr, cpu=None):
     return seconds
 
 
+def ddp_torch(X, y, hidden, batch, epochs, lr, cpu):
+    """The plain loop of :func:`plain_torch` on ``DistributedDataParallel`` at one rank (gloo), in this process.
+
+    What ``benchmarks/peers/torch_ddp.py`` runs at one rank: DDP keeps its reducer, buckets and all-reduce at a
+    world of one. The process group is made at the first call (a file rendezvous in a temporary folder) and kept.
+    """
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        rdv = os.path.join(tempfile.mkdtemp(prefix="hpcgpu-ddp-"), "rendezvous")
+        dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=0, world_size=1)
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(_module(hidden))
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(epochs):
+        c0 = time.process_time()
+        order = torch.randperm(len(X), generator=g)
+        for s in range(len(X) // batch):
+            idx = order[s * batch:(s + 1) * batch]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(ddp(Xt[idx]), yt[idx]).backward()
+            opt.step()
+        cpu.append(time.process_time() - c0)
+
+
 def _module(hidden):
     """The peer loop's MLP (benchmarks/peers/torch_mlp.py), 64 features in, 10 classes out."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
@@ -130,11 +161,12 @@ class _CPUClock:
 
 
 def host_time(a):
-    """``--host-rounds``: CPU time per step of the plain loop and of hpcgpu + nn.Torch, alternating, one thread.
+    """``--host-rounds``: CPU time per step of the plain loop, DDP at one rank and hpcgpu + nn.Torch, one thread.
 
     CPU time (``time.process_time``) is what the host spends on a step whatever else loads the machine; a tiny
     model makes it the adapter's and the trainer's Python work (as on a GPU, where the host only queues kernels).
-    Each round runs both ways once, ``--epochs`` epochs each; the CPU time of epochs 2 and later counts.
+    Each round runs the three ways once, in turn, ``--epochs`` epochs each; the CPU time of epochs 2 and later
+    counts. DDP is PyTorch's ``DistributedDataParallel`` over gloo at a world of one, in this process.
     """
     import statistics
 
@@ -144,12 +176,14 @@ def host_time(a):
     hidden = [int(h) for h in a.hidden.split(",")]
     X, y = data(a.rows)
     steps = max(1, a.epochs - 1) * (a.rows // a.batch_size)
-    got = {"plain PyTorch loop": [], "hpcgpu + nn.Torch": []}
+    got = {"plain PyTorch loop": [], "PyTorch DDP (gloo)": [], "hpcgpu + nn.Torch": []}
     for _ in range(a.host_rounds):
         for way in got:
             cpu = []
             if way == "plain PyTorch loop":
                 plain_torch(X, y, hidden, a.batch_size, a.epochs, a.lr, cpu)
+            elif way == "PyTorch DDP (gloo)":
+                ddp_torch(X, y, hidden, a.batch_size, a.epochs, a.lr, cpu)
             else:
                 through_hpcgpu("torch", X, y, hidden, a.batch_size, a.epochs, a.lr, cpu)
             got[way].append(1e3 * sum(cpu[1:] or cpu) / steps)
@@ -157,8 +191,8 @@ def host_time(a):
           "rounds: median (min-max)")
     for way, ms in got.items():
         print(f"  {way:22s} {statistics.median(ms):.3f} ({min(ms):.3f}-{max(ms):.3f})")
-    plain, ours = (statistics.median(v) for v in got.values())
-    print(f"  ratio plain / nn.Torch {plain / ours:.2f}")
+    plain, ddp, ours = (statistics.median(v) for v in got.values())
+    print(f"  ratio plain / nn.Torch {plain / ours:.2f}, DDP / nn.Torch {ddp / ours:.2f}")
 
 
 def worker(a):
@@ -229,7 +263,8 @@ def main():
     ap.add_argument("--ranks", help="against DDP at these numbers of ranks, e.g. 1,2,4")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--host-rounds", type=int, help="CPU time per step against the plain loop, this many rounds")
+    ap.add_argument("--host-rounds", type=int, help="CPU time per step against the plain loop and DDP at one rank, "
+                    "this many rounds")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
