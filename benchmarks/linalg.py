@@ -377,7 +377,7 @@ def contenders(routine, a, P, peer_threads, A, b, ga, gb, missing):
     if "scalapack" in peers:
         shape = a.lstsq_shape if routine == "lstsq" else (a.n, a.n)
         gshape = (P, 1) if routine == "lstsq" else A.grid.shape
-        for nb in a.nbs or [default_nb()]:
+        for nb in a.nbs or [default_nb(np, a.n, A.grid)]:
             out.append(("scalapack", nb, lambda nb=nb: timed_rank0(
                 comm, lambda: scalapack_run(a, routine, shape, nb, gshape, P), own=True)))
     return out
@@ -433,7 +433,7 @@ def run_routine(routine, a, P, peer_threads, grids, missing, rank):
         return None
     from hpcgpu.linalg.cyclic import default_nb
 
-    res = summarize(routine, a, shape, secs, default_nb() if takes_nb(routine) else None)
+    res = summarize(routine, a, shape, secs, default_nb(np, shape[0], A.grid) if takes_nb(routine) else None)
     if phases:
         res["phases"] = phases
     return res

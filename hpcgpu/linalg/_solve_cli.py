@@ -66,7 +66,8 @@ def add_parsers(subparsers) -> None:
         if op != "lstsq":  # TSQR works on row blocks, with no block size to choose
             p.add_argument("--nb", type=int, default=None,
                            help="block size of the block-cyclic layout the routine works on (default: 256 on a "
-                                "CPU, 512 on a GPU)")
+                                "CPU, 512 on a GPU, halved while a grid row or column would own fewer than 16 "
+                                "panels)")
         p.add_argument("--dtype", choices=SOLVER_DTYPES,
                        help="compute type (default: the inputs'; float64 for integer data, float32 for half)")
         p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
@@ -153,7 +154,8 @@ def _main(a: argparse.Namespace, stop) -> int:
     _sync(rt)
     seconds = rt.comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
     errors = backward_errors(a.op, A, B, X, lower=a.lower if a.op == "cholesky" else None)
-    attrs = provenance(a.op, specs, **_options(a, rt), **more, seconds=seconds, device=rt.device, **errors)
+    attrs = provenance(a.op, specs, **_options(a, rt, A.gshape[0], grid), **more, seconds=seconds, device=rt.device,
+                       **errors)
     X.to_hdf5(out_path, out_name, attrs=attrs, overwrite=a.overwrite, what="-o")
     if rt.rank == 0:
         print(f"{_formula(a)}: {_shapes(A, B)} {A.dtype} on grid {grid.shape[0]}x{grid.shape[1]}{_nb(attrs)}, "
@@ -161,13 +163,13 @@ def _main(a: argparse.Namespace, stop) -> int:
     return 0
 
 
-def _options(a, rt) -> dict:
+def _options(a, rt, n: int, grid) -> dict:
     """The options of ``a`` that shaped the result, for the output's attributes (lstsq's TSQR has no ``nb``)."""
     from .cyclic import default_nb
 
     if a.op == "lstsq":
         return {"cond": a.cond}
-    opts = {"nb": a.nb or default_nb(rt.xp)}
+    opts = {"nb": a.nb or default_nb(rt.xp, n, grid)}
     if a.op == "solve":
         opts["assume_a"] = a.assume
     else:
@@ -356,7 +358,8 @@ def _bench(a, rt, grid) -> int:
         return 0
     flops = _flops(a.op, m, n, k, a.assume if a.op == "solve" else None, dtype)
     res = dict(operation=a.op, N=a.bench, m=m, n=n, nrhs=k, dtype=str(dtype), ranks=rt.size,
-               grid=list(grid.shape), nb=_options(a, rt).get("nb"), device=rt.device, device_summary=rt.summary(),
+               grid=list(grid.shape), nb=_options(a, rt, m, grid).get("nb"), device=rt.device,
+               device_summary=rt.summary(),
                seconds=best, gflops=flops / best / 1e9, local=routine, local_seconds=ref,
                local_gflops=flops / ref / 1e9, local_threads=threads, ratio=ref / best, **errors)
     if a.json:

@@ -93,7 +93,7 @@ class CholeskyFactor:
             from .distmatrix import DistMatrix
 
             return DistMatrix(self.local, self.gshape, self.grid)
-        return from_cyclic(self.local, self.layout)
+        return from_cyclic(self.local, self.layout, triangle="lower" if self.lower else "upper")
 
     def __repr__(self) -> str:
         return f"CholeskyFactor({self.describe()})"
@@ -263,7 +263,7 @@ def _entry(where: str, a, lower, nb) -> None:
     _checks.entry(where, dict(a=a.describe(), lower=lower, nb=nb), comm, err)
     # the arguments agreed, every rank asks (the host's answer is collective): the moves' buffers, the upper
     # form's copy, the panels
-    nbv = min(nb or default_nb(a.xp), max(a.gshape[0], 1))
+    nbv = min(nb or default_nb(a.xp, a.gshape[0], a.grid), max(a.gshape[0], 1))
     need = 4 * a.lnbytes + 4 * (a.lshape[0] + a.lshape[1] + nbv) * nbv * a.dtype.itemsize
     agree(_checks.memory_error(where, need, comm, a.xp), comm=comm)
     _checks.finite(where, {"A": a}, comm)
@@ -272,12 +272,12 @@ def _entry(where: str, a, lower, nb) -> None:
 def _factor(where: str, a, lower: bool, nb):
     """``(local, layout)`` of the factor; raises the agreed ``LinAlgError`` when ``A`` is not positive definite."""
     n = a.gshape[0]
-    nb = nb or default_nb(a.xp)
+    nb = nb or default_nb(a.xp, n, a.grid)
     if a.grid.size == 1:  # the one block is the cyclic layout: one potrf, no move, no loop
         local, info = _local.potrf(a.local, lower)
         lay = Cyclic(a.gshape, a.grid, nb)
     else:
-        local, lay = to_cyclic(a, nb)
+        local, lay = to_cyclic(a, nb, triangle="lower" if lower else "upper")  # the triangle potrf reads
         info = _potrf_cyclic(local, lay, lower)
     if info:
         raise _not_spd(where, info, n)
@@ -422,13 +422,14 @@ def cho_solve(c_and_lower, b, *, nb=None):
     comm = c.grid.cart
     _checks.entry(where, dict(c=c.describe(), lower=lower, b=getattr(b, "describe", lambda: type(b).__name__)(),
                               nb=nb), comm, err)
-    nbv = c.nb if isinstance(c, CholeskyFactor) else (nb or default_nb(b.xp))
+    nbv = c.nb if isinstance(c, CholeskyFactor) else (nb or default_nb(b.xp, c.gshape[0], c.grid))
     extra = 3 * c.lnbytes if isinstance(c, DistMatrix) else 0
     need = extra + 3 * b.lnbytes + (c.local.shape[0] + b.lshape[1] + nbv) * nbv * b.dtype.itemsize
     agree(_checks.memory_error(where, need, comm, b.xp), comm=comm)
     _checks.finite(where, {"c": c, "B": b} if isinstance(c, DistMatrix) else {"B": b}, comm)
     if isinstance(c, DistMatrix):
-        c_local, c_lay = to_cyclic(c, nb or default_nb(c.xp))
+        c_local, c_lay = to_cyclic(c, nb or default_nb(c.xp, c.gshape[0], c.grid),
+                                   triangle="lower" if lower else "upper")
     else:
         c_local, c_lay = c.local, c.layout
     b_local, b_lay = to_cyclic(b, c_lay.nb)

@@ -51,23 +51,41 @@ def _count_below(i: int, nb: int, p: int, nprocs: int) -> int:
     return (i // cycle) * nb + min(max(i % cycle - p * nb, 0), nb)
 
 
-def default_nb(xp=np) -> int:
-    """The block size when the user gives none: 256 on a host, 512 on a GPU.
+PANELS_A_RANK = 16
+"""The fewest panels a grid row or column of ranks should own (``n / (nb max(pr, pc))``) before :func:`default_nb`
+halves the block size: fewer leave the last panels' ranks idle and the lookahead nothing to hide behind."""
 
-    256 is the cache-blocked LAPACK sizes' order (at n = 4096 on 2 and 4 ranks here 128 and 256 were within the
-    runs' noise of each other: docs/performance.rst); on a GPU a cuBLAS GEMM of 512 columns runs near its peak,
-    and smaller panels leave the device waiting on the host.
+
+def default_nb(xp=np, n: int | None = None, grid=None) -> int:
+    """The block size when the user gives none: 256 on a host, 512 on a GPU, halved for a small matrix.
+
+    256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs near its peak, and
+    smaller panels leave the device waiting on the host. Given the order ``n`` and the ``grid``, the size is
+    halved (down to 64 on a host, 256 on a GPU) while each grid row or column of ranks would own fewer than
+    :data:`PANELS_A_RANK` panels (``n < 16 nb max(pr, pc)``): at n = 4096 on a 2 x 2 grid 128, with which LU
+    ran 1.25-1.36 s against 1.40-1.57 s at 256 (three runs on this project's 2-core machine; Cholesky, and both
+    at 2 ranks, within the runs' noise: docs/performance.rst). The same on every rank (it depends on agreed
+    arguments only).
 
     Parameters
     ----------
     xp : module
         ``numpy`` (host) or ``cupy`` (device).
+    n : int, optional
+        The matrix's order (its larger side).
+    grid : ProcessGrid, optional
+        The factorization's grid (or its transpose: only ``max(pr, pc)`` counts).
 
     Returns
     -------
     int
     """
-    return 256 if xp is np else 512
+    nb, least = (256, 64) if xp is np else (512, 256)
+    if n is not None and grid is not None:
+        q = max(grid.shape)
+        while nb > least and n < PANELS_A_RANK * nb * q:
+            nb //= 2
+    return nb
 
 
 class Cyclic:
@@ -230,13 +248,50 @@ def _block_cols(grid, n: int, pcol: int) -> np.ndarray:
     return np.arange(s.start, s.stop, dtype=np.int64)
 
 
-def _move(local, src, dst, comm, dst_shape, dtype):
+MAX_TRIANGLE_BLOCKS = 128
+"""The most blocks a side (``ceil(n / nb)``) at which a move of one triangle goes piece by piece (:func:`_move`);
+beyond it the pieces' Python loop would cost more than the other triangle's bytes, and the whole matrix moves."""
+
+
+def _triangle_runs(pos: np.ndarray, glob: np.ndarray, nb: int) -> list[tuple[int, int, int]]:
+    """The positions ``pos`` of global indices ``glob`` as runs that never cross a multiple of ``nb``.
+
+    ``[(pos_start, glob_start, length), ...]``: consecutive in the global index, split at each block of the cyclic
+    layout, so both sides of a move find the same runs from the same indices (the runs are then consecutive in
+    either side's local positions too).
+    """
+    if pos.size == 0:
+        return []
+    breaks = np.flatnonzero((np.diff(glob) != 1) | (glob[1:] % nb == 0)) + 1
+    starts = np.r_[0, breaks]
+    lengths = np.diff(np.r_[starts, pos.size])
+    if np.any(pos[starts] + lengths - 1 != pos[starts + lengths - 1]):  # a layout not made of such runs: a bug
+        raise AssertionError("a triangle's move found runs not consecutive in a layout")
+    return list(zip(pos[starts].tolist(), glob[starts].tolist(), lengths.tolist(), strict=True))
+
+
+def _pieces(ri, gr, ci, gc, nb: int, triangle: str) -> list[tuple[int, int, int, int]]:
+    """The ``(row, nrows, col, ncols)`` blocks of the positions ``ri`` x ``ci`` that hold part of ``triangle``.
+
+    ``gr`` and ``gc`` are their global indices; a block is kept when any of its elements is on or below the
+    diagonal (``"lower"``) or on or above it (``"upper"``), in ascending global order: the sender's and the
+    receiver's lists are the same blocks in the same order.
+    """
+    rows, cols = _triangle_runs(ri, gr, nb), _triangle_runs(ci, gc, nb)
+    if triangle == "lower":
+        return [(r, nr, c, nc) for r, g, nr in rows for c, h, nc in cols if g + nr - 1 >= h]
+    return [(r, nr, c, nc) for r, g, nr in rows for c, h, nc in cols if g <= h + nc - 1]
+
+
+def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None):
     """Move a matrix between two layouts by one ``Alltoallv`` over ``comm``.
 
     ``src(rank)`` and ``dst(rank)`` are ``(rows, cols)``, the global indices (ascending) that rank of ``comm``
     holds in the source and the target layout; the two may lie on different grids over the same ranks. Every
     piece is sent and placed in ascending global order on both sides, so one intersection per pair of ranks is
-    the whole plan.
+    the whole plan. ``triangle`` (``"lower"`` or ``"upper"``, with the cyclic side's ``nb``): only the blocks
+    that hold part of that triangle move (about half the bytes); the target's other blocks are left as they
+    come (``xp.empty``) unless ``triangle`` is ``"lower-zero"`` or ``"upper-zero"``, which zero them.
     """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
     size, me = comm.Get_size(), comm.Get_rank()
@@ -248,6 +303,9 @@ def _move(local, src, dst, comm, dst_shape, dtype):
         cols_to.append(np.nonzero(np.isin(my_c, dc))[0])
         rows_from.append(np.nonzero(np.isin(t_r, sr))[0])
         cols_from.append(np.nonzero(np.isin(t_c, sc))[0])
+    if triangle is not None:
+        return _move_triangle(local, (my_r, my_c, t_r, t_c), (rows_to, cols_to, rows_from, cols_from), comm,
+                              dst_shape, dtype, triangle, nb, xp)
     # this rank's own piece is copied straight from the source to the target (no buffers): 1 / P of the bytes,
     # and two fresh buffers the fewer, which a virtual machine pays for in first-touch page faults
     scounts = [0 if p == me else rows_to[p].size * cols_to[p].size for p in range(size)]
@@ -270,6 +328,38 @@ def _move(local, src, dst, comm, dst_shape, dtype):
             ri, ci = rows_from[p], cols_from[p]
             _scatter(out, ri, ci, recvbuf[off:off + k].reshape(ri.size, ci.size), xp)
         off += k
+    return out
+
+
+def _move_triangle(local, held, plan, comm, dst_shape, dtype, triangle: str, nb: int, xp):
+    """:func:`_move` of one triangle's blocks (:func:`_pieces`): each piece packed and placed as a block."""
+    size, me = comm.Get_size(), comm.Get_rank()
+    my_r, my_c, t_r, t_c = held
+    rows_to, cols_to, rows_from, cols_from = plan
+    which = triangle.split("-")[0]
+    send = [[] if p == me else _pieces(rows_to[p], my_r[rows_to[p]], cols_to[p], my_c[cols_to[p]], nb, which)
+            for p in range(size)]
+    recv = [[] if p == me else _pieces(rows_from[p], t_r[rows_from[p]], cols_from[p], t_c[cols_from[p]], nb, which)
+            for p in range(size)]
+    scounts = [sum(nr * nc for _, nr, _, nc in pieces) for pieces in send]
+    rcounts = [sum(nr * nc for _, nr, _, nc in pieces) for pieces in recv]
+    sendbuf = xp.empty(sum(scounts), dtype=dtype)
+    off = 0
+    for pieces in send:
+        for r, nr, c, nc in pieces:
+            sendbuf[off:off + nr * nc].reshape(nr, nc)[...] = local[r:r + nr, c:c + nc]
+            off += nr * nc
+    recvbuf = xp.empty(sum(rcounts), dtype=dtype)
+    Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
+    out = (xp.zeros if triangle.endswith("-zero") else xp.empty)(dst_shape, dtype=dtype)
+    for (s0, d0, nr) in _paired_runs(rows_to[me], rows_from[me]):  # this rank's own piece: all of it, straight
+        for (c0, e0, nc) in _paired_runs(cols_to[me], cols_from[me]):
+            out[d0:d0 + nr, e0:e0 + nc] = local[s0:s0 + nr, c0:c0 + nc]
+    off = 0
+    for pieces in recv:
+        for r, nr, c, nc in pieces:
+            out[r:r + nr, c:c + nc] = recvbuf[off:off + nr * nc].reshape(nr, nc)
+            off += nr * nc
     return out
 
 
@@ -336,7 +426,19 @@ def _cyclic_of(layout: Cyclic):
     return of
 
 
-def to_cyclic(a, nb: int, grid=None):
+def _by_triangle(triangle, n: int, nb: int):
+    """``triangle`` where the move goes piece by piece, else None (the whole matrix moves).
+
+    Piece by piece at most :data:`MAX_TRIANGLE_BLOCKS` blocks a side; the same on every rank (agreed arguments).
+    """
+    if triangle is None or -(-n // nb) > MAX_TRIANGLE_BLOCKS:
+        return None
+    if triangle not in ("lower", "upper"):
+        raise ValueError(f"triangle must be 'lower', 'upper' or None, got {triangle!r}")
+    return triangle
+
+
+def to_cyclic(a, nb: int, grid=None, triangle=None):
     """Move a :class:`~hpcgpu.DistMatrix` into the block-cyclic layout of its grid (or of ``grid``).
 
     Collective over ``a.grid``: one ``Alltoallv``. The caller agrees on ``nb`` (the routines of
@@ -351,6 +453,10 @@ def to_cyclic(a, nb: int, grid=None):
     grid : ProcessGrid, optional
         The layout's grid: another shape over the same ranks in the same order (``a.grid.wide()``); ``a.grid``
         by default.
+    triangle : {None, "lower", "upper"}, optional
+        Move only the ``nb x nb`` blocks that hold part of this triangle of a square ``a`` (diagonal included),
+        about half the bytes: what a Cholesky factorization or a triangular solve reads. The other blocks of
+        ``local`` are then undefined. Beyond :data:`MAX_TRIANGLE_BLOCKS` blocks a side the whole matrix moves.
 
     Returns
     -------
@@ -360,11 +466,13 @@ def to_cyclic(a, nb: int, grid=None):
     """
     layout = Cyclic(a.gshape, a.grid if grid is None else grid, nb)
     m, n = a.gshape
-    local = _move(a.local, _blocks_of(a.grid, m, n), _cyclic_of(layout), a.grid.cart, layout.lshape, a.dtype)
+    tri = _by_triangle(triangle, max(m, n), nb)
+    local = _move(a.local, _blocks_of(a.grid, m, n), _cyclic_of(layout), a.grid.cart, layout.lshape, a.dtype,
+                  tri, nb)
     return local, layout
 
 
-def from_cyclic(local, layout: Cyclic, grid=None):
+def from_cyclic(local, layout: Cyclic, grid=None, triangle=None):
     """Move a block-cyclic matrix back into a :class:`~hpcgpu.DistMatrix` on the same grid (or on ``grid``).
 
     Collective over ``layout.grid``: one ``Alltoallv``.
@@ -376,6 +484,9 @@ def from_cyclic(local, layout: Cyclic, grid=None):
     layout : Cyclic
     grid : ProcessGrid, optional
         The result's grid: another shape over the same ranks in the same order; ``layout.grid`` by default.
+    triangle : {None, "lower", "upper"}, optional
+        A triangular matrix (zero outside this triangle, as a Cholesky factor): only the blocks that hold part
+        of it move (about half the bytes), and the result's other blocks are zero.
 
     Returns
     -------
@@ -386,6 +497,7 @@ def from_cyclic(local, layout: Cyclic, grid=None):
 
     grid = layout.grid if grid is None else grid
     m, n = layout.m, layout.n
+    tri = _by_triangle(triangle, max(m, n), layout.nb)
     out = _move(local, _cyclic_of(layout), _blocks_of(grid, m, n), grid.cart, grid.block_shape((m, n)),
-                np.dtype(local.dtype))
+                np.dtype(local.dtype), tri and f"{tri}-zero", layout.nb)
     return DistMatrix(out, (m, n), grid)

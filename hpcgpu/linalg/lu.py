@@ -136,8 +136,8 @@ def lu_factor(a, *, nb: int | None = None):
     a : DistMatrix
         ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
     nb : int, optional, keyword-only
-        Block size of the layout and width of the panels, >= 1: 256 on a host, 512 on a GPU by default
-        (``cyclic.default_nb``).
+        Block size of the layout and width of the panels, >= 1: 256 on a host, 512 on a GPU by default,
+        halved for a matrix of fewer than 16 panels a grid row or column (``cyclic.default_nb``).
 
     Returns
     -------
@@ -257,7 +257,7 @@ def _refuse_alone(where: str, name: str, a) -> None:
 
 def _nb(a, nb) -> int:
     """The checked ``nb``, or the default for ``a``'s side."""
-    return default_nb(a.xp) if nb is None else int(nb)
+    return default_nb(a.xp, a.gshape[0], a.grid) if nb is None else int(nb)
 
 
 def _piv_error(where: str, piv, n: int) -> BaseException | None:

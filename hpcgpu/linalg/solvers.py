@@ -84,7 +84,7 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
         or _checks.matrix_error(where, "A", a, square=True) or _checks.matrix_error(where, "B", b) \
         or _checks.conform_error(where, a, b) or _checks.nb_error(where, nb)
     _checks.entry(where, dict(a=a, b=b, assume_a=assume_a, nb=nb), a.grid.cart, err)
-    nb_ = default_nb(a.xp) if nb is None else int(nb)
+    nb_ = default_nb(a.xp, a.gshape[0], a.grid) if nb is None else int(nb)
     agree(_checks.memory_error(where, factor_bytes(a, nb_) + solve_bytes(b), a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a, "B": b}, a.grid.cart)
     if assume_a == "pos":

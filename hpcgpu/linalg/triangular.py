@@ -156,7 +156,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
         Take ``A``'s diagonal as ones (not read).
     nb : int, optional, keyword-only
         Block size of the block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``: 256 on a host,
-        512 on a GPU).
+        512 on a GPU, halved for a matrix of fewer than 16 panels a grid row or column).
 
     Returns
     -------
@@ -197,12 +197,12 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
     _checks.entry(where, dict(a=a.describe(), b=getattr(b, "describe", lambda: type(b).__name__)(),
                               trans=trans, lower=lower, unit_diagonal=unit_diagonal, nb=nb), comm, err)
     # the arguments agreed, every rank asks (the host's answer is collective): the moves' buffers, the panels
-    nbv = nb or default_nb(a.xp)
+    nbv = nb or default_nb(a.xp, a.gshape[0], a.grid)
     need = 3 * (a.lnbytes + b.lnbytes) + (a.lshape[0] + b.lshape[1] + nbv) * nbv * a.dtype.itemsize
     agree(_checks.memory_error(where, need, comm, a.xp), comm=comm)
     _checks.finite(where, {"A": a, "B": b}, comm)
-    nb = nb or default_nb(a.xp)
-    a_local, a_lay = to_cyclic(a, nb)
+    nb = nb or default_nb(a.xp, a.gshape[0], a.grid)
+    a_local, a_lay = to_cyclic(a, nb, triangle="lower" if lower else "upper")  # the triangle trsm_cyclic reads
     b_local, b_lay = to_cyclic(b, nb)
     trsm_cyclic(a_local, a_lay, b_local, b_lay, lower=bool(lower), trans=trans, unit_diagonal=bool(unit_diagonal))
     return from_cyclic(b_local, b_lay)

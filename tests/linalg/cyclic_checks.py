@@ -45,6 +45,51 @@ for dims in grids:
             b = from_cyclic(local, lay, grid)
             assert b.grid is grid and np.array_equal(asnumpy(b.local), asnumpy(a.local)), (dims, m, n, nb)
             cases += 1
+    # one triangle (Cholesky's and the triangular solves' moves): every element of the triangle lands where the
+    # whole move puts it; back, the triangle's blocks come home and the rest of the matrix is zero; square shapes
+    # that no nb divides, nb of 1 (element pieces) and a cap of 2 blocks a side (the whole matrix moves instead)
+    import hpcgpu.linalg.cyclic as cyc
+    from hpcgpu import comm as hcomm
+
+    for n, nb, cap in [(13, 3, None), (16, 4, None), (9, 1, None), (11, 2, 2), (0, 2, None), (5, 8, None)]:
+        g = np.arange(n * n, dtype=np.float64).reshape(n, n) + 1
+        a = hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
+        whole, lay = to_cyclic(a, nb)
+        rows, cols = lay.rows(), lay.cols()
+        for tri in ("lower", "upper"):
+            saved = cyc.MAX_TRIANGLE_BLOCKS
+            cyc.MAX_TRIANGLE_BLOCKS = cap or saved
+            try:
+                part, lay2 = to_cyclic(a, nb, triangle=tri)
+                want = np.tril(g) if tri == "lower" else np.triu(g)
+                keep = (rows[:, None] >= cols[None, :]) if tri == "lower" else (rows[:, None] <= cols[None, :])
+                host = asnumpy(part)
+                assert np.array_equal(host[keep], asnumpy(whole)[keep]), (dims, n, nb, tri)
+                factor = asnumpy(whole).copy()
+                factor[~keep] = 0  # a triangular matrix, as a Cholesky factor is
+                b = from_cyclic(rt.xp.asarray(factor), lay2, triangle=tri)
+                full = b.gather()
+                if rank == 0:
+                    assert np.array_equal(full, want), (dims, n, nb, tri, cap)
+                # the bytes moved: over every rank, fewer than the whole matrix's move, and the whole at the cap
+                hcomm.reset_traffic()
+                to_cyclic(a, nb)
+                all_bytes = rt.comm.allreduce(hcomm.traffic()["received"])
+                hcomm.reset_traffic()
+                to_cyclic(a, nb, triangle=tri)
+                tri_bytes = rt.comm.allreduce(hcomm.traffic()["received"])
+                if cap is not None or all_bytes == 0:
+                    assert tri_bytes == all_bytes, (dims, n, nb, tri, cap, tri_bytes, all_bytes)
+                elif n >= 3 * nb and min(dims) > 1:  # blocks wholly off the triangle go to other ranks
+                    assert tri_bytes < all_bytes, (dims, n, nb, tri, tri_bytes, all_bytes)
+            finally:
+                cyc.MAX_TRIANGLE_BLOCKS = saved
+            cases += 1
+    try:
+        to_cyclic(a, 2, triangle="diagonal")
+        raise AssertionError("a bad triangle was taken")
+    except ValueError as e:
+        assert "triangle must be" in str(e), e
     # sizes: every row and column on exactly one grid row/column
     lay = Cyclic((23, 17), grid, 3)
     assert sum(numroc(23, 3, p, dims[0]) for p in range(dims[0])) == 23

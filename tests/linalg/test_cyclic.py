@@ -18,3 +18,26 @@ def test_every_element_lands_where_scalapack_puts_it_and_comes_back(nprocs):
     words = p.stdout.split()
     assert words[0] == "ok" and len(words) == nprocs + 1 and len(set(words[1:])) == 1 and int(words[1]) >= 18, \
         p.stdout
+
+
+def test_the_default_block_size_keeps_16_panels_a_grid_row_or_column():
+    """256 on a host, 512 on a device, halved (to 64 and 256 at least) while n < 16 nb max(pr, pc); without a
+    size or grid the unhalved default."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from hpcgpu.linalg.cyclic import default_nb
+
+    def grid(pr, pc):
+        return SimpleNamespace(shape=(pr, pc))
+
+    assert default_nb() == 256 and default_nb(np, 4096) == 256
+    assert default_nb(np, 4096, grid(1, 1)) == 256  # one rank: the one LAPACK call ignores it
+    assert default_nb(np, 4096, grid(2, 2)) == 128 == default_nb(np, 4096, grid(1, 2))
+    assert default_nb(np, 16384, grid(2, 2)) == 256 and default_nb(np, 8192, grid(2, 2)) == 256
+    assert default_nb(np, 8191, grid(2, 2)) == 128 and default_nb(np, 4096, grid(4, 2)) == 64
+    assert default_nb(np, 50, grid(2, 3)) == 64  # never below 64 on a host
+    device = object()  # any module but NumPy: the device's sizes
+    assert default_nb(device) == 512 and default_nb(device, 4096, grid(2, 2)) == 256
+    assert default_nb(device, 32768, grid(2, 2)) == 512
