@@ -18,7 +18,9 @@ kernel raises); its order is made global by one reduction at the end and raised 
 Cost model (``n x n``, ``P = pr pc`` ranks, block size ``nb``): ``n^3 / 3`` flops in all (``n^3 / (3 P)`` a rank
 when balanced, which the cyclic layout keeps to the end); per rank about ``n^2 / (2 pr)`` words of panels
 received along the grid row (for its rows) and ``n^2 / (2 pc)`` down the grid column (for its columns), in
-``3 n / nb`` collectives; plus ``2 n^2 / P`` words for the moves in and out of the cyclic layout.
+``3 n / nb`` collectives; plus about ``n^2 / P`` words for the moves in and out of the cyclic layout (only the
+triangle moves: ``hpcgpu.linalg.cyclic.to_cyclic``'s ``triangle``; ``2 n^2 / P`` above its
+``MAX_TRIANGLE_BLOCKS``).
 
 References
 ----------

@@ -248,6 +248,10 @@ def _block_cols(grid, n: int, pcol: int) -> np.ndarray:
     return np.arange(s.start, s.stop, dtype=np.int64)
 
 
+UNMOVED_FILL = None
+"""What a move of one triangle puts where it moves nothing (None: leaves the memory as ``xp.empty`` gives it). The
+tests set NaN, so that a routine reading an element outside its triangle gives NaN and fails its checks."""
+
 MAX_TRIANGLE_BLOCKS = 128
 """The most blocks a side (``ceil(n / nb)``) at which a move of one triangle goes piece by piece (:func:`_move`);
 beyond it the pieces' Python loop would cost more than the other triangle's bytes, and the whole matrix moves."""
@@ -271,7 +275,7 @@ def _triangle_runs(pos: np.ndarray, glob: np.ndarray, nb: int) -> list[tuple[int
 
 
 def _pieces(ri, gr, ci, gc, nb: int, triangle: str) -> list[tuple[int, int, int, int]]:
-    """The ``(row, nrows, col, ncols)`` blocks of the positions ``ri`` x ``ci`` that hold part of ``triangle``.
+    """The ``(row, nrows, col, ncols)`` pieces of the positions ``ri`` x ``ci`` that hold part of ``triangle``.
 
     ``gr`` and ``gc`` are their global indices; a block is kept when any of its elements is on or below the
     diagonal (``"lower"``) or on or above it (``"upper"``), in ascending global order: the sender's and the
@@ -289,9 +293,11 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None):
     ``src(rank)`` and ``dst(rank)`` are ``(rows, cols)``, the global indices (ascending) that rank of ``comm``
     holds in the source and the target layout; the two may lie on different grids over the same ranks. Every
     piece is sent and placed in ascending global order on both sides, so one intersection per pair of ranks is
-    the whole plan. ``triangle`` (``"lower"`` or ``"upper"``, with the cyclic side's ``nb``): only the blocks
-    that hold part of that triangle move (about half the bytes); the target's other blocks are left as they
-    come (``xp.empty``) unless ``triangle`` is ``"lower-zero"`` or ``"upper-zero"``, which zero them.
+    the whole plan. ``triangle`` (``"lower"`` or ``"upper"``, with the cyclic side's ``nb``): only the pieces
+    that hold part of that triangle move (about half the bytes). A piece is an ``nb x nb`` block of the cyclic
+    layout, cut further where the block layout's ranks divide it, so even part of a diagonal block may not move.
+    The target's elements no piece reaches are left undefined (:data:`UNMOVED_FILL`), or zero where ``triangle``
+    is ``"lower-zero"`` or ``"upper-zero"``.
     """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
     size, me = comm.Get_size(), comm.Get_rank()
@@ -351,7 +357,12 @@ def _move_triangle(local, held, plan, comm, dst_shape, dtype, triangle: str, nb:
             off += nr * nc
     recvbuf = xp.empty(sum(rcounts), dtype=dtype)
     Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
-    out = (xp.zeros if triangle.endswith("-zero") else xp.empty)(dst_shape, dtype=dtype)
+    if triangle.endswith("-zero"):
+        out = xp.zeros(dst_shape, dtype=dtype)
+    elif UNMOVED_FILL is not None:
+        out = xp.full(dst_shape, UNMOVED_FILL, dtype=dtype)
+    else:
+        out = xp.empty(dst_shape, dtype=dtype)
     for (s0, d0, nr) in _paired_runs(rows_to[me], rows_from[me]):  # this rank's own piece: all of it, straight
         for (c0, e0, nc) in _paired_runs(cols_to[me], cols_from[me]):
             out[d0:d0 + nr, e0:e0 + nc] = local[s0:s0 + nr, c0:c0 + nc]
@@ -431,10 +442,10 @@ def _by_triangle(triangle, n: int, nb: int):
 
     Piece by piece at most :data:`MAX_TRIANGLE_BLOCKS` blocks a side; the same on every rank (agreed arguments).
     """
+    if triangle not in (None, "lower", "upper"):
+        raise ValueError(f"triangle must be 'lower', 'upper' or None, got {triangle!r}")
     if triangle is None or -(-n // nb) > MAX_TRIANGLE_BLOCKS:
         return None
-    if triangle not in ("lower", "upper"):
-        raise ValueError(f"triangle must be 'lower', 'upper' or None, got {triangle!r}")
     return triangle
 
 
@@ -454,9 +465,11 @@ def to_cyclic(a, nb: int, grid=None, triangle=None):
         The layout's grid: another shape over the same ranks in the same order (``a.grid.wide()``); ``a.grid``
         by default.
     triangle : {None, "lower", "upper"}, optional
-        Move only the ``nb x nb`` blocks that hold part of this triangle of a square ``a`` (diagonal included),
-        about half the bytes: what a Cholesky factorization or a triangular solve reads. The other blocks of
-        ``local`` are then undefined. Beyond :data:`MAX_TRIANGLE_BLOCKS` blocks a side the whole matrix moves.
+        Move only the pieces that hold part of this triangle of a square ``a`` (diagonal included), about half
+        the bytes: what a Cholesky factorization or a triangular solve reads. A piece is an ``nb x nb`` block cut
+        where the block layout's ranks divide it; the elements of ``local`` no piece reaches (outside the
+        triangle, some even in a diagonal block) are undefined (:data:`UNMOVED_FILL`). Beyond
+        :data:`MAX_TRIANGLE_BLOCKS` blocks a side the whole matrix moves.
 
     Returns
     -------
@@ -485,8 +498,8 @@ def from_cyclic(local, layout: Cyclic, grid=None, triangle=None):
     grid : ProcessGrid, optional
         The result's grid: another shape over the same ranks in the same order; ``layout.grid`` by default.
     triangle : {None, "lower", "upper"}, optional
-        A triangular matrix (zero outside this triangle, as a Cholesky factor): only the blocks that hold part
-        of it move (about half the bytes), and the result's other blocks are zero.
+        A triangular matrix (zero outside this triangle, as a Cholesky factor): only the pieces that hold part
+        of it move (about half the bytes), and the result's elements no piece reaches are zero.
 
     Returns
     -------

@@ -20,6 +20,9 @@ from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import pdtrsm, solve_triangular
 
 from _common import dist
+import hpcgpu.linalg.cyclic as _cyclic  # noqa: E402
+
+_cyclic.UNMOVED_FILL = np.nan  # an element a routine reads outside the triangle it moved makes its checks fail
 
 rt = hpcgpu.init(sys.argv[1] if len(sys.argv) > 1 else "cpu")
 comm = rt.comm
