@@ -1566,7 +1566,19 @@ FIXES: dict[str, str] = {
     ),
     "…: nb must be an int (a block size, >= 1) or None, got …": (
         "``nb`` is the block size of the block-cyclic layout the factorizations work on: an integer, or "
-        "``None`` for the default (256 on a host, 512 on a GPU; :doc:`guide/linalg`)."
+        "``None`` for the default (256 on a host, 512 on a GPU, halved for a matrix of fewer than 16 panels a "
+        "grid row or column; :doc:`guide/linalg`)."
+    ),
+    "triangle must be 'lower', 'upper' or None, got …": (
+        "``hpcgpu.linalg.cyclic.to_cyclic`` and ``from_cyclic`` (the moves into and out of the block-cyclic "
+        "layout) take ``triangle=\"lower\"`` or ``\"upper\"`` to move only that triangle of a square matrix, "
+        "or ``None`` (the default) for the whole matrix. Give one of the three."
+    ),
+    "a triangle's move found runs not consecutive in a layout": (
+        "A check inside the move of one triangle into or out of the block-cyclic layout (Cholesky, "
+        "``cho_solve``, ``solve_triangular``) failed: a bug in hpcgpu, not in your input. Please report it with "
+        "the matrix's order, ``nb``, the grid and the number of ranks; ``nb=None`` or another ``nb`` may avoid "
+        "it meanwhile."
     ),
     "…: nb must be >= 1, got …": (
         "The block size must be at least 1. Leave it out for the default, or give about 256 on a CPU and "
