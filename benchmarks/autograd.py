@@ -33,11 +33,26 @@ def data(rows, seed=0):
     return X, (X @ W).argmax(1).astype(np.int64)
 
 
-def plain_torch(X, y, hidden, batch, epochs, lr, cpu=None):
+def plain_torch(X, y, hidden, batch, epochs, lr, cpu=None, ddp=False):
+    """The plain eager PyTorch loop; with ``ddp``, the same loop on ``DistributedDataParallel`` at one rank.
+
+    DDP runs over gloo at a world of one, in this process (what ``benchmarks/peers/torch_ddp.py`` runs at one
+    rank: DDP keeps its reducer, buckets and all-reduce), its process group made at the first call (a file
+    rendezvous in a temporary folder) and kept. Returns each epoch's seconds; ``cpu`` gets its CPU seconds.
+    """
     import torch
 
     torch.manual_seed(0)
     m = _module(hidden)
+    if ddp:
+        import tempfile
+
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            rdv = os.path.join(tempfile.mkdtemp(prefix="hpcgpu-ddp-"), "rendezvous")
+            dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=0, world_size=1)
+        m = torch.nn.parallel.DistributedDataParallel(m)
     opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
@@ -55,37 +70,6 @@ def plain_torch(X, y, hidden, batch, epochs, lr, cpu=None):
         if cpu is not None:
             cpu.append(time.process_time() - c0)
     return seconds
-
-
-def ddp_torch(X, y, hidden, batch, epochs, lr, cpu):
-    """The plain loop of :func:`plain_torch` on ``DistributedDataParallel`` at one rank (gloo), in this process.
-
-    What ``benchmarks/peers/torch_ddp.py`` runs at one rank: DDP keeps its reducer, buckets and all-reduce at a
-    world of one. The process group is made at the first call (a file rendezvous in a temporary folder) and kept.
-    """
-    import tempfile
-
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        rdv = os.path.join(tempfile.mkdtemp(prefix="hpcgpu-ddp-"), "rendezvous")
-        dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=0, world_size=1)
-    torch.manual_seed(0)
-    ddp = torch.nn.parallel.DistributedDataParallel(_module(hidden))
-    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(epochs):
-        c0 = time.process_time()
-        order = torch.randperm(len(X), generator=g)
-        for s in range(len(X) // batch):
-            idx = order[s * batch:(s + 1) * batch]
-            opt.zero_grad(set_to_none=True)
-            loss_fn(ddp(Xt[idx]), yt[idx]).backward()
-            opt.step()
-        cpu.append(time.process_time() - c0)
 
 
 def _module(hidden):
@@ -183,7 +167,7 @@ def host_time(a):
             if way == "plain PyTorch loop":
                 plain_torch(X, y, hidden, a.batch_size, a.epochs, a.lr, cpu)
             elif way == "PyTorch DDP (gloo)":
-                ddp_torch(X, y, hidden, a.batch_size, a.epochs, a.lr, cpu)
+                plain_torch(X, y, hidden, a.batch_size, a.epochs, a.lr, cpu, ddp=True)
             else:
                 through_hpcgpu("torch", X, y, hidden, a.batch_size, a.epochs, a.lr, cpu)
             got[way].append(1e3 * sum(cpu[1:] or cpu) / steps)

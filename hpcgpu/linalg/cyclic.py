@@ -277,9 +277,9 @@ def _triangle_runs(pos: np.ndarray, glob: np.ndarray, nb: int) -> list[tuple[int
 def _pieces(ri, gr, ci, gc, nb: int, triangle: str) -> list[tuple[int, int, int, int]]:
     """The ``(row, nrows, col, ncols)`` pieces of the positions ``ri`` x ``ci`` that hold part of ``triangle``.
 
-    ``gr`` and ``gc`` are their global indices; a block is kept when any of its elements is on or below the
+    ``gr`` and ``gc`` are their global indices; a piece is kept when any of its elements is on or below the
     diagonal (``"lower"``) or on or above it (``"upper"``), in ascending global order: the sender's and the
-    receiver's lists are the same blocks in the same order.
+    receiver's lists are the same pieces in the same order.
     """
     rows, cols = _triangle_runs(ri, gr, nb), _triangle_runs(ci, gc, nb)
     if triangle == "lower":
@@ -287,17 +287,17 @@ def _pieces(ri, gr, ci, gc, nb: int, triangle: str) -> list[tuple[int, int, int,
     return [(r, nr, c, nc) for r, g, nr in rows for c, h, nc in cols if g <= h + nc - 1]
 
 
-def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None):
+def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=False):
     """Move a matrix between two layouts by one ``Alltoallv`` over ``comm``.
 
     ``src(rank)`` and ``dst(rank)`` are ``(rows, cols)``, the global indices (ascending) that rank of ``comm``
     holds in the source and the target layout; the two may lie on different grids over the same ranks. Every
     piece is sent and placed in ascending global order on both sides, so one intersection per pair of ranks is
     the whole plan. ``triangle`` (``"lower"`` or ``"upper"``, with the cyclic side's ``nb``): only the pieces
-    that hold part of that triangle move (about half the bytes). A piece is an ``nb x nb`` block of the cyclic
-    layout, cut further where the block layout's ranks divide it, so even part of a diagonal block may not move.
-    The target's elements no piece reaches are left undefined (:data:`UNMOVED_FILL`), or zero where ``triangle``
-    is ``"lower-zero"`` or ``"upper-zero"``.
+    that hold part of that triangle move (about half the bytes, :func:`_pieces`). A piece is an ``nb x nb``
+    block of the cyclic layout, cut further where the block layout's ranks divide it, so even part of a diagonal
+    block may not move. The target's elements no piece reaches are left undefined (:data:`UNMOVED_FILL`), or
+    zero with ``zero``.
     """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
     size, me = comm.Get_size(), comm.Get_rank()
@@ -309,69 +309,64 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None):
         cols_to.append(np.nonzero(np.isin(my_c, dc))[0])
         rows_from.append(np.nonzero(np.isin(t_r, sr))[0])
         cols_from.append(np.nonzero(np.isin(t_c, sc))[0])
-    if triangle is not None:
-        return _move_triangle(local, (my_r, my_c, t_r, t_c), (rows_to, cols_to, rows_from, cols_from), comm,
-                              dst_shape, dtype, triangle, nb, xp)
     # this rank's own piece is copied straight from the source to the target (no buffers): 1 / P of the bytes,
     # and two fresh buffers the fewer, which a virtual machine pays for in first-touch page faults
-    scounts = [0 if p == me else rows_to[p].size * cols_to[p].size for p in range(size)]
-    rcounts = [0 if p == me else rows_from[p].size * cols_from[p].size for p in range(size)]
+    if triangle is None:
+        scounts = [0 if p == me else rows_to[p].size * cols_to[p].size for p in range(size)]
+        rcounts = [0 if p == me else rows_from[p].size * cols_from[p].size for p in range(size)]
+    else:
+        send = [[] if p == me else _pieces(rows_to[p], my_r[rows_to[p]], cols_to[p], my_c[cols_to[p]], nb, triangle)
+                for p in range(size)]
+        recv = [[] if p == me else _pieces(rows_from[p], t_r[rows_from[p]], cols_from[p], t_c[cols_from[p]], nb,
+                                           triangle) for p in range(size)]
+        scounts = [sum(nr * nc for _, nr, _, nc in pieces) for pieces in send]
+        rcounts = [sum(nr * nc for _, nr, _, nc in pieces) for pieces in recv]
     sendbuf = xp.empty(sum(scounts), dtype=dtype)
     off = 0
     for p, k in enumerate(scounts):
-        if k:
+        if not k:
+            continue
+        if triangle is None:
             _gather(local, rows_to[p], cols_to[p], sendbuf[off:off + k].reshape(rows_to[p].size, -1), xp)
+        else:
+            _pack_pieces(local, send[p], sendbuf[off:off + k])
         off += k
     recvbuf = xp.empty(sum(rcounts), dtype=dtype)
     Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
-    out = xp.empty(dst_shape, dtype=dtype)
+    if zero or triangle is None or UNMOVED_FILL is None:
+        out = (xp.zeros if zero else xp.empty)(dst_shape, dtype=dtype)
+    else:
+        out = xp.full(dst_shape, UNMOVED_FILL, dtype=dtype)
     for (s0, d0, nr) in _paired_runs(rows_to[me], rows_from[me]):
         for (c0, e0, nc) in _paired_runs(cols_to[me], cols_from[me]):
             out[d0:d0 + nr, e0:e0 + nc] = local[s0:s0 + nr, c0:c0 + nc]
     off = 0
     for p, k in enumerate(rcounts):
-        if k:
+        if not k:
+            continue
+        if triangle is None:
             ri, ci = rows_from[p], cols_from[p]
             _scatter(out, ri, ci, recvbuf[off:off + k].reshape(ri.size, ci.size), xp)
+        else:
+            _place_pieces(out, recv[p], recvbuf[off:off + k])
         off += k
     return out
 
 
-def _move_triangle(local, held, plan, comm, dst_shape, dtype, triangle: str, nb: int, xp):
-    """:func:`_move` of one triangle's blocks (:func:`_pieces`): each piece packed and placed as a block."""
-    size, me = comm.Get_size(), comm.Get_rank()
-    my_r, my_c, t_r, t_c = held
-    rows_to, cols_to, rows_from, cols_from = plan
-    which = triangle.split("-")[0]
-    send = [[] if p == me else _pieces(rows_to[p], my_r[rows_to[p]], cols_to[p], my_c[cols_to[p]], nb, which)
-            for p in range(size)]
-    recv = [[] if p == me else _pieces(rows_from[p], t_r[rows_from[p]], cols_from[p], t_c[cols_from[p]], nb, which)
-            for p in range(size)]
-    scounts = [sum(nr * nc for _, nr, _, nc in pieces) for pieces in send]
-    rcounts = [sum(nr * nc for _, nr, _, nc in pieces) for pieces in recv]
-    sendbuf = xp.empty(sum(scounts), dtype=dtype)
-    off = 0
-    for pieces in send:
-        for r, nr, c, nc in pieces:
-            sendbuf[off:off + nr * nc].reshape(nr, nc)[...] = local[r:r + nr, c:c + nc]
-            off += nr * nc
-    recvbuf = xp.empty(sum(rcounts), dtype=dtype)
-    Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
-    if triangle.endswith("-zero"):
-        out = xp.zeros(dst_shape, dtype=dtype)
-    elif UNMOVED_FILL is not None:
-        out = xp.full(dst_shape, UNMOVED_FILL, dtype=dtype)
-    else:
-        out = xp.empty(dst_shape, dtype=dtype)
-    for (s0, d0, nr) in _paired_runs(rows_to[me], rows_from[me]):  # this rank's own piece: all of it, straight
-        for (c0, e0, nc) in _paired_runs(cols_to[me], cols_from[me]):
-            out[d0:d0 + nr, e0:e0 + nc] = local[s0:s0 + nr, c0:c0 + nc]
-    off = 0
-    for pieces in recv:
-        for r, nr, c, nc in pieces:
-            out[r:r + nr, c:c + nc] = recvbuf[off:off + nr * nc].reshape(nr, nc)
-            off += nr * nc
-    return out
+def _pack_pieces(local, pieces, flat) -> None:
+    """Copy the ``(row, nrows, col, ncols)`` pieces of ``local`` one after another into the 1-D ``flat``."""
+    at = 0
+    for r, nr, c, nc in pieces:
+        flat[at:at + nr * nc].reshape(nr, nc)[...] = local[r:r + nr, c:c + nc]
+        at += nr * nc
+
+
+def _place_pieces(out, pieces, flat) -> None:
+    """Copy the 1-D ``flat`` into the ``(row, nrows, col, ncols)`` pieces of ``out``, as :func:`_pack_pieces` packs."""
+    at = 0
+    for r, nr, c, nc in pieces:
+        out[r:r + nr, c:c + nc] = flat[at:at + nr * nc].reshape(nr, nc)
+        at += nr * nc
 
 
 def _paired_runs(src: np.ndarray, dst: np.ndarray) -> list[tuple[int, int, int]]:
@@ -512,5 +507,5 @@ def from_cyclic(local, layout: Cyclic, grid=None, triangle=None):
     m, n = layout.m, layout.n
     tri = _by_triangle(triangle, max(m, n), layout.nb)
     out = _move(local, _cyclic_of(layout), _blocks_of(grid, m, n), grid.cart, grid.block_shape((m, n)),
-                np.dtype(local.dtype), tri and f"{tri}-zero", layout.nb)
+                np.dtype(local.dtype), tri, layout.nb, zero=tri is not None)
     return DistMatrix(out, (m, n), grid)
