@@ -64,12 +64,21 @@ def main(args):
         s.close()
         os.execv(sys.executable, [sys.executable, *args])  # python ARGS itself (the variable is already gone)
     pid = int(first[1])
+
+    def forward(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:  # the rank has ended (its end is on the way): as python ARGS, already gone
+            pass
+
     for sig in FORWARDED:
-        signal.signal(sig, lambda signum, frame: os.kill(pid, signum))
+        signal.signal(sig, forward)
     try:
         end = lines.next().split()  # b"exit N" or b"signal S", written when the server has reaped the rank
     except OSError:
         end = []
+    for sig in FORWARDED:  # the rank has ended: a signal now (a launcher ending the others) must not change how
+        signal.signal(sig, signal.SIG_IGN)  # this process ends, nor reach a pid that may be another's by now
     if len(end) == 2 and end[0] == b"signal":
         sig = int(end[1])
         signal.signal(sig, signal.SIG_DFL)

@@ -1,5 +1,11 @@
+import array
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import h5py
 import numpy as np
@@ -514,3 +520,51 @@ def test_a_rank_from_the_fork_server_ends_as_a_process_of_its_own(tmp_path, how)
     assert code == {"end": 0, "code": 3, "message": 1}[how]
     assert files == {r: ([r, 1, 2], "kept", True) for r in range(2)}
     assert err == (["rank 1 stops here"] if how == "message" else []), err
+
+
+def _caught(pid, sig):
+    """Whether process ``pid`` has a handler for ``sig`` (its ``SigCgt`` mask in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask >> (sig - 1) & 1)
+
+
+def test_a_signal_to_a_fork_server_rank_whose_rank_has_ended_changes_nothing(tmp_path):
+    """A launcher may signal a rank's process (``tests/_rank.py``) after the rank has ended: Open MPI ends the
+    others when one exits non-zero. Forwarding it to the rank's pid, gone by then, must not make that process end
+    in a traceback or with another code: it ends as the rank did, as ``python`` would have."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid with no process: the rank the server has reaped
+    path = str(tmp_path / "server")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    rank = subprocess.Popen([sys.executable, "-I", "-S", os.path.join(os.path.dirname(__file__), "_rank.py"),
+                             "-c", "pass"], env={**os.environ, "HPCGPU_TEST_FORKSERVER": path},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        server.settimeout(30)
+        conn, _ = server.accept()
+        size, fds, _, _ = conn.recvmsg(4, socket.CMSG_LEN(64))
+        for _, _, data in fds:  # its standard streams: held here, they would keep its pipes open
+            for fd in array.array("i", data):
+                os.close(fd)
+        want = int.from_bytes(size, "big")
+        while want:  # the job itself, unread
+            want -= len(conn.recv(want))
+        conn.sendall(f"pid {gone.pid}\n".encode())
+        deadline = time.monotonic() + 30
+        while not _caught(rank.pid, signal.SIGTERM):  # its handlers are in: it waits for the rank's end
+            assert time.monotonic() < deadline and rank.poll() is None, rank.communicate()
+            time.sleep(0.01)
+        rank.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        try:
+            conn.sendall(b"exit 3\n")
+        except BrokenPipeError:  # it has ended already: the assert below says how
+            pass
+        out, err = rank.communicate(timeout=30)
+    finally:
+        rank.kill()
+        server.close()
+    assert (rank.returncode, out, err) == (3, b"", b""), (rank.returncode, err.decode())
