@@ -1566,8 +1566,8 @@ FIXES: dict[str, str] = {
     ),
     "…: nb must be an int (a block size, >= 1) or None, got …": (
         "``nb`` is the block size of the block-cyclic layout the factorizations work on: an integer, or "
-        "``None`` for the default (256 on a host, 512 on a GPU, halved for a matrix of fewer than 16 panels a "
-        "grid row or column; :doc:`guide/linalg`)."
+        "``None`` for the default (about 10 panels a grid row or column, 64-256 on a host, 256-512 on a GPU; "
+        ":doc:`guide/linalg`)."
     ),
     "triangle must be 'lower', 'upper' or None, got …": (
         "``hpcgpu.linalg.cyclic.to_cyclic`` and ``from_cyclic`` (the moves into and out of the block-cyclic "

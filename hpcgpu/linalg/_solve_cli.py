@@ -65,9 +65,8 @@ def add_parsers(subparsers) -> None:
         p.add_argument("--grid", help="process grid ROWSxCOLS, e.g. 2x3 (default: MPI.Compute_dims)")
         if op != "lstsq":  # TSQR works on row blocks, with no block size to choose
             p.add_argument("--nb", type=int, default=None,
-                           help="block size of the block-cyclic layout the routine works on (default: 256 on a "
-                                "CPU, 512 on a GPU, halved while a grid row or column would own fewer than 16 "
-                                "panels)")
+                           help="block size of the block-cyclic layout the routine works on (default: about "
+                                "10 panels a grid row or column, 64-256 on a CPU, 256-512 on a GPU)")
         p.add_argument("--dtype", choices=SOLVER_DTYPES,
                        help="compute type (default: the inputs'; float64 for integer data, float32 for half)")
         p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",

@@ -51,21 +51,22 @@ def _count_below(i: int, nb: int, p: int, nprocs: int) -> int:
     return (i // cycle) * nb + min(max(i % cycle - p * nb, 0), nb)
 
 
-PANELS_A_RANK = 16
-"""The fewest panels a grid row or column of ranks should own (``n / (nb max(pr, pc))``) before :func:`default_nb`
-halves the block size: fewer leave the last panels' ranks idle and the lookahead nothing to hide behind."""
+PANELS_A_RANK = 10
+"""About how many panels :func:`default_nb` leaves each grid row or column of ranks (``n / (nb max(pr, pc))``):
+fewer leave the last panels' ranks idle and the lookahead nothing to hide behind; more make more, smaller
+messages and GEMMs. Measured: docs/performance.rst, "The default block size"."""
 
 
 def default_nb(xp=np, n: int | None = None, grid=None) -> int:
-    """The block size when the user gives none: 256 on a host, 512 on a GPU, halved for a small matrix.
+    """The block size when the user gives none: about :data:`PANELS_A_RANK` panels a grid row or column of ranks.
 
-    256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs near its peak, and
-    smaller panels leave the device waiting on the host. Given the order ``n`` and the ``grid``, the size is
-    halved (down to 64 on a host, 256 on a GPU) while each grid row or column of ranks would own fewer than
-    :data:`PANELS_A_RANK` panels (``n < 16 nb max(pr, pc)``): at n = 4096 on a 2 x 2 grid 128, with which LU
-    ran 1.25-1.36 s against 1.40-1.57 s at 256 (three runs on this project's 2-core machine; Cholesky, and both
-    at 2 ranks, within the runs' noise: docs/performance.rst). The same on every rank (it depends on agreed
-    arguments only).
+    ``n / (10 max(pr, pc))`` rounded down to a multiple of 32 (of 128 on a GPU), within 64-256 on a host and
+    256-512 on a GPU: 256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs
+    near its peak, and smaller panels leave the device waiting on the host. At n = 4096 on a 2 x 2 or 2 x 1 grid
+    192: with it Cholesky and LU ran 0.64-0.68 s and 1.32-1.36 s at P = 4 here, against 0.79-0.85 s and
+    1.46-1.79 s at 128 and 0.79 s and 1.40 s at 256 (five rounds each, this project's 2-core machine:
+    docs/performance.rst). Without ``n`` or ``grid``, 256 (512 on a GPU). The same on every rank (it depends on
+    agreed arguments only).
 
     Parameters
     ----------
@@ -80,12 +81,10 @@ def default_nb(xp=np, n: int | None = None, grid=None) -> int:
     -------
     int
     """
-    nb, least = (256, 64) if xp is np else (512, 256)
-    if n is not None and grid is not None:
-        q = max(grid.shape)
-        while nb > least and n < PANELS_A_RANK * nb * q:
-            nb //= 2
-    return nb
+    (least, top), step = ((64, 256), 32) if xp is np else ((256, 512), 128)
+    if n is None or grid is None:
+        return top
+    return max(least, min(top, n // (PANELS_A_RANK * max(grid.shape)) // step * step))
 
 
 class Cyclic:

@@ -136,8 +136,8 @@ def lu_factor(a, *, nb: int | None = None):
     a : DistMatrix
         ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
     nb : int, optional, keyword-only
-        Block size of the layout and width of the panels, >= 1: 256 on a host, 512 on a GPU by default,
-        halved for a matrix of fewer than 16 panels a grid row or column (``cyclic.default_nb``).
+        Block size of the layout and width of the panels, >= 1; by default about 10 panels a grid row or
+        column, 64-256 on a host, 256-512 on a GPU (``cyclic.default_nb``).
 
     Returns
     -------

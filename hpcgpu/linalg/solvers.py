@@ -38,7 +38,8 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
         ``"pos"`` Hermitian positive definite (Cholesky, :func:`~hpcgpu.linalg.cho_factor`, which
         reads the triangle it documents).
     nb : int, optional, keyword-only
-        Block size of the factorization's block-cyclic layout (256 on a host, 512 on a GPU by default).
+        Block size of the factorization's block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``:
+        about 10 panels a grid row or column, 64-256 on a host, 256-512 on a GPU).
 
     Returns
     -------

@@ -155,8 +155,8 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, nb=None
     unit_diagonal : bool
         Take ``A``'s diagonal as ones (not read).
     nb : int, optional, keyword-only
-        Block size of the block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``: 256 on a host,
-        512 on a GPU, halved for a matrix of fewer than 16 panels a grid row or column).
+        Block size of the block-cyclic layout (default ``hpcgpu.linalg.cyclic.default_nb``: about 10 panels
+        a grid row or column, 64-256 on a host, 256-512 on a GPU).
 
     Returns
     -------

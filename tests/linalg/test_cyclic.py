@@ -20,9 +20,9 @@ def test_every_element_lands_where_scalapack_puts_it_and_comes_back(nprocs):
         p.stdout
 
 
-def test_the_default_block_size_keeps_16_panels_a_grid_row_or_column():
-    """256 on a host, 512 on a device, halved (to 64 and 256 at least) while n < 16 nb max(pr, pc); without a
-    size or grid the unhalved default."""
+def test_the_default_block_size_leaves_about_10_panels_a_grid_row_or_column():
+    """n / (10 max(pr, pc)) rounded down to a multiple of 32 (128 on a device), within 64-256 on a host and
+    256-512 on a device; without a size or grid the largest."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -34,10 +34,11 @@ def test_the_default_block_size_keeps_16_panels_a_grid_row_or_column():
 
     assert default_nb() == 256 and default_nb(np, 4096) == 256
     assert default_nb(np, 4096, grid(1, 1)) == 256  # one rank: the one LAPACK call ignores it
-    assert default_nb(np, 4096, grid(2, 2)) == 128 == default_nb(np, 4096, grid(1, 2))
-    assert default_nb(np, 16384, grid(2, 2)) == 256 and default_nb(np, 8192, grid(2, 2)) == 256
-    assert default_nb(np, 8191, grid(2, 2)) == 128 and default_nb(np, 4096, grid(4, 2)) == 64
-    assert default_nb(np, 50, grid(2, 3)) == 64  # never below 64 on a host
+    assert default_nb(np, 4096, grid(2, 2)) == 192 == default_nb(np, 4096, grid(1, 2)) == default_nb(np, 4096,
+                                                                                                    grid(2, 1))
+    assert default_nb(np, 2048, grid(2, 2)) == 96 and default_nb(np, 4096, grid(4, 2)) == 96
+    assert default_nb(np, 16384, grid(2, 2)) == 256 and default_nb(np, 5119, grid(2, 2)) == 224
+    assert default_nb(np, 50, grid(2, 3)) == 64 and default_nb(np, 0, grid(2, 2)) == 64  # never below 64
     device = object()  # any module but NumPy: the device's sizes
     assert default_nb(device) == 512 and default_nb(device, 4096, grid(2, 2)) == 256
-    assert default_nb(device, 32768, grid(2, 2)) == 512
+    assert default_nb(device, 8192, grid(2, 2)) == 384 and default_nb(device, 32768, grid(2, 2)) == 512
