@@ -23,12 +23,13 @@ its own job of P ranks under the system's Open MPI (``benchmarks/peers/scalapack
 ``benchmarks/peers/build_scalapack.sh``), one BLAS thread a rank (OpenBLAS's serial build). hpcgpu runs at its
 default block size (what a user gets) and at each ``--nb``; ScaLAPACK at each ``--nb``, its best kept.
 
-Each round times every contender once, in an order that rotates between rounds, so drift on a shared machine
-falls on all alike; the figures are the medians over ``--rounds`` (the best is printed beside). One untimed
-call of each contender at a small size first loads its code (ScaLAPACK's job is new each round: its matrix is
-written, so its pages are touched, before the timed call). A time is the slowest rank's, from a barrier.
-Ratios are hpcgpu's speed over the peer's, peer seconds / hpcgpu seconds (> 1: hpcgpu faster), both taken in
-this run, printed with both figures and the machine's load average. A peer that cannot run here (not
+Each round times every contender once, in an order shuffled anew each round (no contender always runs after the
+same one), every rank idle for 0.3 s before each (``SETTLE``: the previous one's BLAS threads asleep), so drift
+on a shared machine falls on all alike; the figures are the medians over ``--rounds`` (the best is printed
+beside). One untimed call of each contender at a small size first loads its code (ScaLAPACK's job is new each
+round: its matrix is written, so its pages are touched, before the timed call). A time is the slowest rank's,
+from a barrier. Ratios are hpcgpu's speed over the peer's, peer seconds / hpcgpu seconds (> 1: hpcgpu faster),
+both taken in this run, printed with both figures and the machine's load average. A peer that cannot run here (not
 installed, not built) is printed and written as missing, with the reason.
 """
 
@@ -38,6 +39,7 @@ import argparse
 import inspect
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -339,6 +341,20 @@ def idle_wait(comm) -> None:
         time.sleep(0.002)
 
 
+SETTLE = 0.3
+"""Seconds every rank sleeps before each contender: OpenBLAS's threads spin a while after a call returns (about
+2^28 cycles, ``THREAD_TIMEOUT``), and the contender after SciPy's ran beside them: 20 % slower at n = 2048, P = 2
+here, which the rounds' rotation handed to the same contender (hpcgpu's default, the one after the peers) every
+round."""
+
+
+def settle(comm) -> None:
+    """Every rank idle for :data:`SETTLE` seconds, then together (the previous contender's threads asleep)."""
+    idle_wait(comm)
+    time.sleep(SETTLE)
+    idle_wait(comm)
+
+
 def timed_rank0(comm, f, own: bool = False):
     """Seconds of f() on rank 0 alone while the other ranks sleep (None elsewhere); ``own``: f returns them."""
     t = None
@@ -415,10 +431,15 @@ def run_routine(routine, a, P, peer_threads, grids, missing, rank):
                               dict(missing, scalapack="not warmed")):
         f()
     runs = contenders(routine, a, P, peer_threads, A, b, ga, gb, missing)
+    comm = A.grid.cart
     secs = {(name, nb): [] for name, nb, _ in runs}
     for r in range(a.rounds):
-        k = r % len(runs)
-        for name, nb, f in runs[k:] + runs[:k]:  # each round starts one contender later
+        # each round in another order, the same on every rank (a rotation kept each contender after the same one:
+        # hpcgpu's default always ran after the last peer, ScaLAPACK's job of processes of their own)
+        order = list(runs)
+        random.Random(r).shuffle(order)
+        for name, nb, f in order:
+            settle(comm)
             t = f()
             if rank == 0:
                 secs[(name, nb)].append(t)

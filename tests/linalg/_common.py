@@ -1,8 +1,24 @@
 """What the rank programs of tests/linalg share: a global matrix distributed from rank 0, and the check of a refusal
 (imported from the programs' own folder, their ``sys.path[0]`` when a rank runs them as scripts)."""
 
+import sys
+import traceback
+
+from mpi4py import MPI
+
 import hpcgpu
 from hpcgpu.errors import AgreedError
+
+
+def _abort(kind, value, tb):
+    """An assert (or any exception) on one rank ends the launch at once: the others would wait in their next
+    collective until the test's timeout (300 s) called it a hang."""
+    traceback.print_exception(kind, value, tb)
+    sys.stderr.flush()
+    MPI.COMM_WORLD.Abort(1)
+
+
+sys.excepthook = _abort  # on import: every rank program that imports this module
 
 
 def dist(g, grid):

@@ -12,6 +12,8 @@ import hpcgpu
 from hpcgpu._device import asnumpy
 from hpcgpu.linalg.cyclic import Cyclic, from_cyclic, numroc, to_cyclic
 
+import _common  # noqa: F401  (an exception on one rank aborts the launch)
+
 rt = hpcgpu.init()
 rank, size = rt.comm.Get_rank(), rt.comm.Get_size()
 cases = 0
