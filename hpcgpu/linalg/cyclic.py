@@ -63,9 +63,9 @@ def default_nb(xp=np, n: int | None = None, grid=None) -> int:
     ``n / (10 max(pr, pc))`` rounded down to a multiple of 32 (of 128 on a GPU), within 64-256 on a host and
     256-512 on a GPU: 256 is the cache-blocked LAPACK sizes' order; on a GPU a cuBLAS GEMM of 512 columns runs
     near its peak, and smaller panels leave the device waiting on the host. At n = 4096 on a 2 x 2 or 2 x 1 grid
-    192: with it Cholesky and LU ran 0.64-0.68 s and 1.32-1.36 s at P = 4 here, against 0.79-0.85 s and
-    1.46-1.79 s at 128 and 0.79 s and 1.40 s at 256 (five rounds each, this project's 2-core machine:
-    docs/performance.rst). Without ``n`` or ``grid``, 256 (512 on a GPU). The same on every rank (it depends on
+    192: with it Cholesky and LU at P = 4 ran 0.70-0.95 s and 1.33-1.61 s here, against 1.01-1.26 s and
+    1.53-1.87 s at 128 and 0.77-0.97 s and 1.66-1.85 s at 256 (medians of three runs, this project's 2-core
+    machine: docs/performance.rst). Without ``n`` or ``grid``, 256 (512 on a GPU). The same on every rank (it depends on
     agreed arguments only).
 
     Parameters
