@@ -344,8 +344,7 @@ def idle_wait(comm) -> None:
 SETTLE = 0.3
 """Seconds every rank sleeps before each contender: OpenBLAS's threads spin a while after a call returns (about
 2^28 cycles, ``THREAD_TIMEOUT``), and the contender after SciPy's ran beside them: 20 % slower at n = 2048, P = 2
-here, which the rounds' rotation handed to the same contender (hpcgpu's default, the one after the peers) every
-round."""
+here (a fixed rotation of the rounds put hpcgpu's default there every round)."""
 
 
 def settle(comm) -> None:

@@ -65,8 +65,8 @@ def default_nb(xp=np, n: int | None = None, grid=None) -> int:
     near its peak, and smaller panels leave the device waiting on the host. At n = 4096 on a 2 x 2 or 2 x 1 grid
     192: with it Cholesky and LU at P = 4 ran 0.70-0.95 s and 1.33-1.61 s here, against 1.01-1.26 s and
     1.53-1.87 s at 128 and 0.77-0.97 s and 1.66-1.85 s at 256 (medians of three runs, this project's 2-core
-    machine: docs/performance.rst). Without ``n`` or ``grid``, 256 (512 on a GPU). The same on every rank (it depends on
-    agreed arguments only).
+    machine: docs/performance.rst). Without ``n`` or ``grid``, 256 (512 on a GPU). The same on every rank (it
+    depends on agreed arguments only).
 
     Parameters
     ----------

@@ -4,15 +4,22 @@
 import sys
 import traceback
 
-from mpi4py import MPI
+import numpy as np
 
 import hpcgpu
+import hpcgpu.linalg.cyclic
 from hpcgpu.errors import AgreedError
+
+# What a move of one triangle does not reach is NaN: a routine that reads outside the triangle it moved, or a way
+# back that does not zero it, fails its checks
+hpcgpu.linalg.cyclic.UNMOVED_FILL = np.nan
 
 
 def _abort(kind, value, tb):
     """An assert (or any exception) on one rank ends the launch at once: the others would wait in their next
     collective until the test's timeout (300 s) called it a hang."""
+    from mpi4py import MPI  # initialized by then (hpcgpu first: it sets MPI's variables before MPI_Init)
+
     traceback.print_exception(kind, value, tb)
     sys.stderr.flush()
     MPI.COMM_WORLD.Abort(1)
