@@ -26,8 +26,9 @@ default block size (what a user gets) and at each ``--nb``; ScaLAPACK at each ``
 Each round times every contender once, in an order shuffled anew each round (no contender always runs after the
 same one), every rank idle for 0.3 s before each (``SETTLE``: the previous one's BLAS threads asleep), so drift
 on a shared machine falls on all alike; the figures are the medians over ``--rounds`` (the best is printed
-beside). One untimed call of each contender at a small size first loads its code (ScaLAPACK's job is new each
-round: its matrix is written, so its pages are touched, before the timed call). A time is the slowest rank's,
+beside). One untimed call of each contender at a small size first loads its code, then one of hpcgpu's at the
+full size, where every rank holds blocks and so loads its kernels (ScaLAPACK's job is new each round: its matrix
+is written, so its pages are touched, before the timed call). A time is the slowest rank's,
 from a barrier. Ratios are hpcgpu's speed over the peer's, peer seconds / hpcgpu seconds (> 1: hpcgpu faster),
 both taken in this run, printed with both figures and the machine's load average. A peer that cannot run here (not
 installed, not built) is printed and written as missing, with the reason.
@@ -431,6 +432,12 @@ def run_routine(routine, a, P, peer_threads, grids, missing, rank):
         f()
     runs = contenders(routine, a, P, peer_threads, A, b, ga, gb, missing)
     comm = A.grid.cart
+    # and one untimed call of hpcgpu's at the full size: at the small size one rank held every block, so the
+    # others had not yet imported what the local kernels import (scipy.linalg: 0.8 s here, where Python compiles
+    # it anew each process), and the first timed call ran 0.6-1.0 s slower, whichever contender it was
+    first = runs[0][2]()
+    if rank == 0:
+        print(f"{routine}: hpcgpu's first call at this size {first:.3f} s (untimed)", file=sys.stderr, flush=True)
     secs = {(name, nb): [] for name, nb, _ in runs}
     for r in range(a.rounds):
         # each round in another order, the same on every rank (a rotation kept each contender after the same one:

@@ -87,13 +87,17 @@ def finite(where: str, mats: dict, comm) -> None:
     """Refuse NaN or inf in any of ``mats`` (``{name: DistMatrix}``) on every rank.
 
     The message names the matrix and the first such element's global position: one ``agree`` collective after a
-    local scan of each block.
+    local scan of each block. The scan is a sum first (one read, no temporary: NaN and inf reach it), and the
+    element-wise test only where the sum is not finite (a bad element, or a sum of finite values that overflowed):
+    the test's two mask arrays and their first-touched pages were 15-25 ms of a 64 MB block, the sum 5.
     """
     err = None
     for name, a in mats.items():
         if a is None or a.local.size == 0:
             continue
         # One device-to-host copy of a flag, then of the first bad element's index: explicit (_device.asnumpy)
+        if _device.asnumpy(a.xp.isfinite(a.local.sum())):
+            continue
         bad = ~a.xp.isfinite(a.local)
         if _device.asnumpy(bad.any()):
             first = int(_device.asnumpy(a.xp.argmax(bad.ravel())))

@@ -19,6 +19,7 @@ from hpcgpu import _device
 from hpcgpu.errors import AgreedError
 from hpcgpu.linalg import _local, cho_factor, cho_solve, cholesky
 from hpcgpu.linalg.chol import CholeskyFactor
+from hpcgpu.linalg.cyclic import to_cyclic
 
 from _common import dist
 
@@ -91,6 +92,19 @@ def main():
                         res = hpl_residual(g, x, b)
                         assert res < 16, (dims, n, nb, dtype, lower, res)
             cases += 1
+        # a factor on a padded row stride (cyclic.padded_empty): each rank's rows (and the upper form's) a multiple
+        # of 512 bytes, so the padded array is the one factored, lower and upper
+        n = 64 * size
+        for dtype, lower in (("float64", True), ("complex128", False)):
+            g = spd(n, dtype)
+            a = dist(junk_in_other_triangle(g, lower), grid)
+            local, _ = to_cyclic(a, 16, triangle="lower" if lower else "upper", padded=True)
+            assert _device.is_device_array(local) or local.strides[0] > local.shape[1] * local.itemsize, local.strides
+            got = cholesky(a, lower=lower, nb=16).gather()
+            if rank == 0:
+                assert np.array_equal(got, np.tril(got) if lower else np.triu(got)), (dims, dtype)
+                assert factor_error(g, got, lower) < 16, (dims, dtype, lower)
+            cases += 1
 
     if size == 1:  # one rank: the matrix is its own block-cyclic layout, one potrf and nothing else
         calls = []
@@ -143,6 +157,8 @@ def main():
     b[7, 1] = np.inf
     refused(lambda: cho_solve(c, dist(b, grid)), ValueError,
             "cho_solve: B holds NaN or inf (at row 7, column 1): the solvers need finite values")
+    cho_solve(c, dist(np.full((11, 2), 1e308), grid))  # finite, its sum overflows (the check's first scan): taken
+    cases += 1
     refused(lambda: cho_solve(c, dist(np.ones((7, 2)), grid)), ValueError,
             "cho_solve: shapes do not conform: A is 11 x 11, B has 7 rows (A's 11 needed)")
     refused(lambda: cho_solve(c, dist(np.ones((11, 2), "float32"), grid)), TypeError,
