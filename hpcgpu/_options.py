@@ -11,6 +11,7 @@ variable                       what it sets
 ``HPCGPU_DEVICE``              ``cpu``: ``import hpcgpu`` binds no GPU before ``MPI_Init`` (``auto``, ``gpu``: it may)
 ``HPCGPU_IGNORE_SLURM_NTASKS`` 1: do not refuse N one-rank worlds under ``srun --mpi=none``
 ``HPCGPU_BLAS_OVERSUBSCRIBE``  1: keep a thread variable's count above a bound rank's CPU set
+``HPCGPU_KEEP_HOST_MEMORY``    0: leave glibc's ``malloc`` as it is (1, the default: freed memory stays in the rank)
 ``HPCGPU_DATA_DIR``            where the bundled data sets are cached (``~/.cache/hpcgpu``)
 ``HPCGPU_POWERCAP_ROOT``       where RAPL's counters are read (``/sys/class/powercap``)
 ``HPCGPU_MPIEXEC``             the launcher ``python -m hpcgpu.scaling`` starts its runs with
@@ -32,8 +33,8 @@ import os
 __all__ = ["VARIABLES", "text", "switch", "seconds", "choice", "error", "stall_timeout", "DEFAULT_STALL_TIMEOUT"]
 
 VARIABLES = ("HPCGPU_STALL_TIMEOUT", "HPCGPU_CUDA_AWARE_MPI", "HPCGPU_NONBLOCKING_DEVICE", "HPCGPU_DEVICE",
-             "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_BLAS_OVERSUBSCRIBE", "HPCGPU_DATA_DIR", "HPCGPU_POWERCAP_ROOT",
-             "HPCGPU_MPIEXEC", "HPCGPU_JOB_STOP_FILE")
+             "HPCGPU_IGNORE_SLURM_NTASKS", "HPCGPU_BLAS_OVERSUBSCRIBE", "HPCGPU_KEEP_HOST_MEMORY", "HPCGPU_DATA_DIR",
+             "HPCGPU_POWERCAP_ROOT", "HPCGPU_MPIEXEC", "HPCGPU_JOB_STOP_FILE")
 
 TRUE = frozenset({"1", "yes", "true", "on"})
 FALSE = frozenset({"0", "no", "false", "off"})
@@ -174,6 +175,7 @@ _READERS = {
     "HPCGPU_DEVICE": lambda n: choice(n, DEVICES),
     "HPCGPU_IGNORE_SLURM_NTASKS": switch,
     "HPCGPU_BLAS_OVERSUBSCRIBE": switch,
+    "HPCGPU_KEEP_HOST_MEMORY": switch,
     "HPCGPU_DATA_DIR": text,
     "HPCGPU_POWERCAP_ROOT": text,
     "HPCGPU_MPIEXEC": text,

@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy
 from mpi4py import MPI
 
-from . import _blas, _context, _device, _nccl, _options, _yield
+from . import _blas, _context, _device, _heap, _nccl, _options, _yield
 from ._memory import host_memory
 from .errors import agree_call, agreed
 
@@ -83,6 +83,10 @@ class Runtime:
         threads than some rank's CPU set holds and was capped, with the fix
         (the same on every rank: how many ranks, the first one's numbers).
         The run's first line (:meth:`summary`) ends with it.
+    host_heap : str
+        What :func:`init` did with glibc's ``malloc`` (``hpcgpu._heap``): ``"kept"`` (large arrays come from the
+        heap, and freed memory stays in the rank for the next ones, so they are not page-faulted in afresh;
+        ``HPCGPU_KEEP_HOST_MEMORY=0`` turns it off), or why not.
     gpu_sharing : int
         The most ranks bound to one physical GPU (same host and PCI bus id),
         over all nodes; 1 on the CPU. Above 1 the run's first line says so:
@@ -110,6 +114,7 @@ class Runtime:
     mpi_library: str
     blas_threads: str = "not limited"
     blas_capped: str = ""
+    host_heap: str = "glibc's defaults"
     device_reason: str = "asked for"
     binding: str = ""
     nonblocking_device: bool = False
@@ -133,7 +138,7 @@ class Runtime:
             f"local_rank={self.local_rank}/{self.local_size} device={dev} ({self.device_reason}) "
             f"xp={self.xp.__name__} {xp_version} "
             f"mpi={self.mpi_library} (MPI {mpi_version}) blas={_blas.describe()} blas_threads={self.blas_threads} "
-            f"cuda_aware={aware} ({self.cuda_aware_reason})"
+            f"host_heap={self.host_heap} cuda_aware={aware} ({self.cuda_aware_reason})"
         )
         if self.device == "gpu":
             line += f" nonblocking_device={'yes' if self.nonblocking_device else 'no'} ({self.nonblocking_reason})"
@@ -264,9 +269,10 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
         dup.Free()
         raise
     threads = _blas_decision(blas_threads, local_size)
+    heap = _heap.keep_freed_memory()
     rt = Runtime(comm=dup, rank=dup.rank, size=dup.size, local_rank=local_rank, local_size=local_size,
                  host=socket.gethostname(), **path, blas_threads=threads,
-                 blas_capped=_capped_line(dup, threads), mpi_library=_library_version(), gpu_sharing=sharing,
+                 blas_capped=_capped_line(dup, threads), host_heap=heap, mpi_library=_library_version(), gpu_sharing=sharing,
                  collectives=over, collectives_reason=over_why)
     if comm is None:
         # The one before stays usable by what holds it (a Trainer of device="cpu" beside one of "gpu"): freeing

@@ -568,3 +568,35 @@ def test_a_signal_to_a_fork_server_rank_whose_rank_has_ended_changes_nothing(tmp
         rank.kill()
         server.close()
     assert (rank.returncode, out, err) == (3, b"", b""), (rank.returncode, err.decode())
+
+
+_WHERE_A_BIG_ARRAY_LIVES = """
+import sys
+import numpy as np
+import hpcgpu
+rt = hpcgpu.init("cpu")
+a = np.ones(8 << 20)  # 64 MiB: above glibc's largest dynamic mmap threshold (32 MiB)
+addr, where = a.ctypes.data, "?"
+with open("/proc/self/maps") as f:
+    for line in f:
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= addr < hi:
+            where = "heap" if line.rstrip().endswith("[heap]") else "mapped"
+sys.stdout.write(f"{rt.rank} {where} {rt.host_heap}\\n")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("setting, where, said", [
+    ({}, "heap", "kept"),
+    ({"HPCGPU_KEEP_HOST_MEMORY": "0"}, "mapped", "glibc's defaults (HPCGPU_KEEP_HOST_MEMORY=0)"),
+    ({"MALLOC_MMAP_THRESHOLD_": "1048576"}, "mapped", "as the site set it (MALLOC_MMAP_THRESHOLD_)"),
+])
+def test_init_keeps_freed_host_memory_in_the_rank_unless_told_otherwise(setting, where, said):
+    """By default a large array comes from glibc's heap (kept after a free, so the next one is not page-faulted in
+    afresh: hpcgpu._heap); HPCGPU_KEEP_HOST_MEMORY=0 and a site's own MALLOC_ variable leave glibc's defaults, a
+    block of its own mapped for it. Every rank, every MPI (its library may bring its own allocator)."""
+    env = {"HPCGPU_KEEP_HOST_MEMORY": None, "MALLOC_MMAP_THRESHOLD_": None, **setting}
+    p = _mpi.run(2, ["-c", _WHERE_A_BIG_ARRAY_LIVES], env=env, timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == [f"{r} {where} {said}" for r in range(2)], p.stdout
