@@ -272,8 +272,8 @@ def init(device: str = "auto", comm: MPI.Intracomm | None = None, *, blas_thread
     heap = _heap.keep_freed_memory()
     rt = Runtime(comm=dup, rank=dup.rank, size=dup.size, local_rank=local_rank, local_size=local_size,
                  host=socket.gethostname(), **path, blas_threads=threads,
-                 blas_capped=_capped_line(dup, threads), host_heap=heap, mpi_library=_library_version(), gpu_sharing=sharing,
-                 collectives=over, collectives_reason=over_why)
+                 blas_capped=_capped_line(dup, threads), host_heap=heap, mpi_library=_library_version(),
+                 gpu_sharing=sharing, collectives=over, collectives_reason=over_why)
     if comm is None:
         # The one before stays usable by what holds it (a Trainer of device="cpu" beside one of "gpu"): freeing
         # its communicator here left that Trainer on MPI_COMM_NULL (found on an H200)

@@ -600,3 +600,11 @@ def test_init_keeps_freed_host_memory_in_the_rank_unless_told_otherwise(setting,
     p = _mpi.run(2, ["-c", _WHERE_A_BIG_ARRAY_LIVES], env=env, timeout=90)
     assert p.returncode == 0, p.stderr
     assert sorted(p.stdout.splitlines()) == [f"{r} {where} {said}" for r in range(2)], p.stdout
+
+
+def test_a_keep_host_memory_that_is_no_switch_is_refused_in_one_line(monkeypatch):
+    from hpcgpu import _options
+
+    monkeypatch.setenv("HPCGPU_KEEP_HOST_MEMORY", "maybe")
+    assert str(_options.error()) == ("HPCGPU_KEEP_HOST_MEMORY must be 0 or 1 (or no/yes, false/true, off/on), got "
+                                     "'maybe'")

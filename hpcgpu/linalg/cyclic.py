@@ -268,6 +268,19 @@ def padded_empty(shape, dtype, xp=np):
     lines: a Cholesky factorization of order 4096 at 2 ranks ran 8% faster on the padded array here (0.385 s
     against 0.42-0.45). On the host only; a device array is returned as ``xp.empty`` makes it (cuBLAS's
     leading dimension is the GPU's matter). Not collective.
+
+    Parameters
+    ----------
+    shape : (int, int)
+        The local array's shape (any shape; only a 2-D one of at least two rows is padded).
+    dtype : dtype
+    xp : module
+        ``numpy`` or ``cupy``.
+
+    Returns
+    -------
+    xp.ndarray
+        ``shape``, ``dtype``; rows contiguous, ``strides[0]`` a row's bytes plus :data:`ROW_PAD` where padded.
     """
     shape = tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
@@ -358,14 +371,7 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=
         off += k
     recvbuf = xp.empty(sum(rcounts), dtype=dtype)
     Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
-    if padded:
-        out = padded_empty(dst_shape, dtype, xp)
-        if zero or (triangle is not None and UNMOVED_FILL is not None):
-            out[...] = 0 if zero else UNMOVED_FILL
-    elif zero or triangle is None or UNMOVED_FILL is None:
-        out = (xp.zeros if zero else xp.empty)(dst_shape, dtype=dtype)
-    else:
-        out = xp.full(dst_shape, UNMOVED_FILL, dtype=dtype)
+    out = _target(dst_shape, dtype, xp, zero, triangle is not None and UNMOVED_FILL is not None, padded)
     for (s0, d0, nr) in _paired_runs(rows_to[me], rows_from[me]):
         for (c0, e0, nc) in _paired_runs(cols_to[me], cols_from[me]):
             out[d0:d0 + nr, e0:e0 + nc] = local[s0:s0 + nr, c0:c0 + nc]
@@ -380,6 +386,21 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=
             _place_pieces(out, recv[p], recvbuf[off:off + k])
         off += k
     return out
+
+
+def _target(shape, dtype, xp, zero: bool, fill: bool, padded: bool):
+    """A move's target array: zeros, :data:`UNMOVED_FILL` (``fill``) or uninitialized.
+
+    ``padded``: on a padded row stride (:func:`padded_empty`).
+    """
+    if padded:
+        out = padded_empty(shape, dtype, xp)
+        if zero or fill:
+            out[...] = 0 if zero else UNMOVED_FILL
+        return out
+    if zero or not fill:
+        return (xp.zeros if zero else xp.empty)(shape, dtype=dtype)
+    return xp.full(shape, UNMOVED_FILL, dtype=dtype)
 
 
 def _pack_pieces(local, pieces, flat) -> None:
