@@ -345,7 +345,7 @@ def idle_wait(comm) -> None:
 SETTLE = 0.3
 """Seconds every rank sleeps before each contender: OpenBLAS's threads spin a while after a call returns (about
 2^28 cycles, ``THREAD_TIMEOUT``), and the contender after SciPy's ran beside them: 20 % slower at n = 2048, P = 2
-here (a fixed rotation of the rounds put hpcgpu's default there every round)."""
+here."""
 
 
 def settle(comm) -> None:
@@ -432,9 +432,9 @@ def run_routine(routine, a, P, peer_threads, grids, missing, rank):
         f()
     runs = contenders(routine, a, P, peer_threads, A, b, ga, gb, missing)
     comm = A.grid.cart
-    # and one untimed call of hpcgpu's at the full size: at the small size one rank held every block, so the
-    # others had not yet imported what the local kernels import (scipy.linalg: 0.8 s here, where Python compiles
-    # it anew each process), and the first timed call ran 0.6-1.0 s slower, whichever contender it was
+    # and one untimed call of hpcgpu's at the full size: at the small size one rank holds every block, so the
+    # others have not yet imported what the local kernels import (scipy.linalg: 0.8 s here, where Python compiles
+    # it anew each process), which the first timed call would pay, whichever contender it is
     first = runs[0][2]()
     if rank == 0:
         print(f"{routine}: hpcgpu's first call at this size {first:.3f} s (untimed)", file=sys.stderr, flush=True)

@@ -31,7 +31,7 @@ VARIABLE = "HPCGPU_KEEP_HOST_MEMORY"
 """The switch: 1 (the default) keeps freed host memory in the process, 0 leaves glibc's defaults."""
 
 MMAP_THRESHOLD = 1 << 30
-"""Bytes: a block up to this size comes from the heap (``M_MMAP_THRESHOLD``); larger ones are mapped as before."""
+"""Bytes: a block up to this size comes from the heap (``M_MMAP_THRESHOLD``); a larger one gets a mapping of its own."""
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 _SITE_VARS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")

@@ -483,8 +483,8 @@ import os, signal, sys, threading, time
 import h5py
 from mpi4py import MPI
 # Open MPI's launcher sends SIGTERM to the other rank when one exits non-zero ("code", "message"), then SIGKILL a
-# while later: under load it hit a rank still closing its HDF5 file at exit ("bad object header version number"
-# in CI, whichever way the rank started). Each rank's own end is the subject: that SIGTERM is ignored, both ways.
+# while later: under load it can hit a rank still closing its HDF5 file at exit, whichever way the rank started.
+# Each rank's own end is the subject: that SIGTERM is ignored, both ways.
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 how, out = sys.argv[1], sys.argv[2]
 rank = MPI.COMM_WORLD.rank

@@ -89,7 +89,7 @@ def finite(where: str, mats: dict, comm) -> None:
     The message names the matrix and the first such element's global position: one ``agree`` collective after a
     local scan of each block. The scan is a sum first (one read, no temporary: NaN and inf reach it), and the
     element-wise test only where the sum is not finite (a bad element, or a sum of finite values that overflowed):
-    the test's two mask arrays and their first-touched pages were 15-25 ms of a 64 MB block, the sum 5.
+    the test's two mask arrays and their first-touched pages cost 15-25 ms a 64 MB block, the sum 5.
     """
     err = None
     for name, a in mats.items():

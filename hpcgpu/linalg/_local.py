@@ -323,8 +323,8 @@ def svd(a, compute_uv: bool = True):
 def _op(a, t: int):
     """``op(a)`` as an array BLAS takes (C-contiguous for a complex conjugate transpose, a view otherwise).
 
-    A real matrix's conjugate transpose is its transpose, a view: its copy was 13 ms of a 0.44 s Cholesky of
-    order 4096 at P = 2 (one per trailing GEMM).
+    A real matrix's conjugate transpose is its transpose, a view: copying it would cost 13 ms of a 0.44 s
+    Cholesky of order 4096 at P = 2 (one copy per trailing GEMM).
     """
     if t == 0:
         return a

@@ -146,7 +146,7 @@ def _zero_above(a, ax: _Axes) -> None:
     """Zero the elements of ``a`` above the diagonal (global row < global column), block column by block column.
 
     Whole blocks above the block column's diagonal block are cleared by slices; only a diagonal block is masked
-    element by element (a mask of the whole local array, its comparison and its pages, was 15 ms of a 0.5 s
+    element by element (a mask of the whole local array, its comparison and its pages, costs 15 ms of a 0.5 s
     factorization at n = 4096).
     """
     rows, cols = ax.rows(), ax.cols()
