@@ -107,12 +107,12 @@ def test_preemption_signal_requeue_resume(slurm, tmp_path):
     data = write_h5(tmp_path / "blobs.h5", train__X=X, train__y=y, test__X=Xt, test__y=yt)
     opts = "--epochs 40 --batch-size 32 --hidden 128,64 --dtype float64"
     env = dict(slurm.env, **_vars(tmp_path, DATA=data, CHECKPOINT_EVERY=200, TRAIN_ARGS=opts))
-    rc, err = _warned_job(slurm, ["--time=2", "--signal=B:USR1@60", "-o", str(tmp_path / "%j.out"),
-                                  os.path.join(JOBS, "train-cpu.sbatch")], env, tmp_path, None, 600)
+    rc, err, sent = _warned_job(slurm, ["--time=2", "--signal=B:USR1@60", "-o", str(tmp_path / "%j.out"),
+                                        os.path.join(JOBS, "train-cpu.sbatch")], env, tmp_path, None, 600)
     log = _log(tmp_path)
-    assert rc == 0, (err, log)
-    assert "warning signal: checkpoint, then requeue" in log and "restart 1" in log, log
-    assert "resumed from" in log
+    assert rc == 0, (err, sent, log)
+    assert "warning signal: checkpoint, then requeue" in log and "restart 1" in log, f"{sent}\n{log}"
+    assert "resumed from" in log and "exists already" not in log, log  # HPCGPU_JOB_STOP_FILE: a stop, no warning
     ref = tmp_path / "ref.h5"
     r = _mpi.run(2, ["-m", "hpcgpu.train", "--data", data, "--out", str(ref), "--progress", "none",
                      *opts.split()], env={"OMP_NUM_THREADS": "1"}, timeout=300)
@@ -152,11 +152,11 @@ def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
         gate.touch()
 
     threading.Thread(target=open_gate, daemon=True).start()
-    rc, err = _warned_job(slurm, ["-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "tasks-cpu.sbatch")], env,
-                          tmp_path, lambda: ran() >= 8, 300)
+    rc, err, sent = _warned_job(slurm, ["-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "tasks-cpu.sbatch")],
+                                env, tmp_path, lambda: ran() >= 8, 300)
     out = _log(tmp_path)
-    assert rc == 0, (err, out)
-    assert "warning signal" in out and "restart 1" in out and "stopped (stop file" in out, out
+    assert rc == 0, (err, sent, out)
+    assert "warning signal" in out and "restart 1" in out and "stopped (stop file" in out, f"{sent}\n{out}"
     assert f"{n} tasks: {n} done, 0 failed, 0 pending" in out, out
     with h5py.File(os.path.join(_run_dir(tmp_path), "tasks.h5")) as f:
         assert (f["tasks/status"][()] == 1).all() and (f["tasks/attempts"][()] == 1).all()
@@ -167,24 +167,31 @@ def test_tasks_cpu_script_requeues_and_resumes(slurm, tmp_path):
 WAIT_S = 300
 """Deadline of each wait on a job (its batch shell, its progress): reached only when something is wrong."""
 
+CONFIRM_S = 15
+"""How long a warned batch shell may take to write its trap's line (after the command it runs in the foreground)
+before USR1 is sent again."""
+
 
 def _warned_job(slurm, sbatch_args, env, tmp_path, ready, timeout):
     """``sbatch --wait SBATCH_ARGS``; Slurm's warning signal to the batch shell (as ``--signal=B:USR1`` sends
-    it) once that shell traps USR1 and ``ready()`` (``None``: at once); the job's exit status and stderr.
-    Cancelled if the test fails first.
+    it) once that shell traps USR1 and ``ready()`` (``None``: at once); the job's exit status, sbatch's stderr
+    and the test's timeline (when the shell was seen, when USR1 left) for the assertions' messages. Cancelled
+    if the test fails first.
 
     Every wait is on a condition, with a deadline reached only on failure: nothing assumes how fast the
     machine is. The batch shell is found before ``ready()`` holds, so that the signal then leaves at once.
     """
     job = subprocess.Popen(["sbatch", "--wait", *sbatch_args], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
-    job_id = None
+    job_id, events, t0 = None, [], time.time()
+    stamp = lambda what: events.append(f"{time.time() - t0:.1f} s: {what}")  # noqa: E731
     try:
         first = job.stdout.readline()
         assert first.startswith("Submitted batch job"), (first, job.communicate(timeout=60))
         job_id = first.split()[-1]
         shell = _find_batch_shell(slurm, job_id, job, tmp_path)
         assert shell is not None, f"job {job_id} ended before its batch shell was seen:\n{_log(tmp_path)}"
+        stamp(f"batch shell {shell} traps USR1")
         deadline = time.time() + WAIT_S
         while ready is not None and not ready():
             assert job.poll() is None, f"job {job_id} ended before it was ready to be warned:\n{_log(tmp_path)}"
@@ -193,14 +200,29 @@ def _warned_job(slurm, sbatch_args, env, tmp_path, ready, timeout):
         # The shell found may have ended since (a run that Slurm's own warning requeued): then its rerun's. If
         # the whole job has ended first, Slurm's warnings did it all; the caller's assertions judge the log.
         while shell is not None and not _signal_usr1(shell):
+            stamp(f"batch shell {shell} gone or not trapping USR1")
             shell = _find_batch_shell(slurm, job_id, job, tmp_path)
+        stamp(f"USR1 sent to {shell}" if shell is not None else "no USR1 sent: the job ended first")
+        # The trap writes "warning signal" in the log. Without that line, once CONFIRM_S have passed, USR1 goes
+        # again to the batch shell found anew (the trap only touches the stop file; a second run of it is harmless).
+        again, deadline = time.time() + CONFIRM_S, time.time() + WAIT_S
+        while (shell is not None and job.poll() is None and time.time() < deadline
+               and "warning signal" not in _log(tmp_path)):
+            if time.time() > again:
+                shell = _find_batch_shell(slurm, job_id, job, tmp_path)
+                if shell is not None and _signal_usr1(shell):
+                    stamp(f"no trap's line in the log: USR1 sent again, to {shell}")
+                again = time.time() + CONFIRM_S
+            time.sleep(0.1)
+        stamp("the trap's line is in the log" if "warning signal" in _log(tmp_path) else "no trap's line in the log")
         rc = job.wait(timeout=timeout)
+        stamp(f"sbatch --wait ended: {rc}")
     finally:
         if job.poll() is None:
             if job_id is not None:
                 subprocess.run(["scancel", job_id], env=slurm.env, timeout=30)
             job.kill()
-    return rc, job.stderr.read()
+    return rc, job.stderr.read(), "; ".join(events)
 
 
 def _traps_usr1(pid):
@@ -229,39 +251,39 @@ def _find_batch_shell(slurm, job_id, job, tmp_path):
     """Wait for the job's batch shell (what ``--signal=B:`` signals) to run and trap USR1; its PID (None if the
     job ends first).
 
-    ``scontrol listpids`` asks the local slurmd (the first node's, where a batch shell runs) and lists a
-    step's processes only once slurmd has started it: a pending, requeued or starting job has none yet.
+    The shell is found in /proc (the cluster's nodes share this machine's PIDs), by the path of the script
+    the first node's slurmd runs it from, which names the job: no daemon is asked. ``scontrol listpids`` asked
+    slurmd, which asks each step's slurmstepd: on a loaded machine an answer could come after the run had
+    ended, and the warning with it.
     """
-    prefix = slurm.nodes[0][2]
+    script = os.path.join(slurm.scratch, "spool", f"slurmd-{slurm.nodes[0][0]}", f"job{int(job_id):05d}",
+                          "slurm_script").encode()
     deadline = time.time() + WAIT_S
     while True:
-        out = subprocess.run([*prefix, "scontrol", "listpids", job_id], env=slurm.env, capture_output=True,
-                             text=True, timeout=60)
-        pid = _batch_shell(out.stdout)
+        pid = _batch_shell(script)
         if pid is not None or job.poll() is not None:
             return pid
         if time.time() > deadline:
             state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=slurm.env, capture_output=True,
                                    text=True, timeout=60).stdout.strip()
-            raise AssertionError(f"no batch shell trapping USR1 in scontrol listpids {job_id} after {WAIT_S} s "
-                                 f"(squeue: {state or 'gone'}):\n{out.stdout}{out.stderr}\n{_log(tmp_path)}")
+            raise AssertionError(f"no batch shell running {script.decode()} and trapping USR1 after {WAIT_S} s "
+                                 f"(squeue: {state or 'gone'}):\n{_log(tmp_path)}")
         time.sleep(0.1)
 
 
-def _batch_shell(listpids):
-    """The batch shell's PID in ``scontrol listpids`` output, if it runs and traps USR1: the ``batch`` step's
-    ``slurm_script`` process whose parent is not one too (a subshell has the same command line)."""
+def _batch_shell(script):
+    """The PID of the shell that runs ``script`` (bytes) and traps USR1, if there is one: of the processes whose
+    command line holds it, the one whose parent is not one too (a subshell has the same command line)."""
     shells = {}
-    for line in listpids.splitlines()[1:]:
-        cols = line.split()
-        if len(cols) >= 3 and cols[2] == "batch":
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
             try:
-                with open(f"/proc/{cols[0]}/cmdline", "rb") as f:
-                    if b"slurm_script" not in f.read():
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if script not in f.read():
                         continue
-                with open(f"/proc/{cols[0]}/stat") as f:
-                    shells[int(cols[0])] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
+                with open(f"/proc/{entry}/stat") as f:
+                    shells[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
     for pid, parent in shells.items():
         try:

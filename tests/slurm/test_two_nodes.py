@@ -107,11 +107,13 @@ def test_preemption_requeue_resume_across_two_nodes(slurm2, tmp_path):
     data = write_h5(tmp_path / "blobs.h5", train__X=X, train__y=y)
     opts = "--epochs 40 --batch-size 32 --hidden 128 --dtype float64"
     env = dict(slurm2.env, **_two(tmp_path, DATA=data, CHECKPOINT_EVERY=200, TRAIN_ARGS=opts))
-    rc, err = _warned_job(slurm2, ["--nodes=2", "-o", str(tmp_path / "%j.out"), os.path.join(JOBS, "train-cpu.sbatch")],
-                          env, tmp_path, None, 400)
+    rc, err, sent = _warned_job(slurm2, ["--nodes=2", "-o", str(tmp_path / "%j.out"),
+                                         os.path.join(JOBS, "train-cpu.sbatch")], env, tmp_path, None, 400)
     log = _log(tmp_path)
-    assert rc == 0, (err, log)
-    assert "restart 1" in log and "resumed from" in log and log.count("(node1: ranks 0-1; node2: ranks 2-3)") == 2
+    assert rc == 0, (err, sent, log)
+    assert "restart 1" in log and "resumed from" in log, f"{sent}\n{log}"
+    assert log.count("(node1: ranks 0-1; node2: ranks 2-3)") == 2, log
+    assert "exists already" not in log, log  # the script's own stop file (HPCGPU_JOB_STOP_FILE): a stop, no warning
     ref = tmp_path / "ref.h5"
     r = _mpi.run(4, ["-m", "hpcgpu.train", "--data", data, "--out", str(ref), "--progress", "none", *opts.split()],
                  env={"OMP_NUM_THREADS": "1"}, timeout=300)
