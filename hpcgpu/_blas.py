@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_ROW_MAJOR, _NO_TRANS, _TRANS, _CONJ_TRANS = 101, 111, 112, 113
 _TYPES = {np.dtype(np.float32): ("s", ctypes.c_float), np.dtype(np.float64): ("d", ctypes.c_double),
           np.dtype(np.complex64): ("c", None), np.dtype(np.complex128): ("z", None)}
 

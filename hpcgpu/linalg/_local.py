@@ -349,13 +349,14 @@ def gemm_update(c, a, b, alpha=-1.0, *, trans_a=0, trans_b=0) -> None:
     """
     if c.size == 0:
         return
-    a, b = _op(a, _TRANS[trans_a]), _op(b, _TRANS[trans_b])
-    if a.shape[1] == 0:
+    ta, tb = _TRANS[trans_a], _TRANS[trans_b]
+    if (a.shape[0] if ta else a.shape[1]) == 0:
         return
+    if not c.flags.c_contiguous and not _device.is_device_array(c) and _strided_gemm(a, ta, b, tb, c, alpha):
+        return
+    a, b = _op(a, ta), _op(b, tb)
     if c.flags.c_contiguous:
         _gemm.gemm(_contig(a), _contig(b), c, alpha=alpha, beta=1.0)
-        return
-    if not _device.is_device_array(c) and _strided_gemm(a, b, c, alpha):
         return
     t = xp_of(c).empty(c.shape, c.dtype)
     _gemm.gemm(_contig(a), _contig(b), t, alpha=alpha, beta=0.0)
@@ -369,25 +370,36 @@ def _contig(a):
     return xp_of(a).ascontiguousarray(a)
 
 
-def _strided_gemm(a, b, c, alpha) -> bool:
-    """NumPy's CBLAS GEMM into a row-strided view ``c`` (``ldc``: its row stride), ``beta = 1``.
+def _blas_operand(x, t: int):
+    """``op(x)`` for a CBLAS GEMM in row-major order: ``(flag, ld, array)``, the array C-contiguous.
 
-    False when it cannot: no CBLAS bound, another dtype, or ``c``'s columns not contiguous.
+    A complex conjugate transpose of a C-contiguous ``x`` is BLAS's own (``CblasConjTrans``): no copy of the
+    panel at each trailing update. Its conjugate without a transpose has no CBLAS flag: copied, as before.
+    """
+    if t == 2 and x.dtype.kind == "c":
+        if x.flags.c_contiguous:
+            return _blas._CONJ_TRANS, max(1, x.shape[1]), x
+        x, t = _op(x, 2), 0
+    x = _contig(x.T if t else x)
+    if x.flags.c_contiguous:
+        return _blas._NO_TRANS, max(1, x.shape[1]), x
+    return _blas._TRANS, max(1, x.shape[0]), x.T
+
+
+def _strided_gemm(a, ta: int, b, tb: int, c, alpha) -> bool:
+    """NumPy's CBLAS GEMM ``C += alpha op(A) op(B)`` into a row-strided view ``c`` (``ldc``: its row stride).
+
+    ``ta``, ``tb``: 0 none, 1 transpose, 2 conjugate transpose. False when it cannot (then nothing is done): no
+    CBLAS bound, another dtype, or ``c``'s columns not contiguous.
     """
     lib = _blas.numpy_blas()
     item = c.itemsize
     if (lib is None or not lib.gemms or c.dtype not in _blas._TYPES or not a.dtype == b.dtype == c.dtype
             or c.strides[1] != item or c.strides[0] % item or c.strides[0] < c.shape[1] * item):
         return False
-    ops = []
-    for x in (a, b):
-        x = _contig(x)
-        if x.flags.c_contiguous:
-            ops.append((_blas._NO_TRANS, max(1, x.shape[1]), x))
-        else:
-            ops.append((_blas._TRANS, max(1, x.shape[0]), x))
-    (ta, lda, a), (tb, ldb, b) = ops
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    (fa, lda, a), (fb, ldb, b) = _blas_operand(a, ta), _blas_operand(b, tb)
+    m, n = c.shape
+    k = a.shape[0] if fa != _blas._NO_TRANS else a.shape[1]
     t, scalar = _blas._TYPES[c.dtype]
     I = lib.int_t  # noqa: E741
     buf = np.array([alpha, 1.0], dtype=c.dtype)
@@ -395,7 +407,7 @@ def _strided_gemm(a, b, c, alpha) -> bool:
         al, be = scalar(buf[0]), scalar(buf[1])
     else:  # complex: alpha and beta by pointer
         al, be = ctypes.c_void_p(buf.ctypes.data), ctypes.c_void_p(buf.ctypes.data + buf.itemsize)
-    lib.gemms[t](_blas._ROW_MAJOR, ta, tb, I(m), I(n), I(k), al, ctypes.c_void_p(a.ctypes.data), I(lda),
+    lib.gemms[t](_blas._ROW_MAJOR, fa, fb, I(m), I(n), I(k), al, ctypes.c_void_p(a.ctypes.data), I(lda),
                  ctypes.c_void_p(b.ctypes.data), I(ldb), be, ctypes.c_void_p(c.ctypes.data),
                  I(c.strides[0] // item))
     return True

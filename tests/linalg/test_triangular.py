@@ -47,6 +47,35 @@ def _xps():
     return [np] + ([cupy] if cupy is not None and _device.device_count() else [])
 
 
+@pytest.mark.parametrize("dtype", ["float64", "complex64", "complex128"])
+def test_gemm_update_into_a_strided_view_with_every_op_and_layout(dtype):
+    """``C += alpha op(A) op(B)`` into a row-strided view for each op (none, transpose, conjugate transpose) of
+    each operand given C-contiguous, Fortran-contiguous or strided, with imaginary parts: a conjugate transpose
+    passed to BLAS as CblasConjTrans (no copy) must conjugate, the others must not."""
+    from hpcgpu.linalg import _local
+
+    rng = np.random.default_rng(5)
+    eps = np.finfo(dtype).eps
+
+    def mat(r, c):
+        x = rng.standard_normal((r, c)) + (1j * rng.standard_normal((r, c)) if "complex" in dtype else 0)
+        return x.astype(dtype)
+
+    ops = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
+    layouts = {"C": lambda x: np.ascontiguousarray(x), "F": lambda x: np.asfortranarray(x),
+               "strided": lambda x: np.repeat(x, 2, axis=1)[:, ::2]}
+    m, n, k = 5, 6, 3
+    for ta, tb in [(ta, tb) for ta in ops for tb in ops]:
+        for la, lb in [("C", "C"), ("F", "C"), ("C", "F"), ("strided", "C"), ("C", "strided")]:
+            a = layouts[la](mat(m, k) if ta == 0 else mat(k, m))
+            b = layouts[lb](mat(k, n) if tb == 0 else mat(n, k))
+            big = mat(9, 12)
+            want = big.copy()
+            want[2:2 + m, 4:4 + n] += 0.5 * ops[ta](a) @ ops[tb](b)
+            _local.gemm_update(big[2:2 + m, 4:4 + n], a, b, 0.5, trans_a=ta, trans_b=tb)
+            assert np.allclose(big, want, atol=1e2 * eps), (ta, tb, la, lb)
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
 def test_the_local_kernels_of_every_side(dtype):
