@@ -8,7 +8,8 @@ Routines (each on the same matrix for hpcgpu, SciPy and dask; ScaLAPACK's harnes
 kind and size):
 
 - ``cholesky``: ``hpcgpu.linalg.cholesky(A, lower=True)`` of an n x n symmetric positive definite matrix;
-  SciPy ``cholesky``, dask ``da.linalg.cholesky``, ScaLAPACK PDPOTRF.
+  SciPy ``cholesky``, dask ``da.linalg.cholesky``, ScaLAPACK PDPOTRF. ``--upper``: the upper factor (SciPy's and
+  hpcgpu's default, ``lower=False``) for hpcgpu, SciPy and dask; ScaLAPACK's harness factors "L" either way.
 - ``lu``: ``lu_factor`` then ``lu_solve`` of one right-hand side; SciPy the same, dask ``da.linalg.lu`` then two
   ``solve_triangular``, ScaLAPACK PDGETRF then PDGETRS.
 - ``lstsq``: least squares of a tall ``--lstsq`` matrix and one right-hand side, hpcgpu's ``lstsq`` (TSQR) on a
@@ -70,6 +71,8 @@ def parse(argv=None):
     ap.add_argument("--dtype", default="float64")
     ap.add_argument("--mpirun", default=os.environ.get("SCALAPACK_MPIRUN", "/usr/bin/mpirun"),
                     help="the system Open MPI's mpirun, for the ScaLAPACK peer")
+    ap.add_argument("--upper", action="store_true",
+                    help="cholesky's upper factor (lower=False, the default a user gets) for hpcgpu, SciPy and dask")
     ap.add_argument("--profile", action="store_true",
                     help="after the rounds, one more call of each hpcgpu variant with its phases timed")
     ap.add_argument("--json", help="write the figures here (rank 0)")
@@ -83,6 +86,10 @@ def parse(argv=None):
         ap.error(f"--routines from {','.join(ROUTINES)}, --peers from {','.join(PEERS)}, --n, --nb, --rounds "
                  f">= 1, --lstsq MxN (got {' '.join(bad) or 'a bad number'})")
     return a
+
+
+LOWER = True
+"""Which Cholesky factor hpcgpu, SciPy and dask compute (``--upper``: False)."""
 
 
 def flops(routine: str, shape, dtype) -> float:
@@ -152,7 +159,7 @@ def hpcgpu_call(routine, A, b, nb):
 
     kw = {} if nb is None else {"nb": nb}
     if routine == "cholesky":
-        return lambda: hl.cholesky(A, lower=True, **kw)
+        return lambda: hl.cholesky(A, lower=LOWER, **kw)
     if routine == "lu":
         return lambda: hl.lu_solve(hl.lu_factor(A, **kw), b)
     return lambda: hl.lstsq(A, b, **kw)
@@ -162,7 +169,7 @@ def scipy_call(routine, a, b, variant="scipy"):
     import scipy.linalg as sl
 
     if routine == "cholesky":
-        return lambda: sl.cholesky(a, lower=True)
+        return lambda: sl.cholesky(a, lower=LOWER)
     if routine == "lu":
         return lambda: sl.lu_solve(sl.lu_factor(a), b)
     if variant == "scipy.lstsq":
@@ -194,7 +201,7 @@ def dask_call(routine, a, b, workers):
             return expr().compute()
 
     if routine == "cholesky":
-        return lambda: run(lambda: da.linalg.cholesky(da.from_array(a, chunks=chunks), lower=True))
+        return lambda: run(lambda: da.linalg.cholesky(da.from_array(a, chunks=chunks), lower=LOWER))
     if routine == "lu":
         def lu():
             A = da.from_array(a, chunks=chunks)
@@ -501,7 +508,8 @@ def report(res) -> None:
         print(f"peer {peer}: MISSING: {why}")
     for routine, r in res["routines"].items():
         grid = "x".join(map(str, r["grid"]))
-        print(f"\n{routine} {r['shape'][0]}x{r['shape'][1]}, hpcgpu grid {grid}")
+        factor = (" (lower factor)" if res["cholesky_lower"] else " (upper factor)") if routine == "cholesky" else ""
+        print(f"\n{routine} {r['shape'][0]}x{r['shape'][1]}{factor}, hpcgpu grid {grid}")
         print(f"{'contender':>22} {'median s':>9} {'best s':>8} {'GFLOP/s':>8}")
         for k, v in r["contenders"].items():
             print(f"{k:>22} {v['median']:>9.3f} {v['best']:>8.3f} {v['gflops']:>8.2f}")
@@ -521,6 +529,8 @@ def main(argv=None) -> int:
     from hpcgpu.linalg import ProcessGrid, parse_grid
 
     a = parse(argv)
+    global LOWER
+    LOWER = not a.upper
     rt = hpcgpu.init("cpu")
     P, rank = rt.size, rt.rank
     cores = os.cpu_count() or 1
@@ -530,7 +540,8 @@ def main(argv=None) -> int:
     missing = peer_missing(a)
     load0 = os.getloadavg()
     res = {"ranks": P, "threads_per_rank": a.threads, "cores": cores, "peer_threads": peer_threads,
-           "dtype": a.dtype, "rounds": a.rounds, "nb": a.nbs, "peers": a.peers, "missing": missing, "routines": {}}
+           "dtype": a.dtype, "rounds": a.rounds, "nb": a.nbs, "peers": a.peers, "missing": missing,
+           "cholesky_lower": LOWER, "routines": {}}
     with threadpool_limits(limits=a.threads):
         for routine in a.routines:
             r = run_routine(routine, a, P, peer_threads, (grid, tall), missing, rank)

@@ -325,7 +325,8 @@ def _pieces(ri, gr, ci, gc, nb: int, triangle: str) -> list[tuple[int, int, int,
     return [(r, nr, c, nc) for r, g, nr in rows for c, h, nc in cols if g <= h + nc - 1]
 
 
-def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=False, padded=False):
+def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=False, padded=False,
+          transposed=False):
     """Move a matrix between two layouts by one ``Alltoallv`` over ``comm``.
 
     ``src(rank)`` and ``dst(rank)`` are ``(rows, cols)``, the global indices (ascending) that rank of ``comm``
@@ -336,6 +337,8 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=
     block of the cyclic layout, cut further where the block layout's ranks divide it, so even part of a diagonal
     block may not move. The target's elements no piece reaches are left undefined (:data:`UNMOVED_FILL`), or
     zero with ``zero``. ``padded``: the target is :func:`padded_empty`'s (rows contiguous, the row stride padded).
+    ``transposed``: the target is the transpose (a view) of a C-ordered array (padded with ``padded``); each piece
+    is written through it, a transposing copy of one block at a time, in cache.
     """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
     size, me = comm.Get_size(), comm.Get_rank()
@@ -371,7 +374,7 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=
         off += k
     recvbuf = xp.empty(sum(rcounts), dtype=dtype)
     Alltoallv(sendbuf, scounts, recvbuf, rcounts, comm=comm)
-    out = _target(dst_shape, dtype, xp, zero, triangle is not None and UNMOVED_FILL is not None, padded)
+    out = _target(dst_shape, dtype, xp, zero, triangle is not None and UNMOVED_FILL is not None, padded, transposed)
     for (s0, d0, nr) in _paired_runs(rows_to[me], rows_from[me]):
         for (c0, e0, nc) in _paired_runs(cols_to[me], cols_from[me]):
             out[d0:d0 + nr, e0:e0 + nc] = local[s0:s0 + nr, c0:c0 + nc]
@@ -388,11 +391,17 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=
     return out
 
 
-def _target(shape, dtype, xp, zero: bool, fill: bool, padded: bool):
+def _target(shape, dtype, xp, zero: bool, fill: bool, padded: bool, transposed: bool = False):
     """A move's target array: zeros, :data:`UNMOVED_FILL` (``fill``) or uninitialized.
 
-    ``padded``: on a padded row stride (:func:`padded_empty`).
+    ``padded``: on a padded row stride (:func:`padded_empty`). ``transposed``: the transpose (a view) of a
+    C-ordered ``shape[::-1]`` array (padded with ``padded``).
     """
+    if transposed:
+        out = (padded_empty if padded else lambda sh, dt, _: xp.empty(sh, dtype=dt))(tuple(shape)[::-1], dtype, xp).T
+        if zero or fill:
+            out[...] = 0 if zero else UNMOVED_FILL
+        return out
     if padded:
         out = padded_empty(shape, dtype, xp)
         if zero or fill:
@@ -494,7 +503,7 @@ def _by_triangle(triangle, n: int, nb: int):
     return triangle
 
 
-def to_cyclic(a, nb: int, grid=None, triangle=None, *, padded=False):
+def to_cyclic(a, nb: int, grid=None, triangle=None, *, padded=False, transposed=False):
     """Move a :class:`~hpcgpu.DistMatrix` into the block-cyclic layout of its grid (or of ``grid``).
 
     Collective over ``a.grid``: one ``Alltoallv``. The caller agrees on ``nb`` (the routines of
@@ -518,18 +527,24 @@ def to_cyclic(a, nb: int, grid=None, triangle=None, *, padded=False):
     padded : bool, optional
         Give ``local`` a padded row stride (:func:`padded_empty`): what a factorization that updates it in place
         asks for. Its rows stay contiguous, the array is then not C-contiguous.
+    transposed : bool, optional
+        Give ``local`` as the transpose (a view) of a C-ordered array (padded with ``padded``): ``local.T`` is
+        then the layout of ``A^T`` a factorization can update in place (Cholesky's upper form works on the
+        lower form of ``A^H``), with no transposing copy of the whole array: each piece is written transposed as
+        it arrives, one block at a time.
 
     Returns
     -------
     local : xp.ndarray, shape ``layout.lshape``
-        This rank's blocks, C-contiguous (unless ``padded``), ``a``'s dtype and side (host or device).
+        This rank's blocks, C-contiguous (unless ``padded`` or ``transposed``), ``a``'s dtype and side (host or
+        device).
     layout : Cyclic
     """
     layout = Cyclic(a.gshape, a.grid if grid is None else grid, nb)
     m, n = a.gshape
     tri = _by_triangle(triangle, max(m, n), nb)
     local = _move(a.local, _blocks_of(a.grid, m, n), _cyclic_of(layout), a.grid.cart, layout.lshape, a.dtype,
-                  tri, nb, padded=padded)
+                  tri, nb, padded=padded, transposed=transposed)
     return local, layout
 
 

@@ -93,13 +93,15 @@ def main():
                         assert res < 16, (dims, n, nb, dtype, lower, res)
             cases += 1
         # a factor on a padded row stride (cyclic.padded_empty): each rank's rows (and the upper form's) a multiple
-        # of 512 bytes, so the padded array is the one factored, lower and upper
+        # of 512 bytes, so the padded array is the one factored, lower and upper (cholesky's upper form: the
+        # transpose view to_cyclic gives with transposed=True, whose .T is the padded array; real and complex)
         n = 64 * size
-        for dtype, lower in (("float64", True), ("complex128", False)):
+        for dtype, lower in (("float64", True), ("complex128", False), ("float64", False)):
             g = spd(n, dtype)
             a = dist(junk_in_other_triangle(g, lower), grid)
-            local, _ = to_cyclic(a, 16, triangle="lower" if lower else "upper", padded=True)
-            assert _device.is_device_array(local) or local.strides[0] > local.shape[1] * local.itemsize, local.strides
+            local, _ = to_cyclic(a, 16, triangle="lower" if lower else "upper", padded=True, transposed=not lower)
+            work = local if lower else local.T
+            assert _device.is_device_array(work) or work.strides[0] > work.shape[1] * work.itemsize, work.strides
             got = cholesky(a, lower=lower, nb=16).gather()
             if rank == 0:
                 assert np.array_equal(got, np.tril(got) if lower else np.triu(got)), (dims, dtype)

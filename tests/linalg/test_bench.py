@@ -11,7 +11,7 @@ import _mpi
 BENCH = os.path.join(_mpi.ROOT, "benchmarks", "linalg.py")
 
 TOP = {"ranks", "threads_per_rank", "cores", "peer_threads", "dtype", "rounds", "nb", "peers", "missing", "routines",
-       "load_before", "load_after", "mpirun_scalapack"}
+       "load_before", "load_after", "mpirun_scalapack", "cholesky_lower"}
 RATIOS = {"cholesky": {"scipy"}, "lu": {"scipy"}, "lstsq": {"scipy", "scipy.lstsq"}}
 
 
@@ -22,12 +22,13 @@ def test_tiny_run_writes_every_ratio_as_a_positive_number(nprocs, tmp_path):
     # ScaLAPACK through an mpirun that is not there: the peer is reported missing, the run goes on
     p = _mpi.run(nprocs, [BENCH, "--n", "64", "--lstsq", "300x12", "--nb", "16", "--rounds", "1",
                           "--peers", "scipy,scalapack", "--mpirun", str(tmp_path / "no-mpirun"), "--profile",
-                          "--json", str(out)],
+                          "--json", str(out), *(["--upper"] if nprocs == 2 else [])],
                  timeout=300)
     assert p.returncode == 0, p.stderr
     res = json.loads(out.read_text())
     assert set(res) == TOP
     assert res["ranks"] == nprocs and res["threads_per_rank"] == 1
+    assert res["cholesky_lower"] is (nprocs != 2)  # --upper: SciPy's and hpcgpu's default factor
     assert set(res["missing"]) == {"scalapack"}
     assert f"peer scalapack: MISSING: {res['missing']['scalapack']}" in p.stdout.splitlines()
     assert set(res["routines"]) == set(RATIOS)
