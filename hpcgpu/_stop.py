@@ -137,8 +137,12 @@ class StopRequest:
     together. A second SIGINT ends the job at once (one line from rank 0,
     exit :data:`EXIT_INTERRUPTED`), also while the main thread waits in MPI
     or a BLAS call, and after :meth:`uninstall` (the count of SIGINTs is the
-    process's); a second SIGTERM, SIGUSR1 or SIGHUP takes the signal's
-    default action (the process ends), for a user who really means it.
+    process's); a second SIGTERM or SIGHUP takes the signal's default
+    action (the process ends), for a user who really means it. SIGUSR1 is
+    a warning (Slurm's ``--signal``), never an end: a second one while the
+    stop is under way is the same request, so the checkpoint the first one
+    asked for is still written (CI once saw a rank of a stopped run die of
+    a second SIGUSR1 during its stop, with one sent by the test).
     SIGHUP (a closed terminal or session, a launcher's hang-up) stops as
     SIGTERM does.
 
@@ -194,7 +198,7 @@ class StopRequest:
         if name == "SIGINT":
             if _early.count_sigint():  # the process's second, this request's or an earlier one's
                 self._end_now()
-        elif self.reason == name:  # the same signal again: its default action
+        elif self.reason == name and name != "SIGUSR1":  # the same signal again: its default action
             signal.signal(signum, self._old.get(name, signal.SIG_DFL))
             signal.raise_signal(signum)
             return

@@ -406,3 +406,26 @@ def test_an_ascii_output_prints_non_ascii_paths_escaped_after_the_work(program, 
     assert p.returncode == 0, p.stderr
     assert out.exists()
     assert str(out).encode("ascii", "backslashreplace").decode() in p.stdout.splitlines()[-1], p.stdout
+
+
+_TWICE = """
+import os, signal, sys
+from hpcgpu._stop import StopRequest
+stop = StopRequest().install()
+signal.raise_signal(getattr(signal, sys.argv[1]))
+signal.raise_signal(getattr(signal, sys.argv[1]))
+print("alive", stop.reason, flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
+def test_a_second_sigusr1_is_the_same_warning_and_a_second_sigterm_ends_the_process(sig, tmp_path):
+    """SIGUSR1 is a warning (Slurm's ``--signal``): a second one while a stop is under way is the same request, so
+    the checkpoint the first asked for is still written. A second SIGTERM is a user who means it: its default
+    action."""
+    p = subprocess.run([sys.executable, "-c", _TWICE, sig], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=_mpi.ROOT))
+    if sig == "SIGUSR1":
+        assert p.returncode == 0 and p.stdout == "alive SIGUSR1\n", (p.returncode, p.stdout, p.stderr)
+    else:
+        assert p.returncode == -signal.SIGTERM and "alive" not in p.stdout, (p.returncode, p.stdout, p.stderr)

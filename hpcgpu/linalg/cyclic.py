@@ -338,7 +338,7 @@ def _move(local, src, dst, comm, dst_shape, dtype, triangle=None, nb=None, zero=
     block may not move. The target's elements no piece reaches are left undefined (:data:`UNMOVED_FILL`), or
     zero with ``zero``. ``padded``: the target is :func:`padded_empty`'s (rows contiguous, the row stride padded).
     ``transposed``: the target is the transpose (a view) of a C-ordered array (padded with ``padded``); each piece
-    is written through it, a transposing copy of one block at a time, in cache.
+    is written through it, a transposing copy of one block at a time, in cache (the rank's own part by runs).
     """
     xp = _device.cupy_or_none() if _device.is_device_array(local) else np
     size, me = comm.Get_size(), comm.Get_rank()
