@@ -141,8 +141,7 @@ class StopRequest:
     action (the process ends), for a user who really means it. SIGUSR1 is
     a warning (Slurm's ``--signal``), never an end: a second one while the
     stop is under way is the same request, so the checkpoint the first one
-    asked for is still written (CI once saw a rank of a stopped run die of
-    a second SIGUSR1 during its stop, with one sent by the test).
+    asked for is still written (:data:`ENDS_WHEN_REPEATED`).
     SIGHUP (a closed terminal or session, a launcher's hang-up) stops as
     SIGTERM does.
 
@@ -178,6 +177,9 @@ class StopRequest:
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP")
 
+    ENDS_WHEN_REPEATED = ("SIGTERM", "SIGHUP")
+    """The stop signals whose second arrival during a stop takes their default action (SIGINT has its own rule)."""
+
     def __init__(self, stop_file: str | None = None, check_file: bool = True, interval: float = 1.0,
                  prog: str = "hpcgpu"):
         self.reason: str | None = None
@@ -198,7 +200,7 @@ class StopRequest:
         if name == "SIGINT":
             if _early.count_sigint():  # the process's second, this request's or an earlier one's
                 self._end_now()
-        elif self.reason == name and name != "SIGUSR1":  # the same signal again: its default action
+        elif self.reason == name and name in self.ENDS_WHEN_REPEATED:  # the same signal again: its default action
             signal.signal(signum, self._old.get(name, signal.SIG_DFL))
             signal.raise_signal(signum)
             return

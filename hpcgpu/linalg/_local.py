@@ -374,7 +374,7 @@ def _blas_operand(x, t: int):
     """``op(x)`` for a CBLAS GEMM in row-major order: ``(flag, ld, array)``, the array C-contiguous.
 
     A complex conjugate transpose of a C-contiguous ``x`` is BLAS's own (``CblasConjTrans``): no copy of the
-    panel at each trailing update. Its conjugate without a transpose has no CBLAS flag: copied, as before.
+    panel at each trailing update. Any other layout's conjugate transpose has no CBLAS flag and is copied.
     """
     if t == 2 and x.dtype.kind == "c":
         if x.flags.c_contiguous:

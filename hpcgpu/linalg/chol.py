@@ -130,35 +130,33 @@ def _potrf_cyclic(local, lay: Cyclic, lower: bool, transposed: bool = False) -> 
     """
     xp = _local.xp_of(local)
     ax = _Axes(lay, swap=not lower)
-    complex_ = local.dtype.kind == "c"
-    if transposed and not lower:
-        work = local.T
-        if complex_:
-            for jl, w, i0 in _lower_spans(ax):
-                xp.conjugate(work[i0:, jl:jl + w], out=work[i0:, jl:jl + w])
-        fail = _factor_lower(work, ax, xp)
-        _zero_above(work, ax)
-        if complex_:
-            for jl, w, i0 in _lower_spans(ax):
-                xp.conjugate(work[i0:, jl:jl + w], out=work[i0:, jl:jl + w])
-        with watch("Cholesky agreement on the first failing minor"):
-            fail = lay.grid.cart.allreduce(fail or lay.n + 1, op=MPI.MIN)
-        return 0 if fail > lay.n else fail
     if lower:
         work = local
+    elif transposed:  # local.T is the padded array in A's order: conjugated, the lower form of A^H
+        work = local.T
+        _conjugate_spans(work, ax, xp)
     else:  # the lower form of A^H, on a padded row stride as to_cyclic's (cyclic.padded_empty)
         work = padded_empty(local.shape[::-1], local.dtype, xp)
         for jl, w, i0 in _lower_spans(ax):  # the triangle's block columns only: half a whole transpose's bytes
             work[i0:, jl:jl + w] = local[jl:jl + w, i0:].conj().T
     fail = _factor_lower(work, ax, xp)
     _zero_above(work, ax)  # the other triangle zero, as SciPy's cholesky returns it
-    if not lower:
+    if transposed and not lower:  # local (the view) holds the upper factor once conjugated back
+        _conjugate_spans(work, ax, xp)
+    elif not lower:
         for jl, w, i0 in _lower_spans(ax):
             local[jl:jl + w, :i0] = 0
             local[jl:jl + w, i0:] = work[i0:, jl:jl + w].conj().T
     with watch("Cholesky agreement on the first failing minor"):
         fail = lay.grid.cart.allreduce(fail or lay.n + 1, op=MPI.MIN)
     return 0 if fail > lay.n else fail
+
+
+def _conjugate_spans(work, ax: _Axes, xp) -> None:
+    """Conjugate the lower form's block columns in place over :func:`_lower_spans` (nothing for a real dtype)."""
+    if work.dtype.kind == "c":
+        for jl, w, i0 in _lower_spans(ax):
+            xp.conjugate(work[i0:, jl:jl + w], out=work[i0:, jl:jl + w])
 
 
 def _lower_spans(ax: _Axes):

@@ -398,10 +398,7 @@ def _target(shape, dtype, xp, zero: bool, fill: bool, padded: bool, transposed: 
     C-ordered ``shape[::-1]`` array (padded with ``padded``).
     """
     if transposed:
-        out = (padded_empty if padded else lambda sh, dt, _: xp.empty(sh, dtype=dt))(tuple(shape)[::-1], dtype, xp).T
-        if zero or fill:
-            out[...] = 0 if zero else UNMOVED_FILL
-        return out
+        return _target(tuple(shape)[::-1], dtype, xp, zero, fill, padded).T
     if padded:
         out = padded_empty(shape, dtype, xp)
         if zero or fill:
