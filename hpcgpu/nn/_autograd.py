@@ -160,6 +160,9 @@ class Torch(Model):
     is forked and seeded alike.
     """
 
+    READY_OPTIONAL = True
+    """:meth:`loss_and_grad_into` takes ``ready=None`` where nothing waits for single gradients."""
+
     def __init__(self, module, loss):
         torch = self._torch = _import("torch", "torch")
         if not isinstance(module, torch.nn.Module):
@@ -441,8 +444,11 @@ class Torch(Model):
             The micro-batch's rows on this rank.
         forward_done : callable
             ``forward_done(loss_sum, outputs)``: the forward pass's loss sum (a float) and outputs.
-        ready : callable
-            ``ready(name)``: the gradient of parameter ``name`` is final.
+        ready : callable or None
+            ``ready(name)``: the gradient of parameter ``name`` is final. None when nothing waits for single
+            gradients (one rank, no reduction to overlap): no hook is then registered
+            (:attr:`READY_OPTIONAL`), which saves autograd's call into Python for every parameter of every
+            micro-batch.
 
         Raises
         ------
@@ -453,7 +459,7 @@ class Torch(Model):
         self._take_threads()
         ours = self._stream(x)  # the trainer's stream on a GPU (CuPy's current here), None on the host
         self._ready, self._ours = ready, ours  # what this call's hooks signal, on which stream
-        ps = self._leaves(params, grads)
+        ps = self._leaves(params, grads, signals=ready is not None)
         if not self.module.training:  # (a submodule the user put in eval mode stays so, as under DDP)
             self.module.train()
         xt = self._tensor(x)
@@ -489,17 +495,23 @@ class Torch(Model):
             for (d, a, _), t in zip(slots, saved, strict=True):
                 d[a] = t
 
-    def _leaves(self, params, grads) -> dict:
+    def _leaves(self, params, grads, signals: bool = True) -> dict:
         """The parameters as leaf tensors on the trainer's buffers, each ``.grad`` a view of its gradient.
 
-        Made once for the same buffers (the trainer passes the same views every step), with a post-accumulate-
-        grad hook each that signals :meth:`loss_and_grad_into`'s current ``ready``: the views, the hooks and
-        their registration are not remade at every micro-batch (0.1 ms of a 0.85 ms step here).
+        Made once for the same buffers (the trainer passes the same views every step), with (``signals``) a
+        post-accumulate-grad hook each that signals :meth:`loss_and_grad_into`'s current ``ready``: the views, the
+        hooks and their registration are not remade at every micro-batch (0.1 ms of a 0.85 ms step here). The
+        set of the other kind is kept too: with accumulation over several ranks, a step's micro-batches before its
+        last signal nothing, its last does.
         """
         key = (tuple((id(params[n]), id(grads[n])) for n in self.names), self._hook_ids())
         cached = getattr(self, "_leaf_cache", None)
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == key and cached[6] == signals:
             return cached[1]
+        other = getattr(self, "_leaf_other", None)  # the other kind (the micro-batches before a step's last)
+        if other is not None and other[0] == key and other[6] == signals:
+            self._leaf_cache, self._leaf_other = other, cached
+            return other[1]
         import weakref
 
         me = weakref.ref(self)  # a hook holding the adapter would make a cycle through torch's C++ hook storage
@@ -519,7 +531,8 @@ class Torch(Model):
         for n in self.names:
             p = self._tensor(params[n]).requires_grad_(True)
             p.grad = self._tensor(grads[n])
-            p.register_post_accumulate_grad_hook(hook(n))
+            if signals:
+                p.register_post_accumulate_grad_hook(hook(n))
             ps[n] = p
         self._take_hooks(ps)
         ptrs = [(n, ps[n].grad.data_ptr()) for n in self.names]
@@ -529,7 +542,8 @@ class Torch(Model):
             if p.requires_grad:
                 owner, _, attr = full.rpartition(".")
                 slots.append((self.module.get_submodule(owner)._parameters, attr, first[id(p)]))
-        self._leaf_cache = (key, ps, params, grads, ptrs, slots)  # the arrays kept: their ids stay theirs
+        # the arrays kept: their ids stay theirs
+        self._leaf_cache, self._leaf_other = (key, ps, params, grads, ptrs, slots, signals), cached
         return ps
 
     def _hook_ids(self) -> tuple:
@@ -562,7 +576,7 @@ class Torch(Model):
         memory on a GPU): a module kept after its trainer is closed no
         longer keeps them alive. A later step makes them again.
         """
-        self._leaf_cache = None
+        self._leaf_cache = self._leaf_other = None
         self._ready = self._ours = None
 
     def _evaluated(self, params, x, y=None):

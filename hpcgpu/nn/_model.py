@@ -529,7 +529,12 @@ class FlatModel(FlatParams):
         if loss_scale != 1:  # mixed precision is refused for a model of one's own (capabilities)
             raise ValueError(f"model {type(self.model).__name__}: a loss scale needs the built-in layers")
         if not accumulate:
-            self.grad[...] = 0
+            self.grad.fill(0)  # (``[...] = 0`` takes 1.7 times as long on the host)
+        if on_layer is None and getattr(self.model, "READY_OPTIONAL", False):
+            # nothing waits for single gradients (one rank): no ready signal, no hook in autograd's pass
+            self.model.loss_and_grad_into(self._p, self._g, self._samples(X), y,
+                                          lambda loss, outputs: self._record(loss, outputs, y, accumulate), None)
+            return
         index = self._index
         done = [False] * len(self.shapes)
         nxt = [len(self.shapes) - 1]
