@@ -1811,6 +1811,17 @@ FIXES: dict[str, str] = {
         "rank-deficient system solve the least-squares problem instead (``lstsq``), or, for a positive "
         "definite A, ``solve(assume_a=\"pos\")``."
     ),
+    "…: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got …": (
+        "``lu_factor``'s ``grid`` is the grid to factor on: an ``hpcgpu.ProcessGrid`` over the ranks of A's "
+        "grid, or None for the default flat grid (``a.grid.flat()``, ``1 x P`` below 16 ranks). A shape such as "
+        "``(2, 4)`` is not a grid: make one, ``hpcgpu.ProcessGrid((2, 4), comm=a.grid.cart)``."
+    ),
+    "…: grid …x… is not over A's ranks in A's order: make it from A's grid, "
+    "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)": (
+        "The grid to factor on must hold A's ranks in A's order, so that A's blocks can move onto it: it was made "
+        "from another communicator (a ``Split`` of other ranks or of another order, or ``COMM_WORLD`` where A "
+        "lives on a part of it). Make it from A's grid's communicator, as the message shows."
+    ),
     "…: piv must be lu_factor's pivots, … integers, got …": (
         "``lu_solve((lu, piv), b)`` takes the pair ``lu_factor`` returned unchanged: ``piv`` is a NumPy "
         "integer array of n pivot rows. Pass the same ``piv`` that came with ``lu``."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from mpi4py import MPI
 
 from .. import _device
 from .._memory import node_memory_error
@@ -57,6 +58,25 @@ def nb_error(where: str, nb) -> BaseException | None:
         return TypeError(f"{where}: nb must be an int (a block size, >= 1) or None, got {type(nb).__name__}")
     if nb < 1:
         return ValueError(f"{where}: nb must be >= 1, got {nb}")
+    return None
+
+
+def grid_error(where: str, grid, a) -> BaseException | None:
+    """Why ``grid`` cannot be the grid ``a`` is factored on, or None (None: the routine's own choice).
+
+    Any shape over ``a.grid``'s ranks in its order (the communicators identical or congruent). ``a`` is a checked
+    DistMatrix. Not collective (``MPI_Comm_compare`` is local).
+    """
+    if grid is None:
+        return None
+    from .grid import ProcessGrid
+
+    if not isinstance(grid, ProcessGrid):
+        return TypeError(f"{where}: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got "
+                         f"{type(grid).__name__}")
+    if grid.size != a.grid.size or MPI.Comm.Compare(grid.cart, a.grid.cart) not in (MPI.IDENT, MPI.CONGRUENT):
+        return ValueError(f"{where}: grid {grid.shape[0]}x{grid.shape[1]} is not over A's ranks in A's order: make "
+                          "it from A's grid, hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
     return None
 
 

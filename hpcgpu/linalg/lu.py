@@ -1,9 +1,10 @@
 """LU factorization with partial pivoting on the 2-D block-cyclic layout (ScaLAPACK's PDGETRF and PDGETRS).
 
-:func:`lu_factor` moves A into the block-cyclic layout of its grid, or of that grid's transpose where it has more
-rows than columns (``ProcessGrid.wide``: a ``2 x 1`` grid's LU works on ``1 x 2``), by one ``Alltoallv``
-(``cyclic.to_cyclic``), and factors it right-looking, one panel of ``nb`` columns at a time. For the panel of
-global columns ``k0:k1`` (``w = k1 - k0``), owned by grid column ``qk`` and, for its diagonal block, grid row ``pk``:
+:func:`lu_factor` moves A into the block-cyclic layout of a flat grid over its grid's ranks, ``pc >= 4 pr``
+(``ProcessGrid.flat``: ``1 x P`` up to 15 ranks, so a ``2 x 1`` or ``2 x 2`` grid's LU works on ``1 x 2`` or
+``1 x 4``; ``grid=`` chooses another), by one ``Alltoallv`` (``cyclic.to_cyclic``), and factors it right-looking,
+one panel of ``nb`` columns at a time. For the panel of global columns ``k0:k1`` (``w = k1 - k0``), owned by
+grid column ``qk`` and, for its diagonal block, grid row ``pk``:
 
 1. *Panel.* The ranks of grid column ``qk`` gather the panel's trailing rows ``k0:n`` (an ``Allgather`` over the
    grid column) and the diagonal block's owner factors them with one local ``getrf``: partial pivoting over the
@@ -123,7 +124,7 @@ class LUFactor:
         return f"LUFactor({self.describe()})"
 
 
-def lu_factor(a, *, nb: int | None = None):
+def lu_factor(a, *, nb: int | None = None, grid=None):
     """LU factorization with partial pivoting, ``A = P L U``, of a distributed square matrix (PDGETRF).
 
     SciPy's ``scipy.linalg.lu_factor`` for a :class:`~hpcgpu.DistMatrix`: right-looking by panels of ``nb``
@@ -138,6 +139,10 @@ def lu_factor(a, *, nb: int | None = None):
     nb : int, optional, keyword-only
         Block size of the layout and width of the panels, >= 1; by default about 10 panels a grid row or
         column, 64-256 on a host, 256-512 on a GPU (``cyclic.default_nb``).
+    grid : ProcessGrid, optional, keyword-only
+        The grid to factor on: any shape over ``a.grid``'s ranks in its order (``ProcessGrid((pr, pc),
+        comm=a.grid.cart)``). By default ``a.grid.flat()``, ``pc >= 4 pr`` (``1 x P`` up to 15 ranks): each panel's
+        pivot search and interchanges cross ``pr`` ranks. The results stay on ``a.grid``.
 
     Returns
     -------
@@ -150,9 +155,10 @@ def lu_factor(a, *, nb: int | None = None):
     Raises
     ------
     TypeError
-        ``a`` is no DistMatrix or has another dtype; ``nb`` is not an int.
+        ``a`` is no DistMatrix or has another dtype; ``nb`` is not an int; ``grid`` is not a ProcessGrid.
     ValueError
-        ``a`` is not square; ``nb < 1``; the ranks' arguments differ; A holds NaN or inf (naming the element).
+        ``a`` is not square; ``nb < 1``; ``grid`` is not over ``a.grid``'s ranks in its order; the ranks'
+        arguments differ; A holds NaN or inf (naming the element).
     MemoryError
         The layout's copy and the panels do not fit in this rank's memory.
     numpy.linalg.LinAlgError
@@ -178,12 +184,13 @@ def lu_factor(a, *, nb: int | None = None):
     """
     where = "lu_factor"
     _refuse_alone(where, "A", a)
-    err = _checks.matrix_error(where, "A", a, square=True) or _checks.nb_error(where, nb)
-    _checks.entry(where, dict(a=a, nb=nb), a.grid.cart, err)
+    err = _checks.matrix_error(where, "A", a, square=True) or _checks.nb_error(where, nb) or \
+        _checks.grid_error(where, grid, a)
+    _checks.entry(where, dict(a=a, nb=nb, grid=getattr(grid, "shape", grid)), a.grid.cart, err)
     nb = _nb(a, nb)
     agree(_checks.memory_error(where, factor_bytes(a, nb), a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a}, a.grid.cart)
-    return factor(a, nb, where)
+    return factor(a, nb, where, grid)
 
 
 def lu_solve(lu_and_piv, b, trans: int = 0):
@@ -294,11 +301,11 @@ def solve_bytes(b) -> int:
 
 # -- the factorization ---------------------------------------------------------------------------------------------
 
-def factor(a, nb: int, where: str):
+def factor(a, nb: int, where: str, grid=None):
     """:func:`lu_factor` of checked arguments: ``(LUFactor, piv)``. Collective over ``a.grid``.
 
-    For the routines of :mod:`hpcgpu.linalg` that checked ``a`` (and ``nb``) at their own entry; ``where`` names
-    the routine in the singular matrix's message.
+    For the routines of :mod:`hpcgpu.linalg` that checked ``a`` (and ``nb``, ``grid``: the grid to factor on,
+    ``a.grid.flat()`` when None) at their own entry; ``where`` names the routine in the singular matrix's message.
     """
     if a.grid.size == 1:  # one getrf (into a new array), no move, no loop: one block is the block-cyclic layout
         lu, piv, info = getrf(a.local)
@@ -306,9 +313,9 @@ def factor(a, nb: int, where: str):
         # kept in LAPACK's (Fortran) order: one rank's factor never moves, and its C-ordered copy was 0.17 s of a
         # 1.4 s n = 4096 factor and solve here; the triangular solves read either order
         return LUFactor(lu, Cyclic(a.gshape, a.grid, nb)), piv
-    # pr <= pc: each panel's pivot search, gather and interchanges cross pr ranks (at P = 2, n = 4096: 0.62 of
-    # SciPy on 2 x 1, 0.85 on 1 x 2)
-    local, lay = to_cyclic(a, nb, a.grid.wide())  # collective at a grid's first LU: its transpose is made
+    # few grid rows: each panel's pivot search, gather and interchanges cross pr ranks (n = 4096: at P = 2 0.62
+    # of SciPy on 2 x 1, 0.85 on 1 x 2; at P = 4 1.36 s on 2 x 2, 1.09 s on 1 x 4)
+    local, lay = to_cyclic(a, nb, a.grid.flat() if grid is None else grid)  # flat(): collective at its first call
     n = lay.n
     piv = np.empty(n, np.int64)
     panels = range(0, n, nb)

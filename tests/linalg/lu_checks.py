@@ -52,17 +52,22 @@ CASES = [  # n, nb, leading block scaled by 1e-10 (its size), dtype
 grids = GRIDS[size]
 for gi, dims in enumerate(grids):
     grid = hpcgpu.ProcessGrid(dims)
-    for n, nb, small, dtype in CASES[gi::len(grids)]:  # two grids share the cases: the suite stays fast
+    for ci, (n, nb, small, dtype) in enumerate(CASES[gi::len(grids)]):  # two grids share the cases: fast
         g = matrix(n, dtype, small)
         a = hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
-        lu, piv = lu_factor(a, nb=nb)
+        # every other case on A's grid with no more rows than columns (its transpose where A's has more), so that
+        # the panels' gathers, scatters and interchanges across grid rows run at 4 and 6 ranks too; the others
+        # on the default flat grid
+        on = grid.wide() if ci % 2 else None
+        lu, piv = lu_factor(a, nb=nb, grid=on)
         assert isinstance(piv, np.ndarray) and piv.shape == (n,) and piv.dtype == np.int64
         pivs = comm.allgather(piv)
         assert all(np.array_equal(p, piv) for p in pivs), (dims, n, nb, dtype)
         full = lu.to_distmatrix()
         assert full.gshape == (n, n) and full.dtype == np.dtype(dtype) and full.grid is grid
-        # factored on the grid with no more rows than columns (its transpose where A's has more), results on A's
-        assert lu.layout.grid.shape == (min(dims), max(dims)) and lu.grid is grid
+        # factored on the grid asked for (by default pc >= 4 pr: 1 x P below 16 ranks), the results on A's
+        assert lu.layout.grid is (on or grid.flat()) and lu.grid is grid
+        assert lu.layout.grid.shape == ((min(dims), max(dims)) if on else (1, size)), (dims, lu.layout.grid.shape)
         got = full.gather()
         if rank == 0 and n:
             ref_lu, ref_piv = scipy.linalg.lu_factor(g)
@@ -96,6 +101,14 @@ refusals += refused(lambda: lu_factor(zero, nb=0), ValueError, "lu_factor: nb mu
 refusals += refused(lambda: lu_factor(zero, nb=2.0), TypeError,
         "lu_factor: nb must be an int (a block size, >= 1) or None, got float")
 refusals += refused(lambda: lu_factor(np.eye(3)), TypeError, "lu_factor: A must be an hpcgpu.DistMatrix, got ndarray")
+refusals += refused(lambda: lu_factor(zero, grid=(1, size)), TypeError,
+        "lu_factor: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got tuple")
+if size > 1:  # a grid over another order of the ranks (or other ranks): its blocks would not be A's
+    other = hpcgpu.ProcessGrid((1, size), comm=comm.Split(0, size - rank))
+    refusals += refused(lambda: lu_factor(zero, grid=other), ValueError,
+            f"lu_factor: grid 1x{size} is not over A's ranks in A's order: make it from A's grid, "
+            "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
+    other.free()
 if size > 1:
     refusals += refused(lambda: lu_factor(zero, nb=2 + (rank == 1)), ValueError,
             "lu_factor: nb differs across ranks: 2 on %s, 3 on rank 1"
