@@ -74,6 +74,9 @@ def grid_error(where: str, grid, a) -> BaseException | None:
     if not isinstance(grid, ProcessGrid):
         return TypeError(f"{where}: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got "
                          f"{type(grid).__name__}")
+    if grid.cart == MPI.COMM_NULL:
+        return ValueError(f"{where}: grid was freed (ProcessGrid.free): make it again from A's grid, "
+                          "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
     if grid.size != a.grid.size or MPI.Comm.Compare(grid.cart, a.grid.cart) not in (MPI.IDENT, MPI.CONGRUENT):
         return ValueError(f"{where}: grid {grid.shape[0]}x{grid.shape[1]} is not over A's ranks in A's order: make "
                           "it from A's grid, hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")

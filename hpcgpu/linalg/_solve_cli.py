@@ -171,6 +171,10 @@ def _options(a, rt, n: int, grid) -> dict:
     opts = {"nb": a.nb or default_nb(rt.xp, n, grid)}
     if a.op == "solve":
         opts["assume_a"] = a.assume
+        if a.assume == "gen":  # LU factors on the flat grid over the same ranks (ProcessGrid.flat)
+            from .grid import flat_shape
+
+            opts["factor_grid"] = list(flat_shape(grid.size))
     else:
         opts["lower"] = a.lower
     return opts

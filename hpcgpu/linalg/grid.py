@@ -347,9 +347,7 @@ class ProcessGrid:
         -------
         ProcessGrid
         """
-        size = self.size
-        pr = max(d for d in range(1, size + 1) if size % d == 0 and (d == 1 or 4 * d * d <= size))
-        shape = (pr, size // pr)
+        shape = flat_shape(self.size)
         if shape == self.shape:
             return self
         if shape == self.shape[::-1]:
@@ -377,6 +375,14 @@ class ProcessGrid:
 
     def __repr__(self) -> str:
         return f"ProcessGrid({self.shape[0]}x{self.shape[1]}, me=({self.row}, {self.col}))"
+
+def flat_shape(size: int) -> tuple[int, int]:
+    """The shape of :meth:`ProcessGrid.flat` for ``size`` ranks. Not collective.
+
+    ``(pr, size // pr)``, ``pr`` the largest divisor of ``size`` with ``4 pr^2 <= size`` (1 below 16 ranks).
+    """
+    return max((d, size // d) for d in range(1, size + 1) if size % d == 0 and (d == 1 or 4 * d * d <= size))
+
 
 def default_grid() -> ProcessGrid:
     """The ``Compute_dims`` grid over the runtime's communicator, made once.

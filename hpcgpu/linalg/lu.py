@@ -58,7 +58,8 @@ from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks
 from ._local import gemm_update, getrf, getrs, trsm, xp_of
-from .cyclic import Cyclic, default_nb, from_cyclic, to_cyclic
+from .cyclic import Cyclic, default_nb, from_cyclic, numroc, to_cyclic
+from .grid import flat_shape
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve"]
 
@@ -137,12 +138,14 @@ def lu_factor(a, *, nb: int | None = None, grid=None):
     a : DistMatrix
         ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
     nb : int, optional, keyword-only
-        Block size of the layout and width of the panels, >= 1; by default about 10 panels a grid row or
-        column, 64-256 on a host, 256-512 on a GPU (``cyclic.default_nb``).
+        Block size of the layout and width of the panels, >= 1; by default about 10 panels a row or column of
+        A's grid (``cyclic.default_nb(xp, n, a.grid)``, whatever grid the factorization runs on), 64-256 on a
+        host, 256-512 on a GPU.
     grid : ProcessGrid, optional, keyword-only
         The grid to factor on: any shape over ``a.grid``'s ranks in its order (``ProcessGrid((pr, pc),
-        comm=a.grid.cart)``). By default ``a.grid.flat()``, ``pc >= 4 pr`` (``1 x P`` up to 15 ranks): each panel's
-        pivot search and interchanges cross ``pr`` ranks. The results stay on ``a.grid``.
+        comm=a.grid.cart)``), the same grid object's shape on every rank (only its shape is agreed). By default
+        ``a.grid.flat()``, ``pc >= 4 pr`` (``1 x P`` up to 15 ranks): each panel's pivot search and interchanges
+        cross ``pr`` ranks. The results stay on ``a.grid``.
 
     Returns
     -------
@@ -157,7 +160,7 @@ def lu_factor(a, *, nb: int | None = None, grid=None):
     TypeError
         ``a`` is no DistMatrix or has another dtype; ``nb`` is not an int; ``grid`` is not a ProcessGrid.
     ValueError
-        ``a`` is not square; ``nb < 1``; ``grid`` is not over ``a.grid``'s ranks in its order; the ranks'
+        ``a`` is not square; ``nb < 1``; ``grid`` is not over ``a.grid``'s ranks in its order or was freed; the ranks'
         arguments differ; A holds NaN or inf (naming the element).
     MemoryError
         The layout's copy and the panels do not fit in this rank's memory.
@@ -188,7 +191,7 @@ def lu_factor(a, *, nb: int | None = None, grid=None):
         _checks.grid_error(where, grid, a)
     _checks.entry(where, dict(a=a, nb=nb, grid=getattr(grid, "shape", grid)), a.grid.cart, err)
     nb = _nb(a, nb)
-    agree(_checks.memory_error(where, factor_bytes(a, nb), a.grid.cart, a.xp), comm=a.grid.cart)
+    agree(_checks.memory_error(where, factor_bytes(a, nb, grid), a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a}, a.grid.cart)
     return factor(a, nb, where, grid)
 
@@ -282,16 +285,21 @@ def _trans_error(where: str, trans) -> BaseException | None:
     return None
 
 
-def factor_bytes(a, nb: int) -> int:
-    """Bytes a rank allocates to factor ``a`` with block size ``nb``. Not collective.
+def factor_bytes(a, nb: int, grid=None) -> int:
+    """Bytes this rank allocates to factor ``a`` with block size ``nb`` on ``grid``. Not collective.
 
-    The layout's copy and the move's two buffers, the padded panel gather and the factored panel, a block row of
-    ``U``.
+    ``grid`` None: ``a.grid.flat()``'s shape, without making it. The layout's copy and the move's two buffers,
+    the padded panel gather and the factored panel, a block row of ``U``.
     """
-    n, pr = a.gshape[0], a.grid.shape[0]
-    lay = Cyclic(a.gshape, a.grid, nb)
+    n = a.gshape[0]
+    if grid is None:  # the flat grid's places: row-major over A's ranks in A's order, as ProcessGrid makes them
+        (pr, pc), rank = flat_shape(a.grid.size), a.grid.rank
+        row, col = divmod(rank, pc)
+    else:
+        (pr, pc), row, col = grid.shape, grid.row, grid.col
+    lrows, lcols = numroc(n, nb, row, pr), numroc(n, nb, col, pc)
     w = min(nb, n)
-    return a.dtype.itemsize * (3 * lay.lshape[0] * lay.lshape[1] + 3 * (n + pr * w) * w + w * lay.lshape[1])
+    return a.dtype.itemsize * (3 * lrows * lcols + 3 * (n + pr * w) * w + w * lcols)
 
 
 def solve_bytes(b) -> int:

@@ -161,7 +161,8 @@ class Torch(Model):
     """
 
     READY_OPTIONAL = True
-    """:meth:`loss_and_grad_into` takes ``ready=None`` where nothing waits for single gradients."""
+    """:meth:`loss_and_grad_into` takes ``ready=None`` where nothing waits for single gradients. Read from the
+    class that defines the method: a subclass that overrides it gets a ``ready`` to call."""
 
     def __init__(self, module, loss):
         torch = self._torch = _import("torch", "torch")
@@ -542,8 +543,9 @@ class Torch(Model):
             if p.requires_grad:
                 owner, _, attr = full.rpartition(".")
                 slots.append((self.module.get_submodule(owner)._parameters, attr, first[id(p)]))
-        # the arrays kept: their ids stay theirs
-        self._leaf_cache, self._leaf_other = (key, ps, params, grads, ptrs, slots, signals), cached
+        # the arrays kept: their ids stay theirs; a set on other buffers (an earlier trainer's) is dropped
+        self._leaf_cache = (key, ps, params, grads, ptrs, slots, signals)
+        self._leaf_other = cached if cached is not None and cached[0] == key else None
         return ps
 
     def _hook_ids(self) -> tuple:

@@ -256,6 +256,7 @@ class FlatModel(FlatParams):
         self.sizes = None
         self._checked = False
         self.into = callable(getattr(model, "loss_and_grad_into", None))
+        self._ready_optional = self.into and _ready_optional(model)
         self.sample_shape: tuple | None = None  # the samples' shape where they have more than one axis
         self.integer_features: bool | None = None  # whether the features reach the model as int64 (first data's)
         self._loss_checked = False  # the first call's check that the loss sums over the samples
@@ -530,7 +531,7 @@ class FlatModel(FlatParams):
             raise ValueError(f"model {type(self.model).__name__}: a loss scale needs the built-in layers")
         if not accumulate:
             self.grad.fill(0)  # (``[...] = 0`` takes 1.7 times as long on the host)
-        if on_layer is None and getattr(self.model, "READY_OPTIONAL", False):
+        if on_layer is None and self._ready_optional:
             # nothing waits for single gradients (one rank): no ready signal, no hook in autograd's pass
             self.model.loss_and_grad_into(self._p, self._g, self._samples(X), y,
                                           lambda loss, outputs: self._record(loss, outputs, y, accumulate), None)
@@ -637,3 +638,15 @@ class FlatModel(FlatParams):
                 out = self.predict(xs, chunk)
             tot += xp.asarray([float(loss), float(self._metric(out, ys))])
         return tot
+
+
+def _ready_optional(model) -> bool:
+    """Whether ``model.loss_and_grad_into`` takes ``ready=None``.
+
+    The class that defines the method says so itself (``READY_OPTIONAL = True`` beside it:
+    :class:`hpcgpu.nn.Torch`); a subclass that overrides the method does not inherit it.
+    """
+    for cls in type(model).__mro__:
+        if "loss_and_grad_into" in cls.__dict__:
+            return cls.__dict__.get("READY_OPTIONAL") is True
+    return False

@@ -104,11 +104,16 @@ refusals += refused(lambda: lu_factor(np.eye(3)), TypeError, "lu_factor: A must 
 refusals += refused(lambda: lu_factor(zero, grid=(1, size)), TypeError,
         "lu_factor: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got tuple")
 if size > 1:  # a grid over another order of the ranks (or other ranks): its blocks would not be A's
-    other = hpcgpu.ProcessGrid((1, size), comm=comm.Split(0, size - rank))
+    reversed_comm = comm.Split(0, size - rank)
+    other = hpcgpu.ProcessGrid((1, size), comm=reversed_comm)
     refusals += refused(lambda: lu_factor(zero, grid=other), ValueError,
             f"lu_factor: grid 1x{size} is not over A's ranks in A's order: make it from A's grid, "
             "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
     other.free()
+    reversed_comm.Free()
+    refusals += refused(lambda: lu_factor(zero, grid=other), ValueError,
+            "lu_factor: grid was freed (ProcessGrid.free): make it again from A's grid, "
+            "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
 if size > 1:
     refusals += refused(lambda: lu_factor(zero, nb=2 + (rank == 1)), ValueError,
             "lu_factor: nb differs across ranks: 2 on %s, 3 on rank 1"

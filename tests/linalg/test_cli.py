@@ -111,6 +111,10 @@ def test_solve_writes_x_with_its_backward_error_and_provenance(good_runs, case, 
     assert attrs["assume_a"] == ("pos" if case == "solve pos" else "gen")
     assert attrs["nb"] == int(GOOD[case][1][GOOD[case][1].index("--nb") + 1])
     assert list(attrs["grid"]) == {1: [1, 1], 3: [3, 1]}[good_runs[0]]
+    if attrs["assume_a"] == "gen":  # the grid LU factored on: flat over the same ranks
+        assert list(attrs["factor_grid"]) == [1, good_runs[0]]
+    else:
+        assert "factor_grid" not in attrs
     assert line.startswith(f"X = solve(A, B, assume_a='{attrs['assume_a']}'): A {n} x {n}, B {n} x {B.shape[1]} "
                            f"{A.dtype} on grid ") and f"backward error {attrs['backward_error']:.3g}, scaled " \
         f"residual {attrs['scaled_residual']:.3g} (HPL's, < 16 passes); wrote " in line, line

@@ -134,6 +134,40 @@ def test_a_parameter_hook_runs_on_each_micro_batchs_gradient_before_the_reductio
     assert not np.array_equal(asnumpy(t.params["head.bias"]), before)
 
 
+def test_only_the_adapter_that_says_so_is_given_no_ready_signal():
+    """One rank signals no gradient as ready (nothing overlaps a reduction there): nn.Torch says it takes
+    ``ready=None``; a subclass that overrides ``loss_and_grad_into`` (it may call ``ready``) and a model of one's own
+    are still given one, and a subclass that overrides it trains at one rank with its ``ready`` called."""
+    import hpcgpu
+    import torch
+    from hpcgpu import nn
+    from hpcgpu.nn._model import _ready_optional
+
+    class Counted(nn.Torch):
+        calls = 0
+
+        def loss_and_grad_into(self, params, grads, x, y, forward_done, ready):
+            def counted(name):
+                Counted.calls += 1
+                ready(name)
+            super().loss_and_grad_into(params, grads, x, y, forward_done, counted)
+
+    class Own:
+        def loss_and_grad_into(self, params, grads, x, y, forward_done, ready):
+            pass
+
+    loss = torch.nn.CrossEntropyLoss(reduction="sum")
+    assert _ready_optional(nn.Torch(torch.nn.Linear(3, 2), loss))
+    assert not _ready_optional(Counted(torch.nn.Linear(3, 2), loss)) and not _ready_optional(Own())
+    X, y = tsm.data()
+    m = Counted(tsm.module("frozen_tied", 100), loss)
+    t = hpcgpu.Trainer(m, optimizer=optim.SGD(lr=0.05), **tsm.COMMON)
+    t.fit((X, y))
+    steps = tsm.COMMON["epochs"] * len(X) // tsm.COMMON["batch_size"]
+    assert Counted.calls == steps * len(m.names), (Counted.calls, steps, m.names)
+    t.close()
+
+
 def test_a_post_accumulate_grad_hook_is_refused_in_one_line():
     """register_post_accumulate_grad_hook is where the reducer takes each gradient: a user's is refused at the
     first step in one agreed line, never silently left out."""
