@@ -1822,6 +1822,12 @@ FIXES: dict[str, str] = {
         "from another communicator (a ``Split`` of other ranks or of another order, or ``COMM_WORLD`` where A "
         "lives on a part of it). Make it from A's grid's communicator, as the message shows."
     ),
+    "…: grid was freed (ProcessGrid.free): make it again from A's grid, hpcgpu.ProcessGrid((pr, pc), "
+    "comm=a.grid.cart)": (
+        "The grid given to factor on had been freed (``ProcessGrid.free``, or a ``free`` of the grid it came from, "
+        "which frees its ``wide`` and ``flat`` grids too): its communicators are gone. Make the grid again from "
+        "A's grid's communicator, or leave ``grid`` out for the default flat grid."
+    ),
     "…: piv must be lu_factor's pivots, … integers, got …": (
         "``lu_solve((lu, piv), b)`` takes the pair ``lu_factor`` returned unchanged: ``piv`` is a NumPy "
         "integer array of n pivot rows. Pass the same ``piv`` that came with ``lu``."
