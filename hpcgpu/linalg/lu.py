@@ -322,7 +322,7 @@ def factor(a, nb: int, where: str, grid=None):
         # 1.4 s n = 4096 factor and solve here; the triangular solves read either order
         return LUFactor(lu, Cyclic(a.gshape, a.grid, nb)), piv
     # few grid rows: each panel's pivot search, gather and interchanges cross pr ranks (n = 4096: at P = 2 0.62
-    # of SciPy on 2 x 1, 0.85 on 1 x 2; at P = 4 1.36 s on 2 x 2, 1.09 s on 1 x 4)
+    # of SciPy on 2 x 1, 0.85 on 1 x 2; at P = 4 1.46 s on 2 x 2, 1.18 s on 1 x 4)
     local, lay = to_cyclic(a, nb, a.grid.flat() if grid is None else grid)  # flat(): collective at its first call
     n = lay.n
     piv = np.empty(n, np.int64)
