@@ -17,6 +17,7 @@ from mpi4py import MPI
 from .. import _device
 from .._memory import node_memory_error
 from ..errors import agree, agree_inputs
+from .grid import ProcessGrid
 
 SOLVER_DTYPES = ("float32", "float64", "complex64", "complex128")
 """The dtypes the factorizations and solvers take (LAPACK's and cuSOLVER's: S, D, C, Z)."""
@@ -69,8 +70,6 @@ def grid_error(where: str, grid, a) -> BaseException | None:
     """
     if grid is None:
         return None
-    from .grid import ProcessGrid
-
     if not isinstance(grid, ProcessGrid):
         return TypeError(f"{where}: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got "
                          f"{type(grid).__name__}")

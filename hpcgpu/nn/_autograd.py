@@ -506,13 +506,11 @@ class Torch(Model):
         last signal nothing, its last does.
         """
         key = (tuple((id(params[n]), id(grads[n])) for n in self.names), self._hook_ids())
-        cached = getattr(self, "_leaf_cache", None)
-        if cached is not None and cached[0] == key and cached[6] == signals:
+        sets = getattr(self, "_leaf_sets", None) or {}  # signals -> the set made with or without hooks
+        cached = sets.get(signals)
+        if cached is not None and cached[0] == key:
+            self._leaf_cache = cached
             return cached[1]
-        other = getattr(self, "_leaf_other", None)  # the other kind (the micro-batches before a step's last)
-        if other is not None and other[0] == key and other[6] == signals:
-            self._leaf_cache, self._leaf_other = other, cached
-            return other[1]
         import weakref
 
         me = weakref.ref(self)  # a hook holding the adapter would make a cycle through torch's C++ hook storage
@@ -543,9 +541,9 @@ class Torch(Model):
             if p.requires_grad:
                 owner, _, attr = full.rpartition(".")
                 slots.append((self.module.get_submodule(owner)._parameters, attr, first[id(p)]))
-        # the arrays kept: their ids stay theirs; a set on other buffers (an earlier trainer's) is dropped
-        self._leaf_cache = (key, ps, params, grads, ptrs, slots, signals)
-        self._leaf_other = cached if cached is not None and cached[0] == key else None
+        self._leaf_cache = (key, ps, params, grads, ptrs, slots)  # the arrays kept: their ids stay theirs
+        # a set on other buffers (an earlier trainer's) or with other hooks is dropped
+        self._leaf_sets = {s: c for s, c in sets.items() if c[0] == key} | {signals: self._leaf_cache}
         return ps
 
     def _hook_ids(self) -> tuple:
@@ -578,7 +576,7 @@ class Torch(Model):
         memory on a GPU): a module kept after its trainer is closed no
         longer keeps them alive. A later step makes them again.
         """
-        self._leaf_cache = self._leaf_other = None
+        self._leaf_cache, self._leaf_sets = None, {}
         self._ready = self._ours = None
 
     def _evaluated(self, params, x, y=None):
