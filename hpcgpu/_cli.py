@@ -201,7 +201,8 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     except BaseException as exc:  # noqa: BLE001 - the whole point
         if isinstance(exc, AgreedError):
             if world_rank() == 0 and not exc.silent:  # one line, however a library worded it
-                print(f"{prog}: error: {one_line(exc)}", file=sys.stderr, flush=True)
+                sys.stderr.write(f"{prog}: error: {one_line(exc)}\n")  # one write, as abort's lines
+                sys.stderr.flush()
             sys.exit(2)
         if isinstance(exc, KeyboardInterrupt) and _early.sigints():  # after a Ctrl-C: the second, every rank's
             _early.end_now(prog)

@@ -485,7 +485,8 @@ class Trainer:
         """A warning line about this rank alone on its stderr, naming it when there are several."""
         if self.rt.size > 1:
             message = message.replace("warning: ", f"warning: rank {self.rt.rank}: ", 1)
-        print(message, file=sys.stderr, flush=True)
+        sys.stderr.write(message + "\n")  # one write: several ranks may warn at one step
+        sys.stderr.flush()
 
     def _agree_layout(self, c: TrainConfig, plan: ModelPlan | None) -> None:
         """:func:`hpcgpu.train.checks.layout_error`, agreed over the ranks in the caller's words. Collective."""
