@@ -7,7 +7,8 @@
 2. that grid column solves its rows of the panel, ``L_ik = A_ik L_kk^{-H}`` (``trsm``);
 3. the panel goes along the grid rows (each rank receives the panel rows of its local rows) and, transposed,
    down the grid columns (the panel rows of its local columns: one ``Allgather`` over the grid column of the
-   rows each grid row holds there; on a square grid only the diagonal rank has any);
+   rows each grid row holds there, or a ``Bcast`` where one grid row holds them all, as the diagonal rank does
+   on a square grid);
 4. every rank updates the lower part of its trailing blocks, ``A_ij -= L_ik L_jk^H`` for ``i >= j``, one local
    GEMM per block column.
 
@@ -267,15 +268,28 @@ def _panel(a, ax: _Axes, k: int, nblk: int, xp, fails: list) -> _Pending:
 
 
 def _transposed_panel(prow, ax: _Axes, shared, my_rows, my_cols, k1: int, kb: int, xp, detail: str):
-    """The panel rows of this rank's columns at or after ``k1``: each grid row gives those it holds."""
+    """The panel rows of this rank's columns at or after ``k1``: each grid row gives those it holds.
+
+    An ``Allgather`` over the grid column, or a ``Bcast`` from the one grid row that holds any (on a square grid
+    the diagonal rank: the ``Allgather`` moved ``pr`` times the bytes, zeros from the other ranks).
+    """
     c1 = ax.local_col(k1)
     pcol = xp.empty((ax.lshape[1] - c1, kb), prow.dtype)
     below = [s[s >= k1] for s in shared]
     count = max(s.size for s in below)
     if count == 0 or kb == 0:
         return pcol
-    send = xp.zeros((count, kb), prow.dtype)
     mine = below[ax.myrow]
+    givers = [q for q, s in enumerate(below) if s.size]
+    if len(givers) == 1:  # one grid row holds them all (on a square grid, always): a broadcast from it
+        q = givers[0]
+        buf = (prow[xp.asarray(np.searchsorted(my_rows, mine) - ax.local_row(k1))] if q == ax.myrow
+               else xp.empty((below[q].size, kb), prow.dtype))
+        with watch("Cholesky transposed panel", detail):
+            Bcast(buf, root=q, comm=ax.col_comm)
+        pcol[xp.asarray(np.searchsorted(my_cols, below[q]) - c1)] = buf
+        return pcol
+    send = xp.zeros((count, kb), prow.dtype)
     if mine.size:
         send[:mine.size] = prow[xp.asarray(np.searchsorted(my_rows, mine) - ax.local_row(k1))]
     recv = xp.empty((ax.pr, count, kb), prow.dtype)
