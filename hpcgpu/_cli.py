@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from mpi4py import MPI
 
-from .errors import AgreedError, abort
+from .errors import AgreedError, abort, write_line
 from .io import one_line
 
 
@@ -201,8 +201,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None, prog: str
     except BaseException as exc:  # noqa: BLE001 - the whole point
         if isinstance(exc, AgreedError):
             if world_rank() == 0 and not exc.silent:  # one line, however a library worded it
-                sys.stderr.write(f"{prog}: error: {one_line(exc)}\n")  # one write, as abort's lines
-                sys.stderr.flush()
+                write_line(f"{prog}: error: {one_line(exc)}")
             sys.exit(2)
         if isinstance(exc, KeyboardInterrupt) and _early.sigints():  # after a Ctrl-C: the second, every rank's
             _early.end_now(prog)

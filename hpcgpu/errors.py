@@ -389,6 +389,18 @@ def agree_inputs(where: str, args, *, comm=None, error: BaseException | None = N
     _raise_first([r for r, _ in found], error)
 
 
+def write_line(line: str, stream=None) -> None:
+    """``line`` and its newline on ``stream`` (default ``sys.stderr``) in one write, flushed. Not collective.
+
+    What several ranks' output may meet: ``print`` writes its text and its newline in two calls when Python runs
+    unbuffered (``PYTHONUNBUFFERED=1``, as many job scripts set), and another rank's output forwarded by the
+    launcher can land between them, running two lines together.
+    """
+    stream = sys.stderr if stream is None else stream
+    stream.write(line if line.endswith("\n") else line + "\n")
+    stream.flush()
+
+
 def abort(message: str, code: int = 1) -> None:
     """Print ``message`` on stderr, give the launcher a moment to pass it on, abort the job.
 
@@ -413,8 +425,7 @@ def abort(message: str, code: int = 1) -> None:
     """
     from mpi4py import MPI  # here, not at import: hpcgpu binds the GPU before MPI_Init
 
-    sys.stderr.write(message if message.endswith("\n") else message + "\n")
-    sys.stderr.flush()
+    write_line(message)
     if MPI.COMM_WORLD.Get_size() > 1:
         time.sleep(0.5)
         MPI.COMM_WORLD.Abort(code)

@@ -280,18 +280,18 @@ def _transposed_panel(prow, ax: _Axes, shared, my_rows, my_cols, k1: int, kb: in
     if count == 0 or kb == 0:
         return pcol
     mine = below[ax.myrow]
+    have = prow[xp.asarray(np.searchsorted(my_rows, mine) - ax.local_row(k1))] if mine.size else None
     givers = [q for q, s in enumerate(below) if s.size]
     if len(givers) == 1:  # one grid row holds them all (on a square grid, always): a broadcast from it
         q = givers[0]
-        buf = (prow[xp.asarray(np.searchsorted(my_rows, mine) - ax.local_row(k1))] if q == ax.myrow
-               else xp.empty((below[q].size, kb), prow.dtype))
+        buf = have if q == ax.myrow else xp.empty((below[q].size, kb), prow.dtype)
         with watch("Cholesky transposed panel", detail):
             Bcast(buf, root=q, comm=ax.col_comm)
         pcol[xp.asarray(np.searchsorted(my_cols, below[q]) - c1)] = buf
         return pcol
     send = xp.zeros((count, kb), prow.dtype)
-    if mine.size:
-        send[:mine.size] = prow[xp.asarray(np.searchsorted(my_rows, mine) - ax.local_row(k1))]
+    if have is not None:
+        send[:mine.size] = have
     recv = xp.empty((ax.pr, count, kb), prow.dtype)
     with watch("Cholesky transposed panel", detail):
         Allgather(send, recv, comm=ax.col_comm)

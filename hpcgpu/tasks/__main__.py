@@ -124,7 +124,7 @@ def _main(argv, stop) -> int:
     args = parser().parse_args(argv)
     import hpcgpu
     from hpcgpu._stop import agree_stop_file, remove_first
-    from hpcgpu.errors import agree_call
+    from hpcgpu.errors import agree_call, write_line
 
     from . import run_sweep
 
@@ -135,29 +135,20 @@ def _main(argv, stop) -> int:
     stop.stop_file, stop.check_file = args.stop_file, rt.rank == 0
     talk = rt.rank == 0 and args.progress != "none"
     if talk:
-        _say(f"hpcgpu.tasks: {args.function} over {args.params} on {rt.size} rank{'s' * (rt.size != 1)} "
-             f"({max(1, rt.size - 1)} worker{'s' * (rt.size > 2)}; {rt.summary()})")
+        write_line(f"hpcgpu.tasks: {args.function} over {args.params} on {rt.size} rank{'s' * (rt.size != 1)} "
+                   f"({max(1, rt.size - 1)} worker{'s' * (rt.size > 2)}; {rt.summary()})", sys.stdout)
     r = run_sweep(fn, args.params, args.out, resume=args.resume, retry_failed=args.retry_failed,
                   overwrite=args.overwrite, retries=args.retries, timeout=args.timeout,
                   flush_seconds=args.flush_seconds, progress=args.progress, name=args.function, comm=rt.comm,
                   stop=stop, what="--params")
     if rt.rank == 0:
-        _say(f"hpcgpu.tasks: {r.summary()}")
+        write_line(f"hpcgpu.tasks: {r.summary()}", sys.stdout)
         if r.stopped:
-            _say(f"hpcgpu.tasks: {remove_first(stop)}rerun with --resume to run the {r.pending} pending tasks")
+            write_line(f"hpcgpu.tasks: {remove_first(stop)}rerun with --resume to run the {r.pending} pending tasks",
+                       sys.stdout)
     if r.stopped:
         return EXIT_STOPPED
     return EXIT_FAILED_TASKS if r.failed else 0
-
-
-def _say(line: str) -> None:
-    """``line`` on stdout in one write.
-
-    The workers' task output blocks reach the same stream: print's text and newline, two writes when Python runs
-    unbuffered, could take a block between them.
-    """
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from .. import _blas, _device
 from .._version import __version__
 from ..comm import Allreduce
 from ..energy import EnergyMeter
-from ..errors import AgreedError, agree, agree_call, agree_inputs, agreed
+from ..errors import AgreedError, agree, agree_call, agree_inputs, agreed, write_line
 from .._outputs import Input, Output, claim, claim_error, release, write_dataset
 from ..nn import (Loss, ModelPlan, TrainModel, awaits_data, plan_error, plan_model)
 from ..optim import Optimizer, TorchOptimizer, as_optimizer, optimizer_by_name
@@ -485,8 +485,7 @@ class Trainer:
         """A warning line about this rank alone on its stderr, naming it when there are several."""
         if self.rt.size > 1:
             message = message.replace("warning: ", f"warning: rank {self.rt.rank}: ", 1)
-        sys.stderr.write(message + "\n")  # one write: several ranks may warn at one step
-        sys.stderr.flush()
+        write_line(message)  # several ranks may warn at one step
 
     def _agree_layout(self, c: TrainConfig, plan: ModelPlan | None) -> None:
         """:func:`hpcgpu.train.checks.layout_error`, agreed over the ranks in the caller's words. Collective."""
