@@ -2,8 +2,8 @@
 
 A message is the text given to an exception's constructor (``ValueError(f"--epochs must be >= 1, got
 {n}")``, also ``type(e)(...)``), to an argparse ``error()``, to ``matmul``'s ``_error()``, to ``abort()``,
-to ``print(..., file=sys.stderr)`` or ``sys.stderr.write()``, assigned to a ``fatal`` (the task farm's
-outcome), listed as ``(condition, message)`` in a ``checks`` table, or returned by one of
+to ``print(..., file=sys.stderr)``, ``sys.stderr.write()`` or ``write_line()`` (to stderr), assigned to a
+``fatal`` (the task farm's outcome), listed as ``(condition, message)`` in a ``checks`` table, or returned by one of
 :data:`MESSAGE_FUNCTIONS` (functions that make a message for their caller to raise or print). The parts filled in at run
 time become ``…``. Each message's cause and fix are in ``_error_fixes.FIXES``; ``tests/test_docs.py``
 checks that every message found here has one and that no entry there is stale, so the page cannot fall
@@ -88,6 +88,17 @@ def _is_exception(func) -> str | None:
     return None
 
 
+def _to_stderr(call) -> bool:
+    """``print(..., file=sys.stderr)``, or ``write_line(...)`` (hpcgpu.errors': stderr unless given a stream)."""
+    name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+    if name == "print":
+        return any(k.arg == "file" and "stderr" in ast.unparse(k.value) for k in call.keywords)
+    if name == "write_line":
+        stream = [*call.args[1:], *(k.value for k in call.keywords if k.arg == "stream")]
+        return not stream or "stderr" in ast.unparse(stream[0])
+    return False
+
+
 def _normal(text: str) -> str:
     text = " ".join(text.split())
     while HOLE + HOLE in text:
@@ -111,8 +122,7 @@ def _found_in(node, rel: str):
                     yield _text(elt.elts[1]), elt.lineno, "check"
     elif isinstance(node, ast.Call) and node.args:
         kind = _is_exception(node.func)
-        if kind is None and getattr(node.func, "id", None) == "print" and any(
-                k.arg == "file" and "stderr" in ast.unparse(k.value) for k in node.keywords):
+        if kind is None and _to_stderr(node):
             kind = "stderr"
         if kind is not None:
             yield _text(node.args[0]), node.lineno, kind
