@@ -139,56 +139,72 @@ def test_a_wait_longer_than_the_timeout_is_reported_by_the_process_watchdog():
 
 
 class _Comm:
-    """One rank's communicator: ``allgather`` returns what each rank of a fixed table sent (this rank's own slot)."""
+    """One rank's communicator over a fixed table of what each rank was given (``(args, error)`` a rank): each
+    collective returns what the table's ranks would send in it, this rank's own part from the call."""
 
-    def __init__(self, rank: int, sent: list):
-        self.rank, self.sent = rank, sent
+    def __init__(self, rank: int, given: list):
+        self.rank, self.given = rank, given
         self.calls = 0
 
     def Get_size(self):  # noqa: N802 - MPI's name
-        return len(self.sent)
+        return len(self.given)
+
+    def Get_rank(self):  # noqa: N802 - MPI's name
+        return self.rank
+
+    def Allreduce(self, sendbuf, recvbuf, op):  # noqa: N802 - MPI's name; in place: recvbuf holds this rank's part
+        from hpcgpu.errors import _digest
+
+        self.calls += 1
+        rows = [np.array([_digest(_normal(a)), -_digest(_normal(a)), -(len(self.given) if e is None else r)])
+                for r, (a, e) in enumerate(self.given)]
+        rows[self.rank] = recvbuf.copy()
+        recvbuf[:] = np.max(rows, axis=0)
 
     def allgather(self, value):
         self.calls += 1
-        return [value if r == self.rank else s[self.calls - 1] for r, s in enumerate(self.sent)]
+        return [value if r == self.rank else _normal(a) for r, (a, _) in enumerate(self.given)]
+
+    def bcast(self, value, root):
+        from hpcgpu.errors import _refusal
+
+        self.calls += 1
+        return value if root == self.rank else _refusal(self.given[root][1])
 
 
-def _as_sent(args: dict, error=None):
-    """What a rank sends in agree_inputs' two collectives for ``args`` (the digest's, then the forms')."""
-    from hpcgpu.errors import _flat, _refusal
-    import hashlib
-
-    form = _normal(args)
-    return [(_refusal(error), hashlib.blake2b(_flat(form).encode(), digest_size=8).digest()), form]
-
-
-def test_one_collective_when_the_arguments_agree_and_two_when_they_differ():
-    same = [_as_sent({"lr": 0.1, "x": np.zeros((3, 2))}) for _ in range(3)]
-    comm = _Comm(1, same)
+def test_one_collective_when_the_arguments_agree_and_two_when_they_differ_or_a_rank_refused():
+    comm = _Comm(1, [({"lr": 0.1, "x": np.zeros((3, 2))}, None)] * 3)
     agree_inputs("T", {"lr": 0.1, "x": np.ones((3, 2))}, comm=comm)  # contents are not compared, shapes are
     assert comm.calls == 1
-    differ = [_as_sent({"lr": lr}) for lr in (0.1, 0.1, 0.5, 0.1, 0.5)]
-    comm = _Comm(0, differ)
+    comm = _Comm(0, [({"lr": lr}, None) for lr in (0.1, 0.1, 0.5, 0.1, 0.5)])
     with pytest.raises(ValueError, match=r"^T: lr differs across ranks: 0\.1 on ranks 0-1, 3, 0\.5 on ranks 2, 4$"):
+        agree_inputs("T", {"lr": 0.1}, comm=comm)
+    assert comm.calls == 2
+    comm = _Comm(0, [({"lr": 0.1}, None), ({"lr": 0.1}, TypeError("x must be an integer, got '1'"))] * 2)
+    with pytest.raises(TypeError, match=r"^x must be an integer, got '1'$"):  # rank 1's, the lowest that refused
         agree_inputs("T", {"lr": 0.1}, comm=comm)
     assert comm.calls == 2
 
 
 def test_a_difference_wins_over_a_refusal_and_a_refusal_is_agreed():
-    sent = [_as_sent({"lr": 0.1}), _as_sent({"lr": -0.1}, ValueError("lr must be a positive number, got -0.1"))]
+    given = [({"lr": 0.1}, None), ({"lr": -0.1}, ValueError("lr must be a positive number, got -0.1"))]
     with pytest.raises(ValueError, match=r"^T: lr differs across ranks: 0\.1 on rank 0, -0\.1 on rank 1$") as e:
-        agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, sent))
+        agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, given))
     assert isinstance(e.value, AgreedError)
-    sent = [_as_sent({"lr": 0.1}), _as_sent({"lr": 0.1}, TypeError("x must be an integer, got '1'"))]
+    given = [({"lr": 0.1}, None), ({"lr": 0.1}, TypeError("x must be an integer, got '1'"))]
     with pytest.raises(TypeError, match=r"^x must be an integer, got '1'$") as e:
-        agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, sent))
+        agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, given))
     assert isinstance(e.value, AgreedError)
+    err = TypeError("x must be an integer, got '1'")  # the refusing rank raises its own, agreed, from it
+    with pytest.raises(TypeError, match=r"^x must be an integer, got '1'$") as e:
+        agree_inputs("T", {"lr": 0.1}, comm=_Comm(1, [({"lr": 0.1}, None), ({"lr": 0.1}, err)]), error=err)
+    assert isinstance(e.value, AgreedError) and e.value.__cause__ is err
 
 
 def test_a_nested_difference_is_named_by_its_path():
-    sent = [_as_sent({"optimizer": {"name": "sgd", "lr": lr}}) for lr in (0.1, 0.2)]
+    given = [({"optimizer": {"name": "sgd", "lr": lr}}, None) for lr in (0.1, 0.2)]
     with pytest.raises(ValueError, match=r"^T: optimizer\.lr differs across ranks: 0\.1 on rank 0, 0\.2 on rank 1$"):
-        agree_inputs("T", {"optimizer": {"name": "sgd", "lr": 0.1}}, comm=_Comm(0, sent))
+        agree_inputs("T", {"optimizer": {"name": "sgd", "lr": 0.1}}, comm=_Comm(0, given))
 
 
 def test_normal_forms_are_the_same_for_the_same_arguments_on_two_ranks():
@@ -281,8 +297,8 @@ def test_an_entry_agreement_is_watched_only_under_an_explicit_timeout(monkeypatc
 
     monkeypatch.setattr(watchdog, "_OWN", Spy())
     monkeypatch.delenv("HPCGPU_STALL_TIMEOUT", raising=False)
-    agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, [_as_sent({"lr": 0.1})] * 2))
+    agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, [({"lr": 0.1}, None)] * 2))
     assert seen == []
     monkeypatch.setenv("HPCGPU_STALL_TIMEOUT", "5")
-    agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, [_as_sent({"lr": 0.1})] * 2))
+    agree_inputs("T", {"lr": 0.1}, comm=_Comm(0, [({"lr": 0.1}, None)] * 2))
     assert seen == ["T's agreement of its arguments"]
