@@ -101,8 +101,8 @@ SUMMA_ALL = {("staged", 3)}
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path,nprocs", SUMMA_CASES)
 def test_summa_on_device_every_grid_and_dtype(backend, path, nprocs):
-    """Every grid shape of P ranks, all four dtypes, empty blocks (1x13x9 on 2x2: an empty row block); over
-    NCCL the panels' broadcasts are NCCL's."""
+    """The grid shapes of P ranks (tests/mpi/summa_checks.py), all four dtypes, empty blocks (1x13x9 on 2x2: an
+    empty row block); over NCCL the panels' broadcasts are NCCL's."""
     if path == "aware":
         _aware_cases(backend)
     if path == "nccl":
