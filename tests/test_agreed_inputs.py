@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import _mpi
-from hpcgpu.errors import AgreedError, _normal, agree_inputs
+from hpcgpu.errors import AgreedError, _digest, _normal, _refusal, agree_inputs
 
 TRAINER = {
     "sgd_lr": "ValueError agreed: Trainer: optimizer.lr differs across ranks: 0.1 on {others}, 0.5 on {last}",
@@ -153,8 +153,6 @@ class _Comm:
         return self.rank
 
     def Allreduce(self, sendbuf, recvbuf, op):  # noqa: N802 - MPI's name; in place: recvbuf holds this rank's part
-        from hpcgpu.errors import _digest
-
         self.calls += 1
         rows = [np.array([_digest(_normal(a)), -_digest(_normal(a)), -(len(self.given) if e is None else r)])
                 for r, (a, e) in enumerate(self.given)]
@@ -166,8 +164,6 @@ class _Comm:
         return [value if r == self.rank else _normal(a) for r, (a, _) in enumerate(self.given)]
 
     def bcast(self, value, root):
-        from hpcgpu.errors import _refusal
-
         self.calls += 1
         return value if root == self.rank else _refusal(self.given[root][1])
 
