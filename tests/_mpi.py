@@ -38,17 +38,22 @@ _LIBRARY = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI
 
 
 @functools.lru_cache(maxsize=None)
+def library(python: str | None = None) -> str:
+    """``MPI.Get_library_version()``'s first line: the MPI that mpi4py loads here (and so in the ranks), or under
+    another environment's ``python`` (asked without starting MPI: in a process of its own, unless this one has)."""
+    if python is None and "mpi4py.MPI" in sys.modules:
+        lib = sys.modules["mpi4py.MPI"].Get_library_version()
+    else:
+        lib = subprocess.run([python or sys.executable, "-c", _LIBRARY], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+    return " ".join((lib.replace("\x00", "").strip().splitlines() or [""])[0].split())
+
+
+@functools.lru_cache(maxsize=None)
 def flavor(python: str | None = None) -> str:
     """``"openmpi"``, ``"impi"`` or ``"mpich"``: the MPI that mpi4py loads here (and so in the ranks),
     or under another environment's ``python`` (asked without starting MPI)."""
-    if python is None:
-        from mpi4py import MPI
-
-        lib = MPI.Get_library_version()
-    else:
-        lib = subprocess.run([python, "-c", _LIBRARY], capture_output=True, text=True, timeout=60,
-                             check=True).stdout
-    lib = lib.lower()
+    lib = library(python).lower()
     if "open mpi" in lib:
         return "openmpi"
     if "intel" in lib:
@@ -61,12 +66,14 @@ VENVS = (".venv", ".venv-openmpi", ".venv-impi", ".venv-system")
 
 
 def other_stacks() -> list[str]:
-    """The Pythons of this checkout's other per-MPI environments that exist, MPICH's (``.venv``) first."""
+    """The Pythons of this checkout's other per-MPI environments that exist, MPICH's (``.venv``) first.
+
+    An environment of this one's MPI library (another Python's, beside ``.venv``) is not another stack."""
     mine = os.path.realpath(sys.prefix)
     found = []
     for v in VENVS:
         py = os.path.join(ROOT, v, "bin", "python")
-        if os.path.exists(py) and os.path.realpath(os.path.join(ROOT, v)) != mine:
+        if os.path.exists(py) and os.path.realpath(os.path.join(ROOT, v)) != mine and library(py) != library():
             found.append(py)
     return found
 
