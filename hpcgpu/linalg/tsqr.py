@@ -334,7 +334,8 @@ def lstsq(a, b, cond=None):
         ``n x nrhs`` on ``a``'s grid, dtype and side: the minimum-norm least-squares solution.
     residues : xp.ndarray, shape ``(nrhs,)`` or ``(0,)``
         The squared 2-norms of the columns of ``b - a x`` (real) when ``rank == n`` and ``m > n``; empty
-        otherwise (as SciPy). The same on every rank, on ``a``'s side.
+        otherwise (as NumPy's ``lstsq``, and SciPy's before 1.18, which gives NaNs there). The same on every rank,
+        on ``a``'s side.
     rank : int
         The effective rank of ``a``, the same on every rank.
     s : xp.ndarray, shape ``(n,)``

@@ -102,7 +102,9 @@ def check_rank_deficient(dtype, grid):
     X = x.gather()
     if rank == 0:
         xr, rr, kr, sr = scipy.linalg.lstsq(g, gb, cond=cond)
-        assert rk == kr == n - 1 and host(res).shape == rr.shape == (0,), (rk, kr, host(res).shape)
+        # hpcgpu's residues of a rank-deficient A are empty, as NumPy's and SciPy's before 1.18 (which gives NaNs)
+        assert rk == kr == n - 1 and host(res).shape == (0,), (rk, kr, host(res).shape)
+        assert rr.size == 0 or np.isnan(rr).all(), rr
         assert fro(X - xr) <= 1e3 * m * eps * fro(xr), (fro(X - xr), fro(xr))
 
 
