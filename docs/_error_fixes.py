@@ -1543,6 +1543,31 @@ FIXES: dict[str, str] = {
         "than a distributed matrix. Make one with ``hpcgpu.DistMatrix.from_global``, ``from_hdf5`` or "
         "``random``; a NumPy array on one rank is not distributed (SciPy's routine is the one for it)."
     ),
+    "…: … must be an hpcgpu.DistMatrix or CyclicMatrix, got …": (
+        "A factorization (``cholesky``, ``cho_factor``, ``lu_factor``) or ``solve`` was given something other "
+        "than a distributed matrix. Make one with ``hpcgpu.DistMatrix.from_global``, ``from_hdf5`` or "
+        "``random`` (and, to keep it in the factorizations' layout, ``.to_cyclic()``); a NumPy array on one rank "
+        "is not distributed (SciPy's routine is the one for it)."
+    ),
+    "…: … must be an hpcgpu.DistMatrix, got a CyclicMatrix (only the factorizations and solve take one): "
+    "….to_distmatrix()": (
+        "A block-cyclic matrix (``DistMatrix.to_cyclic``) went to a routine that reads the block layout "
+        "(``solve_triangular``, ``lstsq``, ``qr``, ``cho_solve``'s right-hand side...). Only ``cholesky``, "
+        "``cho_factor``, ``lu_factor`` and ``solve`` take a ``CyclicMatrix`` as A. Give the routine "
+        "``c.to_distmatrix()`` (one ``Alltoallv``)."
+    ),
+    "…: nb=… but A is block-cyclic with nb …: leave nb out (A is factored in its own layout), or make A with "
+    "a.to_distmatrix().to_cyclic(nb)": (
+        "A ``CyclicMatrix`` is factored where it lies, so its blocks are the factorization's: another ``nb`` "
+        "would need a move, which the layout was kept to avoid. Leave ``nb`` out (or give the matrix's own, "
+        "``c.nb``), or make the matrix again with the block size wanted: ``c.to_distmatrix().to_cyclic(nb)``."
+    ),
+    "…: grid …x… but A is block-cyclic on grid …x…: leave grid out (A is factored in its own layout), or make A "
+    "with a.to_distmatrix().to_cyclic(grid=grid)": (
+        "``lu_factor(c, grid=...)`` of a ``CyclicMatrix`` asked for another grid than the one its blocks lie on. "
+        "It is factored on its own grid: leave ``grid`` out, or make the matrix on the grid wanted, "
+        "``c.to_distmatrix().to_cyclic(grid=grid)`` (LU pivots fastest on a flat one, ``a.grid.flat()``)."
+    ),
     "…: … is …; the solvers take … (a.astype(\"float64\"))": (
         "The factorizations and solvers take float32, float64, complex64 and complex128, LAPACK's and "
         "cuSOLVER's four kinds; half precision and bfloat16 are for ``matmul`` only. Convert first: "
@@ -1917,6 +1942,37 @@ FIXES: dict[str, str] = {
         "and the same process grid (and, for vectors, the same layout), so that each rank's blocks are the same "
         "elements: the message names both. Move one onto the other's grid (``b.redistribute(a.grid)``, "
         "``x.as_layout(y.layout)``) or fix the shape."
+    ),
+    "CyclicMatrix: nb must be an int >= 1, got …": (
+        "``CyclicMatrix(local, gshape, grid, nb)`` was given a block size that is not a positive integer. "
+        "Give the ``nb`` the blocks were dealt with; ``DistMatrix.to_cyclic(nb)`` makes a matrix in this layout "
+        "from a DistMatrix without building the blocks by hand."
+    ),
+    "CyclicMatrix: local blocks have shape …, expected … for … on grid … with nb …": (
+        "The array given to ``CyclicMatrix(local, gshape, grid, nb)`` is not this rank's share of the "
+        "block-cyclic layout: ``numroc(m, nb, grid.row, pr) x numroc(n, nb, grid.col, pc)`` "
+        "(``hpcgpu.linalg.cyclic.numroc``, ScaLAPACK's ``NUMROC``). Check ``nb`` and the grid, or make the matrix "
+        "with ``DistMatrix.to_cyclic``."
+    ),
+    "CyclicMatrix @: SUMMA multiplies DistMatrix blocks: c.to_distmatrix() @ ...": (
+        "``@`` was applied to a block-cyclic matrix. SUMMA reads the block layout: multiply "
+        "``c.to_distmatrix()`` (one ``Alltoallv``), and keep the ``CyclicMatrix`` for the factorizations."
+    ),
+    "CyclicMatrix.T: a block-cyclic matrix has no transpose view: c.to_distmatrix().T is one, and its "
+    ".to_cyclic() the transpose in this layout": (
+        "A ``CyclicMatrix`` keeps no transpose view (a DistMatrix's ``.T`` is read by ``matmul`` and the "
+        "solvers without a move; a block-cyclic one would need one). Take ``c.to_distmatrix().T``, and "
+        "``.to_cyclic()`` of that for the transpose kept in the factorizations' layout."
+    ),
+    "CyclicMatrix.H: a block-cyclic matrix has no transpose view: c.to_distmatrix().H is one, and its "
+    ".to_cyclic() the transpose in this layout": (
+        "As for ``.T``: take ``c.to_distmatrix().H`` (a view), and ``.to_cyclic()`` of it for the conjugate "
+        "transpose in the factorizations' layout."
+    ),
+    "matmul: … is a CyclicMatrix (block-cyclic, the factorizations' layout): ….to_distmatrix() is the DistMatrix "
+    "SUMMA multiplies": (
+        "``hpcgpu.matmul`` was given a ``CyclicMatrix`` (made by ``DistMatrix.to_cyclic``). SUMMA reads and "
+        "writes the block layout: pass ``c.to_distmatrix()`` (one ``Alltoallv``)."
     ),
     "…: one operand's blocks are in host memory, the other's on the device": (
         "One matrix's blocks are NumPy arrays and the other's CuPy arrays (made with different ``xp=``). Make "

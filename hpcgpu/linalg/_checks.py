@@ -23,11 +23,20 @@ SOLVER_DTYPES = ("float32", "float64", "complex64", "complex128")
 """The dtypes the factorizations and solvers take (LAPACK's and cuSOLVER's: S, D, C, Z)."""
 
 
-def matrix_error(where: str, name: str, a, *, square: bool = False) -> BaseException | None:
-    """``a`` is no DistMatrix, has a dtype the solvers do not take, or is not square (``square``)."""
+def matrix_error(where: str, name: str, a, *, square: bool = False, cyclic: bool = False) -> BaseException | None:
+    """``a`` is no DistMatrix (nor a CyclicMatrix, where ``cyclic``), has another dtype, or is not square.
+
+    ``cyclic``: the routine takes a CyclicMatrix too (it factors one where it lies). ``square``: ``a`` must be.
+    """
+    from .cyclicmatrix import CyclicMatrix
     from .distmatrix import DistMatrix
 
-    if not isinstance(a, DistMatrix):
+    if isinstance(a, CyclicMatrix) and not cyclic:
+        return TypeError(f"{where}: {name} must be an hpcgpu.DistMatrix, got a CyclicMatrix (only the "
+                         f"factorizations and solve take one): {name.lower()}.to_distmatrix()")
+    if not isinstance(a, (DistMatrix, CyclicMatrix)):
+        if cyclic:
+            return TypeError(f"{where}: {name} must be an hpcgpu.DistMatrix or CyclicMatrix, got {type(a).__name__}")
         return TypeError(f"{where}: {name} must be an hpcgpu.DistMatrix, got {type(a).__name__}")
     if a.dtype.name not in SOLVER_DTYPES:
         return TypeError(f"{where}: {name} is {a.dtype.name}; the solvers take {', '.join(SOLVER_DTYPES)} "
@@ -59,6 +68,22 @@ def nb_error(where: str, nb) -> BaseException | None:
         return TypeError(f"{where}: nb must be an int (a block size, >= 1) or None, got {type(nb).__name__}")
     if nb < 1:
         return ValueError(f"{where}: nb must be >= 1, got {nb}")
+    return None
+
+
+def layout_nb_error(where: str, a, nb, grid=None) -> BaseException | None:
+    """``nb`` (or ``grid``) given for a CyclicMatrix ``a`` and not its own: it is factored in its own layout."""
+    from .cyclicmatrix import CyclicMatrix
+
+    if not isinstance(a, CyclicMatrix):
+        return None
+    if nb is not None and nb != a.nb:
+        return ValueError(f"{where}: nb={nb} but A is block-cyclic with nb {a.nb}: leave nb out (A is factored in "
+                          "its own layout), or make A with a.to_distmatrix().to_cyclic(nb)")
+    if grid is not None and grid.shape != a.grid.shape:
+        return ValueError(f"{where}: grid {grid.shape[0]}x{grid.shape[1]} but A is block-cyclic on grid "
+                          f"{a.grid.shape[0]}x{a.grid.shape[1]}: leave grid out (A is factored in its own layout), "
+                          "or make A with a.to_distmatrix().to_cyclic(grid=grid)")
     return None
 
 
@@ -124,7 +149,16 @@ def finite(where: str, mats: dict, comm) -> None:
         if _device.asnumpy(bad.any()):
             first = int(_device.asnumpy(a.xp.argmax(bad.ravel())))
             i, j = (int(v) for v in np.unravel_index(first, a.local.shape))
-            err = ValueError(f"{where}: {name} holds NaN or inf (at row {a.rows.start + i}, column "
-                             f"{a.cols.start + j}): the solvers need finite values")
+            i, j = _global_position(a, i, j)
+            err = ValueError(f"{where}: {name} holds NaN or inf (at row {i}, column {j}): the solvers need finite "
+                             "values")
             break
     agree(err, comm=comm)
+
+
+def _global_position(a, i: int, j: int) -> tuple[int, int]:
+    """The global row and column of ``a.local[i, j]``: a DistMatrix's block or a CyclicMatrix's layout."""
+    layout = getattr(a, "layout", None)
+    if layout is not None and hasattr(layout, "rows"):
+        return int(layout.rows()[i]), int(layout.cols()[j])
+    return a.rows.start + i, a.cols.start + j

@@ -42,6 +42,7 @@ from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks, _local
 from .cyclic import Cyclic, default_nb, from_cyclic, padded_empty, to_cyclic
+from .cyclicmatrix import CyclicMatrix
 from .triangular import _flag_error, trsm_cyclic
 
 __all__ = ["CholeskyFactor", "cholesky", "cho_factor", "cho_solve", "pdpotrf", "pdpotrs"]
@@ -323,16 +324,19 @@ def _not_spd(where: str, order: int, n: int) -> BaseException:
 
 def _entry(where: str, a, lower, nb) -> None:
     """The checks of :func:`cholesky` and :func:`cho_factor`, agreed, before any other communication."""
-    err = _checks.matrix_error(where, "A", a, square=True)
+    err = _checks.matrix_error(where, "A", a, square=True, cyclic=True)
     if err is not None and not hasattr(a, "grid"):
         raise agreed(err)  # no grid to agree over: every rank is given the same kind of object
-    err = err or _flag_error(where, "lower", lower) or _checks.nb_error(where, nb)
+    err = err or _flag_error(where, "lower", lower) or _checks.nb_error(where, nb) or _checks.layout_nb_error(
+        where, a, nb)
     comm = a.grid.cart
     _checks.entry(where, dict(a=a.describe(), lower=lower, nb=nb), comm, err)
     # the arguments agreed, every rank asks (the host's answer is collective): the moves' buffers, the upper
     # form's copy, the panels
-    nbv = min(nb or default_nb(a.xp, a.gshape[0], a.grid), max(a.gshape[0], 1))
-    need = 4 * a.lnbytes + 4 * (a.lshape[0] + a.lshape[1] + nbv) * nbv * a.dtype.itemsize
+    nbv = nb or getattr(a, "nb", None) or default_nb(a.xp, a.gshape[0], a.grid)
+    nbv = min(nbv, max(a.gshape[0], 1))
+    copies = 2 if isinstance(a, CyclicMatrix) else 4  # a CyclicMatrix's copy (and the upper form's), no move
+    need = copies * a.lnbytes + 4 * (a.lshape[0] + a.lshape[1] + nbv) * nbv * a.dtype.itemsize
     agree(_checks.memory_error(where, need, comm, a.xp), comm=comm)
     _checks.finite(where, {"A": a}, comm)
 
@@ -344,10 +348,15 @@ def _factor(where: str, a, lower: bool, nb, transposed: bool = False):
     only moves it back (:func:`cholesky`; a factor kept for solves stays C-ordered).
     """
     n = a.gshape[0]
-    nb = nb or default_nb(a.xp, n, a.grid)
+    nb = nb or getattr(a, "nb", None) or default_nb(a.xp, n, a.grid)
     if a.grid.size == 1:  # the one block is the cyclic layout: one potrf, no move, no loop
         local, info = _local.potrf(a.local, lower)
         lay = Cyclic(a.gshape, a.grid, nb)
+    elif isinstance(a, CyclicMatrix):  # factored where it lies: a copy of its blocks, on a padded row stride
+        lay = a.layout
+        local = padded_empty(a.lshape, a.dtype, a.xp)
+        local[...] = a.local
+        info = _potrf_cyclic(local, lay, lower)
     else:
         # the triangle potrf reads, on a padded row stride (the trailing updates' GEMMs: cyclic.padded_empty); the
         # upper form through a transpose view of the padded array it factors (no whole-array transposing copy)
@@ -362,24 +371,27 @@ def _factor(where: str, a, lower: bool, nb, transposed: bool = False):
 def cholesky(a, lower=False, *, nb=None):
     """Cholesky factor of a distributed Hermitian positive definite matrix: SciPy's ``cholesky``.
 
-    Collective over ``a.grid``: all its ranks must call it with the same arguments. ``A`` moves into the
-    block-cyclic layout and the factor back (one ``Alltoallv`` each; none on one rank, where it is one LAPACK
-    ``potrf``).
+    Collective over ``a.grid``: all its ranks must call it with the same arguments. A DistMatrix ``A`` moves
+    into the block-cyclic layout and the factor back (one ``Alltoallv`` each; none on one rank, where it is one
+    LAPACK ``potrf``); a :class:`~hpcgpu.linalg.CyclicMatrix` is factored in its own layout (a copy
+    of its blocks) and the factor stays in it: no move.
 
     Parameters
     ----------
-    a : DistMatrix
+    a : DistMatrix or CyclicMatrix
         ``A``, global ``(n, n)``, float32, float64, complex64 or complex128, host or device. Only the triangle
-        ``lower`` names is read (SciPy's rule), but every element must be finite.
+        ``lower`` names is read (SciPy's rule), but every element must be finite. Not modified.
     lower : bool
         Return ``L`` with ``A = L L^H``; by default ``U`` with ``A = U^H U`` (SciPy's default).
     nb : int, optional, keyword-only
-        Block size of the factorization (default ``hpcgpu.linalg.cyclic.default_nb``).
+        Block size of the factorization (default ``hpcgpu.linalg.cyclic.default_nb``); a CyclicMatrix's own
+        (``nb`` None or equal to it).
 
     Returns
     -------
-    DistMatrix
-        The factor, global ``(n, n)``, on ``a``'s grid, ``a``'s dtype and side; the other triangle zero.
+    DistMatrix or CyclicMatrix
+        The factor, global ``(n, n)``, on ``a``'s grid (in ``a``'s block-cyclic layout for a CyclicMatrix),
+        ``a``'s dtype and side; the other triangle zero.
 
     Raises
     ------
@@ -390,8 +402,8 @@ def cholesky(a, lower=False, *, nb=None):
         ``a`` no DistMatrix, a dtype the solvers do not take, ``lower`` not a bool, ``nb`` not an int. On every
         rank.
     ValueError
-        ``a`` not square, ``nb < 1``, NaN or inf in ``a`` (naming the element), the arguments differing between
-        ranks. On every rank.
+        ``a`` not square, ``nb < 1`` (or, for a CyclicMatrix, not its own), NaN or inf in ``a`` (naming the
+        element), the arguments differing between ranks. On every rank.
     MemoryError
         The working copies do not fit in the rank's memory. On every rank.
 
@@ -407,6 +419,8 @@ def cholesky(a, lower=False, *, nb=None):
     """
     _entry("cholesky", a, lower, nb)
     local, lay = _factor("cholesky", a, bool(lower), nb, transposed=True)
+    if isinstance(a, CyclicMatrix):
+        return CyclicMatrix(local, a.gshape, a.grid, a.nb)
     return CholeskyFactor(local, lay, bool(lower)).to_distmatrix()
 
 
@@ -414,11 +428,12 @@ def cho_factor(a, lower=False, *, nb=None):
     """Cholesky factor kept for :func:`cho_solve`: SciPy's ``cho_factor``.
 
     Collective over ``a.grid``. As :func:`cholesky`, but the factor stays in the block-cyclic layout, so that
-    solves with it move only their right-hand sides.
+    solves with it move only their right-hand sides (a CyclicMatrix ``a``: nothing moves, the factor is in its
+    layout).
 
     Parameters
     ----------
-    a : DistMatrix
+    a : DistMatrix or CyclicMatrix
         As for :func:`cholesky`.
     lower : bool
         Factor as ``L L^H`` (``True``) or ``U^H U`` (default).

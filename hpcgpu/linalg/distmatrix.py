@@ -336,6 +336,52 @@ class DistMatrix(_Elementwise):
         agree_inputs("redistribute", {"matrix": self.describe(), "grid": grid}, comm=self.grid.cart, error=err)
         return self._move(grid, transpose=False, conj=False)
 
+    def to_cyclic(self, nb: int | None = None, grid: ProcessGrid | None = None):
+        """This matrix in the 2-D block-cyclic layout the factorizations work on, kept so.
+
+        Collective over :attr:`grid`'s ranks: the arguments' agreement, then one ``Alltoallv``. A
+        :class:`~hpcgpu.linalg.CyclicMatrix` given to :func:`~hpcgpu.linalg.cholesky`,
+        :func:`~hpcgpu.linalg.cho_factor`, :func:`~hpcgpu.linalg.lu_factor` or :func:`~hpcgpu.linalg.solve` is
+        factored where it lies: a code that factors one matrix (or one updated in place) again and again moves it
+        once, here, instead of at every call.
+
+        Parameters
+        ----------
+        nb : int, optional
+            Block size, >= 1; by default the factorizations' (``hpcgpu.linalg.cyclic.default_nb`` of the larger
+            side and the grid: about 10 blocks a grid row or column, 64-256 on a host, 256-512 on a GPU).
+        grid : ProcessGrid, optional
+            The layout's grid: any shape over :attr:`grid`'s ranks in its order (``ProcessGrid((pr, pc),
+            comm=a.grid.cart)``; LU pivots fastest on a flat one, ``a.grid.flat()``); :attr:`grid` by default.
+
+        Returns
+        -------
+        CyclicMatrix
+            Global shape and dtype unchanged, on ``grid``, host or device as this matrix; this rank's blocks on a
+            padded row stride (``hpcgpu.linalg.cyclic.padded_empty``), as the factorizations' GEMMs want them.
+
+        Raises
+        ------
+        TypeError
+            ``nb`` not an int, ``grid`` not a ProcessGrid (on every rank).
+        ValueError
+            ``nb < 1``, ``grid`` not over this matrix's ranks in their order, the arguments differing across
+            ranks (on every rank).
+        """
+        from . import _checks
+        from .cyclic import default_nb, to_cyclic
+        from .cyclicmatrix import CyclicMatrix
+
+        where = "to_cyclic"
+        err = _checks.nb_error(where, nb) or _checks.grid_error(where, grid, self)
+        agree_inputs(where, {"matrix": self.describe(), "nb": nb, "grid": getattr(grid, "shape", grid)},
+                     comm=self.grid.cart, error=err)
+        grid = self.grid if grid is None else grid
+        nb = default_nb(self.xp, max(self.gshape), grid) if nb is None else int(nb)
+        with watch("DistMatrix Alltoallv", "to_cyclic"):
+            local, _ = to_cyclic(self, nb, grid, padded=True)
+        return CyclicMatrix(local, self.gshape, grid, nb)
+
     def _move(self, grid: ProcessGrid, transpose: bool, conj: bool) -> DistMatrix:
         """This matrix (or its transpose) in ``grid``'s blocks: pack, one Alltoallv, unpack."""
         m, n = self.gshape
@@ -1256,7 +1302,7 @@ def _elementwise(x, other, opname: str, sym: str, reflected: bool = False, inpla
     where = f"{name} {sym}"
     if _is_scalar(other):
         operand, kind = other, other  # a Python scalar's type is weak in NumPy's promotion (NEP 50)
-    elif isinstance(other, (DistMatrix, DistVector)):
+    elif isinstance(other, _Elementwise):  # a DistMatrix, DistVector or CyclicMatrix
         if not x._fits(other):
             raise agreed(ValueError(f"{where}: the operands differ: {x.describe()} and {other.describe()} "
                                     "(elementwise needs one shape, layout and grid)"))

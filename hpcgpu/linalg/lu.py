@@ -59,6 +59,7 @@ from ..watchdog import watch
 from . import _checks
 from ._local import gemm_update, getrf, getrs, trsm, xp_of
 from .cyclic import Cyclic, default_nb, from_cyclic, numroc, to_cyclic
+from .cyclicmatrix import CyclicMatrix
 from .grid import flat_shape
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve"]
@@ -135,8 +136,10 @@ def lu_factor(a, *, nb: int | None = None, grid=None):
 
     Parameters
     ----------
-    a : DistMatrix
-        ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
+    a : DistMatrix or CyclicMatrix
+        ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified. A
+        :class:`~hpcgpu.linalg.CyclicMatrix` is factored in its own layout (a copy of its blocks, on
+        its grid, with its ``nb``): no move.
     nb : int, optional, keyword-only
         Block size of the layout and width of the panels, >= 1; by default about 10 panels a row or column of
         A's grid (``cyclic.default_nb(xp, n, a.grid)``, whatever grid the factorization runs on), 64-256 on a
@@ -160,8 +163,9 @@ def lu_factor(a, *, nb: int | None = None, grid=None):
     TypeError
         ``a`` is no DistMatrix or has another dtype; ``nb`` is not an int; ``grid`` is not a ProcessGrid.
     ValueError
-        ``a`` is not square; ``nb < 1``; ``grid`` is not over ``a.grid``'s ranks in its order or was freed; the ranks'
-        arguments differ; A holds NaN or inf (naming the element).
+        ``a`` is not square; ``nb < 1``; ``grid`` is not over ``a.grid``'s ranks in its order or was freed; for a
+        CyclicMatrix, ``nb`` or ``grid`` not its own; the ranks' arguments differ; A holds NaN or inf (naming the
+        element).
     MemoryError
         The layout's copy and the panels do not fit in this rank's memory.
     numpy.linalg.LinAlgError
@@ -187,10 +191,11 @@ def lu_factor(a, *, nb: int | None = None, grid=None):
     """
     where = "lu_factor"
     _refuse_alone(where, "A", a)
-    err = _checks.matrix_error(where, "A", a, square=True) or _checks.nb_error(where, nb) or \
-        _checks.grid_error(where, grid, a)
+    err = _checks.matrix_error(where, "A", a, square=True, cyclic=True) or _checks.nb_error(where, nb) or \
+        _checks.grid_error(where, grid, a) or _checks.layout_nb_error(where, a, nb, grid)
     _checks.entry(where, dict(a=a, nb=nb, grid=getattr(grid, "shape", grid)), a.grid.cart, err)
     nb = _nb(a, nb)
+    grid = a.grid if isinstance(a, CyclicMatrix) else grid
     agree(_checks.memory_error(where, factor_bytes(a, nb, grid), a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a}, a.grid.cart)
     return factor(a, nb, where, grid)
@@ -261,13 +266,15 @@ def _refuse_alone(where: str, name: str, a) -> None:
     """No DistMatrix, so no grid to agree over: this rank refuses alone (an SPMD program's ranks are alike)."""
     from .distmatrix import DistMatrix
 
-    if not isinstance(a, DistMatrix):
-        raise agreed(_checks.matrix_error(where, name, a))
+    if not isinstance(a, (DistMatrix, CyclicMatrix)):
+        raise agreed(_checks.matrix_error(where, name, a, cyclic=True))
 
 
 def _nb(a, nb) -> int:
     """The checked ``nb``, or the default for ``a``'s side."""
-    return default_nb(a.xp, a.gshape[0], a.grid) if nb is None else int(nb)
+    if nb is None:
+        return a.nb if isinstance(a, CyclicMatrix) else default_nb(a.xp, a.gshape[0], a.grid)
+    return int(nb)
 
 
 def _piv_error(where: str, piv, n: int) -> BaseException | None:
@@ -323,7 +330,10 @@ def factor(a, nb: int, where: str, grid=None):
         return LUFactor(lu, Cyclic(a.gshape, a.grid, nb)), piv
     # few grid rows: each panel's pivot search, gather and interchanges cross pr ranks (n = 4096: at P = 2 0.62
     # of SciPy on 2 x 1, 0.85 on 1 x 2; at P = 4 1.46 s on 2 x 2, 1.18 s on 1 x 4)
-    local, lay = to_cyclic(a, nb, a.grid.flat() if grid is None else grid)  # flat(): collective at its first call
+    if isinstance(a, CyclicMatrix):  # factored where it lies (on its grid, with its nb: lu_factor checked them)
+        local, lay = a.local.copy(), a.layout
+    else:
+        local, lay = to_cyclic(a, nb, a.grid.flat() if grid is None else grid)  # flat(): collective at first call
     n = lay.n
     piv = np.empty(n, np.int64)
     panels = range(0, n, nb)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..errors import agree
 from . import _checks
 from .cyclic import default_nb
+from .cyclicmatrix import CyclicMatrix
 from .lu import _refuse_alone, factor, factor_bytes, solve_bytes, solve_factored
 
 __all__ = ["solve", "pdposv"]
@@ -29,8 +30,10 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
 
     Parameters
     ----------
-    a : DistMatrix
-        ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified.
+    a : DistMatrix or CyclicMatrix
+        ``(n, n)``, float32, float64, complex64 or complex128, host or device; finite. Not modified. A
+        :class:`~hpcgpu.linalg.CyclicMatrix` is factored in its own layout (its grid and ``nb``):
+        only ``B`` and ``X`` move.
     b : DistMatrix
         ``(n, nrhs)`` (``(n, 1)`` for one vector) on ``a``'s grid, ``a``'s dtype; finite. Not modified.
     assume_a : {"gen", "pos"}
@@ -53,7 +56,8 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
         not an int.
     ValueError
         ``assume_a`` is neither ``"gen"`` nor ``"pos"``; ``a`` is not square; ``b`` is on another grid or has
-        other than ``n`` rows; ``nb < 1``; the ranks' arguments differ; A or B holds NaN or inf.
+        other than ``n`` rows; ``nb < 1`` (for a CyclicMatrix ``a``, not its own); the ranks' arguments differ;
+        A or B holds NaN or inf.
     MemoryError
         The factorization's copies do not fit.
     numpy.linalg.LinAlgError
@@ -82,18 +86,20 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
     _refuse_alone(where, "A", a)
     err = (None if isinstance(assume_a, str) and assume_a in SERVED else
            ValueError(f"{where}: assume_a must be 'gen' (LU) or 'pos' (Cholesky), got {assume_a!r}")) \
-        or _checks.matrix_error(where, "A", a, square=True) or _checks.matrix_error(where, "B", b) \
-        or _checks.conform_error(where, a, b) or _checks.nb_error(where, nb)
+        or _checks.matrix_error(where, "A", a, square=True, cyclic=True) or _checks.matrix_error(where, "B", b) \
+        or _checks.conform_error(where, a, b) or _checks.nb_error(where, nb) or _checks.layout_nb_error(where, a, nb)
     _checks.entry(where, dict(a=a, b=b, assume_a=assume_a, nb=nb), a.grid.cart, err)
-    nb_ = default_nb(a.xp, a.gshape[0], a.grid) if nb is None else int(nb)
-    agree(_checks.memory_error(where, factor_bytes(a, nb_) + solve_bytes(b), a.grid.cart, a.xp), comm=a.grid.cart)
+    cyclic = isinstance(a, CyclicMatrix)  # factored in its own layout, on its own grid
+    nb_ = (a.nb if cyclic else default_nb(a.xp, a.gshape[0], a.grid)) if nb is None else int(nb)
+    agree(_checks.memory_error(where, factor_bytes(a, nb_, a.grid if cyclic else None) + solve_bytes(b),
+                               a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a, "B": b}, a.grid.cart)
     if assume_a == "pos":
         from .chol import CholeskyFactor, _factor, cho_solve
 
         local, lay = _factor(where, a, False, nb)  # a matrix that is not positive definite is refused as solve's
         return cho_solve((CholeskyFactor(local, lay, False), False), b)
-    lu, piv = factor(a, nb_, where)
+    lu, piv = factor(a, nb_, where, a.grid if cyclic else None)
     return solve_factored(lu, piv, b)
 
 

@@ -737,6 +737,10 @@ def _check_types(alpha, beta, panel, panel_memory, memory_limit, replication, ti
 
 def _check_operands(a, b, c, alpha, beta, transa, transb, panel, math_mode) -> None:
     """Every argument error of :func:`matmul`, raised alike on every rank before any communication."""
+    for name, x in (("a", a), ("b", b), ("c", c)):
+        if type(x).__name__ == "CyclicMatrix":  # its blocks are no block layout's: SUMMA reads DistMatrix blocks
+            raise _error(f"matmul: {name} is a CyclicMatrix (block-cyclic, the factorizations' layout): "
+                         f"{name}.to_distmatrix() is the DistMatrix SUMMA multiplies")
     if not _is_matrix(a) or not _is_matrix(b):
         raise _error(f"matmul: expected two DistMatrix, got {type(a).__name__} and {type(b).__name__}")
     for name, t in (("transa", transa), ("transb", transb)):

@@ -17,7 +17,7 @@ import numpy as np
 import hpcgpu
 from hpcgpu import _device
 from hpcgpu.errors import AgreedError
-from hpcgpu.linalg import _local, cho_factor, cho_solve, cholesky
+from hpcgpu.linalg import CyclicMatrix, _local, cho_factor, cho_solve, cholesky, solve
 from hpcgpu.linalg.chol import CholeskyFactor
 from hpcgpu.linalg.cyclic import to_cyclic
 
@@ -108,6 +108,29 @@ def main():
                 assert factor_error(g, got, lower) < 16, (dims, dtype, lower)
             cases += 1
 
+        # A kept block-cyclic (DistMatrix.to_cyclic): factored in its own layout, the factor left there; the same
+        # factor as the DistMatrix's at that nb, solves from it by HPL's residual
+        for n, nb, dtype, lower in ((37, 4, "complex128", False), (29, 3, "float64", True), (6, 8, "float32", False)):
+            g = spd(n, dtype)
+            a = dist(junk_in_other_triangle(g, lower), grid)
+            c = a.to_cyclic(nb)
+            f = cholesky(c, lower=lower)
+            assert isinstance(f, CyclicMatrix) and f.nb == nb and f.grid is grid and f.gshape == (n, n), f
+            assert _device.is_device_array(f.local) == _device.is_device_array(a.local)
+            kept, low = cho_factor(c, lower=lower)
+            assert kept.layout.grid is grid and kept.nb == nb and low is lower
+            rhs = rng.standard_normal((n, 2)).astype(dtype)
+            x1 = cho_solve((kept, lower), dist(rhs, grid))
+            x2 = solve(dist(g, grid).to_cyclic(nb), dist(rhs, grid), assume_a="pos")  # (reads the upper triangle)
+            got, ref, x1, x2 = f.gather(), cholesky(a, lower=lower, nb=nb).gather(), x1.gather(), x2.gather()
+            if rank == 0:
+                assert np.allclose(got, ref, rtol=0, atol=8 * np.finfo(dtype).eps * n), (dims, n, nb, dtype, lower)
+                assert np.array_equal(got, np.tril(got) if lower else np.triu(got)), (dims, n, nb, dtype)
+                assert factor_error(g, got, lower) < 16, (dims, n, nb, dtype, lower)
+                for x in (x1, x2):
+                    assert hpl_residual(g, x, rhs) < 16, (dims, n, nb, dtype, lower)
+            cases += 1
+
     if size == 1:  # one rank: the matrix is its own block-cyclic layout, one potrf and nothing else
         calls = []
         potrf = _local.potrf
@@ -177,7 +200,18 @@ def main():
     refused(lambda: cho_factor(ok, nb=2.0), TypeError,
             "cho_factor: nb must be an int (a block size, >= 1) or None, got float")
     refused(lambda: cholesky(ok, lower="yes"), TypeError, "cholesky: lower must be True or False, got 'yes'")
-    refused(lambda: cholesky(np.eye(3)), TypeError, "cholesky: A must be an hpcgpu.DistMatrix, got ndarray")
+    refused(lambda: cholesky(np.eye(3)), TypeError,
+            "cholesky: A must be an hpcgpu.DistMatrix or CyclicMatrix, got ndarray")
+    # a CyclicMatrix: its own nb only; NaN named at its global place (the layout's); not positive definite alike
+    c = ok.to_cyclic(3)
+    refused(lambda: cholesky(c, nb=4), ValueError, "cholesky: nb=4 but A is block-cyclic with nb 3: leave nb out (A "
+            "is factored in its own layout), or make A with a.to_distmatrix().to_cyclic(nb)")
+    g = spd(11, "float64")
+    g[4, 9] = np.nan
+    refused(lambda: cho_factor(dist(g, grid).to_cyclic(2)), ValueError,
+            "cho_factor: A holds NaN or inf (at row 4, column 9): the solvers need finite values")
+    refused(lambda: cholesky(notpd.to_cyclic(4), lower=True), np.linalg.LinAlgError,
+            "cholesky: A is not positive definite: the leading minor of order 37 is not (column 36 of 0..49)")
     if size > 1:
         refused(lambda: cholesky(ok, nb=2 + (rank == 1)), ValueError,
                 "cholesky: nb differs across ranks: 2 on %s, 3 on rank 1"

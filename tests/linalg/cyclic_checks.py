@@ -10,9 +10,10 @@ import numpy as np
 
 import hpcgpu
 from hpcgpu._device import asnumpy
-from hpcgpu.linalg.cyclic import Cyclic, from_cyclic, numroc, to_cyclic
+from hpcgpu.linalg import CyclicMatrix, solve_triangular
+from hpcgpu.linalg.cyclic import Cyclic, default_nb, from_cyclic, numroc, to_cyclic
 
-import _common  # noqa: F401  (an exception on one rank aborts the launch)
+from _common import refused  # (and: an exception on one rank aborts the launch)
 
 rt = hpcgpu.init()
 rank, size = rt.comm.Get_rank(), rt.comm.Get_size()
@@ -96,6 +97,72 @@ for dims in grids:
     lay = Cyclic((23, 17), grid, 3)
     assert sum(numroc(23, 3, p, dims[0]) for p in range(dims[0])) == 23
     assert sorted(np.concatenate([lay.cols(q) for q in range(dims[1])]).tolist()) == list(range(17))
+
+
+def cyclic_refusals(grid, dims):
+    """A CyclicMatrix's refusals on ``grid``: one agreed line on every rank; how many were checked."""
+    n = 0
+    c = hpcgpu.DistMatrix.from_global(np.eye(6) if rank == 0 else None, grid).to_cyclic(2)
+    a = hpcgpu.DistMatrix.from_global(np.eye(6) if rank == 0 else None, grid)
+    n += refused(lambda: c + a, ValueError, "CyclicMatrix +: the operands differ: 6 x 6 float64 block-cyclic nb 2 "
+                 f"on grid {dims[0]}x{dims[1]} and 6 x 6 float64 on grid {dims[0]}x{dims[1]} (elementwise needs "
+                 "one shape, layout and grid)")
+    n += refused(lambda: c + a.to_cyclic(3), ValueError, "CyclicMatrix +: the operands differ: 6 x 6 float64 "
+                 f"block-cyclic nb 2 on grid {dims[0]}x{dims[1]} and 6 x 6 float64 block-cyclic nb 3 on grid "
+                 f"{dims[0]}x{dims[1]} (elementwise needs one shape, layout and grid)")
+    n += refused(lambda: hpcgpu.matmul(a, c), ValueError, "matmul: b is a CyclicMatrix (block-cyclic, the "
+                 "factorizations' layout): b.to_distmatrix() is the DistMatrix SUMMA multiplies")
+    n += refused(lambda: c @ c, TypeError, "CyclicMatrix @: SUMMA multiplies DistMatrix blocks: "
+                 "c.to_distmatrix() @ ...")
+    n += refused(lambda: c.T, TypeError, "CyclicMatrix.T: a block-cyclic matrix has no transpose view: "
+                 "c.to_distmatrix().T is one, and its .to_cyclic() the transpose in this layout")
+    n += refused(lambda: np.asarray(c), TypeError, "np.asarray of a CyclicMatrix: it is distributed; .gather() "
+                 "(collective) gives the whole of it on rank 0, .local this rank's block")
+    n += refused(lambda: solve_triangular(c, a), TypeError, "solve_triangular: A must be an hpcgpu.DistMatrix, "
+                 "got a CyclicMatrix (only the factorizations and solve take one): a.to_distmatrix()")
+    n += refused(lambda: a.to_cyclic(0), ValueError, "to_cyclic: nb must be >= 1, got 0")
+    n += refused(lambda: a.to_cyclic(grid=(1, size)), TypeError,
+                 "to_cyclic: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got tuple")
+    if size > 1:
+        n += refused(lambda: a.to_cyclic(2 + (rank == 1)), ValueError,
+                     "to_cyclic: nb differs across ranks: 2 on %s, 3 on rank 1"
+                     % {2: "rank 0", 3: "ranks 0, 2"}.get(size, f"ranks 0, 2-{size - 1}"))
+    return n
+
+
+# CyclicMatrix, the layout kept (DistMatrix.to_cyclic): ScaLAPACK's placement, its own grid and nb, the way back, its
+# elementwise arithmetic in place, and its refusals: one agreed line on every rank
+for dims in grids:
+    grid = hpcgpu.ProcessGrid(dims)
+    for (m, n), nb, dtype, on in [((13, 13), 3, "float64", None), ((7, 5), None, "complex128", grid.wide()),
+                                  ((0, 4), 2, "float32", None), ((5, 3), 8, "float64", grid.wide())]:
+        g = (np.arange(m * n).reshape(m, n) + (1j if dtype == "complex128" else 0) * 0.5).astype(dtype)
+        a = hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid)
+        c = a.to_cyclic(nb, grid=on)
+        want_nb = nb or default_nb(a.xp, max(m, n), on or grid)
+        assert isinstance(c, CyclicMatrix) and c.nb == want_nb and c.grid is (on or grid), (dims, c)
+        assert c.shape == c.gshape == (m, n) and c.dtype == np.dtype(dtype) and c.ndim == 2 and c.size == m * n
+        assert type(c.local) is type(a.local) and c.lshape == c.local.shape == c.layout.lshape
+        host = asnumpy(c.local)
+        assert np.array_equal(host, g[np.ix_(c.layout.rows(), c.layout.cols())]), (dims, m, n, nb)
+        back = c.to_distmatrix()
+        assert back.grid is (on or grid) and back.gshape == (m, n)
+        whole = c.gather()
+        d = (2 * c - c / 4 + c * c).conj()
+        d += 1
+        got = d.gather()
+        if rank == 0:
+            assert np.array_equal(whole, g), (dims, m, n, nb)
+            assert np.allclose(got, (1.75 * g + g * g).conj() + 1), (dims, m, n, nb)
+        assert isinstance(d, CyclicMatrix) and d.nb == c.nb and d.astype("complex128").dtype == np.complex128
+        cases += 1
+    cases += cyclic_refusals(grid, dims)
+    try:
+        CyclicMatrix(np.zeros((7, 7)), (6, 6), grid, 2)
+        raise AssertionError("a wrong local shape was taken")
+    except ValueError as e:
+        assert str(e).startswith("CyclicMatrix: local blocks have shape (7, 7), expected "), e
+
 counts = rt.comm.gather(cases)
 if rank == 0:
     print("ok", *counts, flush=True)

@@ -76,6 +76,19 @@ for gi, dims in enumerate(grids):
             assert err < 16, (dims, n, nb, dtype, small, err)
         cases += 1
 
+    # A kept block-cyclic (DistMatrix.to_cyclic), on A's grid and on the flat one: factored where it lies, with its
+    # own nb and grid; SciPy's pivots, the same backward error bound
+    for n, nb, dtype, on in ((29, 4, "float64", None), (17, 3, "complex128", grid.flat())):
+        g = matrix(n, dtype, 3)
+        c = hpcgpu.DistMatrix.from_global(g if rank == 0 else None, grid).to_cyclic(nb, grid=on)
+        lu, piv = lu_factor(c)
+        assert lu.layout.grid is c.grid and lu.grid is c.grid and lu.nb == nb, (dims, lu)
+        got = lu.to_distmatrix().gather()
+        if rank == 0:
+            assert np.array_equal(piv, scipy.linalg.lu_factor(g)[1]), (dims, n, nb, dtype)
+            assert backward_error(g, got, piv) < 16, (dims, n, nb, dtype)
+        cases += 1
+
 # refusals: one agreed line, the same on every rank
 refusals = 0
 
@@ -100,7 +113,19 @@ refusals += refused(lambda: lu_factor(rect), ValueError, "lu_factor: A must be s
 refusals += refused(lambda: lu_factor(zero, nb=0), ValueError, "lu_factor: nb must be >= 1, got 0")
 refusals += refused(lambda: lu_factor(zero, nb=2.0), TypeError,
         "lu_factor: nb must be an int (a block size, >= 1) or None, got float")
-refusals += refused(lambda: lu_factor(np.eye(3)), TypeError, "lu_factor: A must be an hpcgpu.DistMatrix, got ndarray")
+refusals += refused(lambda: lu_factor(np.eye(3)), TypeError,
+                    "lu_factor: A must be an hpcgpu.DistMatrix or CyclicMatrix, got ndarray")
+c = zero.to_cyclic(2)
+refusals += refused(lambda: lu_factor(c, nb=3), ValueError, "lu_factor: nb=3 but A is block-cyclic with nb 2: leave "
+                    "nb out (A is factored in its own layout), or make A with a.to_distmatrix().to_cyclic(nb)")
+refusals += refused(lambda: lu_factor(sing.to_cyclic(4)), np.linalg.LinAlgError,
+                    "lu_factor: A is singular: U's diagonal is exactly zero at column 17 (LAPACK info 18)")
+if size > 1:
+    flip = hpcgpu.ProcessGrid((1, size) if grid.shape != (1, size) else (size, 1), comm=grid.cart)
+    refusals += refused(lambda: lu_factor(c, grid=flip), ValueError,
+                        f"lu_factor: grid {flip.shape[0]}x{flip.shape[1]} but A is block-cyclic on grid "
+                        f"{grid.shape[0]}x{grid.shape[1]}: leave grid out (A is factored in its own layout), or make A "
+                        "with a.to_distmatrix().to_cyclic(grid=grid)")
 refusals += refused(lambda: lu_factor(zero, grid=(1, size)), TypeError,
         "lu_factor: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got tuple")
 if size > 1:  # a grid over another order of the ranks (or other ranks): its blocks would not be A's

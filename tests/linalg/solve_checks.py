@@ -78,6 +78,18 @@ for gi, dims in enumerate(grids):
                 res = scaled_residual(spd, x3, rhs, dtype)
                 assert res < 16, (dims, n, nb, dtype, "pos", res)
 
+    # A kept block-cyclic (DistMatrix.to_cyclic): solved in its own layout (LU on its grid), X on A's grid
+    g = random((23, 23), "float64")
+    g[:4, :4] *= 1e-10
+    rhs = random((23, 2), "float64")
+    c = dist(g, grid).to_cyclic(3)
+    x = solve(c, dist(rhs, grid))
+    assert x.gshape == (23, 2) and x.grid is grid
+    got = x.gather()
+    if rank == 0:
+        assert scaled_residual(g, got, rhs, "float64") < 16, (dims, "cyclic")
+    cases += 1
+
 # refusals: one agreed line, the same on every rank
 refusals = 0
 
@@ -104,6 +116,8 @@ refusals += refused(lambda: solve(a, b, assume_a="sym"), ValueError,
         "solve: assume_a must be 'gen' (LU) or 'pos' (Cholesky), got 'sym'")
 refusals += refused(lambda: solve(a, dist(random((29, 1), "float32"), grid)), TypeError,
         "solve: A is float64 and B is float32: give both one dtype (b.astype(a.dtype))")
+refusals += refused(lambda: solve(a.to_cyclic(4), b, nb=5), ValueError, "solve: nb=5 but A is block-cyclic with nb 4: "
+                    "leave nb out (A is factored in its own layout), or make A with a.to_distmatrix().to_cyclic(nb)")
 lu, piv = lu_factor(a, nb=4)
 refusals += refused(lambda: lu_solve((lu, piv), b, trans=3), ValueError,
         "lu_solve: trans must be 0, 1 or 2 (A X = B, A^T X = B, A^H X = B), got 3")

@@ -16,15 +16,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def test_pivots_are_scipys_and_the_backward_error_is_small(nprocs):
     """Every grid of ``nprocs`` ranks (1xP, Px1, 2x2, 2x3, 3x2), float32, float64 and complex128, nb in {1, 2, 3, 4, 5,
     8, default}, shapes no nb divides, empty blocks, a leading block scaled by 1e-10, factored on the default flat
-    grid and on A's grid (so that 4 and 6 ranks take the panels across grid rows); then the refusals (exactly
-    singular at a known column, NaN, not square, bad nb, no DistMatrix, a grid of another kind, over other ranks'
-    order or freed, nb differing across ranks)."""
+    grid and on A's grid (so that 4 and 6 ranks take the panels across grid rows), and a CyclicMatrix factored in
+    its own layout; then the refusals (exactly singular at a known column, NaN, not square, bad nb, no DistMatrix,
+    a grid of another kind, over other ranks' order or freed, a CyclicMatrix's nb or grid not its own, nb
+    differing across ranks)."""
     p = _mpi.run(nprocs, [os.path.join(HERE, "lu_checks.py")], timeout=300)
     assert p.returncode == 0, p.stderr
     words = p.stdout.split()
     assert words[0] == "ok" and len(words) == nprocs + 1 and len(set(words[1:])) == 1, p.stdout
     cases, refusals = (int(x) for x in words[1].split("/"))
-    assert cases >= 5 and refusals == 9 + 3 * (nprocs > 1), p.stdout
+    assert cases >= 7 and refusals == 11 + 4 * (nprocs > 1), p.stdout
 
 
 @pytest.mark.parametrize("seed", range(5))
