@@ -162,12 +162,12 @@ def _trsm_stationary(a_local, a_lay, b_local, b_lay, lower: bool, t: int, unit: 
         detail = f"block {step + 1} of {nblk}"
         xk = _stationary_block(a_local, a_lay, brows, x_mine, (k0, k1), lower, t, unit, forward, detail)
         if t == 0 and grid.col == ck:  # the ranks that multiply by X_k at later blocks: grid column ck
-            if grid.shape[0] > 1:
+            if grid.shape[0] > 1 and xk.size:
                 with watch("triangular solve broadcast of X", detail):
                     Bcast(xk, root=rk, comm=grid.col_comm)
             x_mine[c0:c0 + k1 - k0] = xk
         if grid.row == rk:  # grid row rk: X_k's rows of B (and of x_mine for op(A) = A^T, A^H)
-            if grid.shape[1] > 1:
+            if grid.shape[1] > 1 and xk.size:
                 with watch("triangular solve broadcast of X", detail):
                     Bcast(xk, root=ck, comm=grid.row_comm)
             if t != 0:
@@ -201,7 +201,7 @@ def _stationary_block(a_local, lay, brows, x_mine, block, lower: bool, t: int, u
         part, comm, what, others = a_local[s0:s1, c0:c0 + kb], grid.col_comm, "rows", grid.shape[0] > 1
     w = xp.zeros((kb, brows.shape[1]), brows.dtype)
     _local.gemm_update(w, part, x_mine[s0:s1], 1.0, trans_a=t)
-    if others:
+    if others and w.size:  # (no right-hand side: nothing to sum, on every rank of the comm alike)
         with watch(f"triangular solve sum of solved {what}", detail):
             Allreduce(w, comm=comm)
     if grid.row == rk and grid.col == ck:
