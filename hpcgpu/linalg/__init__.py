@@ -18,7 +18,7 @@ _LAZY = {
     "parse_grid": ("grid", "parse_grid"),
     "DistMatrix": ("distmatrix", "DistMatrix"),
     "DistVector": ("distmatrix", "DistVector"),
-    "CyclicMatrix": ("cyclicmatrix", "CyclicMatrix"),
+    "CyclicMatrix": ("distmatrix", "CyclicMatrix"),
     "norm": ("distmatrix", "norm"),
     "matmul": ("summa", "matmul"), "pdgemm": ("summa", "matmul"),
     "solve_triangular": ("triangular", "solve_triangular"), "pdtrsm": ("triangular", "solve_triangular"),

@@ -9,15 +9,14 @@ raises while the others wait.
 
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import _device
 from .._memory import node_memory_error
 from ..errors import agree, agree_inputs
-from .grid import ProcessGrid
+from .cyclic import nb_error  # noqa: F401 - the routines' checks, here as the others
+from .grid import ProcessGrid, grid_error  # noqa: F401
 
 SOLVER_DTYPES = ("float32", "float64", "complex64", "complex128")
 """The dtypes the factorizations and solvers take (LAPACK's and cuSOLVER's: S, D, C, Z)."""
@@ -28,8 +27,7 @@ def matrix_error(where: str, name: str, a, *, square: bool = False, cyclic: bool
 
     ``cyclic``: the routine takes a CyclicMatrix too (it factors one where it lies). ``square``: ``a`` must be.
     """
-    from .cyclicmatrix import CyclicMatrix
-    from .distmatrix import DistMatrix
+    from .distmatrix import CyclicMatrix, DistMatrix
 
     if isinstance(a, CyclicMatrix) and not cyclic:
         return TypeError(f"{where}: {name} must be an hpcgpu.DistMatrix, got a CyclicMatrix (only the "
@@ -60,20 +58,9 @@ def conform_error(where: str, a, b, *, rows: bool = True) -> BaseException | Non
     return None
 
 
-def nb_error(where: str, nb) -> BaseException | None:
-    """``nb`` is neither None nor a positive int."""
-    if nb is None:
-        return None
-    if isinstance(nb, bool) or not isinstance(nb, numbers.Integral):
-        return TypeError(f"{where}: nb must be an int (a block size, >= 1) or None, got {type(nb).__name__}")
-    if nb < 1:
-        return ValueError(f"{where}: nb must be >= 1, got {nb}")
-    return None
-
-
 def layout_nb_error(where: str, a, nb, grid=None) -> BaseException | None:
     """``nb`` (or ``grid``) given for a CyclicMatrix ``a`` and not its own: it is factored in its own layout."""
-    from .cyclicmatrix import CyclicMatrix
+    from .distmatrix import CyclicMatrix
 
     if not isinstance(a, CyclicMatrix):
         return None
@@ -87,24 +74,6 @@ def layout_nb_error(where: str, a, nb, grid=None) -> BaseException | None:
     return None
 
 
-def grid_error(where: str, grid, a) -> BaseException | None:
-    """Why ``grid`` cannot be the grid ``a`` is factored on, or None (None: the routine's own choice).
-
-    Any shape over ``a.grid``'s ranks in its order (the communicators identical or congruent). ``a`` is a checked
-    DistMatrix. Not collective (``MPI_Comm_compare`` is local).
-    """
-    if grid is None:
-        return None
-    if not isinstance(grid, ProcessGrid):
-        return TypeError(f"{where}: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got "
-                         f"{type(grid).__name__}")
-    if grid.cart == MPI.COMM_NULL:
-        return ValueError(f"{where}: grid was freed (ProcessGrid.free): make it again from A's grid, "
-                          "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
-    if grid.size != a.grid.size or MPI.Comm.Compare(grid.cart, a.grid.cart) not in (MPI.IDENT, MPI.CONGRUENT):
-        return ValueError(f"{where}: grid {grid.shape[0]}x{grid.shape[1]} is not over A's ranks in A's order: make "
-                          "it from A's grid, hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
-    return None
 
 
 def memory_error(where: str, nbytes: int, comm, xp=np) -> BaseException | None:

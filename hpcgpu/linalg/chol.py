@@ -41,8 +41,8 @@ from ..comm import Allgather, Bcast, Ibcast
 from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks, _local
-from .cyclic import Cyclic, default_nb, from_cyclic, padded_empty, to_cyclic
-from .cyclicmatrix import CyclicMatrix
+from .cyclic import Cyclic, default_nb, padded_empty, to_cyclic
+from .distmatrix import CyclicMatrix, from_cyclic
 from .triangular import _flag_error, trsm_cyclic
 
 __all__ = ["CholeskyFactor", "cholesky", "cho_factor", "cho_solve", "pdpotrf", "pdpotrs"]

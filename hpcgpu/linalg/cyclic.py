@@ -14,12 +14,14 @@ ascending global order.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .. import _device
 from ..comm import Alltoallv
 
-__all__ = ["Cyclic", "numroc", "to_cyclic", "from_cyclic", "default_nb"]
+__all__ = ["Cyclic", "numroc", "to_cyclic", "from_cyclic_blocks", "default_nb", "nb_error"]
 
 
 def numroc(n: int, nb: int, iproc: int, nprocs: int) -> int:
@@ -545,8 +547,8 @@ def to_cyclic(a, nb: int, grid=None, triangle=None, *, padded=False, transposed=
     return local, layout
 
 
-def from_cyclic(local, layout: Cyclic, grid=None, triangle=None):
-    """Move a block-cyclic matrix back into a :class:`~hpcgpu.DistMatrix` on the same grid (or on ``grid``).
+def from_cyclic_blocks(local, layout: Cyclic, grid=None, triangle=None):
+    """This rank's block of a block-cyclic matrix moved back into the block layout of its grid (or ``grid``).
 
     Collective over ``layout.grid``: one ``Alltoallv``.
 
@@ -563,14 +565,24 @@ def from_cyclic(local, layout: Cyclic, grid=None, triangle=None):
 
     Returns
     -------
-    DistMatrix
-        Global ``(layout.m, layout.n)``, ``local``'s dtype and side.
+    xp.ndarray
+        This rank's block of the global ``(layout.m, layout.n)`` matrix on ``grid`` (its block layout),
+        ``local``'s dtype and side (:func:`hpcgpu.linalg.distmatrix.from_cyclic` makes it a DistMatrix).
     """
-    from .distmatrix import DistMatrix
-
     grid = layout.grid if grid is None else grid
     m, n = layout.m, layout.n
     tri = _by_triangle(triangle, max(m, n), layout.nb)
     out = _move(local, _cyclic_of(layout), _blocks_of(grid, m, n), grid.cart, grid.block_shape((m, n)),
                 np.dtype(local.dtype), tri, layout.nb, zero=tri is not None)
-    return DistMatrix(out, (m, n), grid)
+    return out
+
+
+def nb_error(where: str, nb) -> BaseException | None:
+    """``nb`` is neither None nor a positive int."""
+    if nb is None:
+        return None
+    if isinstance(nb, bool) or not isinstance(nb, numbers.Integral):
+        return TypeError(f"{where}: nb must be an int (a block size, >= 1) or None, got {type(nb).__name__}")
+    if nb < 1:
+        return ValueError(f"{where}: nb must be >= 1, got {nb}")
+    return None

@@ -406,3 +406,23 @@ def default_grid() -> ProcessGrid:
     if g is None or g.cart == MPI.COMM_NULL:
         g = _GRIDS[id(comm)] = ProcessGrid(comm=comm)
     return g
+
+
+def grid_error(where: str, grid, a) -> BaseException | None:
+    """Why ``grid`` cannot be the grid ``a`` is factored on, or None (None: the routine's own choice).
+
+    Any shape over ``a.grid``'s ranks in its order (the communicators identical or congruent). ``a`` is a checked
+    DistMatrix. Not collective (``MPI_Comm_compare`` is local).
+    """
+    if grid is None:
+        return None
+    if not isinstance(grid, ProcessGrid):
+        return TypeError(f"{where}: grid must be an hpcgpu.ProcessGrid over A's ranks or None, got "
+                         f"{type(grid).__name__}")
+    if grid.cart == MPI.COMM_NULL:
+        return ValueError(f"{where}: grid was freed (ProcessGrid.free): make it again from A's grid, "
+                          "hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
+    if grid.size != a.grid.size or MPI.Comm.Compare(grid.cart, a.grid.cart) not in (MPI.IDENT, MPI.CONGRUENT):
+        return ValueError(f"{where}: grid {grid.shape[0]}x{grid.shape[1]} is not over A's ranks in A's order: make "
+                          "it from A's grid, hpcgpu.ProcessGrid((pr, pc), comm=a.grid.cart)")
+    return None

@@ -58,8 +58,8 @@ from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks
 from ._local import gemm_update, getrf, getrs, trsm, xp_of
-from .cyclic import Cyclic, default_nb, from_cyclic, numroc, to_cyclic
-from .cyclicmatrix import CyclicMatrix
+from .cyclic import Cyclic, default_nb, numroc, to_cyclic
+from .distmatrix import CyclicMatrix, from_cyclic
 from .grid import flat_shape
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import agree
 from . import _checks
 from .cyclic import default_nb
-from .cyclicmatrix import CyclicMatrix
+from .distmatrix import CyclicMatrix
 from .lu import _refuse_alone, factor, factor_bytes, solve_bytes, solve_factored
 
 __all__ = ["solve", "pdposv"]

@@ -35,7 +35,8 @@ from ..comm import Allreduce, Bcast
 from ..errors import agree, agreed
 from ..watchdog import watch
 from . import _checks, _local
-from .cyclic import default_nb, from_cyclic, to_cyclic
+from .cyclic import default_nb, to_cyclic
+from .distmatrix import from_cyclic
 
 __all__ = ["trsm_cyclic", "solve_triangular", "pdtrsm"]
 

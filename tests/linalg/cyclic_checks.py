@@ -11,7 +11,8 @@ import numpy as np
 import hpcgpu
 from hpcgpu._device import asnumpy
 from hpcgpu.linalg import CyclicMatrix, solve_triangular
-from hpcgpu.linalg.cyclic import Cyclic, default_nb, from_cyclic, numroc, to_cyclic
+from hpcgpu.linalg.cyclic import Cyclic, default_nb, numroc, to_cyclic
+from hpcgpu.linalg.distmatrix import from_cyclic
 
 from _common import refused  # (and: an exception on one rank aborts the launch)
 
