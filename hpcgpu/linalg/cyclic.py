@@ -21,7 +21,7 @@ import numpy as np
 from .. import _device
 from ..comm import Alltoallv
 
-__all__ = ["Cyclic", "numroc", "to_cyclic", "from_cyclic_blocks", "default_nb", "nb_error"]
+__all__ = ["Cyclic", "numroc", "to_cyclic", "from_cyclic_blocks", "default_nb"]
 
 
 def numroc(n: int, nb: int, iproc: int, nprocs: int) -> int:
