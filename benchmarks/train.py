@@ -74,8 +74,10 @@ def ensure_data(path: str | None) -> str:
         return path
     path = os.path.join(ROOT, "results", "data", "fashion-mnist.h5")
     if not os.path.exists(path):
-        subprocess.run([sys.executable, "-m", "hpcgpu.datasets", "fashion-mnist", "--out", path], check=True,
-                       env=env1())
+        p = subprocess.run([sys.executable, "-m", "hpcgpu.datasets", "fashion-mnist", "--out", path], env=env1())
+        if p.returncode:  # hpcgpu.datasets has said why in one line (Debian's IDX files missing, most often)
+            sys.exit("benchmarks/train.py: no Fashion-MNIST here: pass --data FILE.h5 (the bundled digits: "
+                     "python -m hpcgpu.datasets digits --out FILE.h5)")
     return path
 
 
