@@ -9,14 +9,13 @@ raises while the others wait.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from .. import _device
 from .._memory import node_memory_error
 from ..errors import agree, agree_inputs
-from .cyclic import nb_error  # noqa: F401 - the routines' checks, here as the others
-from .grid import ProcessGrid, grid_error  # noqa: F401
+from .cyclic import nb_error  # noqa: F401 - the routines' checks, here with the others
+from .grid import grid_error  # noqa: F401
 
 SOLVER_DTYPES = ("float32", "float64", "complex64", "complex128")
 """The dtypes the factorizations and solvers take (LAPACK's and cuSOLVER's: S, D, C, Z)."""
@@ -74,8 +73,6 @@ def layout_nb_error(where: str, a, nb, grid=None) -> BaseException | None:
     return None
 
 
-
-
 def memory_error(where: str, nbytes: int, comm, xp=np) -> BaseException | None:
     """Whether this rank can allocate ``nbytes`` more for a routine's work.
 
@@ -127,7 +124,8 @@ def finite(where: str, mats: dict, comm) -> None:
 
 def _global_position(a, i: int, j: int) -> tuple[int, int]:
     """The global row and column of ``a.local[i, j]``: a DistMatrix's block or a CyclicMatrix's layout."""
-    layout = getattr(a, "layout", None)
-    if layout is not None and hasattr(layout, "rows"):
-        return int(layout.rows()[i]), int(layout.cols()[j])
+    from .distmatrix import CyclicMatrix
+
+    if isinstance(a, CyclicMatrix):
+        return int(a.layout.rows()[i]), int(a.layout.cols()[j])
     return a.rows.start + i, a.cols.start + j

@@ -59,7 +59,7 @@ from ..watchdog import watch
 from . import _checks
 from ._local import gemm_update, getrf, getrs, trsm, xp_of
 from .cyclic import Cyclic, default_nb, numroc, to_cyclic
-from .distmatrix import CyclicMatrix, from_cyclic
+from .distmatrix import CyclicMatrix, DistMatrix, from_cyclic
 from .grid import flat_shape
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve"]
@@ -264,8 +264,6 @@ def lu_solve(lu_and_piv, b, trans: int = 0):
 
 def _refuse_alone(where: str, name: str, a) -> None:
     """No DistMatrix, so no grid to agree over: this rank refuses alone (an SPMD program's ranks are alike)."""
-    from .distmatrix import DistMatrix
-
     if not isinstance(a, (DistMatrix, CyclicMatrix)):
         raise agreed(_checks.matrix_error(where, name, a, cyclic=True))
 

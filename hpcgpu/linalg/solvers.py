@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from ..errors import agree
 from . import _checks
-from .cyclic import default_nb
 from .distmatrix import CyclicMatrix
-from .lu import _refuse_alone, factor, factor_bytes, solve_bytes, solve_factored
+from .lu import _nb, _refuse_alone, factor, factor_bytes, solve_bytes, solve_factored
 
 __all__ = ["solve", "pdposv"]
 
@@ -90,7 +89,7 @@ def solve(a, b, assume_a: str = "gen", *, nb: int | None = None):
         or _checks.conform_error(where, a, b) or _checks.nb_error(where, nb) or _checks.layout_nb_error(where, a, nb)
     _checks.entry(where, dict(a=a, b=b, assume_a=assume_a, nb=nb), a.grid.cart, err)
     cyclic = isinstance(a, CyclicMatrix)  # factored in its own layout, on its own grid
-    nb_ = (a.nb if cyclic else default_nb(a.xp, a.gshape[0], a.grid)) if nb is None else int(nb)
+    nb_ = _nb(a, nb)
     agree(_checks.memory_error(where, factor_bytes(a, nb_, a.grid if cyclic else None) + solve_bytes(b),
                                a.grid.cart, a.xp), comm=a.grid.cart)
     _checks.finite(where, {"A": a, "B": b}, a.grid.cart)
