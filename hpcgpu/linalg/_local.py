@@ -252,37 +252,99 @@ def geqrf(a):
     return cupy.ascontiguousarray(h.T), tau
 
 
+QR_BAND = 1024
+"""Rows of a tall host block that :func:`qr_r` factors at a time (at least the block's columns)."""
+
+
 def qr_r(a, overwrite: bool = False):
     """R of a block's QR, ``min(m, n) x n``, upper triangular. Not collective.
 
-    On the host one LAPACK ``geqrf`` call (SciPy's ``qr(mode="r")`` copies a C-ordered block into LAPACK's
-    order and returns all ``m`` rows of the factored block, twice the block's bytes moved for an ``n x n``
-    result); on the device CuPy's ``qr(mode="r")``.
+    On the host a tall block (at least twice :data:`QR_BAND` rows and twice its columns) is factored a band of
+    rows at a time, a sequential TSQR: LAPACK's ``geqrf`` of the first band, then ``tpqrt`` of ``[R; band]``
+    for each next one (R upper triangular, the band dense: the structured QR of the pair). A band (1,024 x 201
+    doubles, 1.6 MB) stays in the cache, where one ``geqrf`` over all ``m`` rows streams the block through
+    memory for each of its panels. On one core here, against one blocked ``geqrf``: 200,000 x 201 float64
+    0.475 s against 1.112 s, float32 0.265 s against 0.568 s; 100,000 x 201 complex128 0.710 s against
+    1.398 s; 200,000 x 51 and 400,000 x 11 2.6 and 1.9x as fast; 40,000 x 1,000 1.2x. The flops are
+    ``geqrf``'s (``2 m n^2``), and so is the backward stability (Householder reflections throughout); R's rows
+    may differ from ``geqrf``'s in sign (R is unique up to them). A band is copied into a buffer in LAPACK's
+    order, so ``a`` may have any strides and is never written. A shorter block is one ``geqrf`` call (SciPy's
+    ``qr(mode="r")`` copies a C-ordered block into LAPACK's order and returns all ``m`` rows of the factored
+    block, twice the block's bytes moved for an ``n x n`` result). On the device CuPy's ``qr(mode="r")``.
 
     Parameters
     ----------
-    a : xp.ndarray, shape (m, n)
-        float32, float64, complex64 or complex128; host or device.
+    a : xp.ndarray, shape (m, n), or a list of host arrays with the same rows
+        float32, float64, complex64 or complex128; host or device. A list is taken as its arrays side by side
+        (``[A | B]``, ``n`` their total columns), never formed: each band is gathered from them.
     overwrite : bool
-        The caller's scratch: a Fortran-ordered host ``a`` is factored in place (its contents are lost).
+        The caller's scratch: a Fortran-ordered host ``a`` too short for bands is factored in place (its
+        contents are lost).
 
     Returns
     -------
     r : xp.ndarray, shape (min(m, n), n)
+
+    References
+    ----------
+    J. Demmel, L. Grigori, M. Hoemmen and J. Langou, "Communication-optimal parallel and sequential QR and LU
+    factorizations", SIAM J. Sci. Comput. 34(1), 2012 (sequential TSQR, a flat tree); LAPACK's ``xLATSQR``
+    does the same with ``xTPQRT``.
     """
-    if _device.is_device_array(a):
-        return _device.cupy_or_none().linalg.qr(a, mode="r")
-    k = min(a.shape)
+    parts = a if isinstance(a, list) else [a]
+    m, n = parts[0].shape[0], sum(p.shape[1] for p in parts)
+    if _device.is_device_array(parts[0]):
+        whole = parts[0] if len(parts) == 1 else _device.cupy_or_none().concatenate(parts, axis=1)
+        return _device.cupy_or_none().linalg.qr(whole, mode="r")
+    k = min(m, n)
     if k == 0:
-        return np.zeros((0, a.shape[1]), dtype=a.dtype)
-    geqrf = _lapack("geqrf", a)
+        return np.zeros((0, n), dtype=parts[0].dtype)
+    band = max(QR_BAND, n)
+    if m >= 2 * band:
+        return _qr_r_bands(parts, m, n, band)
+    a = parts[0]
+    if len(parts) > 1:
+        a, overwrite = np.empty((m, n), dtype=a.dtype, order="F"), True
+        _put(a, 0, m, parts)
     if not (overwrite and a.flags.f_contiguous):
         a = np.array(a, order="F")  # a copy of ours, in LAPACK's order, to factor in place
+    return _geqrf_r(a)
+
+
+def _geqrf_r(a):
+    """R of a Fortran-ordered host ``a`` (``m x n``, ``min(m, n) >= 1``) by LAPACK's blocked ``geqrf`` in place."""
+    geqrf = _lapack("geqrf", a)
     lwork = int(np.real(geqrf(a, lwork=-1, overwrite_a=True)[2][0]))  # a query: no copy of a, a unchanged
-    out, _tau, _work, info = geqrf(a, lwork=max(lwork, 1), overwrite_a=True)
+    out, _tau, _work, info = geqrf(a, lwork=max(lwork, 1), overwrite_a=True)  # f2py's default lwork: unblocked
     if info < 0:
         raise ValueError(f"geqrf: argument {-info} was illegal")
-    return np.triu(out[:k])
+    return np.triu(out[:min(a.shape)])
+
+
+def _put(buf, lo: int, hi: int, parts) -> None:
+    """``buf[:hi - lo] = [parts...][lo:hi]``: rows ``lo:hi`` of the parts side by side into ``buf``."""
+    j = 0
+    for p in parts:
+        buf[:hi - lo, j:j + p.shape[1]] = p[lo:hi]
+        j += p.shape[1]
+
+
+def _qr_r_bands(parts, m: int, n: int, band: int):
+    """R of ``[parts...]`` (``m x n``, ``m >= 2 band >= 2 n``) by ``geqrf`` of its first band, ``tpqrt`` after."""
+    dtype = parts[0].dtype
+    buf = np.empty((band, n), dtype=dtype, order="F")
+    _put(buf, 0, band, parts)
+    tpqrt = _lapack("tpqrt", buf)
+    r = np.asfortranarray(_geqrf_r(buf))
+    nb = min(n, 16 if n < 512 else 32)  # tpqrt's inner block: measured best at 11-1,000 columns here
+    for lo in range(band, m, band):
+        hi = min(lo + band, m)
+        b = buf if hi - lo == band else np.empty((hi - lo, n), dtype=dtype, order="F")
+        _put(b, lo, hi, parts)
+        r, _b, _t, info = tpqrt(0, nb, r, b, overwrite_a=True, overwrite_b=True)
+        if info < 0:
+            raise ValueError(f"tpqrt: argument {-info} was illegal")
+    return np.triu(r)
 
 
 def qr(a, mode: str = "reduced"):

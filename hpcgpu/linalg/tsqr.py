@@ -60,13 +60,14 @@ def _enter(where: str, a, b, args: dict, err, *, extra_cols: int, want_q: bool):
 
 
 def _work_bytes(a, extra_cols: int, want_q: bool) -> int:
-    """Bytes a rank allocates: its row block of ``[A | B]`` and the moves' buffers, Q's leaf, the tree's R's."""
+    """Bytes a rank allocates: row blocks of A and B, the moves' buffers, the leaf's band (or Q), the R's."""
     m, n = a.gshape
     P = a.grid.size
     c = n + extra_cols
     rows = -(-m // P)
     tree = 4 * c * c * (math.ceil(math.log2(P)) + 2) if P > 1 else 2 * c * c
-    return a.dtype.itemsize * (3 * rows * c + (3 * rows * n if want_q else 0) + tree)
+    leaf = 4 * rows * n if want_q else max(_local.QR_BAND, c) * c
+    return a.dtype.itemsize * (2 * rows * c + leaf + tree)
 
 
 # -- layouts ------------------------------------------------------------------------------------------------------
@@ -110,24 +111,6 @@ def _from_replicated(x: np.ndarray, grid, xp):
     return DistMatrix(xp.asarray(np.ascontiguousarray(x[rows, cols])), x.shape, grid)
 
 
-_BAND = 1024
-"""Rows a band of :func:`_put_columns` copies at once."""
-
-
-def _put_columns(w, lo: int, src) -> None:
-    """``w[:, lo:lo + k] = src`` for a Fortran-ordered ``w`` and a C-ordered ``src``, by bands of rows on the host.
-
-    NumPy's one assignment walks ``w`` a column at a time, a cache miss a row; a band of 1024 rows stays in
-    the cache (twice as fast at 200,000 x 200 here).
-    """
-    k = src.shape[1]
-    if _device.is_device_array(w) or src.shape[0] <= _BAND:
-        w[:, lo:lo + k] = src
-        return
-    for i in range(0, src.shape[0], _BAND):
-        w[i:i + _BAND, lo:lo + k] = src[i:i + _BAND]
-
-
 def _mul(a, b):
     """``a @ b`` into a new array (host or device, as ``a``) by the one local GEMM."""
     c = _local.xp_of(a).empty((a.shape[0], b.shape[1]), dtype=a.dtype)
@@ -151,23 +134,26 @@ class _Tree:
     its critical path is ``log2 P`` times a small QR, whatever ``P``. The stacked R's are small (``c x c``), so
     the tree runs on the host (SciPy's LAPACK) also when the blocks live on a GPU, where factoring a ``2c x c``
     matrix would leave the device waiting on launches: one copy of ``R_p`` to the host and one of ``T_p``
-    back. With ``scratch`` the caller gives up ``W``'s rows: the leaf's R is factored in their place.
+    back. Without ``keep``, ``w`` may be a list of blocks with the same rows, taken side by side (``[A | B]``):
+    the leaf's R (:func:`hpcgpu.linalg._local.qr_r`, by bands of rows) gathers each band from them, so the
+    whole ``W`` is never formed.
     """
 
-    def __init__(self, w, m: int, comm, keep: bool, scratch: bool = False):
+    def __init__(self, w, m: int, comm, keep: bool):
         self.comm = comm
         self.keep = keep
         P, me = comm.Get_size(), comm.Get_rank()
-        c = w.shape[1]
-        self.dtype = np.dtype(w.dtype)
+        parts = w if isinstance(w, list) else [w]
+        c = sum(p.shape[1] for p in parts)
+        self.dtype = np.dtype(parts[0].dtype)
         self.rows = [min(block_range(m, P, q)[1] - block_range(m, P, q)[0], c) for q in range(P)]
-        xp = _local.xp_of(w)
-        if w.shape[0] == 0:
-            self.q_leaf, r = xp.empty((0, 0), dtype=w.dtype), np.empty((0, c), dtype=w.dtype)
+        xp = _local.xp_of(parts[0])
+        if parts[0].shape[0] == 0:
+            self.q_leaf, r = xp.empty((0, 0), dtype=self.dtype), np.empty((0, c), dtype=self.dtype)
         elif keep:
             self.q_leaf, r = _local.qr(w, "reduced")
         else:
-            self.q_leaf, r = None, _local.qr_r(w, overwrite=scratch)
+            self.q_leaf, r = None, _local.qr_r(w)
         self.merges, self.parent = [], None
         self.r = self._up(np.ascontiguousarray(_device.asnumpy(r)), P, me, c)
 
@@ -380,12 +366,8 @@ def lstsq(a, b, cond=None):
     nrhs = b.gshape[1] if getattr(b, "gshape", None) is not None and len(b.gshape) == 2 else 0
     _enter("lstsq", a, b, {"cond": cond}, err, extra_cols=nrhs, want_q=False)
     m, n = a.gshape
-    wa, wb = _to_rows(a), _to_rows(b)
     xp = a.xp
-    w = xp.empty((wa.shape[0], n + nrhs), dtype=wa.dtype, order="F")  # [A | B] in LAPACK's order: factored in place
-    _put_columns(w, 0, wa)
-    _put_columns(w, n, wb)
-    tree = _Tree(w, m, a.grid.cart, keep=False, scratch=True)
+    tree = _Tree([_to_rows(a), _to_rows(b)], m, a.grid.cart, keep=False)  # [A | B], never formed
     eps = np.finfo(a.dtype).eps
     x, residues, rank, s = _from_root("lstsq", tree, lambda r: _solve(r, m, n, eps if cond is None else cond))
     return _from_replicated(x, a.grid, xp), xp.asarray(residues), rank, xp.asarray(s)
