@@ -235,6 +235,12 @@ FIXES: dict[str, str] = {
         "matrix's shape and values are checked before it is called). Please report it with the matrix's shape "
         "and dtype and the number of ranks."
     ),
+    "tpqrt: argument … was illegal": (
+        "LAPACK's QR of a triangle over a band of rows (``tpqrt``, by which a rank's part of ``lstsq`` or "
+        "``qr(mode=\"r\")`` takes a tall block 1,024 rows at a time) refused an argument hpcgpu gave it: a bug "
+        "in hpcgpu, not in your input (the matrix's shape and values are checked before it is called). Please "
+        "report it with the matrix's shape and dtype and the number of ranks."
+    ),
     "getrs: argument … was illegal": (
         "LAPACK's LU solve (``getrs``) refused an argument hpcgpu gave it: a bug in hpcgpu, not in your input "
         "(the factor, the pivots and B are checked before it is called). Please report it with the shapes, "
