@@ -230,21 +230,10 @@ FIXES: dict[str, str] = {
         "that called ``os._exit`` or was killed. Send a Ctrl-C to the whole job (to ``mpiexec`` or ``srun``, "
         "which forward it to every rank), not to one rank's process."
     ),
-    "geqrf: argument … was illegal": (
-        "LAPACK's QR (``geqrf``) refused an argument hpcgpu gave it: a bug in hpcgpu, not in your input (the "
-        "matrix's shape and values are checked before it is called). Please report it with the matrix's shape "
-        "and dtype and the number of ranks."
-    ),
-    "tpqrt: argument … was illegal": (
-        "LAPACK's QR of a triangle over a band of rows (``tpqrt``, by which a rank's part of ``lstsq`` or "
-        "``qr(mode=\"r\")`` takes a tall block 1,024 rows at a time) refused an argument hpcgpu gave it: a bug "
-        "in hpcgpu, not in your input (the matrix's shape and values are checked before it is called). Please "
-        "report it with the matrix's shape and dtype and the number of ranks."
-    ),
-    "getrs: argument … was illegal": (
-        "LAPACK's LU solve (``getrs``) refused an argument hpcgpu gave it: a bug in hpcgpu, not in your input "
-        "(the factor, the pivots and B are checked before it is called). Please report it with the shapes, "
-        "the dtype and the number of ranks."
+    "LAPACK's …: argument … was illegal": (
+        "A LAPACK routine (``getrs``, ``geqrf``, ``tpqrt``, ``tpmqrt``, ``ormqr``) refused an argument hpcgpu "
+        "gave it: a bug in hpcgpu, not in your input (the matrix's shape and values are checked before it is "
+        "called). Please report it with the routine, the matrix's shape and dtype and the number of ranks."
     ),
     "…: … differs across ranks: …": (
         "The ranks called one collective function (``Trainer(...)``, ``fit``, ``evaluate``, ``predict``, "

